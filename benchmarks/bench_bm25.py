@@ -1,0 +1,137 @@
+"""Time the BM25 engines side by side on a synthetic corpus (index + search, one process).
+
+Why: the official engine must stay close to raw bm25s (target ≤ 1.5×) and far ahead of
+rank_bm25 (target ≥ 40×), or the app's "BM25 (R2MED official)" default becomes the slow path.
+
+    python -m benchmarks.bench_bm25 --docs 57000 --queries 100 --seed 0   # from the repo root
+"""
+
+from __future__ import annotations
+
+import argparse
+import string
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from r2med_core.retrieval.bm25 import BM25Retriever
+from r2med_core.retrieval.tokenize import clear_cache
+
+K1, B, TOP_K = 0.9, 0.4, 100
+# Real function words at the top of the Zipf ranking, so stop-word removal has work to do.
+FUNCTION_WORDS = "the of and to in a is that for it as was with be by on not this are or".split()
+
+
+def make_corpus(n_docs: int, n_queries: int, seed: int) -> tuple[list[str], list[str]]:
+    """Documents of 80–200 words and queries of 4–16 words, words drawn Zipf-like (s ≈ 1.1)."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list(string.ascii_lowercase))
+    n_vocab = 60_000
+    lengths = rng.integers(3, 12, size=n_vocab)
+    vocab = {"".join(rng.choice(letters, size=n)) for n in lengths}
+    words = np.array(FUNCTION_WORDS + sorted(vocab), dtype=object)
+    ranks = np.arange(1, len(words) + 1, dtype=np.float64)
+    probs = ranks**-1.1
+    probs /= probs.sum()
+
+    def text(n_words: int) -> str:
+        chosen = words[rng.choice(len(words), size=n_words, p=probs)]
+        sentences = []
+        for i in range(0, n_words, 15):
+            sentence = " ".join(chosen[i : i + 15])
+            sentences.append(sentence[:1].upper() + sentence[1:] + ".")
+        return " ".join(sentences)
+
+    docs = [text(int(n)) for n in rng.integers(80, 201, size=n_docs)]
+    queries = [text(int(n)) for n in rng.integers(4, 17, size=n_queries)]
+    return docs, queries
+
+
+Timing = tuple[float, float]  # (index seconds, search seconds)
+
+
+def best_of(fn: Callable[[], Timing], repeat: int) -> Timing:
+    """Fastest of ``repeat`` runs (by total), each starting with cold tokenizer caches."""
+    runs = []
+    for _ in range(repeat):
+        clear_cache()
+        runs.append(fn())
+    return min(runs, key=sum)
+
+
+def run_engine(engine: str, doc_ids: list[str], docs: list[str], queries: list[str]) -> Timing:
+    start = time.perf_counter()
+    retriever = BM25Retriever(engine=engine, k1=K1, b=B)
+    retriever.index(doc_ids, docs)
+    indexed = time.perf_counter()
+    retriever.search(queries, k=TOP_K)
+    return indexed - start, time.perf_counter() - indexed
+
+
+def run_raw_bm25s(docs: list[str], queries: list[str]) -> Timing:
+    import bm25s
+    import Stemmer
+
+    start = time.perf_counter()
+    stemmer = Stemmer.Stemmer("english")
+    model = bm25s.BM25(k1=K1, b=B, method="lucene")
+    model.index(bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    indexed = time.perf_counter()
+    query_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
+    model.retrieve(query_tokens, k=min(TOP_K, len(docs)), show_progress=False)
+    return indexed - start, time.perf_counter() - indexed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=57_000)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--okapi-queries", type=int, default=10, help="queries rank_bm25 actually runs")
+    parser.add_argument("--repeat", type=int, default=1, help="best of N runs (not for rank_bm25)")
+    args = parser.parse_args()
+
+    docs, queries = make_corpus(args.docs, args.queries, args.seed)
+    doc_ids = [f"d{i}" for i in range(len(docs))]
+    n_words = sum(len(d.split()) for d in docs)
+    print(f"corpus: {len(docs):,} docs, {n_words:,} words, {len(queries)} queries, top-{TOP_K}, k1={K1}, b={B}")
+
+    # Warm-up outside the timings: imports, regex compilation (~0.15 s once per process).
+    run_engine("official", doc_ids[:200], docs[:200], queries[:2])
+    run_raw_bm25s(docs[:200], queries[:2])
+
+    official = best_of(lambda: run_engine("official", doc_ids, docs, queries), args.repeat)
+    bm25s_engine = best_of(lambda: run_engine("bm25s", doc_ids, docs, queries), args.repeat)
+    raw = best_of(lambda: run_raw_bm25s(docs, queries), args.repeat)
+
+    # rank_bm25: index everything, search a subsample, extrapolate the search linearly.
+    n_okapi = max(1, min(args.okapi_queries, len(queries)))
+    okapi_index, okapi_sample = best_of(lambda: run_engine("okapi", doc_ids, docs, queries[:n_okapi]), 1)
+    okapi = (okapi_index, okapi_sample * len(queries) / n_okapi)
+
+    rows = [
+        ("r2med_core official (Lucene tokens + gensim query weights)", official),
+        ("r2med_core bm25s engine", bm25s_engine),
+        ("raw bm25s (its tokenize + index + retrieve)", raw),
+        ("rank_bm25 BM25Okapi (r2med_core okapi engine) *", okapi),
+    ]
+    print(f"\n{'engine':<58}{'index (s)':>11}{'search (s)':>12}{'total (s)':>11}")
+    for name, (t_index, t_search) in rows:
+        print(f"{name:<58}{t_index:>11.2f}{t_search:>12.3f}{t_index + t_search:>11.2f}")
+    print(
+        f"\n* rank_bm25: indexed all {len(docs):,} docs; searched {n_okapi} of {len(queries)} queries "
+        f"({okapi_sample:.2f} s) and extrapolated that linearly to {okapi[1]:.2f} s."
+    )
+    print(f"  Timings are best of {args.repeat} (rank_bm25: 1), tokenizer caches cleared before each run.")
+
+    def ratio(a: Timing, b: Timing) -> str:
+        return f"total {sum(a) / sum(b):6.2f}x   index {a[0] / b[0]:6.2f}x   search {a[1] / b[1]:7.2f}x"
+
+    print(f"\nours (official) / raw bm25s : {ratio(official, raw)}   (target: total <= 1.5x)")
+    print(f"ours (bm25s)    / raw bm25s : {ratio(bm25s_engine, raw)}")
+    print(f"rank_bm25       / ours      : {ratio(okapi, official)}   (target: >= 40x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""r2med_core: load R2MED tasks, retrieve with BM25 / dense / fused systems, evaluate like the benchmark.
+
+The small public API (everything else is an implementation detail):
+
+    from r2med_core import load_demo, run_system, evaluate
+    dataset = load_demo("clinical-evidence")
+    run = run_system(dataset, "bm25")
+    results = evaluate(run, dataset.qrels, dataset_name=dataset.name)
+    results.means["ndcg_at_10"]
+"""
+
+from .data import DEMO_TASKS, DataError, Dataset, Problem, load_beir_dir, load_demo, load_dir, load_r2med_dir
+from .evaluation import ALL_METRICS, MAIN_METRICS, PairedTest, Results, compare, evaluate, paired_test
+from .runs import Run, read_trec, write_trec
+from .systems import SpecError, SystemSpec, parse_system, run_system
+from .tasks import TASKS, Family, TaskInfo, get_task
+
+__all__ = [
+    "ALL_METRICS",
+    "DEMO_TASKS",
+    "MAIN_METRICS",
+    "TASKS",
+    "DataError",
+    "Dataset",
+    "Family",
+    "PairedTest",
+    "Problem",
+    "Results",
+    "Run",
+    "SpecError",
+    "SystemSpec",
+    "TaskInfo",
+    "compare",
+    "evaluate",
+    "get_task",
+    "load_beir_dir",
+    "load_demo",
+    "load_dir",
+    "load_r2med_dir",
+    "paired_test",
+    "parse_system",
+    "read_trec",
+    "run_system",
+    "write_trec",
+]

@@ -1,0 +1,516 @@
+"""Datasets: the ``Dataset`` dataclass and loaders for every source R2MED Explorer reads.
+
+Sources: a local folder in the R2MED layout, a BEIR-layout folder, the Hugging Face hub
+(``R2MED/<task>``, see ``hub.py``) and the embedded demo (``r2med_core/demo/``). Every loader ends
+in the same ``Dataset`` so retrieval, evaluation and the app never care where data came from.
+
+Bad data raises ``DataError`` whose problems name the file and line, so a user can fix the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .tasks import REWRITE_METHODS, TASKS, Family
+
+#: The embedded demo tasks, one per R2MED family (folders under ``r2med_core/demo/``).
+DEMO_TASKS: tuple[str, ...] = ("qa-reference", "clinical-evidence", "clinical-case")
+
+REWRITE_FILE = "query_with_hydoc.jsonl"
+_MAX_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a data file, located as precisely as we can."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}"
+
+
+class DataError(ValueError):
+    """A dataset could not be loaded; ``problems`` says where and why."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        shown = "\n".join(f"  {p}" for p in problems[:_MAX_PROBLEMS])
+        more = len(problems) - _MAX_PROBLEMS
+        tail = f"\n  … and {more} more problems" if more > 0 else ""
+        super().__init__(f"{len(problems)} problem(s) in the dataset:\n{shown}{tail}")
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """Non-fatal findings of a load, shown to the user next to the numbers they affect."""
+
+    unknown_qrels_queries: int = 0
+    unknown_qrels_documents: int = 0
+    queries_without_qrels: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        out = list(self.warnings)
+        if self.unknown_qrels_queries:
+            out.append(f"{self.unknown_qrels_queries} qrels entries name unknown queries (ignored)")
+        if self.unknown_qrels_documents:
+            out.append(f"{self.unknown_qrels_documents} qrels entries name unknown documents (ignored)")
+        if self.queries_without_qrels:
+            n = len(self.queries_without_qrels)
+            out.append(f"{n} queries have no relevance judgements and are left out of averages")
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """One retrieval task: corpus, queries, graded qrels and any precomputed query rewrites.
+
+    ``corpus`` and ``queries`` keep file order (it breaks BM25 ties, as in the benchmark).
+    ``rewrites`` maps ``(method, llm)`` to ``{query id: hypothetical document}``.
+    """
+
+    name: str
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    source: str
+    family: Family | None = None
+    query_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rewrites: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    report: LoadReport = field(default_factory=LoadReport)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of document ids and texts: the key of every index built on this corpus."""
+        digest = hashlib.sha256()
+        for doc_id, text in self.corpus.items():
+            digest.update(doc_id.encode("utf-8") + b"\x00" + text.encode("utf-8") + b"\x01")
+        return digest.hexdigest()[:20]
+
+    @cached_property
+    def content_digest(self) -> str:
+        """A digest of queries, judgements and rewrites: with ``fingerprint``, the key of a run."""
+        payload = json.dumps(
+            [self.queries, self.qrels, sorted((list(k), v) for k, v in self.rewrites.items())],
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return list(self.corpus)
+
+    @property
+    def is_demo(self) -> bool:
+        return self.source.startswith("demo")
+
+    def positives(self, query_id: str) -> dict[str, int]:
+        """The query's relevant documents with their grades (grade > 0), best first."""
+        grades = self.qrels.get(query_id, {})
+        ranked = sorted(grades.items(), key=lambda item: -item[1])
+        return {doc_id: grade for doc_id, grade in ranked if grade > 0}
+
+    def rewrite_options(self) -> list[tuple[str, str]]:
+        """Available ``(method, llm)`` rewrites, in a stable order."""
+        return sorted(self.rewrites)
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, object)`` for each non-blank line; collect problems as DataError."""
+    problems: list[Problem] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
+    raw = _read_bytes(path)
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            problems.append(Problem(str(path), number, f"not UTF-8 text (byte {err.start})"))
+            continue
+        except json.JSONDecodeError as err:
+            problems.append(Problem(str(path), number, f"malformed JSON: {err.msg} (column {err.colno})"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(Problem(str(path), number, "expected a JSON object per line"))
+            continue
+        rows.append((number, obj))
+    if not rows and not problems:
+        problems.append(Problem(str(path), None, "file is empty"))
+    if problems:
+        raise DataError(problems)
+    yield from rows
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise DataError([Problem(str(path), None, "file not found")])
+    return path.read_bytes()
+
+
+def _as_id(value: Any) -> str | None:
+    """Ids are strings in R2MED; integers are accepted and converted, anything else is an error."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (str, int)):
+        return str(value)
+    return None
+
+
+def _read_texts(path: Path, id_field: str, text_fields: tuple[str, ...]) -> tuple[dict[str, str], dict[str, dict]]:
+    """Read ``{id, text…}`` rows: ids unique, text a string; other fields kept as metadata."""
+    texts: dict[str, str] = {}
+    meta: dict[str, dict] = {}
+    problems: list[Problem] = []
+    first_line: dict[str, int] = {}
+    try:
+        rows = list(_read_jsonl(path))
+    except DataError as err:
+        raise DataError(err.problems) from None
+    for number, obj in rows:
+        raw_id = obj.get(id_field)
+        item_id = _as_id(raw_id)
+        if raw_id is None:
+            problems.append(Problem(str(path), number, f'missing field "{id_field}"'))
+            continue
+        if item_id is None or item_id == "":
+            problems.append(Problem(str(path), number, f'"{id_field}" must be a non-empty string'))
+            continue
+        required = text_fields[-1]
+        if required not in obj:
+            problems.append(Problem(str(path), number, f'missing field "{required}"'))
+            continue
+        values = [obj.get(name) for name in text_fields]
+        wrong = [n for n, v in zip(text_fields, values) if v is not None and not isinstance(v, str)]
+        if wrong:
+            problems.append(Problem(str(path), number, f'"{wrong[0]}" must be a string'))
+            continue
+        if item_id in texts:
+            problems.append(
+                Problem(str(path), number, f"duplicate id {item_id!r} (first seen on line {first_line[item_id]})")
+            )
+            continue
+        texts[item_id] = "\n".join(v for v in values if v and v.strip())
+        first_line[item_id] = number
+        extra = {k: v for k, v in obj.items() if k not in (id_field, *text_fields)}
+        if extra:
+            meta[item_id] = extra
+    if problems:
+        raise DataError(problems)
+    return texts, meta
+
+
+def _read_qrels_jsonl(path: Path) -> list[tuple[int, str, str, int]]:
+    out: list[tuple[int, str, str, int]] = []
+    problems: list[Problem] = []
+    for number, obj in _read_jsonl(path):
+        missing = [name for name in ("q_id", "p_id", "score") if name not in obj]
+        if missing:
+            problems.append(Problem(str(path), number, "missing field(s) " + ", ".join(f'"{m}"' for m in missing)))
+            continue
+        qid, did, score = _as_id(obj["q_id"]), _as_id(obj["p_id"]), obj["score"]
+        if qid is None or did is None:
+            problems.append(Problem(str(path), number, '"q_id" and "p_id" must be strings'))
+            continue
+        grade = _as_grade(score)
+        if grade is None:
+            problems.append(Problem(str(path), number, f'"score" must be an integer grade, got {score!r}'))
+            continue
+        out.append((number, qid, did, grade))
+    if problems:
+        raise DataError(problems)
+    return out
+
+
+def _as_grade(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
+    """TREC qrels (``qid 0 docid rel``), three-column (``qid docid rel``) or BEIR tsv with header."""
+    out: list[tuple[int, str, str, int]] = []
+    problems: list[Problem] = []
+    raw = _read_bytes(path)
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            text = line.decode("utf-8").strip()
+        except UnicodeDecodeError as err:
+            problems.append(Problem(str(path), number, f"not UTF-8 text (byte {err.start})"))
+            continue
+        if not text:
+            continue
+        fields = text.split()
+        if len(fields) == 4:
+            qid, _, did, rel = fields
+        elif len(fields) == 3:
+            qid, did, rel = fields
+        else:
+            problems.append(Problem(str(path), number, f"expected 3 or 4 columns, found {len(fields)}"))
+            continue
+        grade = _as_grade(rel)
+        if grade is None:
+            if number == 1 and not out:  # a header such as "query-id corpus-id score"
+                continue
+            problems.append(Problem(str(path), number, f"relevance must be an integer, got {rel!r}"))
+            continue
+        out.append((number, qid, did, grade))
+    if not out and not problems:
+        problems.append(Problem(str(path), None, "file is empty"))
+    if problems:
+        raise DataError(problems)
+    return out
+
+
+def _build_qrels(
+    rows: list[tuple[int, str, str, int]], path: Path, queries: dict[str, str], corpus: dict[str, str]
+) -> tuple[dict[str, dict[str, int]], int, int]:
+    qrels: dict[str, dict[str, int]] = {}
+    unknown_q = unknown_d = 0
+    problems: list[Problem] = []
+    seen: dict[tuple[str, str], int] = {}
+    for number, qid, did, grade in rows:
+        if (qid, did) in seen:
+            problems.append(
+                Problem(
+                    str(path), number, f"duplicate judgement for ({qid!r}, {did!r}), first on line {seen[qid, did]}"
+                )
+            )
+            continue
+        seen[qid, did] = number
+        if qid not in queries:
+            unknown_q += 1
+            continue
+        if did not in corpus:
+            unknown_d += 1
+            continue
+        qrels.setdefault(qid, {})[did] = grade
+    if problems:
+        raise DataError(problems)
+    return qrels, unknown_q, unknown_d
+
+
+def _read_rewrites(root: Path, queries: dict[str, str]) -> tuple[dict[tuple[str, str], dict[str, str]], list[str]]:
+    """Find ``<method>/<llm>/query_with_hydoc.jsonl`` files; rows name unknown queries → warning."""
+    rewrites: dict[tuple[str, str], dict[str, str]] = {}
+    warnings: list[str] = []
+    for method in REWRITE_METHODS:
+        method_dir = root / method
+        if not method_dir.is_dir():
+            continue
+        for llm_dir in sorted(p for p in method_dir.iterdir() if p.is_dir()):
+            path = llm_dir / REWRITE_FILE
+            if not path.is_file():
+                continue
+            texts, _ = _read_texts(path, "id", ("hy_doc",))
+            known = {qid: text for qid, text in texts.items() if qid in queries}
+            if len(known) < len(texts):
+                warnings.append(f"{path}: {len(texts) - len(known)} rows name unknown queries (ignored)")
+            rewrites[method, llm_dir.name] = known
+    return rewrites, warnings
+
+
+def _assemble(
+    name: str,
+    source: str,
+    corpus: dict[str, str],
+    queries: dict[str, str],
+    query_meta: dict[str, dict],
+    qrels_rows: list[tuple[int, str, str, int]],
+    qrels_path: Path,
+    rewrites: dict[tuple[str, str], dict[str, str]],
+    warnings: list[str],
+    family: Family | None,
+    meta: dict[str, Any],
+) -> Dataset:
+    qrels, unknown_q, unknown_d = _build_qrels(qrels_rows, qrels_path, queries, corpus)
+    report = LoadReport(
+        unknown_qrels_queries=unknown_q,
+        unknown_qrels_documents=unknown_d,
+        queries_without_qrels=tuple(q for q in queries if not any(g > 0 for g in qrels.get(q, {}).values())),
+        warnings=tuple(warnings),
+    )
+    return Dataset(
+        name=name,
+        corpus=corpus,
+        queries=queries,
+        qrels=qrels,
+        source=source,
+        family=family,
+        query_meta=query_meta,
+        rewrites=rewrites,
+        meta=meta,
+        report=report,
+    )
+
+
+def _family_for(name: str, meta: dict[str, Any]) -> Family | None:
+    """The task's family: known for R2MED tasks, else from metadata.json ("clinical-case", …)."""
+    if name in TASKS:
+        return TASKS[name].family
+    wanted = re.sub(r"[^a-z]", "", str(meta.get("family", "")).lower())
+    if not wanted:
+        return None
+    for family in Family:
+        if re.sub(r"[^a-z]", "", family.value.lower()).startswith(wanted):
+            return family
+    return None
+
+
+# --------------------------------------------------------------------------- public loaders
+
+
+def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None = None) -> Dataset:
+    """Load a folder in the R2MED layout (corpus.jsonl, query.jsonl, qrels.jsonl|txt|tsv, rewrites)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError([Problem(str(root), None, "folder not found")])
+    name = name or root.name
+    problems: list[Problem] = []
+    corpus: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    query_meta: dict[str, dict] = {}
+    try:
+        corpus, _ = _read_texts(root / "corpus.jsonl", "id", ("text",))
+    except DataError as err:
+        problems += err.problems
+    try:
+        queries, query_meta = _read_texts(root / "query.jsonl", "id", ("text",))
+    except DataError as err:
+        problems += err.problems
+    qrels_path = next(
+        (root / f for f in ("qrels.jsonl", "qrels.txt", "qrels.tsv") if (root / f).is_file()), root / "qrels.jsonl"
+    )
+    rows: list[tuple[int, str, str, int]] = []
+    try:
+        rows = _read_qrels_jsonl(qrels_path) if qrels_path.suffix == ".jsonl" else _read_qrels_trec(qrels_path)
+    except DataError as err:
+        problems += err.problems
+    if problems:
+        raise DataError(problems)
+    rewrites, warnings = _read_rewrites(root, queries)
+    meta = _read_metadata(root)
+    return _assemble(
+        name,
+        source or f"local:{root}",
+        corpus,
+        queries,
+        query_meta,
+        rows,
+        qrels_path,
+        rewrites,
+        warnings,
+        _family_for(name, meta),
+        meta,
+    )
+
+
+def load_beir_dir(path: str | Path, name: str | None = None, split: str = "test") -> Dataset:
+    """Load a BEIR-layout folder: corpus.jsonl (_id/title/text), queries.jsonl, qrels/<split>.tsv."""
+    root = Path(path)
+    if not root.is_dir():
+        raise DataError([Problem(str(root), None, "folder not found")])
+    problems: list[Problem] = []
+    corpus: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    query_meta: dict[str, dict] = {}
+    try:
+        corpus, _ = _read_texts(root / "corpus.jsonl", "_id", ("title", "text"))
+    except DataError as err:
+        problems += err.problems
+    try:
+        queries, query_meta = _read_texts(root / "queries.jsonl", "_id", ("text",))
+    except DataError as err:
+        problems += err.problems
+    qrels_path = root / "qrels" / f"{split}.tsv"
+    rows: list[tuple[int, str, str, int]] = []
+    try:
+        rows = _read_qrels_trec(qrels_path)
+    except DataError as err:
+        problems += err.problems
+    if problems:
+        raise DataError(problems)
+    meta = _read_metadata(root)
+    name = name or root.name
+    return _assemble(
+        name, f"beir:{root}", corpus, queries, query_meta, rows, qrels_path, {}, [], _family_for(name, meta), meta
+    )
+
+
+def load_dir(path: str | Path, name: str | None = None) -> Dataset:
+    """Load a local folder, detecting the R2MED or BEIR layout."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise DataError([Problem(str(root), None, "folder not found")])
+    if (root / "query.jsonl").is_file():
+        return load_r2med_dir(root, name)
+    if (root / "queries.jsonl").is_file():
+        return load_beir_dir(root, name)
+    raise DataError(
+        [
+            Problem(
+                str(root),
+                None,
+                "neither query.jsonl (R2MED layout) nor queries.jsonl with qrels/test.tsv (BEIR layout) found",
+            )
+        ]
+    )
+
+
+def demo_path(task: str) -> Path:
+    """Where an embedded demo task lives inside the installed package."""
+    if task not in DEMO_TASKS:
+        raise KeyError(f"unknown demo task {task!r}; choose one of: {', '.join(DEMO_TASKS)}")
+    return Path(str(resources.files("r2med_core") / "demo" / task))
+
+
+def load_demo(task: str = DEMO_TASKS[0]) -> Dataset:
+    """Load one of the embedded demo tasks (illustrative data written for this app)."""
+    return load_r2med_dir(demo_path(task), name=task, source=f"demo:{task}")
+
+
+def validate_dir(path: str | Path) -> tuple[list[Problem], list[str]]:
+    """Check a folder without raising: ``(errors, warnings)``; no errors means it loads cleanly."""
+    try:
+        dataset = load_dir(path)
+    except DataError as err:
+        return err.problems, []
+    return [], dataset.report.lines()
+
+
+def _read_metadata(root: Path) -> dict[str, Any]:
+    path = root / "metadata.json"
+    if not path.is_file():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError([Problem(str(path), getattr(err, "lineno", None), f"malformed metadata: {err}")]) from None
+    return meta if isinstance(meta, dict) else {}

@@ -1,0 +1,184 @@
+"""Evaluation exactly as the R2MED benchmark does it, plus paired comparisons between systems.
+
+All metric values come from pytrec_eval with the benchmark's measures; we only rename keys
+(``ndcg_cut_10`` → ``ndcg_at_10``) and average over the queries pytrec_eval returns — the ones
+present in both the run and the qrels — as the benchmark does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytrec_eval
+from scipy import stats
+
+from .runs import Run
+
+CUTOFFS: tuple[int, ...] = (1, 10, 25, 50, 100)
+OFFICIAL_MEASURES: frozenset[str] = frozenset(
+    {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("ndcg_cut", "map_cut", "recall", "P")} | {"recip_rank"}
+)
+#: pytrec_eval measure prefix → the name R2MED reports.
+_NAMES = {"ndcg_cut": "ndcg_at", "map_cut": "map_at", "recall": "recall_at", "P": "precision_at"}
+#: The metrics the CLI prints and the app shows first.
+MAIN_METRICS: tuple[str, ...] = ("ndcg_at_10", "map_at_10", "recall_at_10", "recall_at_100", "precision_at_10", "mrr")
+#: Every metric the evaluator reports, in display order.
+ALL_METRICS: tuple[str, ...] = (
+    *tuple(f"{name}_{k}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at") for k in CUTOFFS),
+    "mrr",
+)
+
+
+def metric_name(pytrec_key: str) -> str:
+    """``ndcg_cut_10`` → ``ndcg_at_10``, ``P_10`` → ``precision_at_10``, ``recip_rank`` → ``mrr``."""
+    if pytrec_key == "recip_rank":
+        return "mrr"
+    prefix, _, k = pytrec_key.rpartition("_")
+    return f"{_NAMES[prefix]}_{k}"
+
+
+@dataclass(frozen=True, eq=False)
+class Results:
+    """Mean metrics and the per-query table of one run on one dataset."""
+
+    dataset_name: str
+    run_name: str
+    means: dict[str, float]
+    per_query: pd.DataFrame
+    n_evaluated: int
+    n_skipped: int
+    seconds: float
+
+    def to_json(self, digits: int = 5) -> dict[str, Any]:
+        """The benchmark's results file: dataset_name, model_name, evaluation_time, test."""
+        return {
+            "dataset_name": self.dataset_name,
+            "model_name": self.run_name,
+            "evaluation_time": f"{self.seconds / 60:.2f} minutes",
+            "test": {name: round(value, digits) for name, value in sorted(self.means.items())},
+        }
+
+
+def evaluate(
+    run: Run,
+    qrels: dict[str, dict[str, int]],
+    *,
+    dataset_name: str = "",
+    depth: int = 100,
+    seconds: float | None = None,
+) -> Results:
+    """Score ``run`` (cut to ``depth``, as the benchmark's top-100 runs) against graded ``qrels``.
+
+    Queries without judgements, or absent from the run, are left out of the means (``n_skipped``).
+    ``seconds`` is the retrieval time to report; by default the evaluation's own time.
+    """
+    started = time.perf_counter()
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(OFFICIAL_MEASURES))
+    scores = evaluator.evaluate(run.truncated(depth).as_score_dict())
+    rows = {qid: {metric_name(key): value for key, value in values.items()} for qid, values in scores.items()}
+    per_query = pd.DataFrame.from_dict(rows, orient="index")
+    if per_query.empty:
+        per_query = pd.DataFrame(columns=list(ALL_METRICS))
+    per_query = per_query.reindex(columns=list(ALL_METRICS))
+    per_query.index.name = "query_id"
+    means = {name: float(per_query[name].mean()) if len(per_query) else 0.0 for name in ALL_METRICS}
+    judged = {qid for qid, grades in qrels.items() if grades}
+    elapsed = time.perf_counter() - started if seconds is None else seconds
+    return Results(
+        dataset_name=dataset_name,
+        run_name=run.name,
+        means=means,
+        per_query=per_query,
+        n_evaluated=len(per_query),
+        n_skipped=len(judged - set(per_query.index)) + len(set(run.rankings) - judged),
+        seconds=elapsed,
+    )
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """System B against baseline A on one metric over the queries both were evaluated on."""
+
+    baseline: str
+    system: str
+    metric: str
+    mean_a: float
+    mean_b: float
+    wins: int
+    ties: int
+    losses: int
+    t_pvalue: float
+    randomization_pvalue: float
+    t_pvalue_holm: float | None = None
+    randomization_pvalue_holm: float | None = None
+
+    @property
+    def delta(self) -> float:
+        return self.mean_b - self.mean_a
+
+
+def paired_test(
+    a: Results, b: Results, metric: str = "ndcg_at_10", *, n_resamples: int = 10_000, seed: int = 0
+) -> PairedTest:
+    """Paired t-test and a two-sided paired randomization (sign-flip) test via scipy."""
+    joined = pd.concat([a.per_query[metric], b.per_query[metric]], axis=1, join="inner").dropna()
+    x, y = joined.iloc[:, 0].to_numpy(float), joined.iloc[:, 1].to_numpy(float)
+    diff = y - x
+    wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
+    if len(diff) < 2 or np.allclose(diff, 0):
+        t_p = rand_p = 1.0
+    else:
+        t_p = float(stats.ttest_rel(y, x).pvalue)
+        result = stats.permutation_test(
+            (x, y),
+            lambda u, v: np.mean(v - u),
+            permutation_type="samples",
+            n_resamples=n_resamples,
+            alternative="two-sided",
+            random_state=np.random.default_rng(seed),
+        )
+        rand_p = float(result.pvalue)
+    return PairedTest(
+        baseline=a.run_name,
+        system=b.run_name,
+        metric=metric,
+        mean_a=float(x.mean()) if len(x) else 0.0,
+        mean_b=float(y.mean()) if len(y) else 0.0,
+        wins=wins,
+        ties=len(diff) - wins - losses,
+        losses=losses,
+        t_pvalue=1.0 if np.isnan(t_p) else t_p,
+        randomization_pvalue=rand_p,
+    )
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
+    order = np.argsort(pvalues)
+    m = len(pvalues)
+    adjusted = np.empty(m)
+    running = 0.0
+    for position, index in enumerate(order):
+        running = max(running, min(1.0, (m - position) * pvalues[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def compare(baseline: Results, others: list[Results], metric: str = "ndcg_at_10", **kwargs: Any) -> list[PairedTest]:
+    """Test each system against the baseline; with more than one, add Holm-corrected p-values."""
+    tests = [paired_test(baseline, other, metric, **kwargs) for other in others]
+    if len(tests) < 2:
+        return tests
+    t_adj = holm([t.t_pvalue for t in tests])
+    r_adj = holm([t.randomization_pvalue for t in tests])
+    return [
+        PairedTest(**{**t.__dict__, "t_pvalue_holm": ta, "randomization_pvalue_holm": ra})
+        for t, ta, ra in zip(tests, t_adj, r_adj)
+    ]

@@ -1,0 +1,76 @@
+"""Downloading R2MED tasks from the Hugging Face hub into the user's HF cache.
+
+This is the exact library call a user makes online (``huggingface_hub.snapshot_download``); with
+``HF_HUB_OFFLINE=1`` the same call serves a previously downloaded (or pre-filled) cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .data import Dataset, load_r2med_dir
+from .progress import Progress, report
+from .tasks import REWRITE_METHODS, get_task
+
+#: The files of a task folder on the hub: the dataset itself and every rewrite output.
+HUB_PATTERNS: tuple[str, ...] = (
+    "corpus.jsonl",
+    "query.jsonl",
+    "qrels.jsonl",
+    "metadata.json",
+    *tuple(f"{method}/*/query_with_hydoc.jsonl" for method in REWRITE_METHODS),
+)
+
+
+class DownloadError(RuntimeError):
+    """The hub could not provide a task (offline, not cached, unknown repository …)."""
+
+
+def _progress_bar(progress: Progress | None, label: str) -> Any:
+    """A tqdm class that also forwards its progress to our callback (the app's st.progress)."""
+    from tqdm.auto import tqdm
+
+    class CallbackTqdm(tqdm):  # type: ignore[misc, valid-type]
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            if self.total:
+                report(progress, self.n / self.total, f"{label}: {self.desc or 'downloading'}")
+            return shown
+
+    return CallbackTqdm
+
+
+def download_task(
+    task: str, *, revision: str | None = None, cache_dir: str | Path | None = None, progress: Progress | None = None
+) -> Path:
+    """Fetch ``R2MED/<task>`` (repo_type dataset) and return the local snapshot folder."""
+    info = get_task(task)
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(
+            repo_id=info.hf_id,
+            repo_type="dataset",
+            revision=revision,
+            cache_dir=str(cache_dir) if cache_dir else None,
+            allow_patterns=list(HUB_PATTERNS),
+            tqdm_class=_progress_bar(progress, info.hf_id),
+        )
+    except Exception as err:
+        raise DownloadError(
+            f"could not get {info.hf_id} from the Hugging Face hub ({type(err).__name__}: {err}). "
+            "Without internet, download it on a connected machine (python -m r2med_core download "
+            f"--task {info.name}) and copy the HF cache, or load a local folder instead."
+        ) from None
+    report(progress, 1.0, f"{info.hf_id}: downloaded")
+    return Path(folder)
+
+
+def load_hf(
+    task: str, *, revision: str | None = None, cache_dir: str | Path | None = None, progress: Progress | None = None
+) -> Dataset:
+    """Download (or reuse the cached copy of) a task and load it."""
+    info = get_task(task)
+    folder = download_task(info.name, revision=revision, cache_dir=cache_dir, progress=progress)
+    return load_r2med_dir(folder, name=info.name, source=f"hf:{info.hf_id}")

@@ -1,0 +1,22 @@
+"""Progress reporting shared by every long operation (indexing, encoding, downloads).
+
+Core code never prints progress itself: it calls a ``Progress`` callback, so the CLI can pass a
+tqdm bar and the app can pass ``st.progress`` without the core knowing about either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: ``progress(fraction, message)`` with ``fraction`` in [0, 1].
+Progress = Callable[[float, str], None]
+
+
+def no_progress(fraction: float, message: str) -> None:
+    """The default callback: ignore progress."""
+
+
+def report(progress: Progress | None, fraction: float, message: str) -> None:
+    """Call ``progress`` if given, clamping ``fraction`` to [0, 1]."""
+    if progress is not None:
+        progress(min(1.0, max(0.0, fraction)), message)

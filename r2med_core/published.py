@@ -1,0 +1,353 @@
+"""The R2MED authors' published results, so the app can show the paper's leaderboard and put the
+paper's number next to a local run.
+
+The numbers ship inside the package (``published_results.json``, written once by
+``scripts/transcribe_published.py`` from the benchmark repository's ``results/`` folder) so
+nothing here touches the network or files outside the package. Metric names are the ones our
+evaluator reports (``ndcg_at_10``, ``map_at_10``, ``recall_at_10``, ``precision_at_10``, ``mrr``);
+the upstream files mix ``ndcg_at_10`` and ``NDCG@10`` styles.
+
+Not every setting has every metric: most upstream files report cutoffs 1/10/100 and no ``mrr``;
+the BM25 baseline, the BM25 rewrite runs and the rerankers also have 25/50 and ``mrr``. A metric
+that was not published is NaN in the frames and ``None`` from :func:`published_score`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.resources import files
+from typing import Any, Literal
+
+import pandas as pd
+
+__all__ = [
+    "ATTRIBUTION",
+    "KINDS",
+    "METHOD_NAMES",
+    "METRICS",
+    "PUBLISHED_TASKS",
+    "RERANKER_NAMES",
+    "RETRIEVER_NAMES",
+    "Setting",
+    "leaderboard",
+    "load_published",
+    "normalise_metric",
+    "published_key_for",
+    "published_score",
+    "published_settings",
+]
+
+Kind = Literal["retriever", "rewrite", "reranker"]
+
+#: Setting kinds: a first-stage retriever alone, a query rewrite (GAR) + retriever, or a reranker
+#: over a retriever's top ``top_k``.
+KINDS: tuple[str, ...] = ("retriever", "rewrite", "reranker")
+
+#: The eight R2MED tasks, in the paper's order.
+PUBLISHED_TASKS: tuple[str, ...] = (
+    "Biology",
+    "Bioinformatics",
+    "Medical-Sciences",
+    "MedXpertQA-Exam",
+    "MedQA-Diag",
+    "PMC-Treatment",
+    "PMC-Clinical",
+    "IIYi-Clinical",
+)
+
+_CUTOFFS = (1, 10, 25, 50, 100)
+_FAMILIES = ("ndcg", "map", "recall", "precision")
+
+#: Every metric name the data file may hold: the names our evaluator reports.
+METRICS: tuple[str, ...] = (
+    *(f"{family}_at_{k}" for family in _FAMILIES for k in _CUTOFFS),
+    "mrr",
+)
+
+ATTRIBUTION: str = (
+    'Published results from "R2MED: A Benchmark for Reasoning-Driven Medical Retrieval" '
+    "(Li et al., 2025), from the authors' public repository (https://github.com/R2MED/R2MED), "
+    "MIT License."
+)
+
+#: Display names for the upstream retriever ids.
+RETRIEVER_NAMES: dict[str, str] = {
+    "bm25": "BM25",
+    "contriever": "Contriever",
+    "medcpt": "MedCPT",
+    "inst-l": "Instructor-large",
+    "inst-xl": "Instructor-xl",
+    "bmr-410m": "BMRetriever-410M",
+    "bmr-2b": "BMRetriever-2B",
+    "bmr-7b": "BMRetriever-7B",
+    "bge": "bge-large-en-v1.5",
+    "e5": "e5-mistral-7b-instruct",
+    "grit": "GritLM-7B",
+    "sfr": "SFR-Embedding-Mistral",
+    "nv": "NV-Embed-v2",
+    "openai": "text-embedding-3-large",
+    "voyage": "voyage-3",
+}
+
+#: Display names for the query-rewriting (GAR) methods.
+METHOD_NAMES: dict[str, str] = {
+    "hyde": "HyDE",
+    "query2doc": "Query2Doc",
+    "lamer": "LameR",
+    "search-o1": "Search-o1",
+    "search-r1": "Search-R1",
+}
+
+#: Display names for the rerankers.
+RERANKER_NAMES: dict[str, str] = {
+    "bge-reranker": "bge-reranker",
+    "monobert": "monoBERT",
+    "rankllama": "RankLLaMA",
+}
+
+_SETTING_COLUMNS = ["key", "label", "kind", "retriever", "method", "llm", "reranker", "top_k"]
+_METRIC_ALIAS = re.compile(r"(ndcg|map|recall|precision|p)(?:_at_|@)(\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One published configuration; hashable so it can key caches and URLs.
+
+    ``key`` mirrors the upstream folder layout (``bm25``, ``hyde/gpt4/bm25``,
+    ``bge-reranker/nv/top_10``); ``label`` is for people (``HyDE (gpt4) + BM25``).
+    """
+
+    kind: Kind
+    retriever: str
+    method: str | None = None
+    llm: str | None = None
+    reranker: str | None = None
+    top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        has = (self.method is not None, self.llm is not None, self.reranker is not None)
+        expected = {
+            "retriever": (False, False, False),
+            "rewrite": (True, True, False),
+            "reranker": (False, False, True),
+        }
+        if self.kind not in expected:
+            raise ValueError(f"unknown kind {self.kind!r}; expected one of {KINDS}")
+        if has != expected[self.kind] or (self.top_k is not None) != (self.kind == "reranker"):
+            raise ValueError(f"inconsistent fields for a {self.kind!r} setting: {self!r}")
+
+    @property
+    def key(self) -> str:
+        """Stable id, as the upstream results folder spells the setting."""
+        if self.kind == "rewrite":
+            return f"{self.method}/{self.llm}/{self.retriever}"
+        if self.kind == "reranker":
+            return f"{self.reranker}/{self.retriever}/top_{self.top_k}"
+        return self.retriever
+
+    @property
+    def label(self) -> str:
+        """Human-readable name for tables and charts."""
+        retriever = RETRIEVER_NAMES.get(self.retriever, self.retriever)
+        if self.kind == "rewrite":
+            method = METHOD_NAMES.get(str(self.method), str(self.method))
+            return f"{method} ({self.llm}) + {retriever}"
+        if self.kind == "reranker":
+            reranker = RERANKER_NAMES.get(str(self.reranker), str(self.reranker))
+            return f"{reranker}@{self.top_k} over {retriever}"
+        return retriever
+
+    @classmethod
+    def from_key(cls, key: str) -> Setting:
+        """Parse a ``key`` back into a setting (raises ValueError if malformed)."""
+        parts = key.split("/")
+        if len(parts) == 1 and parts[0]:
+            return cls("retriever", parts[0])
+        if len(parts) == 3 and (m := re.fullmatch(r"top_(\d+)", parts[2])):
+            return cls("reranker", parts[1], reranker=parts[0], top_k=int(m[1]))
+        if len(parts) == 3 and all(parts):
+            return cls("rewrite", parts[2], method=parts[0], llm=parts[1])
+        raise ValueError(f"malformed setting key {key!r}")
+
+
+def normalise_metric(name: str) -> str:
+    """Map ``NDCG@10`` / ``P@10`` / ``MRR`` / ``ndcg_at_10`` to our name, so callers may use
+    the paper's spelling; ValueError (listing the valid names) if it is not a published metric.
+    """
+    text = name.strip()
+    if text.lower() == "mrr":
+        return "mrr"
+    if m := _METRIC_ALIAS.fullmatch(text):
+        family = m[1].lower()
+        candidate = f"{'precision' if family == 'p' else family}_at_{int(m[2])}"
+        if candidate in METRICS:
+            return candidate
+    raise ValueError(f"unknown metric {name!r}; expected one of: {', '.join(METRICS)}")
+
+
+@lru_cache(maxsize=1)
+def _raw() -> dict[str, Any]:
+    """The parsed data file; read through importlib.resources so it works once installed."""
+    resource = files(__package__ or "r2med_core").joinpath("published_results.json")
+    data = json.loads(resource.read_text(encoding="utf-8"))
+    for record in data["records"]:
+        unknown = set(record["metrics"]) - set(METRICS)
+        if unknown or record["task"] not in PUBLISHED_TASKS:
+            raise ValueError(f"published_results.json: bad record {record!r}")
+    return data
+
+
+@lru_cache(maxsize=1)
+def _frame() -> pd.DataFrame:
+    rows = []
+    for record in _raw()["records"]:
+        setting = Setting(
+            kind=record["kind"],
+            retriever=record["retriever"],
+            method=record.get("method"),
+            llm=record.get("llm"),
+            reranker=record.get("reranker"),
+            top_k=record.get("top_k"),
+        )
+        rows.append(
+            {
+                "key": setting.key,
+                "label": setting.label,
+                "kind": setting.kind,
+                "retriever": setting.retriever,
+                "method": setting.method,
+                "llm": setting.llm,
+                "reranker": setting.reranker,
+                "top_k": setting.top_k,
+                "task": record["task"],
+                **{metric: record["metrics"].get(metric, math.nan) for metric in METRICS},
+            }
+        )
+    frame = pd.DataFrame(rows, columns=[*_SETTING_COLUMNS, "task", *METRICS])
+    frame["top_k"] = frame["top_k"].astype("Int64")
+    frame[list(METRICS)] = frame[list(METRICS)].astype("float64")
+    return frame
+
+
+@lru_cache(maxsize=1)
+def _lookup() -> tuple[dict[tuple[str, str], dict[str, float]], dict[str, str]]:
+    """(key, task) -> metrics, and lower-cased label/key -> key, for fast single lookups."""
+    scores: dict[tuple[str, str], dict[str, float]] = {}
+    names: dict[str, str] = {}
+    for setting in published_settings():
+        names[setting.key.lower()] = setting.key
+        names[" ".join(setting.label.lower().split())] = setting.key
+    for record in _raw()["records"]:
+        scores[(_record_key(record), record["task"])] = record["metrics"]
+    return scores, names
+
+
+def _record_key(record: dict[str, Any]) -> str:
+    if record["kind"] == "rewrite":
+        return f"{record['method']}/{record['llm']}/{record['retriever']}"
+    if record["kind"] == "reranker":
+        return f"{record['reranker']}/{record['retriever']}/top_{record['top_k']}"
+    return str(record["retriever"])
+
+
+def load_published() -> pd.DataFrame:
+    """All published numbers in WIDE form: one row per setting × task.
+
+    Columns: ``key``, ``label``, ``kind``, ``retriever``, ``method``, ``llm``, ``reranker``,
+    ``top_k`` (nullable Int64), ``task``, then one float column per name in :data:`METRICS`
+    (NaN where the authors did not publish that metric). Returns a copy, so callers may mutate it.
+    """
+    return _frame().copy()
+
+
+def published_settings() -> tuple[Setting, ...]:
+    """Every published setting, in data-file order (for pickers and presets)."""
+    frame = _frame().drop_duplicates("key")
+    return tuple(Setting.from_key(key) for key in frame["key"])
+
+
+def _with_avg(table: pd.DataFrame) -> pd.DataFrame:
+    """Add ``Avg`` = mean over the 8 task columns, NaN unless all 8 are present, so a setting
+    evaluated on fewer tasks is never ranked on an easier subset."""
+    tasks = table[list(PUBLISHED_TASKS)]
+    out = table.copy()
+    out["Avg"] = tasks.mean(axis=1).where(tasks.notna().all(axis=1))
+    return out
+
+
+def leaderboard(metric: str = "ndcg_at_10", kind: str | None = None) -> pd.DataFrame:
+    """The paper's leaderboard for one metric: settings as rows (index = label), columns
+    ``key``, ``kind``, the 8 tasks in :data:`PUBLISHED_TASKS` order, and ``Avg``.
+
+    ``Avg`` is the mean over the 8 tasks, computed only where all 8 are present (else NaN).
+    Rows are sorted by ``Avg`` descending (NaN last). Settings that never published ``metric``
+    (e.g. ``mrr`` for most dense retrievers) are left out. ``metric`` accepts the paper's
+    spelling too (``NDCG@10``); ``kind`` filters to one of :data:`KINDS`.
+    Raises ValueError for an unknown metric or kind.
+    """
+    name = normalise_metric(metric)
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS} or None")
+    frame = _frame()
+    if kind is not None:
+        frame = frame[frame["kind"] == kind]
+    order = list(dict.fromkeys(frame["label"]))
+    wide = frame.pivot(index="label", columns="task", values=name)
+    wide = wide.reindex(index=order, columns=list(PUBLISHED_TASKS))
+    wide = wide.dropna(how="all")
+    meta = frame.drop_duplicates("label").set_index("label")[["key", "kind"]]
+    table = _with_avg(meta.join(wide, how="inner")[["key", "kind", *PUBLISHED_TASKS]])
+    table = table.sort_values("Avg", ascending=False, na_position="last", kind="stable")
+    table.index.name = "setting"
+    table.columns.name = None
+    return table
+
+
+def published_score(setting: Setting | str, task: str, metric: str) -> float | None:
+    """The paper's number for one setting on one task, to compare with a local run.
+
+    ``setting`` is a :class:`Setting`, its ``key`` (``hyde/gpt4/bm25``) or its ``label``
+    (``HyDE (gpt4) + BM25``, case-insensitive). Returns None when the authors published no such
+    setting or not this metric for it; raises ValueError for an unknown task or metric name.
+    """
+    name = normalise_metric(metric)
+    if task not in PUBLISHED_TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {PUBLISHED_TASKS}")
+    scores, names = _lookup()
+    if isinstance(setting, Setting):
+        key: str | None = setting.key
+    else:
+        key = names.get(" ".join(setting.lower().split()))
+    metrics = scores.get((key, task)) if key is not None else None
+    if metrics is None:
+        return None
+    value = metrics.get(name)
+    return None if value is None else float(value)
+
+
+#: Local system names (see ``systems.py``) whose paper counterpart is a published retriever.
+_LOCAL_TO_PUBLISHED: dict[str, str] = {
+    "bm25": "bm25",
+    "contriever": "contriever",
+    "medcpt": "medcpt",
+    "bge-large": "bge",
+    "e5-mistral": "e5",
+    "sfr-mistral": "sfr",
+}
+
+
+def published_key_for(system: str) -> str | None:
+    """The published setting key matching a local system name, e.g. ``bm25+hyde:gpt4`` →
+    ``hyde/gpt4/bm25``; None when the paper has no such setting (MiniLM, fusion, bm25s …)."""
+    base, _, rewrite = system.partition("+")
+    retriever = _LOCAL_TO_PUBLISHED.get(base)
+    if retriever is None:
+        return None
+    if not rewrite:
+        return retriever
+    method, _, llm = rewrite.partition(":")
+    return f"{method}/{llm}/{retriever}"

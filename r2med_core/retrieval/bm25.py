@@ -1,0 +1,305 @@
+"""BM25 retrieval: the R2MED benchmark's own scoring, plus two labelled alternatives.
+
+``engine="official"`` ("BM25 (R2MED official)") reproduces the benchmark's pipeline — Lucene
+English-analyzer tokens and gensim ``LuceneBM25Model`` weighting — so its runs match the paper's:
+
+* documents: ``idf · tf / (tf + k1·(1 − b + b·dl/avgdl))`` with
+  ``idf = ln(1 + (N − df + 0.5)/(df + 0.5))`` — exactly bm25s's ``method="lucene"`` matrix, which
+  is reused rather than re-implemented;
+* queries: each *distinct* term gets the same formula with the query as the document,
+  ``idf · qtf / (qtf + k1·(1 − b + b·|q|/avgdl))`` (``|q|`` = query tokens in the vocabulary), and
+  a document's score is the dot product with its weights — so every term contributes idf², and a
+  repeated query term saturates instead of counting twice;
+* ties keep corpus order.
+
+``engine="bm25s"`` is plain bm25s (its own regex tokenizer + Snowball stemmer, summing document
+weights once per query token): fast, but its rankings differ from the official ones.
+``engine="okapi"`` is rank_bm25's ``BM25Okapi`` over the Lucene tokens: the engine our design card
+names, far slower, kept for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from r2med_core.progress import Progress, report
+from r2med_core.retrieval.tokenize import lucene_tokenize, tokenize_many, tokenize_to_ids
+
+__all__ = ["ENGINES", "BM25Retriever"]
+
+#: engine name -> label shown to users.
+ENGINES: dict[str, str] = {
+    "official": "BM25 (R2MED official)",
+    "bm25s": "BM25 (bm25s fast default; alternative, not the paper's)",
+    "okapi": "BM25 (rank_bm25 Okapi; comparison, slow)",
+}
+
+_FORMAT_VERSION = 1
+_META, _DOC_IDS, _VOCAB, _MATRIX, _OKAPI = "meta.json", "doc_ids.json", "vocab.json", "matrix.npz", "okapi.pkl"
+
+
+def _scaled(progress: Progress | None, start: float, end: float) -> Progress | None:
+    """Map a sub-task's 0..1 progress onto ``start..end`` of the caller's bar."""
+    if progress is None:
+        return None
+    return lambda fraction, message: progress(start + (end - start) * fraction, message)
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` best scores, best first, ties in corpus order.
+
+    Equivalent to a stable sort of the whole vector but O(n): ``np.partition`` finds the k-th
+    best value, and only documents at or above it are sorted.
+    """
+    n = scores.size
+    k = min(k, n)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    if k < n:
+        kth_best = np.partition(scores, n - k)[n - k]
+        candidates = np.flatnonzero(scores >= kth_best)
+    else:
+        candidates = np.arange(n)
+    order = np.argsort(-scores[candidates], kind="stable")
+    return candidates[order[:k]]
+
+
+class BM25Retriever:
+    """A BM25 index over one corpus; see the module docstring for the three engines."""
+
+    def __init__(self, engine: str = "official", k1: float = 0.9, b: float = 0.4) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown BM25 engine {engine!r}; valid engines: {', '.join(ENGINES)}")
+        self.engine = engine
+        self.k1 = float(k1)
+        self.b = float(b)
+        self._doc_ids: list[str] = []
+        self._indexed = False
+        # official / bm25s: bm25s's CSC document-weight matrix (documents × terms) and vocabulary.
+        self._data = np.empty(0, dtype=np.float32)
+        self._indices = np.empty(0, dtype=np.int32)
+        self._indptr = np.zeros(1, dtype=np.int64)
+        self._vocab: dict[str, int] = {}
+        self._avgdl = 0.0
+        self._idf = np.empty(0, dtype=np.float64)
+        # okapi
+        self._okapi: object | None = None
+
+    # --- description -------------------------------------------------------------------------
+
+    @property
+    def params(self) -> dict:
+        """Everything that changes the scores (for cache keys)."""
+        return {"engine": self.engine, "k1": self.k1, "b": self.b}
+
+    @property
+    def label(self) -> str:
+        """Human-readable engine name, e.g. "BM25 (R2MED official)"."""
+        return ENGINES[self.engine]
+
+    def __repr__(self) -> str:
+        return f"BM25Retriever(engine={self.engine!r}, k1={self.k1}, b={self.b}, docs={len(self._doc_ids)})"
+
+    # --- indexing ----------------------------------------------------------------------------
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: Progress | None = None) -> None:
+        """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties)."""
+        if len(doc_ids) != len(texts):
+            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        self._doc_ids = [str(d) for d in doc_ids]
+        texts = list(texts)
+        if self.engine == "official":
+            vocab: dict[str, int] = {}
+            token_ids = tokenize_to_ids(texts, vocab, progress=_scaled(progress, 0.0, 0.8))
+            self._build_matrix(token_ids, vocab, progress)
+        elif self.engine == "bm25s":
+            import bm25s
+            import Stemmer
+
+            report(progress, 0.0, "Tokenizing (bm25s)")
+            tokenized = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
+            self._build_matrix(tokenized.ids, dict(tokenized.vocab), progress)
+        else:
+            from rank_bm25 import BM25Okapi
+
+            tokens = tokenize_many(texts, progress=_scaled(progress, 0.0, 0.7))
+            report(progress, 0.7, "Building rank_bm25 index")
+            has_tokens = any(tokens)  # rank_bm25 divides by zero on an empty corpus
+            self._okapi = BM25Okapi(tokens, k1=self.k1, b=self.b) if has_tokens else None
+        self._indexed = True
+        report(progress, 1.0, f"Indexed {len(self._doc_ids):,} documents")
+
+    def _build_matrix(self, token_ids: list[list[int]], vocab: dict[str, int], progress: Progress | None) -> None:
+        """Let bm25s compute the Lucene document weights, and keep its CSC arrays."""
+        report(progress, 0.8, "Computing BM25 document weights")
+        n_docs, n_terms = len(token_ids), len(vocab)
+        self._vocab = vocab
+        if n_terms == 0:  # nothing to score (no documents, or only stop words)
+            self._avgdl = 0.0
+            self._set_matrix(np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(1, np.int64))
+            return
+        import bm25s
+
+        self._avgdl = float(np.fromiter(map(len, token_ids), dtype=np.int64, count=n_docs).mean())
+        model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+        matrix = model.build_index_from_ids(
+            unique_token_ids=list(range(n_terms)), corpus_token_ids=token_ids, show_progress=False
+        )
+        self._set_matrix(matrix["data"], matrix["indices"], matrix["indptr"])
+
+    def _set_matrix(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> None:
+        self._data = np.ascontiguousarray(data, dtype=np.float32)
+        self._indices = np.ascontiguousarray(indices)
+        self._indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        n_docs = len(self._doc_ids)
+        df = np.diff(self._indptr).astype(np.float64)  # bm25s stores only tf > 0, so nnz = df
+        self._idf = np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+    # --- search ------------------------------------------------------------------------------
+
+    def search(
+        self, queries: Sequence[str], k: int = 100, progress: Progress | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """Top ``k`` ``(doc_id, score)`` per query, best first; ``[]`` for a query with no tokens.
+
+        Documents scoring 0 still fill the list (in corpus order), as in the official runs.
+        """
+        if not self._indexed:
+            raise RuntimeError("BM25Retriever.search() called before index() or load()")
+        queries = list(queries)
+        query_tokens = self._analyze_queries(queries)
+        total = len(queries)
+        step = max(1, total // 100)
+        results: list[list[tuple[str, float]]] = []
+        for i, tokens in enumerate(query_tokens):
+            if i % step == 0:
+                report(progress, i / max(total, 1), f"Searching {i:,}/{total:,}")
+            if not tokens:
+                results.append([])
+                continue
+            scores = self._okapi_scores(tokens) if self.engine == "okapi" else self._matrix_scores(tokens)
+            best = _top_k(scores, k)
+            results.append([(self._doc_ids[j], float(scores[j])) for j in best])
+        report(progress, 1.0, f"Searched {total:,} queries")
+        return results
+
+    def _analyze_queries(self, queries: list[str]) -> list[list[str]]:
+        """Query terms, analysed exactly as the documents were."""
+        if self.engine != "bm25s":
+            return [lucene_tokenize(q) for q in queries]
+        if not queries:
+            return []
+        import bm25s
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english")
+        return bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+
+    def _matrix_scores(self, tokens: list[str]) -> np.ndarray:
+        """Dot product of the query weight vector with the document matrix (float64)."""
+        n_docs = len(self._doc_ids)
+        counts = Counter(self._vocab[t] for t in tokens if t in self._vocab)
+        if not counts:
+            return np.zeros(n_docs)
+        terms = np.fromiter(sorted(counts), dtype=np.int64, count=len(counts))
+        qtf = np.array([counts[t] for t in terms.tolist()], dtype=np.float64)
+        if self.engine == "official":
+            q_len = qtf.sum()  # in-vocabulary query tokens, as gensim counts them
+            norm = self.k1 * (1.0 - self.b + self.b * q_len / self._avgdl)
+            weights = self._idf[terms] * qtf / (qtf + norm)
+        else:  # bm25s sums the document weight once per query token
+            weights = qtf
+        starts, ends = self._indptr[terms], self._indptr[terms + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            return np.zeros(n_docs)
+        # Positions of every (term, doc) entry of the selected columns, without a Python loop.
+        offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+        positions = np.arange(total, dtype=np.int64) + offsets
+        values = self._data[positions] * np.repeat(weights, lengths)
+        return np.bincount(self._indices[positions], weights=values, minlength=n_docs)
+
+    def _okapi_scores(self, tokens: list[str]) -> np.ndarray:
+        if self._okapi is None:
+            return np.zeros(len(self._doc_ids))
+        return np.asarray(self._okapi.get_scores(tokens), dtype=np.float64)
+
+    # --- persistence -------------------------------------------------------------------------
+
+    def save(self, directory: pathlib.Path) -> None:
+        """Write the index as plain files into ``directory`` (which must exist)."""
+        if not self._indexed:
+            raise RuntimeError("nothing to save: call index() first")
+        directory = pathlib.Path(directory)
+        meta = {
+            "format": _FORMAT_VERSION,
+            **self.params,
+            "n_docs": len(self._doc_ids),
+            "n_terms": len(self._vocab),
+            "avgdl": self._avgdl,
+        }
+        (directory / _META).write_text(json.dumps(meta), encoding="utf-8")
+        (directory / _DOC_IDS).write_text(json.dumps(self._doc_ids, ensure_ascii=False), encoding="utf-8")
+        if self.engine == "okapi":
+            with open(directory / _OKAPI, "wb") as fh:
+                pickle.dump(self._okapi, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            return
+        terms = [""] * len(self._vocab)
+        for term, term_id in self._vocab.items():
+            terms[term_id] = term
+        (directory / _VOCAB).write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
+        with open(directory / _MATRIX, "wb") as fh:
+            np.savez(fh, data=self._data, indices=self._indices, indptr=self._indptr)
+
+    @classmethod
+    def load(cls, directory: pathlib.Path) -> BM25Retriever:
+        """Read an index written by :meth:`save`; raises on missing or inconsistent files."""
+        directory = pathlib.Path(directory)
+        meta = json.loads((directory / _META).read_text(encoding="utf-8"))
+        if meta.get("format") != _FORMAT_VERSION:
+            raise ValueError(f"unsupported BM25 index format {meta.get('format')!r}")
+        self = cls(engine=meta["engine"], k1=meta["k1"], b=meta["b"])
+        doc_ids = json.loads((directory / _DOC_IDS).read_text(encoding="utf-8"))
+        if not isinstance(doc_ids, list) or len(doc_ids) != meta["n_docs"]:
+            raise ValueError("doc_ids.json does not match meta.json")
+        self._doc_ids = [str(d) for d in doc_ids]
+        if self.engine == "okapi":
+            from rank_bm25 import BM25Okapi
+
+            with open(directory / _OKAPI, "rb") as fh:
+                okapi = pickle.load(fh)
+            if okapi is not None and (not isinstance(okapi, BM25Okapi) or okapi.corpus_size != len(doc_ids)):
+                raise ValueError("okapi.pkl does not match meta.json")
+            self._okapi = okapi
+            self._indexed = True
+            return self
+        terms = json.loads((directory / _VOCAB).read_text(encoding="utf-8"))
+        vocab = {term: i for i, term in enumerate(terms)}
+        if len(vocab) != meta["n_terms"] or len(terms) != meta["n_terms"]:
+            raise ValueError("vocab.json does not match meta.json")
+        with np.load(directory / _MATRIX, allow_pickle=False) as arrays:
+            data, indices, indptr = arrays["data"], arrays["indices"], arrays["indptr"]
+        n_docs = len(doc_ids)
+        if (
+            indptr.ndim != 1
+            or len(indptr) != len(vocab) + 1
+            or indptr[0] != 0
+            or indptr[-1] != len(data)
+            or len(indices) != len(data)
+            or np.any(np.diff(indptr) < 0)
+            or (len(indices) and (indices.min() < 0 or indices.max() >= n_docs))
+            or not np.all(np.isfinite(data))
+        ):
+            raise ValueError("matrix.npz is inconsistent")
+        self._vocab = vocab
+        self._avgdl = float(meta["avgdl"])
+        self._set_matrix(data, indices, indptr)
+        self._indexed = True
+        return self

@@ -1,0 +1,117 @@
+"""Runs: what a retrieval system returned, and the TREC run-file format to exchange them.
+
+A ``Run`` is ``{query id: [(doc id, score), …]}`` ranked best first. TREC files let runs made
+elsewhere (say, a 7B retriever on a GPU cluster) be imported and explored like local ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .cache import atomic_write_text
+from .data import DataError, Problem
+
+Ranking = list[tuple[str, float]]
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """A named ranking per query, best first."""
+
+    name: str
+    rankings: dict[str, Ranking] = field(default_factory=dict)
+    seconds: float = 0.0  # how long retrieval took, for the results file's evaluation_time
+
+    def __len__(self) -> int:
+        return len(self.rankings)
+
+    def top(self, query_id: str, k: int | None = None) -> Ranking:
+        ranking = self.rankings.get(query_id, [])
+        return ranking if k is None else ranking[:k]
+
+    @cached_property
+    def _ranks(self) -> dict[str, dict[str, int]]:
+        return {qid: {doc: i for i, (doc, _) in enumerate(r, start=1)} for qid, r in self.rankings.items()}
+
+    def rank_of(self, query_id: str, doc_id: str) -> int | None:
+        """1-based rank of a document for a query, or None when it was not retrieved."""
+        return self._ranks.get(query_id, {}).get(doc_id)
+
+    def truncated(self, k: int) -> Run:
+        return Run(self.name, {qid: r[:k] for qid, r in self.rankings.items()}, self.seconds)
+
+    def as_score_dict(self) -> dict[str, dict[str, float]]:
+        """The ``{qid: {docid: score}}`` shape pytrec_eval takes."""
+        return {qid: {doc: float(score) for doc, score in r} for qid, r in self.rankings.items()}
+
+
+def safe_name(name: str) -> str:
+    """A run name usable as a file name and a TREC tag (no spaces or slashes)."""
+    return re.sub(r"[^A-Za-z0-9._+=,-]+", "_", name).strip("_") or "run"
+
+
+def format_trec(run: Run, tag: str | None = None) -> str:
+    """TREC run text: ``qid Q0 docid rank score tag`` per line."""
+    tag = safe_name(tag or run.name)
+    lines = [
+        f"{qid} Q0 {doc} {rank} {score:.6f} {tag}"
+        for qid, ranking in run.rankings.items()
+        for rank, (doc, score) in enumerate(ranking, start=1)
+    ]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
+    """Write a TREC run file (atomically: a crash never leaves half a file)."""
+    path = Path(path)
+    atomic_write_text(path, format_trec(run, tag))
+    return path
+
+
+def read_trec(path: str | Path, name: str | None = None) -> Run:
+    """Read a TREC run file; rankings are re-sorted by score (rank breaks ties), as trec_eval reads them."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError([Problem(str(path), None, "file not found")])
+    problems: list[Problem] = []
+    rows: dict[str, list[tuple[float, int, str]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as err:
+            problems.append(Problem(str(path), number, f"not UTF-8 text (byte {err.start})"))
+            continue
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) != 6:
+            problems.append(
+                Problem(str(path), number, f"expected 6 columns (qid Q0 docid rank score tag), found {len(fields)}")
+            )
+            continue
+        qid, _, doc, rank, score, _ = fields
+        try:
+            rank_value, score_value = int(rank), float(score)
+        except ValueError:
+            problems.append(
+                Problem(str(path), number, f"rank must be an integer and score a number, got {rank!r} {score!r}")
+            )
+            continue
+        if (qid, doc) in seen:
+            problems.append(Problem(str(path), number, f"document {doc!r} listed twice for query {qid!r}"))
+            continue
+        seen.add((qid, doc))
+        rows.setdefault(qid, []).append((score_value, rank_value, doc))
+    if not rows and not problems:
+        problems.append(Problem(str(path), None, "file is empty"))
+    if problems:
+        raise DataError(problems)
+    rankings = {
+        qid: [(doc, score) for score, _, doc in sorted(entries, key=lambda e: (-e[0], e[1]))]
+        for qid, entries in rows.items()
+    }
+    return Run(name or path.stem, rankings)

@@ -1,0 +1,33 @@
+"""R2MED Explorer: the router. It draws the shared sidebar, then the page the URL names.
+
+Run it with ``streamlit run streamlit_app.py``; it opens on the embedded demo data.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from views import ui
+
+st.set_page_config(page_title="R2MED Explorer", page_icon="🩺", layout="wide")
+
+PAGES = [
+    st.Page("views/overview.py", title="Overview", icon="📋", url_path="overview", default=True),
+    st.Page("views/explorer.py", title="Query explorer", icon="🔎", url_path="explorer"),
+    st.Page("views/compare.py", title="Compare systems", icon="⚖️", url_path="compare"),
+    st.Page("views/metrics.py", title="Metrics", icon="📊", url_path="metrics"),
+    st.Page("views/leaderboard.py", title="Leaderboard", icon="🏆", url_path="leaderboard"),
+]
+
+page = st.navigation(PAGES)
+ui.view()  # read the deep link before any widget is drawn
+dataset = ui.sidebar()
+if dataset is None:
+    ui.sync_url()
+    st.title("R2MED Explorer")
+    st.warning("Choose a data source in the sidebar that loads, and the pages will open on it.")
+    st.stop()
+try:
+    page.run()
+finally:
+    ui.sync_url()  # after the page, so values it settled (e.g. the selected query) are in the link

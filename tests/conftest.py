@@ -1,0 +1,58 @@
+"""Shared fixtures: every test session gets its own cache folder, and small datasets built on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets an empty cache, out of the user's cached_indexes/."""
+    cache = tmp_path / "r2med-cache"
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(cache))
+    return cache
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+TINY_CORPUS = [
+    {"id": "dka_0", "text": "Diabetic ketoacidosis is treated with intravenous fluids and insulin infusion."},
+    {"id": "dka_1", "text": "Ketoacidosis causes an anion gap metabolic acidosis with ketones in the blood."},
+    {"id": "asthma_0", "text": "Asthma is a chronic inflammatory disease of the airways with wheeze."},
+    {"id": "mi_0", "text": "Myocardial infarction presents with chest pain and raised troponin."},
+    {"id": "gout_0", "text": "Gout is caused by urate crystal deposition in the joints."},
+]
+TINY_QUERIES = [
+    {"id": "q1", "text": "How is diabetic ketoacidosis treated?", "answer": "fluids and insulin"},
+    {"id": "q2", "text": "What causes chest pain with raised troponin?"},
+    {"id": "q3", "text": "A question nobody judged"},
+]
+TINY_QRELS = [
+    {"q_id": "q1", "p_id": "dka_0", "score": 2},
+    {"q_id": "q1", "p_id": "dka_1", "score": 1},
+    {"q_id": "q2", "p_id": "mi_0", "score": 1},
+]
+
+
+@pytest.fixture
+def tiny_r2med(tmp_path: Path) -> Path:
+    """A five-document dataset in the R2MED layout, with one HyDE rewrite file."""
+    root = tmp_path / "tiny"
+    write_jsonl(root / "corpus.jsonl", TINY_CORPUS)
+    write_jsonl(root / "query.jsonl", TINY_QUERIES)
+    write_jsonl(root / "qrels.jsonl", TINY_QRELS)
+    write_jsonl(
+        root / "hyde" / "toy-llm" / "query_with_hydoc.jsonl",
+        [
+            {"id": "q1", "text": TINY_QUERIES[0]["text"], "hy_doc": "Insulin infusion and intravenous fluids."},
+            {"id": "q2", "text": TINY_QUERIES[1]["text"], "hy_doc": "Myocardial infarction raises troponin."},
+        ],
+    )
+    return root

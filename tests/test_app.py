@@ -1,0 +1,124 @@
+"""The Streamlit app on the embedded demo, driven with AppTest (no browser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from r2med_core import load_demo, run_system
+
+APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+PAGES = ["overview", "explorer", "compare", "metrics", "leaderboard"]
+
+
+def open_app(page: str | None = None, **params: str | list[str]) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    if page:
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def frame(at: AppTest, first_column: str):  # type: ignore[no-untyped-def]
+    """The dataframe whose first column has this name (display tables carry no widget key)."""
+    return next(df.value for df in at.dataframe if len(df.value.columns) and df.value.columns[0] == first_column)
+
+
+def _charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_the_demo(page: str) -> None:
+    at = open_app(page)
+    assert not at.error, [e.value for e in at.error]
+    assert at.title  # every page has a heading
+    if page != "leaderboard":
+        assert any("Demo data" in i.value for i in at.info)
+
+
+def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:
+    at = open_app("explorer", task="clinical-evidence", systems=["bm25", "minilm"])
+    at.selectbox(key="w_system").set_value("bm25").run()
+    dataset = load_demo("clinical-evidence")
+    qid = list(dataset.queries)[2]
+    at.selectbox(key="w_q").set_value(qid).run()
+    assert not at.exception
+    assert at.selectbox(key="w_q").value == qid
+
+    run = run_system(dataset, "bm25")
+    gold = frame(at, "document")
+    assert list(gold["document"]) == list(dataset.positives(qid))
+    expected = [str(run.rank_of(qid, d)) if run.rank_of(qid, d) else "not in top 100" for d in gold["document"]]
+    assert list(gold["rank"]) == expected
+    retrieved = frame(at, "rank")
+    assert list(retrieved["document"]) == [d for d, _ in run.top(qid, 10)]
+    assert list(retrieved["gold"]) == ["✓" if d in dataset.positives(qid) else "" for d in retrieved["document"]]
+    headers = [s.value for s in at.subheader]
+    assert any(h.startswith("Gold documents") for h in headers) and "Retrieved top 10" in headers
+
+
+def test_previous_and_next_move_through_the_queries() -> None:
+    at = open_app("explorer")
+    ids = list(load_demo("clinical-evidence").queries)
+    first = at.selectbox(key="w_q").value
+    at.button[[b.label for b in at.button].index("Next ▶")].click().run()
+    assert at.selectbox(key="w_q").value == ids[(ids.index(first) + 1) % len(ids)]
+    at.button[[b.label for b in at.button].index("◀ Previous")].click().run()
+    assert at.selectbox(key="w_q").value == first
+
+
+def test_hyde_toggle_adds_rewritten_ranks() -> None:
+    at = open_app("explorer", task="clinical-evidence", system="bm25")
+    assert "rank with rewrite" not in frame(at, "document").columns
+    at.toggle(key="w_rewrite_on").set_value(True).run()
+    assert not at.exception
+
+    dataset = load_demo("clinical-evidence")
+    rewrite = dataset.rewrite_options()[0]
+    hyde_run = run_system(dataset, f"bm25+{rewrite[0]}:{rewrite[1]}")
+    changed = 0
+    for qid in dataset.queries:
+        at.selectbox(key="w_q").set_value(qid).run()
+        gold = frame(at, "document")
+        expected = [str(hyde_run.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
+        assert list(gold["rank with rewrite"]) == expected
+        changed += list(gold["rank with rewrite"]) != list(gold["rank"])
+    assert changed > 0
+    assert any("Hypothetical document" in m.value for m in at.markdown)
+
+
+def test_compare_and_metrics_render_their_charts() -> None:
+    at = open_app("compare", systems=["bm25", "minilm"])
+    assert _charts(at) >= 2
+    significance = frame(at, "system")
+    assert {"t-test p", "randomization p", "wins / ties / losses"} <= set(significance.columns)
+    at = open_app("metrics", systems=["bm25", "minilm"])
+    assert _charts(at) >= 3
+    means = frame(at, "ndcg_at_10")
+    assert len(means) == 2
+
+
+def test_deep_link_restores_the_selection() -> None:
+    dataset = load_demo("clinical-case")
+    qid = list(dataset.queries)[3]
+    at = open_app("explorer", source="demo", task="clinical-case", systems=["bm25", "minilm"], system="minilm", q=qid)
+    assert at.selectbox(key="w_task").value == "clinical-case"
+    assert at.selectbox(key="w_system").value == "minilm"
+    assert at.selectbox(key="w_q").value == qid
+    assert at.query_params["q"] == [qid] or at.query_params["q"] == qid
+
+
+def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) -> None:
+    (tmp_path / "query.jsonl").write_text('{"id": "1", "text": "ok"}\n{broken\n')
+    (tmp_path / "corpus.jsonl").write_text('{"id": "d", "text": "doc"}\n')
+    (tmp_path / "qrels.jsonl").write_text('{"q_id": "1", "p_id": "d", "score": 1}\n')
+    at = open_app(source="local", folder=str(tmp_path))
+    assert any(f"{tmp_path / 'query.jsonl'}:2" in e.value for e in at.error)
+    at.radio(key="w_source").set_value("demo").run()
+    assert not at.exception and not at.error

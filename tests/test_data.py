@@ -1,0 +1,181 @@
+"""Loading every supported layout, and the validation messages a user acts on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from r2med_core.data import DataError, load_dir, load_r2med_dir, validate_dir
+from r2med_core.tasks import TASKS, Family, get_task
+
+from .conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl
+
+
+def test_tasks_cover_the_benchmark() -> None:
+    assert len(TASKS) == 8
+    assert sum(t.n_queries for t in TASKS.values()) == 876
+    assert get_task("biology").hf_id == "R2MED/Biology"
+    assert get_task("IIYi-Clinical").family is Family.CLINICAL_CASE
+    with pytest.raises(KeyError, match="choose one of"):
+        get_task("Chemistry")
+
+
+def test_r2med_layout_keeps_order_metadata_grades_and_rewrites(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    assert list(ds.corpus) == [d["id"] for d in TINY_CORPUS]
+    assert ds.queries["q1"] == TINY_QUERIES[0]["text"]
+    assert ds.query_meta["q1"] == {"answer": "fluids and insulin"}
+    assert ds.qrels == {"q1": {"dka_0": 2, "dka_1": 1}, "q2": {"mi_0": 1}}
+    assert ds.positives("q1") == {"dka_0": 2, "dka_1": 1}
+    assert ds.rewrite_options() == [("hyde", "toy-llm")]
+    assert ds.rewrites["hyde", "toy-llm"]["q2"].startswith("Myocardial")
+    assert ds.report.queries_without_qrels == ("q3",)
+    assert any("left out of averages" in line for line in ds.report.lines())
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["q1 0 dka_0 2\nq1 0 dka_1 1\nq2 0 mi_0 1\n", "q1\tdka_0\t2\nq1\tdka_1\t1\nq2\tmi_0\t1\n"],
+    ids=["trec-4-columns", "3-columns"],
+)
+@pytest.mark.parametrize("filename", ["qrels.txt", "qrels.tsv"])
+def test_trec_qrels_variants(tiny_r2med: Path, content: str, filename: str) -> None:
+    (tiny_r2med / "qrels.jsonl").unlink()
+    (tiny_r2med / filename).write_text(content, encoding="utf-8")
+    assert load_r2med_dir(tiny_r2med).qrels == {"q1": {"dka_0": 2, "dka_1": 1}, "q2": {"mi_0": 1}}
+
+
+def test_beir_layout_joins_title_and_text(tmp_path: Path) -> None:
+    root = tmp_path / "beir"
+    write_jsonl(
+        root / "corpus.jsonl",
+        [{"_id": "d1", "title": "Gout", "text": "Urate crystals."}, {"_id": "d2", "title": "", "text": "Asthma."}],
+    )
+    write_jsonl(root / "queries.jsonl", [{"_id": "1", "text": "joint crystals"}])
+    (root / "qrels").mkdir()
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\td1\t1\n", encoding="utf-8")
+    ds = load_dir(root)
+    assert ds.source.startswith("beir:")
+    assert ds.corpus == {"d1": "Gout\nUrate crystals.", "d2": "Asthma."}
+    assert ds.qrels == {"1": {"d1": 1}}
+
+
+def test_unknown_qrels_ids_are_counted_not_fatal(tiny_r2med: Path) -> None:
+    write_jsonl(
+        tiny_r2med / "qrels.jsonl",
+        [
+            *TINY_QRELS,
+            {"q_id": "q9", "p_id": "dka_0", "score": 1},
+            {"q_id": "q1", "p_id": "missing_doc", "score": 1},
+            {"q_id": "q1", "p_id": "missing_doc_2", "score": 1},
+        ],
+    )
+    ds = load_r2med_dir(tiny_r2med)
+    assert ds.report.unknown_qrels_queries == 1
+    assert ds.report.unknown_qrels_documents == 2
+    assert "q9" not in ds.qrels and "missing_doc" not in ds.qrels["q1"]
+
+
+def _problems(root: Path) -> list[str]:
+    errors, _ = validate_dir(root)
+    return [str(p) for p in errors]
+
+
+def test_malformed_json_names_file_and_line(tiny_r2med: Path) -> None:
+    lines = (tiny_r2med / "corpus.jsonl").read_text().splitlines()
+    lines[2] = '{"id": "asthma_0", "text": "unterminated'
+    (tiny_r2med / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    [problem] = _problems(tiny_r2med)
+    assert problem.startswith(f"{tiny_r2med / 'corpus.jsonl'}:3: malformed JSON")
+
+
+def test_missing_fields_and_duplicate_ids(tiny_r2med: Path) -> None:
+    write_jsonl(tiny_r2med / "corpus.jsonl", [*TINY_CORPUS, {"id": "dka_0", "text": "again"}, {"text": "no id"}])
+    write_jsonl(tiny_r2med / "query.jsonl", [{"id": "q1"}, *TINY_QUERIES[1:]])
+    problems = _problems(tiny_r2med)
+    assert f"{tiny_r2med / 'corpus.jsonl'}:6: duplicate id 'dka_0' (first seen on line 1)" in problems
+    assert f'{tiny_r2med / "corpus.jsonl"}:7: missing field "id"' in problems
+    assert f'{tiny_r2med / "query.jsonl"}:1: missing field "text"' in problems
+
+
+def test_empty_file_and_non_utf8(tiny_r2med: Path) -> None:
+    (tiny_r2med / "query.jsonl").write_text("")
+    (tiny_r2med / "corpus.jsonl").write_bytes(b'{"id": "a", "text": "ok"}\n{"id": "b", "text": "caf\xe9"}\n')
+    problems = _problems(tiny_r2med)
+    assert f"{tiny_r2med / 'query.jsonl'}: file is empty" in problems
+    assert any(p.startswith(f"{tiny_r2med / 'corpus.jsonl'}:2: not UTF-8") for p in problems)
+
+
+def test_bad_qrels_score_and_missing_folder(tiny_r2med: Path, tmp_path: Path) -> None:
+    write_jsonl(tiny_r2med / "qrels.jsonl", [{"q_id": "q1", "p_id": "dka_0", "score": "high"}])
+    assert _problems(tiny_r2med) == [f"{tiny_r2med / 'qrels.jsonl'}:1: \"score\" must be an integer grade, got 'high'"]
+    with pytest.raises(DataError, match="folder not found"):
+        load_dir(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"neither query\.jsonl"):
+        load_dir(tmp_path / "empty")
+
+
+def test_fingerprint_changes_with_any_document_text(tiny_r2med: Path) -> None:
+    before = load_r2med_dir(tiny_r2med).fingerprint
+    assert load_r2med_dir(tiny_r2med).fingerprint == before
+    changed = [dict(d) for d in TINY_CORPUS]
+    changed[4]["text"] += " Colchicine helps."
+    write_jsonl(tiny_r2med / "corpus.jsonl", changed)
+    assert load_r2med_dir(tiny_r2med).fingerprint != before
+
+
+def _fill_hf_cache(cache: Path, task: str, source: Path) -> None:
+    """Lay out a dataset repo exactly as huggingface_hub stores it: refs/main → snapshots/<commit>."""
+    repo = cache / f"datasets--R2MED--{task}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    for path in source.rglob("*"):
+        if path.is_file():
+            target = snapshot / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+
+
+def test_hub_loader_offline_from_prefilled_cache(tiny_r2med: Path, tmp_path: Path) -> None:
+    """The same snapshot_download call a user makes online, served from the HF cache offline."""
+    cache = tmp_path / "hf-cache"
+    _fill_hf_cache(cache, "Biology", tiny_r2med)
+    script = (
+        "import json; from r2med_core.hub import load_hf; ds = load_hf('biology'); "
+        "print(json.dumps([ds.name, ds.source, len(ds.corpus), ds.rewrite_options(), ds.family.name]))"
+    )
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parent.parent,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "Biology",
+        "hf:R2MED/Biology",
+        5,
+        [["hyde", "toy-llm"]],
+        "QA_REFERENCE",
+    ]
+    # A task that is not in the cache gives an actionable message, not a traceback.
+    missing = subprocess.run(
+        [sys.executable, "-m", "r2med_core", "download", "--task", "MedQA-Diag"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parent.parent,
+        timeout=120,
+    )
+    assert missing.returncode == 2
+    assert "could not get R2MED/MedQA-Diag" in missing.stderr and "Traceback" not in missing.stderr

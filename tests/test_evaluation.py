@@ -1,0 +1,101 @@
+"""Metric parity with pytrec_eval, the results-file shape, and the paired significance tests."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+import pytrec_eval
+
+from r2med_core.evaluation import ALL_METRICS, Results, compare, evaluate, holm, metric_name, paired_test
+from r2med_core.runs import Run
+
+PYTREC_MEASURES = {
+    "ndcg_cut.1,10,25,50,100",
+    "map_cut.1,10,25,50,100",
+    "recall.1,10,25,50,100",
+    "P.1,10,25,50,100",
+    "recip_rank",
+}
+
+
+def _random_case(seed: int) -> tuple[Run, dict[str, dict[str, int]]]:
+    """A run with many tied scores and graded (0/1/2) qrels, some queries unjudged or unretrieved."""
+    rng = random.Random(seed)
+    docs = [f"d{i}" for i in range(300)]
+    qrels: dict[str, dict[str, int]] = {}
+    rankings: dict[str, list[tuple[str, float]]] = {}
+    for q in range(40):
+        qid = f"q{q}"
+        if q % 7 != 3:
+            qrels[qid] = {d: rng.choice([0, 1, 1, 2]) for d in rng.sample(docs, rng.randint(1, 12))}
+        if q % 11 != 5:
+            picked = rng.sample(docs, 150)
+            scores = [round(rng.uniform(0, 5), 1) for _ in picked]  # one decimal → plenty of ties
+            rankings[qid] = sorted(zip(picked, scores), key=lambda x: -x[1])
+    return Run("random", rankings), qrels
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_number_equals_pytrec_eval(seed: int) -> None:
+    run, qrels = _random_case(seed)
+    results = evaluate(run, qrels)
+    direct = pytrec_eval.RelevanceEvaluator(qrels, PYTREC_MEASURES).evaluate(run.truncated(100).as_score_dict())
+    assert set(results.per_query.index) == set(direct)
+    for qid, values in direct.items():
+        for key, value in values.items():
+            assert results.per_query.loc[qid, metric_name(key)] == value
+    for key in next(iter(direct.values())):
+        expected = sum(v[key] for v in direct.values()) / len(direct)
+        assert results.means[metric_name(key)] == pytest.approx(expected, abs=1e-12)
+    assert set(results.means) == set(ALL_METRICS)
+
+
+def test_only_judged_and_retrieved_queries_are_averaged() -> None:
+    run = Run("r", {"a": [("x", 2.0), ("y", 1.0)], "b": [("x", 1.0)], "c": [("z", 1.0)]})
+    qrels = {"a": {"y": 1}, "b": {"x": 1}, "d": {"x": 1}}
+    results = evaluate(run, qrels)
+    assert list(results.per_query.index) == ["a", "b"]
+    assert results.means["mrr"] == pytest.approx((0.5 + 1.0) / 2)
+    assert results.means["precision_at_1"] == pytest.approx(0.5)
+    assert results.n_skipped == 2  # "c" has no judgements, "d" was not retrieved
+
+
+def test_run_is_cut_to_depth_100() -> None:
+    ranking = [(f"n{i}", 1000.0 - i) for i in range(100)] + [("gold", 1.0)]
+    results = evaluate(Run("r", {"q": ranking}), {"q": {"gold": 1}})
+    assert results.means["recall_at_100"] == 0.0
+
+
+def test_results_json_has_the_official_shape() -> None:
+    run, qrels = _random_case(0)
+    payload = evaluate(run, qrels, dataset_name="Biology", seconds=30).to_json()
+    assert set(payload) == {"dataset_name", "model_name", "evaluation_time", "test"}
+    assert payload["dataset_name"] == "Biology" and payload["evaluation_time"] == "0.50 minutes"
+    assert {"ndcg_at_10", "map_at_10", "recall_at_100", "precision_at_10", "mrr"} <= set(payload["test"])
+    assert all(round(v, 5) == v for v in payload["test"].values())
+
+
+def _results(name: str, values: list[float]) -> Results:
+    frame = pd.DataFrame({"ndcg_at_10": values}, index=[f"q{i}" for i in range(len(values))])
+    return Results("d", name, {"ndcg_at_10": sum(values) / len(values)}, frame, len(values), 0, 0.0)
+
+
+def test_paired_test_counts_and_detects_a_real_difference() -> None:
+    a = _results("A", [0.1, 0.2, 0.3, 0.4, 0.5, 0.1, 0.2, 0.3, 0.4, 0.5, 0.3, 0.3])
+    b = _results("B", [0.5, 0.6, 0.7, 0.8, 0.9, 0.6, 0.7, 0.8, 0.9, 0.95, 0.3, 0.2])
+    test = paired_test(a, b, n_resamples=2000)
+    assert (test.wins, test.ties, test.losses) == (10, 1, 1)
+    assert test.delta > 0.3
+    assert test.t_pvalue < 0.01 and test.randomization_pvalue < 0.01
+    same = paired_test(a, _results("A2", list(a.per_query["ndcg_at_10"])))
+    assert same.t_pvalue == 1.0 and same.randomization_pvalue == 1.0 and same.ties == 12
+
+
+def test_holm_correction() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    a = _results("A", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    tests = compare(a, [_results("B", [0.2, 0.3, 0.4, 0.5, 0.6, 0.65]), _results("C", [0.1, 0.25, 0.3, 0.4, 0.5, 0.6])])
+    assert all(t.t_pvalue_holm is not None and t.t_pvalue_holm >= t.t_pvalue for t in tests)

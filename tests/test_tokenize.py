@@ -1,0 +1,121 @@
+"""The Lucene-identical tokenizer: exact parity with the benchmark's own analyzer output."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from r2med_core.retrieval.tokenize import (
+    ENGLISH_STOP_WORDS,
+    clear_cache,
+    lucene_tokenize,
+    tokenize_many,
+    tokenize_to_ids,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "bm25-official"
+EDGE_CASES: dict[str, list[str]] = json.loads((FIXTURES / "edge_cases.json").read_text(encoding="utf-8"))
+
+
+def _read_jsonl(name: str) -> list[dict]:
+    with open(FIXTURES / name, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[tuple[str, str, list[str]]]:
+    """(label, text, Lucene's tokens) for all 2,000 documents and 60 queries."""
+    texts = {("doc", r["id"]): r["text"] for r in _read_jsonl("corpus.jsonl")}
+    texts.update({("query", r["id"]): r["text"] for r in _read_jsonl("query.jsonl")})
+    rows = []
+    for r in _read_jsonl("reference_tokens.jsonl"):
+        key = ("doc", r["id"]) if "id" in r else ("query", r["query_id"])
+        rows.append((f"{key[0]} {key[1]}", texts[key], r["tokens"]))
+    return rows
+
+
+def test_reference_tokens_identical_for_every_text(reference: list[tuple[str, str, list[str]]]) -> None:
+    assert len(reference) == 2060
+    mismatches = [(label, want, lucene_tokenize(text)) for label, text, want in reference]
+    mismatches = [m for m in mismatches if m[1] != m[2]]
+    assert mismatches == [], f"{len(mismatches)} texts differ, first: {mismatches[:1]}"
+
+
+def test_tokenize_many_matches_single_calls_and_reference(reference: list[tuple[str, str, list[str]]]) -> None:
+    clear_cache()  # cold and warm caches must agree
+    seen: list[float] = []
+    got = tokenize_many([text for _, text, _ in reference], progress=lambda f, _m: seen.append(f))
+    assert got == [want for _, _, want in reference]
+    assert seen[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in seen)
+    assert seen == sorted(seen)
+
+
+@pytest.mark.parametrize("text", list(EDGE_CASES))
+def test_edge_case(text: str) -> None:
+    assert lucene_tokenize(text) == EDGE_CASES[text]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Curly and full-width apostrophes are possessives too; "'s" alone is not stripped mid-word.
+        ("the patient’s chart", ["patient", "chart"]),
+        ("NURSE＇S notes", ["nurs", "note"]),
+        ("it’s", []),
+        # Java lowercases per character: no Greek final sigma, dotted capital I -> plain i.
+        ("ΣΟΦΟΣ", ["σοφοσ"]),
+        ("İSTANBUL", ["istanbul"]),
+        # ':' joins letters, ';' and ',' join digits, '.' and "'" join both, '_' joins anything.
+        ("key:value 2;3 a;b 1,5 x.y 7'8 snake_case_9", ["key:valu", "2;3", "b", "1,5", "x.y", "7'8", "snake_case_9"]),
+        # A letter/digit mix joins directly but not across '.': "b12" / "a" "1".
+        ("b12 a.1 1.b", ["b12", "1", "1", "b"]),
+        # A narrow no-break space is ExtendNumLet in UAX#29: "1 000" stays one number.
+        ("1\u202f000 mg", ["1\u202f000", "mg"]),
+        # Combining marks stay on their letter; zero-width space separates.
+        ("cafe\u0301 x\u200by", ["cafe\u0301", "x", "y"]),
+        # Emoji sequences are single tokens; a lone regional indicator is dropped.
+        ("👍🏻 👨\u200d👩\u200d👧 🇫🇷 🇫", ["👍🏻", "👨\u200d👩\u200d👧", "🇫🇷"]),
+        # Thai runs stay whole, Hiragana and Han split per character, Katakana runs stay whole.
+        ("ภาษาไทย ひらがな 漢字 カタカナ", ["ภาษาไทย", "ひ", "ら", "が", "な", "漢", "字", "カタカナ"]),
+        ("", []),
+        ("  \n\t ", []),
+    ],
+)
+def test_uax29_and_filters(text: str, expected: list[str]) -> None:
+    assert lucene_tokenize(text) == expected
+
+
+def test_stop_words_are_lucenes_33() -> None:
+    assert len(ENGLISH_STOP_WORDS) == 33
+    assert lucene_tokenize(" ".join(sorted(ENGLISH_STOP_WORDS))) == []
+    # Not stop words for Lucene (they are for NLTK/sklearn lists).
+    assert lucene_tokenize("he she we you") == ["he", "she", "we", "you"]
+
+
+def test_long_tokens_are_chopped_at_255_like_lucene() -> None:
+    """Lucene >= 4.10 splits an over-long token into 255-unit pieces (it used to drop it)."""
+    assert lucene_tokenize("x" * 300 + " ok") == ["x" * 255, "x" * 45, "ok"]
+    assert lucene_tokenize("x" * 255) == ["x" * 255]
+    # Counted in UTF-16 units: 200 astral letters are 400 units.
+    astral = "\U0001d41a" * 200  # MATHEMATICAL BOLD SMALL A
+    assert [len(t) for t in lucene_tokenize(astral)] == [127, 73]
+
+
+def test_pathological_inputs_stay_linear() -> None:
+    start = time.perf_counter()
+    assert lucene_tokenize("_" * 50_000) == []
+    assert lucene_tokenize("\u200d" * 50_000) == []
+    pieces = lucene_tokenize("a." * 50_000)  # one 99,999-char token: 255-char pieces, each '.' between skipped
+    assert len(pieces) == 391 and set(pieces[:-1]) == {"a." * 127 + "a"}
+    assert time.perf_counter() - start < 5.0
+
+
+def test_tokenize_to_ids_agrees_with_terms(reference: list[tuple[str, str, list[str]]]) -> None:
+    vocab: dict[str, int] = {}
+    ids = tokenize_to_ids([text for _, text, _ in reference[:300]], vocab)
+    terms = {i: t for t, i in vocab.items()}
+    assert sorted(vocab.values()) == list(range(len(vocab)))
+    assert [[terms[i] for i in doc] for doc in ids] == [want for _, _, want in reference[:300]]

@@ -1,0 +1,123 @@
+"""Compare systems: per-query nDCG@10 deltas, win/tie/loss, paired significance tests, and the
+queries with the largest gains and losses (each a link into the explorer).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from r2med_core.evaluation import ALL_METRICS, compare
+from r2med_core.explore import per_query_delta
+from views import ui
+
+dataset = ui.current_dataset()
+v = ui.view()
+st.title("Compare systems")
+ui.demo_banner(dataset)
+
+options = ui.systems_in_play()
+if not v.compare:
+    v.compare = options[:2] if not v.rewrite else [options[0], options[len(v.systems)]]
+c1, c2 = st.columns([3, 1])
+c1.multiselect(
+    "Systems (the first is the baseline)",
+    options,
+    format_func=ui.system_label,
+    key=ui.bound("compare", options),
+    on_change=ui.store("compare"),
+)
+metric = c2.selectbox("Metric", ALL_METRICS, index=ALL_METRICS.index("ndcg_at_10"), key="w_compare_metric")
+chosen = st.session_state["w_compare"]
+if len(chosen) < 2:
+    st.info("Pick at least two systems. Switch HyDE on in the sidebar to compare each system with its rewrite.")
+    st.stop()
+
+computed = [ui.safe_results(dataset, name) for name in chosen]
+if any(c is None for c in computed):
+    st.stop()
+results = [c[1] for c in computed]
+baseline, others = results[0], results[1:]
+tests = compare(baseline, others, metric)
+
+st.subheader("Paired significance")
+rows = []
+for test, other in zip(tests, others):
+    row = {
+        "system": ui.system_label(other.run_name),
+        f"{metric} baseline": round(test.mean_a, 4),
+        f"{metric} system": round(test.mean_b, 4),
+        "Δ": round(test.delta, 4),
+        "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
+        "t-test p": test.t_pvalue,
+        "randomization p": test.randomization_pvalue,
+    }
+    if test.t_pvalue_holm is not None:
+        row["t-test p (Holm)"] = test.t_pvalue_holm
+        row["randomization p (Holm)"] = test.randomization_pvalue_holm
+    rows.append(row)
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+st.caption(
+    f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
+    "(10,000 sign flips) over the queries both systems were evaluated on"
+    + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
+)
+
+for test, other in zip(tests, others):
+    st.subheader(f"{ui.system_label(other.run_name)} vs {ui.system_label(baseline.run_name)}")
+    delta = per_query_delta(baseline, other, metric)
+    w = st.columns(3)
+    w[0].metric("Wins", test.wins)
+    w[1].metric("Ties", test.ties)
+    w[2].metric("Losses", test.losses)
+    left, right = st.columns(2)
+    with left:
+        scatter = px.scatter(
+            delta.reset_index(),
+            x="a",
+            y="b",
+            hover_name="query_id",
+            labels={"a": f"{metric} · baseline", "b": f"{metric} · system"},
+        )
+        scatter.add_trace(
+            go.Scatter(
+                x=[0, 1],
+                y=[0, 1],
+                mode="lines",
+                line={"dash": "dot", "color": "grey"},
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
+    with right:
+        bars = delta.reset_index().sort_values("delta", ascending=False)
+        bars["direction"] = bars["delta"].map(lambda d: "gain" if d > 0 else ("loss" if d < 0 else "tie"))
+        fig = px.bar(
+            bars,
+            x="query_id",
+            y="delta",
+            color="direction",
+            color_discrete_map={"gain": "#2a9d8f", "loss": "#e76f51", "tie": "#adb5bd"},
+            labels={"delta": f"Δ {metric}", "query_id": "query (sorted by Δ)"},
+        )
+        fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
+        st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")
+    extremes = pd.concat([delta.head(5), delta.tail(5)]).drop_duplicates()
+    extremes = extremes.reset_index()
+    extremes["query"] = extremes["query_id"].map(lambda q: " ".join(dataset.queries[q].split())[:120])
+    extremes["open"] = extremes["query_id"].map(lambda q, name=other.run_name: ui.explorer_link(q, name))
+    st.markdown("**Largest gains and losses**")
+    st.dataframe(
+        extremes[["query_id", "query", "a", "b", "delta", "open"]],
+        hide_index=True,
+        width="stretch",
+        key=f"extremes_{other.run_name}",
+        column_config={
+            "open": st.column_config.LinkColumn("explorer", display_text="open ↗"),
+            "a": "baseline",
+            "b": "system",
+        },
+    )

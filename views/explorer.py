@@ -1,0 +1,166 @@
+"""Query explorer: one query's gold documents next to what a system retrieved, with and without
+the LLM rewrite, and a sortable, filterable table of every query's scores.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from r2med_core.explore import (
+    filter_queries,
+    gold_frame,
+    gold_rows,
+    highlight,
+    overlap,
+    query_table,
+    query_terms,
+    retrieved_frame,
+)
+from r2med_core.systems import parse_system
+from views import ui
+
+dataset = ui.current_dataset()
+v = ui.view()
+st.title("Query explorer")
+ui.demo_banner(dataset)
+
+systems = list(v.systems) or list(ui.DEFAULT_SYSTEMS)
+top = st.columns([3, 1])
+top[0].selectbox(
+    "System", systems, format_func=ui.system_label, key=ui.bound("system", systems), on_change=ui.store("system")
+)
+v.system = st.session_state["w_system"]
+depth = top[1].select_slider("Show top", options=[5, 10, 20, 50, 100], value=10, key="w_depth")
+
+computed = ui.safe_results(dataset, v.system)
+if computed is None:
+    st.stop()
+run, results = computed
+rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
+rewritten = None
+if rewrite:
+    rewritten_name = str(parse_system(v.system).with_rewrite(rewrite))
+    computed_rw = ui.safe_results(dataset, rewritten_name)
+    rewritten = computed_rw[0] if computed_rw else None
+    rewritten_results = computed_rw[1] if computed_rw else None
+
+# ------------------------------------------------------------------ the query table
+table = query_table(dataset, results, run)
+with st.expander(
+    f"All queries · mean nDCG@10 {results.means['ndcg_at_10']:.3f} · recall@100 {results.means['recall_at_100']:.3f}",
+    expanded=not v.q,
+):
+    f1, f2, f3 = st.columns([1, 1, 2])
+    failures = f1.checkbox("nDCG@10 = 0 only", key="w_fail")
+    missed = f2.checkbox("A gold document missed (not in top 100)", key="w_missed")
+    search = f3.text_input("Search query text", key="w_search", placeholder="e.g. troponin")
+    shown = filter_queries(table, failures_only=failures, missed_gold=missed, search=search)
+    st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it")
+    shown_ids = list(shown["query_id"])
+
+    def _picked() -> None:
+        """Open the query whose row was clicked (ids as shown when the click happened)."""
+        rows = st.session_state["w_table"].selection.rows
+        if rows:
+            v.q = shown_ids[rows[0]]
+            st.session_state["w_q"] = v.q
+
+    st.dataframe(
+        shown,
+        hide_index=True,
+        width="stretch",
+        on_select=_picked,
+        selection_mode="single-row",
+        key="w_table",
+        column_config={
+            "ndcg_at_10": st.column_config.ProgressColumn("nDCG@10", min_value=0.0, max_value=1.0, format="%.3f"),
+            "recall_at_100": st.column_config.ProgressColumn("recall@100", min_value=0.0, max_value=1.0, format="%.3f"),
+            "best_gold_rank": st.column_config.NumberColumn("best gold rank"),
+        },
+    )
+# ------------------------------------------------------------------ the selected query
+query_ids = list(table["query_id"]) if len(table) else list(dataset.queries)
+if not query_ids:
+    st.warning("This dataset has no judged queries to explore.")
+    st.stop()
+if v.q not in query_ids:
+    v.q = query_ids[0]
+
+
+def _step(offset: int) -> None:
+    position = (query_ids.index(v.q) + offset) % len(query_ids)
+    v.q = query_ids[position]
+    st.session_state["w_q"] = v.q
+
+
+nav = st.columns([1, 6, 1])
+nav[0].button("◀ Previous", on_click=_step, args=(-1,), width="stretch")
+nav[1].selectbox(
+    "Query",
+    query_ids,
+    key=ui.bound("q", query_ids),
+    on_change=ui.store("q"),
+    label_visibility="collapsed",
+    format_func=lambda q: f"{q} · {' '.join(dataset.queries[q].split())[:110]}",
+)
+nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch")
+qid = v.q = st.session_state["w_q"]
+
+terms = query_terms(dataset.queries[qid])
+with st.container(border=True):
+    st.markdown(f"**Query {qid}**")
+    st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], terms)}</div>")
+    for name, value in dataset.query_meta.get(qid, {}).items():
+        if name in ("doc_id",) or value in ("", None, []):
+            continue
+        with st.expander(f"{name.replace('_', ' ')}"):
+            st.text(str(value))
+
+per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
+m = st.columns(4)
+for col, (metric, label) in zip(
+    m, [("ndcg_at_10", "nDCG@10"), ("recall_at_10", "recall@10"), ("recall_at_100", "recall@100"), ("mrr", "MRR")]
+):
+    value = float(per_query[metric]) if per_query is not None else 0.0
+    delta = None
+    if rewritten is not None and qid in rewritten_results.per_query.index:
+        delta = f"{float(rewritten_results.per_query.loc[qid, metric]) - value:+.3f} with {v.rewrite}"
+    col.metric(label, f"{value:.3f}", delta=delta)
+
+if rewritten is not None:
+    method, llm = rewrite
+    hy_doc = dataset.rewrites[rewrite].get(qid)
+    with st.container(border=True):
+        st.markdown(f"**Hypothetical document** · {method} by `{llm}` (precomputed)")
+        if hy_doc:
+            st.html(f"<div class='r2-text'>{highlight(hy_doc, terms)}</div>")
+        else:
+            st.caption("No hypothetical document for this query: the original query was used.")
+
+# ------------------------------------------------------------------ gold | retrieved
+gold = gold_rows(dataset, run, qid, rewritten)
+left, right = st.columns(2)
+with left:
+    st.subheader(f"Gold documents ({len(gold)})")
+    st.dataframe(gold_frame(gold, rewritten is not None), hide_index=True, width="stretch")
+    for row in gold:
+        rank = f"rank {row.rank}" if row.rank else "not in top 100"
+        extra = (
+            f" · with rewrite: {row.rank_with_rewrite or 'not in top 100'} ({row.rewrite_effect})"
+            if rewritten is not None
+            else ""
+        )
+        with st.expander(f"{row.doc_id} · grade {row.grade} · {rank}{extra}"):
+            text = dataset.corpus[row.doc_id]
+            st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
+            st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+with right:
+    st.subheader(f"Retrieved top {depth}")
+    st.dataframe(retrieved_frame(dataset, run, qid, depth), hide_index=True, width="stretch")
+    for rank, (doc, score) in enumerate(run.top(qid, depth), start=1):
+        grade = dataset.positives(qid).get(doc)
+        mark = f" · ✓ gold (grade {grade})" if grade else ""
+        with st.expander(f"#{rank} · {doc} · {score:.3f}{mark}"):
+            text = dataset.corpus.get(doc, "")
+            st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
+            st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")

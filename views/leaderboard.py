@@ -1,0 +1,61 @@
+"""Leaderboard: the R2MED authors' published scores, next to the user's local runs on the same task."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from r2med_core.published import ATTRIBUTION, KINDS, METRICS, PUBLISHED_TASKS, leaderboard, published_key_for
+from r2med_core.published import published_score as paper_score
+from views import ui
+
+dataset = ui.current_dataset()
+st.title("Leaderboard")
+st.caption(ATTRIBUTION)
+
+c1, c2 = st.columns(2)
+metric = c1.selectbox("Metric", METRICS, index=METRICS.index("ndcg_at_10"), key="w_lb_metric")
+kinds = {
+    "retriever": "Retrievers (15)",
+    "rewrite": "Query rewriting × LLM × retriever",
+    "reranker": "Rerankers over NV-Embed-v2 top 10",
+}
+kind = c2.selectbox("Settings", KINDS, format_func=kinds.get, key="w_lb_kind")
+table = leaderboard(metric, kind)
+st.dataframe(
+    table.drop(columns=["key", "kind"]).round(4),
+    width="stretch",
+    column_config={t: st.column_config.NumberColumn(t, format="%.4f") for t in [*PUBLISHED_TASKS, "Avg"]},
+)
+st.caption(
+    "Avg is the mean over the 8 tasks, shown only where all 8 were published. Blank cells: the "
+    "authors did not publish that metric for that setting."
+)
+
+st.subheader(f"Your runs on {dataset.name}")
+if dataset.name not in PUBLISHED_TASKS:
+    st.info(
+        f"{dataset.name} is not one of the 8 published R2MED tasks, so the paper has no number to compare with. "
+        "Your local scores are listed for reference; load a real R2MED task (Hugging Face source, or a local "
+        "copy) to see the gap to the paper."
+    )
+rows = []
+for name in ui.systems_in_play():
+    computed = ui.safe_results(dataset, name)
+    if computed is None:
+        continue
+    local = computed[1].means.get(metric)
+    key = published_key_for(name)
+    paper = paper_score(key, dataset.name, metric) if key and dataset.name in PUBLISHED_TASKS else None
+    gap = None if paper is None else local - paper
+    rows.append(
+        {
+            "system": ui.system_label(name),
+            f"local {metric}": round(local, 4),
+            "published": paper,
+            "gap": None if gap is None else round(gap, 4),
+            "flag": "" if gap is None else ("⚠ differs from the paper" if abs(gap) > 0.01 else "✓ matches"),
+        }
+    )
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+st.caption("A gap over 0.01 is flagged: it usually means a different model revision, tokenizer or corpus copy.")

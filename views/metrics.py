@@ -1,0 +1,88 @@
+"""Metrics: the official measures per system, metric@k curves, per-query distributions, downloads."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.express as px
+import streamlit as st
+
+from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.report import curves_table, means_table, per_query_long
+from r2med_core.runs import format_trec, safe_name
+from views import ui
+
+dataset = ui.current_dataset()
+st.title("Metrics")
+ui.demo_banner(dataset)
+
+names = ui.systems_in_play()
+if not names:
+    st.info("Choose systems in the sidebar.")
+    st.stop()
+computed = {name: ui.safe_results(dataset, name) for name in names}
+results = {name: c[1] for name, c in computed.items() if c is not None}
+runs = {name: c[0] for name, c in computed.items() if c is not None}
+if not results:
+    st.stop()
+labels = {name: ui.system_label(name) for name in results}
+
+means = means_table(list(results.values()), labels)
+st.subheader("Official metrics")
+shown = st.multiselect("Metrics", list(means.columns.drop("system")), default=list(MAIN_METRICS), key="w_metrics")
+long = means.melt(id_vars="system", value_vars=shown, var_name="metric", value_name="value")
+st.plotly_chart(
+    px.bar(long, x="metric", y="value", color="system", barmode="group", range_y=[0, 1]),
+    width="stretch",
+    key="metric_bars",
+)
+st.dataframe(means.set_index("system")[shown].round(4), width="stretch")
+st.download_button(
+    "Download metrics (CSV)", means.to_csv(index=False), file_name=f"{dataset.name}_metrics.csv", mime="text/csv"
+)
+
+st.subheader("Metric @ k")
+curves = curves_table(list(results.values()), labels)
+st.plotly_chart(
+    px.line(
+        curves, x="k", y="value", color="system", facet_col="metric", markers=True, log_x=True, facet_col_spacing=0.04
+    ).update_yaxes(matches=None, showticklabels=True),
+    width="stretch",
+    key="metric_curves",
+)
+
+st.subheader("Per-query distribution")
+metric = st.selectbox("Metric", list(MAIN_METRICS), key="w_dist_metric")
+per_query = per_query_long(list(results.values()), labels, metric)
+st.plotly_chart(
+    px.violin(per_query, x="system", y=metric, box=True, points="all", hover_name="query_id"),
+    width="stretch",
+    key="metric_violin",
+)
+st.download_button(
+    "Download per-query metrics (CSV)",
+    per_query_long(list(results.values()), labels, None).to_csv(index=False),
+    file_name=f"{dataset.name}_per_query.csv",
+    mime="text/csv",
+)
+
+st.subheader("Results files and runs")
+for name, result in results.items():
+    cols = st.columns([3, 1, 1])
+    cols[0].markdown(f"**{labels[name]}** · `{name}`")
+    payload = result.to_json()
+    payload["model_name"] = safe_name(name)
+    cols[1].download_button(
+        "Results JSON",
+        json.dumps(payload, indent=2),
+        file_name=f"{safe_name(name)}.json",
+        mime="application/json",
+        key=f"json_{name}",
+    )
+    cols[2].download_button(
+        "TREC run",
+        format_trec(runs[name], tag=name),
+        file_name=f"{safe_name(name)}.trec",
+        mime="text/plain",
+        key=f"trec_{name}",
+    )

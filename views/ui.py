@@ -1,0 +1,332 @@
+"""Shared UI for every page: the view state (mirrored in the URL), the sidebar, and cached calls
+into r2med_core. Pages import from here and only render.
+
+State lives in one place: ``st.session_state["view"]`` (a ``View``). Widgets are seeded from it
+and write back to it, so a value survives page switches (Streamlit forgets the state of widgets
+that a page does not draw) and can be written to / read from ``st.query_params`` for deep links.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
+from r2med_core.hub import DownloadError, load_hf
+from r2med_core.retrieval.dense import PRESETS
+from r2med_core.systems import SpecError, parse_system, run_system
+
+SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
+DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
+BASE_SYSTEMS: tuple[str, ...] = (
+    "bm25",
+    "bm25s",
+    "bm25-okapi",
+    "minilm",
+    "rrf(bm25,minilm)",
+    *tuple(name for name in PRESETS if name != "minilm"),
+)
+
+
+@dataclass
+class View:
+    """Everything a deep link restores. Field names are the URL parameter names."""
+
+    source: str = "demo"
+    task: str = DEMO_TASKS[1]
+    folder: str = ""
+    systems: list[str] = field(default_factory=lambda: list(DEFAULT_SYSTEMS))
+    extra: list[str] = field(default_factory=list)  # dense models the user typed in
+    rewrite: str = ""  # "hyde:<llm>" when a rewrite is switched on, else ""
+    system: str = ""  # the explorer's system
+    q: str = ""  # the explorer's query
+    compare: list[str] = field(default_factory=list)
+
+    _LISTS = ("systems", "extra", "compare")
+
+    @classmethod
+    def from_params(cls, params: Any) -> View:
+        view = cls()
+        for name in asdict(view):
+            if name in cls._LISTS:
+                values = params.get_all(name)
+                if values:
+                    setattr(view, name, [v for v in values if v])
+            elif params.get(name):
+                setattr(view, name, params.get(name))
+        return view
+
+    def to_params(self) -> dict[str, Any]:
+        defaults = View()
+        return {k: v for k, v in asdict(self).items() if v != getattr(defaults, k) and v not in ("", [])}
+
+
+def view() -> View:
+    """The session's view, created from the URL on the first run of a session."""
+    if "view" not in st.session_state:
+        st.session_state["view"] = View.from_params(st.query_params)
+    return st.session_state["view"]
+
+
+def sync_url() -> None:
+    """Write the view into the URL so a copied address restores it."""
+    params = view().to_params()
+    current = {
+        k: (st.query_params.get_all(k) if isinstance(v, list) else st.query_params.get(k)) for k, v in params.items()
+    }
+    if current != params or set(st.query_params) != set(params):
+        st.query_params.from_dict(params)
+
+
+def bound(name: str, options: Sequence[Any] | None = None, default: Any = None) -> str:
+    """Seed widget ``w_<name>`` from the view (falling back when the value is not an option)."""
+    key = f"w_{name}"
+    wanted = getattr(view(), name)
+    if options is None:
+        st.session_state[key] = wanted
+    elif isinstance(wanted, list):
+        valid = [v for v in wanted if v in options]
+        if key not in st.session_state or st.session_state[key] != valid:
+            st.session_state[key] = valid
+    elif key not in st.session_state or st.session_state[key] != wanted:
+        st.session_state[key] = (
+            wanted if wanted in options else (default if default in options else (options[0] if options else None))
+        )
+    return key
+
+
+def store(name: str) -> Callable[[], None]:
+    """An on_change callback copying widget ``w_<name>`` into the view."""
+
+    def callback() -> None:
+        setattr(view(), name, st.session_state[f"w_{name}"])
+
+    return callback
+
+
+def system_label(name: str) -> str:
+    try:
+        return parse_system(name).label
+    except SpecError:
+        return name
+
+
+# --------------------------------------------------------------------------- cached core calls
+
+
+def _folder_signature(folder: str) -> tuple:
+    """Sizes and times of the files a load reads, so an edited folder is reloaded."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        return ()
+    return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*.js*") if p.is_file()))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _load(source: str, ref: str, signature: tuple) -> Dataset:
+    if source == "demo":
+        return load_demo(ref)
+    if source == "local":
+        return load_dir(ref)
+    return load_hf(ref, progress=_progress_callback(f"Downloading R2MED/{ref}"))
+
+
+def dataset_key(dataset: Dataset) -> str:
+    return f"{dataset.source}|{dataset.fingerprint}|{dataset.content_digest}"
+
+
+def _progress_callback(label: str) -> Callable[[float, str], None]:
+    """A progress callback that draws an st.progress bar only once work actually starts."""
+    holder: dict[str, Any] = {}
+
+    def progress(fraction: float, message: str) -> None:
+        if "bar" not in holder:
+            holder["bar"] = st.progress(0.0, text=label)
+        holder["bar"].progress(fraction, text=message or label)
+
+    return progress
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _run(key: str, system: str, _dataset: Dataset) -> Run:
+    progress = _progress_callback(f"Running {system_label(system)}")
+    return run_system(_dataset, system, progress=progress)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _results(key: str, system: str, _dataset: Dataset) -> Results:
+    run = _run(key, system, _dataset)
+    return evaluate(run, _dataset.qrels, dataset_name=_dataset.name, seconds=run.seconds)
+
+
+def get_run(dataset: Dataset, system: str) -> Run:
+    return _run(dataset_key(dataset), system, dataset)
+
+
+def get_results(dataset: Dataset, system: str) -> Results:
+    return _results(dataset_key(dataset), system, dataset)
+
+
+def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
+    """Run and evaluate, or show what went wrong (e.g. a model that needs a download) and return None."""
+    try:
+        return get_run(dataset, system), get_results(dataset, system)
+    except SpecError as err:
+        st.error(str(err))
+    except Exception as err:
+        st.error(
+            f"{system_label(system)} could not run: {type(err).__name__}: {err}. "
+            "Models other than the offline MiniLM are downloaded from the Hugging Face hub on first use."
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- sidebar
+
+
+def sidebar() -> Dataset | None:
+    """Data source, task, systems in play and the rewrite switch; returns the loaded dataset."""
+    v = view()
+    with st.sidebar:
+        st.header("Data")
+        st.radio(
+            "Source",
+            list(SOURCES),
+            format_func=SOURCES.get,
+            key=bound("source", list(SOURCES)),
+            on_change=store("source"),
+            horizontal=True,
+        )
+        dataset = _sidebar_dataset(v)
+        if dataset is None:
+            return None
+        st.header("Systems")
+        options = list(dict.fromkeys([*BASE_SYSTEMS, *v.extra]))
+        st.multiselect(
+            "Systems in play",
+            options,
+            format_func=system_label,
+            key=bound("systems", options),
+            on_change=store("systems"),
+            help="Every page compares these. Indexes are cached on disk.",
+        )
+        with st.expander("Add a dense model"):
+            typed = st.text_input(
+                "sentence-transformers model id or local path",
+                key="w_new_model",
+                placeholder="e.g. BAAI/bge-small-en-v1.5 or /models/my-encoder",
+            )
+            if st.button("Add model", disabled=not typed.strip()):
+                name = f"dense:{typed.strip()}"
+                v.extra = list(dict.fromkeys([*v.extra, name]))
+                v.systems = list(dict.fromkeys([*v.systems, name]))
+                st.rerun()
+        _sidebar_rewrite(v, dataset)
+    return dataset
+
+
+def _sidebar_dataset(v: View) -> Dataset | None:
+    if v.source == "demo":
+        st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS), on_change=store("task"))
+    elif v.source == "local":
+        st.text_input(
+            "Folder (R2MED or BEIR layout)",
+            key=bound("folder"),
+            on_change=store("folder"),
+            placeholder="/data/R2MED/Biology",
+        )
+        if not v.folder.strip():
+            st.info(
+                "Type the path of a folder holding corpus.jsonl, query.jsonl and qrels (R2MED layout) "
+                "or corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR layout)."
+            )
+            return None
+    else:
+        tasks = list(TASKS)
+        st.selectbox("R2MED task", tasks, key=bound("task", tasks), on_change=store("task"))
+        st.caption(
+            "Downloads into your Hugging Face cache on first use; set HF_HUB_OFFLINE=1 to use only what is cached."
+        )
+    try:
+        dataset = current_dataset()
+    except DataError as err:
+        st.error(
+            "This folder cannot be loaded. Fix these and the app reloads it:\n\n"
+            + "\n".join(f"- `{p}`" for p in err.problems[:20])
+        )
+        return None
+    except DownloadError as err:
+        st.error(str(err))
+        return None
+    st.caption(f"{len(dataset.queries)} queries · {len(dataset.corpus):,} documents")
+    return dataset
+
+
+def current_dataset() -> Dataset:
+    """The dataset the view names (a cache hit after the sidebar loaded it)."""
+    v = view()
+    if v.source == "demo":
+        return _load("demo", v.task if v.task in DEMO_TASKS else DEMO_TASKS[0], ())
+    if v.source == "local":
+        folder = v.folder.strip()
+        return _load("local", folder, _folder_signature(folder))
+    return _load("hf", v.task if v.task in TASKS else next(iter(TASKS)), ())
+
+
+def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
+    st.header("Query rewriting")
+    options = [f"{m}:{llm}" for m, llm in dataset.rewrite_options()]
+    if not options:
+        st.caption("This dataset has no precomputed rewrites (hyde/<llm>/query_with_hydoc.jsonl).")
+        v.rewrite = ""
+        return
+    on = st.toggle(
+        "HyDE / rewrite on",
+        value=bool(v.rewrite),
+        key="w_rewrite_on",
+        help="Adds each system's run on the LLM-rewritten queries, next to the original.",
+    )
+    if on:
+        default = next((o for o in options if o.startswith("hyde:")), options[0])
+        st.selectbox(
+            "Precomputed rewrite (method:LLM)",
+            options,
+            key=bound("rewrite", options, default),
+            on_change=store("rewrite"),
+        )
+        v.rewrite = st.session_state["w_rewrite"]
+    else:
+        v.rewrite = ""
+
+
+def systems_in_play(include_rewrites: bool = True) -> list[str]:
+    """The selected systems, plus their rewritten variants when a rewrite is on."""
+    v = view()
+    out = list(v.systems)
+    if include_rewrites and v.rewrite:
+        out += [str(parse_system(s).with_rewrite(tuple(v.rewrite.split(":", 1)))) for s in v.systems]
+    return out
+
+
+def explorer_link(query_id: str, system: str) -> str:
+    """A relative URL opening the explorer on one query (the view's other settings kept)."""
+    from urllib.parse import urlencode
+
+    params = view().to_params()
+    params.update({"q": query_id, "system": system})
+    return "explorer?" + urlencode(params, doseq=True)
+
+
+def demo_banner(dataset: Dataset) -> None:
+    if dataset.is_demo:
+        notice = dataset.meta.get("notice", "Illustrative demo data written for R2MED Explorer.")
+        st.info(f"**Demo data.** {notice}", icon="ℹ️")
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")
