@@ -21,6 +21,7 @@ PAGES = [
 
 page = st.navigation(PAGES)
 ui.view()  # read the deep link before any widget is drawn
+ui.style()
 dataset = ui.sidebar()
 if dataset is None:
     ui.sync_url()

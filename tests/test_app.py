@@ -40,6 +40,8 @@ def test_every_page_renders_on_the_demo(page: str) -> None:
     assert at.title  # every page has a heading
     if page != "leaderboard":
         assert any("Demo data" in i.value for i in at.info)
+    at.run()
+    assert not at.get("progress"), "a finished progress bar is left on the page"
 
 
 def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:

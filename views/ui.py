@@ -9,6 +9,7 @@ that a page does not draw) and can be written to / read from ``st.query_params``
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from r2med_core.hub import DownloadError, load_hf
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.systems import SpecError, parse_system, run_system
 
+_MEMO_SIZE = 64  # runs kept in memory (a run of a real R2MED task is ~1-2 MB)
 SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
 DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
 BASE_SYSTEMS: tuple[str, ...] = (
@@ -128,48 +130,62 @@ def _folder_signature(folder: str) -> tuple:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _load(source: str, ref: str, signature: tuple) -> Dataset:
+def _load(source: str, ref: str, signature: tuple, _progress: Callable[[float, str], None] | None = None) -> Dataset:
     if source == "demo":
         return load_demo(ref)
     if source == "local":
         return load_dir(ref)
-    return load_hf(ref, progress=_progress_callback(f"Downloading R2MED/{ref}"))
+    return load_hf(ref, progress=_progress)
 
 
 def dataset_key(dataset: Dataset) -> str:
     return f"{dataset.source}|{dataset.fingerprint}|{dataset.content_digest}"
 
 
-def _progress_callback(label: str) -> Callable[[float, str], None]:
-    """A progress callback that draws an st.progress bar only once work actually starts."""
-    holder: dict[str, Any] = {}
+def _progress_callback(label: str, holder: Any) -> Callable[[float, str], None]:
+    """A callback drawing an st.progress bar in ``holder`` (created outside any cached function,
+    so a cache hit never replays a stale bar); nothing is drawn unless work actually starts."""
 
     def progress(fraction: float, message: str) -> None:
-        if "bar" not in holder:
-            holder["bar"] = st.progress(0.0, text=label)
-        holder["bar"].progress(fraction, text=message or label)
+        holder.progress(fraction, text=message or label)
 
     return progress
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _run(key: str, system: str, _dataset: Dataset) -> Run:
-    progress = _progress_callback(f"Running {system_label(system)}")
-    return run_system(_dataset, system, progress=progress)
+@st.cache_resource(show_spinner=False)
+def _run_memo() -> OrderedDict[tuple[str, str], Run]:
+    """Runs kept in memory for every session of this server (r2med_core keeps them on disk too).
+
+    A plain LRU rather than st.cache_data: computing a run draws a progress bar, and Streamlit
+    would replay that bar on every cache hit.
+    """
+    return OrderedDict()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _results(key: str, system: str, _dataset: Dataset) -> Results:
-    run = _run(key, system, _dataset)
-    return evaluate(run, _dataset.qrels, dataset_name=_dataset.name, seconds=run.seconds)
+def _results(key: str, system: str, name: str, _run_value: Run, _qrels: dict) -> Results:
+    return evaluate(_run_value, _qrels, dataset_name=name, seconds=_run_value.seconds)
 
 
 def get_run(dataset: Dataset, system: str) -> Run:
-    return _run(dataset_key(dataset), system, dataset)
+    """The system's run on the dataset, with a progress bar while indexes are built or encoded."""
+    memo, key = _run_memo(), (dataset_key(dataset), system)
+    if key in memo:
+        memo.move_to_end(key)
+        return memo[key]
+    holder = st.empty()
+    try:
+        run = run_system(dataset, system, progress=_progress_callback(system_label(system), holder))
+    finally:
+        holder.empty()
+    memo[key] = run
+    while len(memo) > _MEMO_SIZE:
+        memo.popitem(last=False)
+    return run
 
 
 def get_results(dataset: Dataset, system: str) -> Results:
-    return _results(dataset_key(dataset), system, dataset)
+    return _results(dataset_key(dataset), system, dataset.name, get_run(dataset, system), dataset.qrels)
 
 
 def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
@@ -275,7 +291,12 @@ def current_dataset() -> Dataset:
     if v.source == "local":
         folder = v.folder.strip()
         return _load("local", folder, _folder_signature(folder))
-    return _load("hf", v.task if v.task in TASKS else next(iter(TASKS)), ())
+    task = v.task if v.task in TASKS else next(iter(TASKS))
+    holder = st.empty()
+    try:
+        return _load("hf", task, (), _progress_callback(f"Downloading R2MED/{task}", holder))
+    finally:
+        holder.empty()
 
 
 def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
@@ -330,3 +351,14 @@ def demo_banner(dataset: Dataset) -> None:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "").lower() in ("1", "true", "yes")
+
+
+_STYLE = """<style>
+.r2-text { line-height: 1.55; font-size: 0.95rem; max-height: 24rem; overflow-y: auto; }
+.r2-text mark { background: #fde68a; color: inherit; padding: 0 2px; border-radius: 3px; }
+</style>"""
+
+
+def style() -> None:
+    """Styles for highlighted document text (a fixed string: nothing from a dataset goes in here)."""
+    st.html(_STYLE)

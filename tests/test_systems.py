@@ -1,0 +1,104 @@
+"""System names, the official rewrite combination rules, fusion and the run cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r2med_core import systems
+from r2med_core.data import load_demo, load_r2med_dir
+from r2med_core.retrieval.fusion import reciprocal_rank_fusion
+from r2med_core.rewrite import bm25_query, dense_query, extract_answer
+from r2med_core.systems import SpecError, bm25_retriever, parse_system, run_system
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bm25",
+        "bm25s",
+        "bm25-okapi",
+        "minilm",
+        "dense:/models/enc",
+        "bm25+hyde:gpt4",
+        "rrf(bm25,minilm)",
+        "rrf(bm25+hyde:gpt4,minilm+query2doc:qwen-7b)",
+        "bge-large+lamer:gpt4",
+    ],
+)
+def test_names_round_trip(name: str) -> None:
+    assert str(parse_system(name)) == name
+
+
+def test_parsing_normalises_and_labels() -> None:
+    assert str(parse_system("dense:minilm")) == "minilm"
+    assert parse_system("bm25+hyde:gpt4").label == "BM25 (R2MED official) + hyde (gpt4)"
+    fusion = parse_system("rrf(bm25,minilm)").with_rewrite(("hyde", "x"))
+    assert str(fusion) == "rrf(bm25+hyde:x,minilm+hyde:x)"
+    assert str(fusion.base) == "rrf(bm25,minilm)"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("tfidf", "unknown system"), ("bm25+magic:gpt4", "METHOD:LLM"), ("rrf(bm25)", "at least two")],
+)
+def test_bad_names(name: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_system(name)
+
+
+def test_combination_rules_follow_the_benchmark() -> None:
+    assert bm25_query("hyde", "gpt4", "q", "doc") == "doc"
+    assert bm25_query("search-o1", "qwen3-32b", "q", "thinking</think> answer") == "answer"
+    assert bm25_query("query2doc", "gpt4", "ab", "doc") == "abab doc"
+    assert bm25_query("lamer", "gpt4", "q", "doc") == "q doc"
+    assert bm25_query("query2doc", "r1-qwen-32b", "q", "x</think>final") == "final"
+    assert dense_query("query2doc", "gpt4", "q", "doc").texts == ("q[SEP]doc",)
+    assert dense_query("hyde", "gpt4", "q", "doc").texts == ("q", "doc")
+    assert extract_answer("a Final Response: b", "huatuo-o1-70b") == "b"
+    assert extract_answer("<think>x</think><answer> y </answer>", "qwen-7b-ins") == "y"
+    assert extract_answer("no marker at all", "qwq-32b") == "no marker at all"
+
+
+def test_bm25_hyde_run_is_bm25_on_the_hypothetical_document_alone() -> None:
+    ds = load_demo("clinical-evidence")
+    run = run_system(ds, "bm25+hyde:demo-writer")
+    hy_docs = ds.rewrites["hyde", "demo-writer"]
+    qids = list(ds.queries)
+    expected = bm25_retriever(ds, "bm25").search([hy_docs[q] for q in qids], 100)
+    assert [run.top(q) for q in qids] == expected
+
+
+def test_fusion_system_equals_fusing_the_member_runs(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    fused = run_system(ds, "rrf(bm25,bm25-okapi)")
+    expected = reciprocal_rank_fusion([run_system(ds, "bm25"), run_system(ds, "bm25-okapi")], "x")
+    assert fused.rankings == expected.rankings
+    assert fused.name == "rrf(bm25,bm25-okapi)"
+
+
+def test_runs_are_cached_and_keyed_by_the_data(tiny_r2med: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    computed: list[str] = []
+    original = systems._compute
+
+    def spy(dataset, spec, k, progress):  # type: ignore[no-untyped-def]
+        computed.append(str(spec))
+        return original(dataset, spec, k, progress)
+
+    monkeypatch.setattr(systems, "_compute", spy)
+    first = run_system(load_r2med_dir(tiny_r2med), "bm25")
+    second = run_system(load_r2med_dir(tiny_r2med), "bm25")
+    assert computed == ["bm25"] and second.rankings == first.rankings
+    run_system(load_r2med_dir(tiny_r2med), "bm25", k=3)
+    assert computed == ["bm25", "bm25"]  # a different k is a different run
+    query_file = tiny_r2med / "query.jsonl"
+    query_file.write_text(query_file.read_text().replace("How is", "How exactly is"))
+    run_system(load_r2med_dir(tiny_r2med), "bm25")
+    assert computed == ["bm25", "bm25", "bm25"]  # an edited query is never served from the old run
+
+
+def test_progress_is_reported(tiny_r2med: Path) -> None:
+    seen: list[float] = []
+    run_system(load_r2med_dir(tiny_r2med), "rrf(bm25,bm25s)", progress=lambda f, m: seen.append(f))
+    assert seen and seen[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in seen)
