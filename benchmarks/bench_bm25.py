@@ -23,8 +23,10 @@ K1, B, TOP_K = 0.9, 0.4, 100
 FUNCTION_WORDS = "the of and to in a is that for it as was with be by on not this are or".split()
 
 
-def make_corpus(n_docs: int, n_queries: int, seed: int) -> tuple[list[str], list[str]]:
-    """Documents of 80–200 words and queries of 4–16 words, words drawn Zipf-like (s ≈ 1.1)."""
+def make_corpus(
+    n_docs: int, n_queries: int, seed: int, query_words: tuple[int, int] = (4, 16)
+) -> tuple[list[str], list[str]]:
+    """Documents of 80–200 words and queries of ``query_words`` words, drawn Zipf-like (s ≈ 1.1)."""
     rng = np.random.default_rng(seed)
     letters = np.array(list(string.ascii_lowercase))
     n_vocab = 60_000
@@ -44,7 +46,7 @@ def make_corpus(n_docs: int, n_queries: int, seed: int) -> tuple[list[str], list
         return " ".join(sentences)
 
     docs = [text(int(n)) for n in rng.integers(80, 201, size=n_docs)]
-    queries = [text(int(n)) for n in rng.integers(4, 17, size=n_queries)]
+    queries = [text(int(n)) for n in rng.integers(query_words[0], query_words[1] + 1, size=n_queries)]
     return docs, queries
 
 
@@ -88,14 +90,24 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=57_000)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--query-words",
+        type=int,
+        nargs=2,
+        default=(4, 16),
+        metavar=("MIN", "MAX"),
+        help="query length range; R2MED's rewritten (HyDE-style) queries run to a few hundred words",
+    )
     parser.add_argument("--okapi-queries", type=int, default=10, help="queries rank_bm25 actually runs")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs (not for rank_bm25)")
     args = parser.parse_args()
 
-    docs, queries = make_corpus(args.docs, args.queries, args.seed)
+    q_min, q_max = args.query_words
+    docs, queries = make_corpus(args.docs, args.queries, args.seed, (q_min, q_max))
     doc_ids = [f"d{i}" for i in range(len(docs))]
     n_words = sum(len(d.split()) for d in docs)
-    print(f"corpus: {len(docs):,} docs, {n_words:,} words, {len(queries)} queries, top-{TOP_K}, k1={K1}, b={B}")
+    print(f"corpus: {len(docs):,} docs, {n_words:,} words; {len(queries)} queries of {q_min}-{q_max} words")
+    print(f"top-{TOP_K}, k1={K1}, b={B}")
 
     # Warm-up outside the timings: imports, regex compilation (~0.15 s once per process).
     run_engine("official", doc_ids[:200], docs[:200], queries[:2])

@@ -21,6 +21,7 @@ from .progress import Progress, report
 from .retrieval.bm25 import BM25Retriever
 from .retrieval.dense import GENERIC_INSTRUCTION, PRESETS, DenseRetriever, resolve_model
 from .retrieval.fusion import reciprocal_rank_fusion
+from .retrieval.tokenize import ANALYZER_VERSION
 from .rewrite import bm25_query, dense_query
 from .runs import Run
 from .tasks import FAMILY_INSTRUCTIONS, REWRITE_METHODS
@@ -127,7 +128,12 @@ def parse_system(text: str) -> SystemSpec:
 def bm25_retriever(dataset: Dataset, alias: str, progress: Progress | None = None) -> BM25Retriever:
     """The BM25 index of a corpus, from the disk cache when it was built before."""
     retriever = BM25Retriever(engine=BM25_ENGINES[alias])
-    key = {"corpus": dataset.fingerprint, "params": retriever.params, "version": RUN_FORMAT_VERSION}
+    key = {
+        "corpus": dataset.fingerprint,
+        "params": retriever.params,
+        "analyzer": ANALYZER_VERSION,
+        "version": RUN_FORMAT_VERSION,
+    }
 
     def build(folder: Path) -> None:
         retriever.index(list(dataset.corpus), list(dataset.corpus.values()), progress)
@@ -199,6 +205,7 @@ def _run_key(dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
         "corpus": dataset.fingerprint,
         "queries": fingerprint(dataset.queries),
         "version": RUN_FORMAT_VERSION,
+        "analyzer": ANALYZER_VERSION,
     }
     if spec.rewrite:
         key["rewrite"] = fingerprint(dataset.rewrites.get(spec.rewrite, {}))

@@ -49,12 +49,12 @@ _UPPER = re.compile(r"(NDCG|MAP|Recall|P)@(\d+)", re.IGNORECASE)
 
 MIT_NOTICE = (
     "Permission is hereby granted, free of charge, to any person obtaining a copy of this "
-    "software and associated documentation files (the \"Software\"), to deal in the Software "
+    'software and associated documentation files (the "Software"), to deal in the Software '
     "without restriction, including without limitation the rights to use, copy, modify, merge, "
     "publish, distribute, sublicense, and/or sell copies of the Software, and to permit persons "
     "to whom the Software is furnished to do so, subject to the following conditions: The above "
     "copyright notice and this permission notice shall be included in all copies or substantial "
-    "portions of the Software. THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, "
+    'portions of the Software. THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, '
     "EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS "
     "FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT "
     "HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF "
@@ -67,7 +67,7 @@ HEADER: dict[str, Any] = {
     "authors": "Lei Li, Xiao Zhou, Zheng Liu",
     "year": 2025,
     "attribution": (
-        "Published results of \"R2MED: A Benchmark for Reasoning-Driven Medical Retrieval\" "
+        'Published results of "R2MED: A Benchmark for Reasoning-Driven Medical Retrieval" '
         "(Li et al., 2025), from the authors' public repository, MIT License."
     ),
     "source": "https://github.com/R2MED/R2MED (results/)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,7 +58,11 @@ def test_the_reasoning_gap_is_real(task: str) -> None:
 
 def test_demo_ships_inside_the_installed_package(tmp_path: Path) -> None:
     """Build a wheel, install it elsewhere, and load the demo from there (not from this checkout)."""
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    wheels, site, source = tmp_path / "wheels", tmp_path / "site", tmp_path / "source"
+    # Build from a copy so setuptools' build/ and *.egg-info never land in the checkout.
+    shutil.copytree(ROOT / "r2med_core", source / "r2med_core", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "requirements.txt", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     build = [
         sys.executable,
         "-m",
@@ -68,7 +73,7 @@ def test_demo_ships_inside_the_installed_package(tmp_path: Path) -> None:
         "-q",
         "-w",
         str(wheels),
-        str(ROOT),
+        str(source),
     ]
     subprocess.run(build, check=True, capture_output=True, timeout=300)
     [wheel] = list(wheels.glob("*.whl"))

@@ -83,9 +83,7 @@ def test_known_paper_numbers() -> None:
 def test_every_task_for_all_15_base_retrievers() -> None:
     frame = load_published()
     base = frame[frame["kind"] == "retriever"]
-    assert set(zip(base["retriever"], base["task"])) == {
-        (r, t) for r in BASE_RETRIEVERS for t in PUBLISHED_TASKS
-    }
+    assert set(zip(base["retriever"], base["task"])) == {(r, t) for r in BASE_RETRIEVERS for t in PUBLISHED_TASKS}
     assert len(base) == 15 * 8
     assert base["ndcg_at_10"].notna().all()
     assert set(RETRIEVER_NAMES) == BASE_RETRIEVERS
@@ -160,9 +158,7 @@ def test_avg_by_hand_for_bm25() -> None:
 
 
 def test_avg_needs_all_eight_tasks() -> None:
-    table = pd.DataFrame(
-        [[0.5] * 8, [1.0] * 7 + [math.nan]], columns=list(PUBLISHED_TASKS), index=["a", "b"]
-    )
+    table = pd.DataFrame([[0.5] * 8, [1.0] * 7 + [math.nan]], columns=list(PUBLISHED_TASKS), index=["a", "b"])
     out = _with_avg(table)
     assert out.loc["a", "Avg"] == 0.5
     assert math.isnan(out.loc["b", "Avg"])

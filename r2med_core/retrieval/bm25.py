@@ -25,11 +25,15 @@ import pathlib
 import pickle
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from r2med_core.progress import Progress, report
 from r2med_core.retrieval.tokenize import lucene_tokenize, tokenize_many, tokenize_to_ids
+
+if TYPE_CHECKING:
+    from rank_bm25 import BM25Okapi
 
 __all__ = ["ENGINES", "BM25Retriever"]
 
@@ -89,7 +93,7 @@ class BM25Retriever:
         self._avgdl = 0.0
         self._idf = np.empty(0, dtype=np.float64)
         # okapi
-        self._okapi: object | None = None
+        self._okapi: BM25Okapi | None = None
 
     # --- description -------------------------------------------------------------------------
 
@@ -112,6 +116,7 @@ class BM25Retriever:
         """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties)."""
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        self._indexed = False  # stays False if building fails half-way
         self._doc_ids = [str(d) for d in doc_ids]
         texts = list(texts)
         if self.engine == "official":
@@ -166,9 +171,10 @@ class BM25Retriever:
     def search(
         self, queries: Sequence[str], k: int = 100, progress: Progress | None = None
     ) -> list[list[tuple[str, float]]]:
-        """Top ``k`` ``(doc_id, score)`` per query, best first; ``[]`` for a query with no tokens.
+        """Top ``k`` ``(doc_id, score)`` per query, best first.
 
-        Documents scoring 0 still fill the list (in corpus order), as in the official runs.
+        Documents scoring 0 still fill the list (in corpus order), as in the official runs — also
+        for a query with no tokens at all, so it scores 0 in the averages instead of dropping out.
         """
         if not self._indexed:
             raise RuntimeError("BM25Retriever.search() called before index() or load()")
@@ -180,9 +186,6 @@ class BM25Retriever:
         for i, tokens in enumerate(query_tokens):
             if i % step == 0:
                 report(progress, i / max(total, 1), f"Searching {i:,}/{total:,}")
-            if not tokens:
-                results.append([])
-                continue
             scores = self._okapi_scores(tokens) if self.engine == "okapi" else self._matrix_scores(tokens)
             best = _top_k(scores, k)
             results.append([(self._doc_ids[j], float(scores[j])) for j in best])

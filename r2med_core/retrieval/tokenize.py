@@ -13,8 +13,10 @@ character is its own token, Thai-like scripts are kept as runs, emoji are tokens
 else separates tokens and is dropped. Like Lucene (since 4.10, LUCENE-5897/7760) a token longer
 than 255 UTF-16 units is chopped into pieces of at most 255, not dropped.
 
-Every distinct raw token is analysed once and memoised; tokenizing a corpus is then a
-``findall`` plus dictionary look-ups done in C.
+Speed: text is first split on whitespace (which always ends a token), and each distinct chunk —
+and each distinct raw token inside it — is analysed once and memoised, so tokenizing a corpus is
+mostly ``str.split`` plus dictionary look-ups done in C. Stemming uses NLTK's Porter stemmer in
+``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from nltk.stem.porter import PorterStemmer
 from r2med_core.progress import Progress, report
 
 __all__ = [
+    "ANALYZER_VERSION",
     "ENGLISH_STOP_WORDS",
     "MAX_TOKEN_LENGTH",
     "clear_cache",
@@ -44,12 +47,15 @@ ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
     "there these they this to was will with".split()
 )
 
+#: Bump when the analyzer's output changes: it is part of every BM25 cache key.
+ANALYZER_VERSION = 1
+
 #: ``StandardTokenizer.DEFAULT_MAX_TOKEN_LENGTH``, counted in UTF-16 code units as Java does.
 MAX_TOKEN_LENGTH = 255
 
-# Memoised analyses are dropped wholesale past this many distinct raw tokens (bounded memory on
-# huge corpora; a refill costs one stemming per distinct word).
-_CACHE_LIMIT = 2_000_000
+# Memoised analyses are dropped wholesale past this many entries (~125 bytes each, so memory stays
+# near 125 MB on huge corpora; a refill costs one regex pass and one stemming per distinct word).
+_CACHE_LIMIT = 1_000_000
 
 _STEMMER = PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS)
 
@@ -153,7 +159,7 @@ def _token_pattern() -> re.Pattern[str]:
         elif (cat[0] == "L" or cat == "Nl") and cp not in special:
             aletter.add(cp)
     aletter -= extend | hebrew | numeric
-    # Complex-context marks are both Extend and part of their script's runs.
+    # Thai, Lao, ... digits are Numeric, not part of the script runs (their marks are both).
     complex_context -= numeric
 
     x = _char_class(extend) + "*+"
@@ -246,6 +252,12 @@ def _analyze_piece(raw: str) -> str:
     term = _lower(raw)
     if term in ENGLISH_STOP_WORDS:
         return ""
+    return _stem(term)
+
+
+@functools.lru_cache(maxsize=_CACHE_LIMIT // 4)
+def _stem(term: str) -> str:
+    """Porter as Lucene does it; memoised by lower-cased word ("The"/"the" stem once)."""
     return _STEMMER.stem(term, to_lowercase=False)
 
 
@@ -289,6 +301,7 @@ def clear_cache() -> None:
     """Forget memoised analyses (frees memory; benchmarks use it for cold-cache timings)."""
     _TOKENS.clear()
     _CHUNKS.clear()
+    _stem.cache_clear()
 
 
 def _chunks(text: str) -> list[str]:
