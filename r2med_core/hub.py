@@ -67,10 +67,34 @@ def download_task(
     return Path(folder)
 
 
+def cached_task(task: str, *, revision: str | None = None, cache_dir: str | Path | None = None) -> Path | None:
+    """The local snapshot of a task if it is already in the HF cache (no network), else None."""
+    info = get_task(task)
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(
+            repo_id=info.hf_id,
+            repo_type="dataset",
+            revision=revision,
+            cache_dir=str(cache_dir) if cache_dir else None,
+            allow_patterns=list(HUB_PATTERNS),
+            local_files_only=True,
+        )
+    except Exception:
+        return None
+    return Path(folder) if (Path(folder) / "corpus.jsonl").is_file() else None
+
+
 def load_hf(
     task: str, *, revision: str | None = None, cache_dir: str | Path | None = None, progress: Progress | None = None
 ) -> Dataset:
     """Download (or reuse the cached copy of) a task and load it."""
+    folder = download_task(task, revision=revision, cache_dir=cache_dir, progress=progress)
+    return load_snapshot(task, folder)
+
+
+def load_snapshot(task: str, folder: str | Path) -> Dataset:
+    """Load a downloaded snapshot folder of a task (named and sourced as the hub task)."""
     info = get_task(task)
-    folder = download_task(info.name, revision=revision, cache_dir=cache_dir, progress=progress)
     return load_r2med_dir(folder, name=info.name, source=f"hf:{info.hf_id}")

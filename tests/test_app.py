@@ -124,3 +124,29 @@ def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) ->
     assert any(f"{tmp_path / 'query.jsonl'}:2" in e.value for e in at.error)
     at.radio(key="w_source").set_value("demo").run()
     assert not at.exception and not at.error
+
+
+def test_hugging_face_source_uses_the_cache_and_asks_before_downloading(
+    tiny_r2med: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached task opens at once; an uncached one waits for a click, and a failed download is a
+    message, not a crash (this machine is offline, like a user's laptop on a plane)."""
+    from huggingface_hub import constants
+
+    from .test_data import fill_hf_cache
+
+    cache = tmp_path / "hf"
+    fill_hf_cache(cache, "Biology", tiny_r2med)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    at = open_app(source="hf", task="Biology")
+    assert at.title[0].value == "Biology"
+    assert any("5 documents" in c.value for c in at.sidebar.caption)
+
+    at.selectbox(key="w_task").set_value("MedQA-Diag").run()
+    assert any("not in your Hugging Face cache" in c.value for c in at.sidebar.caption)
+    assert any("Choose a data source" in w.value for w in at.warning)
+    at.button(key="w_download").click().run()
+    assert not at.exception
+    assert any("could not get R2MED/MedQA-Diag" in e.value for e in at.error)

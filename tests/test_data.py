@@ -129,7 +129,7 @@ def test_fingerprint_changes_with_any_document_text(tiny_r2med: Path) -> None:
     assert load_r2med_dir(tiny_r2med).fingerprint != before
 
 
-def _fill_hf_cache(cache: Path, task: str, source: Path) -> None:
+def fill_hf_cache(cache: Path, task: str, source: Path) -> None:
     """Lay out a dataset repo exactly as huggingface_hub stores it: refs/main → snapshots/<commit>."""
     repo = cache / f"datasets--R2MED--{task}"
     commit = "0123456789abcdef0123456789abcdef01234567"
@@ -146,7 +146,7 @@ def _fill_hf_cache(cache: Path, task: str, source: Path) -> None:
 def test_hub_loader_offline_from_prefilled_cache(tiny_r2med: Path, tmp_path: Path) -> None:
     """The same snapshot_download call a user makes online, served from the HF cache offline."""
     cache = tmp_path / "hf-cache"
-    _fill_hf_cache(cache, "Biology", tiny_r2med)
+    fill_hf_cache(cache, "Biology", tiny_r2med)
     script = (
         "import json; from r2med_core.hub import load_hf; ds = load_hf('biology'); "
         "print(json.dumps([ds.name, ds.source, len(ds.corpus), ds.rewrite_options(), ds.family.name]))"
@@ -179,3 +179,14 @@ def test_hub_loader_offline_from_prefilled_cache(tiny_r2med: Path, tmp_path: Pat
     )
     assert missing.returncode == 2
     assert "could not get R2MED/MedQA-Diag" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_cached_task_looks_only_at_the_local_cache(tiny_r2med: Path, tmp_path: Path) -> None:
+    from r2med_core.hub import cached_task
+
+    cache = tmp_path / "hf-cache"
+    assert cached_task("Biology", cache_dir=cache) is None
+    fill_hf_cache(cache, "Biology", tiny_r2med)
+    found = cached_task("Biology", cache_dir=cache)
+    assert found is not None and (found / "corpus.jsonl").is_file()
+    assert cached_task("PMC-Clinical", cache_dir=cache) is None

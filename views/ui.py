@@ -18,7 +18,7 @@ from typing import Any
 import streamlit as st
 
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
-from r2med_core.hub import DownloadError, load_hf
+from r2med_core.hub import DownloadError, cached_task, download_task, load_snapshot
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.systems import SpecError, parse_system, run_system
 
@@ -86,19 +86,24 @@ def sync_url() -> None:
 
 
 def bound(name: str, options: Sequence[Any] | None = None, default: Any = None) -> str:
-    """Seed widget ``w_<name>`` from the view (falling back when the value is not an option)."""
+    """Seed widget ``w_<name>`` from the view, and return its key.
+
+    A value that is not among ``options`` (a stale deep link, another source's task) falls back to
+    ``default`` or the first option, and the view is corrected too, so the URL never lies.
+    """
     key = f"w_{name}"
     wanted = getattr(view(), name)
     if options is None:
-        st.session_state[key] = wanted
+        value = wanted
     elif isinstance(wanted, list):
-        valid = [v for v in wanted if v in options]
-        if key not in st.session_state or st.session_state[key] != valid:
-            st.session_state[key] = valid
-    elif key not in st.session_state or st.session_state[key] != wanted:
-        st.session_state[key] = (
-            wanted if wanted in options else (default if default in options else (options[0] if options else None))
-        )
+        value = [v for v in wanted if v in options]
+    elif wanted in options:
+        value = wanted
+    else:
+        value = default if default in options else (options[0] if options else None)
+    setattr(view(), name, value)
+    if st.session_state.get(key) != value:
+        st.session_state[key] = value
     return key
 
 
@@ -130,12 +135,14 @@ def _folder_signature(folder: str) -> tuple:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _load(source: str, ref: str, signature: tuple, _progress: Callable[[float, str], None] | None = None) -> Dataset:
+def _load(source: str, ref: str, signature: tuple) -> Dataset:
+    """Load once per server (``signature`` changes when a local folder's files change)."""
     if source == "demo":
         return load_demo(ref)
     if source == "local":
         return load_dir(ref)
-    return load_hf(ref, progress=_progress)
+    task, folder = signature
+    return load_snapshot(task, folder)
 
 
 def dataset_key(dataset: Dataset) -> str:
@@ -248,7 +255,9 @@ def sidebar() -> Dataset | None:
 
 def _sidebar_dataset(v: View) -> Dataset | None:
     if v.source == "demo":
-        st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS), on_change=store("task"))
+        st.selectbox(
+            "Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=store("task")
+        )
     elif v.source == "local":
         st.text_input(
             "Folder (R2MED or BEIR layout)",
@@ -265,9 +274,14 @@ def _sidebar_dataset(v: View) -> Dataset | None:
     else:
         tasks = list(TASKS)
         st.selectbox("R2MED task", tasks, key=bound("task", tasks), on_change=store("task"))
-        st.caption(
-            "Downloads into your Hugging Face cache on first use; set HF_HUB_OFFLINE=1 to use only what is cached."
-        )
+        task = TASKS[v.task] if v.task in TASKS else next(iter(TASKS.values()))
+        if cached_task(task.name) is None:
+            st.caption(
+                f"{task.hf_id} ({task.n_documents:,} documents) is not in your Hugging Face cache yet. "
+                "It is downloaded once; set HF_HUB_OFFLINE=1 to use only what is cached."
+            )
+            if not st.button(f"Download {task.hf_id}", key="w_download"):
+                return None
     try:
         dataset = current_dataset()
     except DataError as err:
@@ -292,11 +306,14 @@ def current_dataset() -> Dataset:
         folder = v.folder.strip()
         return _load("local", folder, _folder_signature(folder))
     task = v.task if v.task in TASKS else next(iter(TASKS))
-    holder = st.empty()
-    try:
-        return _load("hf", task, (), _progress_callback(f"Downloading R2MED/{task}", holder))
-    finally:
-        holder.empty()
+    folder = cached_task(task)
+    if folder is None:  # the download draws its progress outside any cached function
+        holder = st.empty()
+        try:
+            folder = download_task(task, progress=_progress_callback(f"Downloading R2MED/{task}", holder))
+        finally:
+            holder.empty()
+    return _load("hf", task, (task, str(folder)))
 
 
 def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
