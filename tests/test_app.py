@@ -113,7 +113,7 @@ def test_deep_link_restores_the_selection() -> None:
     assert at.selectbox(key="w_task").value == "clinical-case"
     assert at.selectbox(key="w_system").value == "minilm"
     assert at.selectbox(key="w_q").value == qid
-    assert at.query_params["q"] == [qid] or at.query_params["q"] == qid
+    assert at.query_params["q"] == qid and at.query_params["system"] == "minilm"
 
 
 def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) -> None:
@@ -150,3 +150,17 @@ def test_hugging_face_source_uses_the_cache_and_asks_before_downloading(
     at.button(key="w_download").click().run()
     assert not at.exception
     assert any("could not get R2MED/MedQA-Diag" in e.value for e in at.error)
+
+
+def test_adding_a_model_and_a_fusion_from_the_sidebar() -> None:
+    at = open_app("metrics", systems=["bm25", "bm25s"])
+    at.button(key="w_add_fusion").click().run()
+    assert "rrf(bm25,bm25s)" in at.multiselect(key="w_systems").value
+    at.text_input(key="w_new_model").input("/no/such/model").run()
+    at.button(key="w_add_model").click().run()
+    assert not at.exception
+    assert "dense:/no/such/model" in at.multiselect(key="w_systems").value
+    # The unusable model is reported on the page; the other systems still render.
+    assert any("could not run" in e.value for e in at.error)
+    assert len(frame(at, "ndcg_at_10")) == 3
+    assert "rrf(bm25,bm25s)" in at.query_params["systems"]  # the URL carries the new system

@@ -238,26 +238,37 @@ def sidebar() -> Dataset | None:
             on_change=store("systems"),
             help="Every page compares these. Indexes are cached on disk.",
         )
-        with st.expander("Add a dense model"):
+        with st.expander("Add a model or a fusion"):
             typed = st.text_input(
                 "sentence-transformers model id or local path",
                 key="w_new_model",
                 placeholder="e.g. BAAI/bge-small-en-v1.5 or /models/my-encoder",
             )
-            if st.button("Add model", disabled=not typed.strip()):
-                name = f"dense:{typed.strip()}"
-                v.extra = list(dict.fromkeys([*v.extra, name]))
-                v.systems = list(dict.fromkeys([*v.systems, name]))
-                st.rerun()
+            if st.button("Add model", disabled=not typed.strip(), key="w_add_model"):
+                _add_system(f"dense:{typed.strip()}")
+            plain = [s for s in v.systems if not s.startswith("rrf(")]
+            if st.button(
+                "Add RRF fusion of the selected systems",
+                disabled=len(plain) < 2,
+                key="w_add_fusion",
+                help="Reciprocal-rank fusion (k=60) of every selected system that is not itself a fusion.",
+            ):
+                _add_system(f"rrf({','.join(plain)})")
         _sidebar_rewrite(v, dataset)
     return dataset
 
 
+def _add_system(name: str) -> None:
+    """Offer a new system and select it (it stays offered for the rest of the session and in the URL)."""
+    v = view()
+    v.extra = list(dict.fromkeys([*v.extra, name]))
+    v.systems = list(dict.fromkeys([*v.systems, name]))
+    st.rerun()
+
+
 def _sidebar_dataset(v: View) -> Dataset | None:
     if v.source == "demo":
-        st.selectbox(
-            "Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=store("task")
-        )
+        st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=store("task"))
     elif v.source == "local":
         st.text_input(
             "Folder (R2MED or BEIR layout)",
