@@ -9,14 +9,14 @@ import streamlit as st
 
 from views import ui
 
-st.set_page_config(page_title="R2MED Explorer", page_icon="🩺", layout="wide")
+st.set_page_config(page_title="R2MED Explorer", page_icon=":material/stethoscope:", layout="wide")
 
 PAGES = [
-    st.Page("views/overview.py", title="Overview", icon="📋", url_path="overview", default=True),
-    st.Page("views/explorer.py", title="Query explorer", icon="🔎", url_path="explorer"),
-    st.Page("views/compare.py", title="Compare systems", icon="⚖️", url_path="compare"),
-    st.Page("views/metrics.py", title="Metrics", icon="📊", url_path="metrics"),
-    st.Page("views/leaderboard.py", title="Leaderboard", icon="🏆", url_path="leaderboard"),
+    st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview", default=True),
+    st.Page("views/explorer.py", title="Query explorer", icon=":material/search:", url_path="explorer"),
+    st.Page("views/compare.py", title="Compare systems", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("views/metrics.py", title="Metrics", icon=":material/bar_chart:", url_path="metrics"),
+    st.Page("views/leaderboard.py", title="Leaderboard", icon=":material/emoji_events:", url_path="leaderboard"),
 ]
 
 page = st.navigation(PAGES)

@@ -54,6 +54,15 @@ def overlap(text: str, terms: frozenset[str]) -> list[str]:
 QUERY_TABLE_COLUMNS = ["query_id", "query", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]
 
 
+def shared_with_gold(dataset: Dataset, query_id: str) -> frozenset[str]:
+    """Query terms that occur in at least one gold document: the lexical bridge BM25 can use."""
+    terms = query_terms(dataset.queries[query_id])
+    found: set[str] = set()
+    for doc_id in dataset.positives(query_id):
+        found |= terms & query_terms(dataset.corpus[doc_id])
+    return frozenset(found)
+
+
 def query_table(dataset: Dataset, results: Results, run: Run, depth: int = 100) -> pd.DataFrame:
     """One row per judged query: its metrics, how many gold documents it has and how many were missed."""
     rows = []

@@ -10,6 +10,17 @@ from .evaluation import ALL_METRICS, CUTOFFS, Results
 CURVE_METRICS: tuple[str, ...] = ("ndcg_at", "recall_at", "precision_at", "map_at")
 
 
+_FAMILY_LABELS = {"ndcg_at": "nDCG", "map_at": "MAP", "recall_at": "Recall", "precision_at": "P"}
+
+
+def metric_label(metric: str) -> str:
+    """``ndcg_at_10`` → ``nDCG@10``, ``mrr`` → ``MRR`` (the paper's spelling, for charts and pickers)."""
+    if metric == "mrr":
+        return "MRR"
+    family, _, k = metric.rpartition("_")
+    return f"{_FAMILY_LABELS.get(family, family)}@{k}"
+
+
 def means_table(results: list[Results], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per system, one column per official metric."""
     labels = labels or {}

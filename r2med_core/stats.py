@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -23,17 +24,19 @@ class DatasetSummary:
     mean_positives: float
     n_rewrites: int
     positives_per_query: pd.DataFrame
+    grade_counts: dict[int, int]
     published: TaskInfo | None
 
 
 def dataset_summary(dataset: Dataset) -> DatasetSummary:
     """Counts and labels shown at the top of the Overview page."""
     rows = [
-        {"query_id": qid, "positives": sum(1 for g in grades.values() if g > 0), "grade": str(max(grades.values()))}
+        {"query_id": qid, "positives": sum(1 for g in grades.values() if g > 0)}
         for qid, grades in dataset.qrels.items()
         if any(g > 0 for g in grades.values())
     ]
-    positives = pd.DataFrame(rows, columns=["query_id", "positives", "grade"])
+    positives = pd.DataFrame(rows, columns=["query_id", "positives"])
+    grades = Counter(g for judged in dataset.qrels.values() for g in judged.values())
     published = TASKS.get(dataset.name)
     meta = dataset.meta
     return DatasetSummary(
@@ -46,6 +49,7 @@ def dataset_summary(dataset: Dataset) -> DatasetSummary:
         mean_positives=float(positives["positives"].mean()) if len(positives) else 0.0,
         n_rewrites=len(dataset.rewrites),
         positives_per_query=positives,
+        grade_counts=dict(sorted(grades.items())),
         published=published,
     )
 

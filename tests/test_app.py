@@ -102,7 +102,7 @@ def test_compare_and_metrics_render_their_charts() -> None:
     assert {"t-test p", "randomization p", "wins / ties / losses"} <= set(significance.columns)
     at = open_app("metrics", systems=["bm25", "minilm"])
     assert _charts(at) >= 3
-    means = frame(at, "ndcg_at_10")
+    means = frame(at, "nDCG@10")
     assert len(means) == 2
 
 
@@ -162,5 +162,5 @@ def test_adding_a_model_and_a_fusion_from_the_sidebar() -> None:
     assert "dense:/no/such/model" in at.multiselect(key="w_systems").value
     # The unusable model is reported on the page; the other systems still render.
     assert any("could not run" in e.value for e in at.error)
-    assert len(frame(at, "ndcg_at_10")) == 3
+    assert len(frame(at, "nDCG@10")) == 3
     assert "rrf(bm25,bm25s)" in at.query_params["systems"]  # the URL carries the new system

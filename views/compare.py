@@ -11,6 +11,7 @@ import streamlit as st
 
 from r2med_core.evaluation import ALL_METRICS, compare
 from r2med_core.explore import per_query_delta
+from r2med_core.report import metric_label
 from views import ui
 
 dataset = ui.current_dataset()
@@ -29,7 +30,10 @@ c1.multiselect(
     key=ui.bound("compare", options),
     on_change=ui.store("compare"),
 )
-metric = c2.selectbox("Metric", ALL_METRICS, index=ALL_METRICS.index("ndcg_at_10"), key="w_compare_metric")
+metric = c2.selectbox(
+    "Metric", ALL_METRICS, index=ALL_METRICS.index("ndcg_at_10"), format_func=metric_label, key="w_compare_metric"
+)
+name = metric_label(metric)
 chosen = st.session_state["w_compare"]
 if len(chosen) < 2:
     st.info("Pick at least two systems. Switch HyDE on in the sidebar to compare each system with its rewrite.")
@@ -47,8 +51,8 @@ rows = []
 for test, other in zip(tests, others):
     row = {
         "system": ui.system_label(other.run_name),
-        f"{metric} baseline": round(test.mean_a, 4),
-        f"{metric} system": round(test.mean_b, 4),
+        f"{name} baseline": round(test.mean_a, 4),
+        f"{name} system": round(test.mean_b, 4),
         "Δ": round(test.delta, 4),
         "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
         "t-test p": test.t_pvalue,
@@ -79,7 +83,7 @@ for test, other in zip(tests, others):
             x="a",
             y="b",
             hover_name="query_id",
-            labels={"a": f"{metric} · baseline", "b": f"{metric} · system"},
+            labels={"a": f"{name} · baseline", "b": f"{name} · system"},
         )
         scatter.add_trace(
             go.Scatter(
@@ -91,6 +95,7 @@ for test, other in zip(tests, others):
                 hoverinfo="skip",
             )
         )
+        scatter.update_xaxes(range=[-0.02, 1.02]).update_yaxes(range=[-0.02, 1.02], scaleanchor="x")
         st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
     with right:
         bars = delta.reset_index().sort_values("delta", ascending=False)
@@ -101,7 +106,7 @@ for test, other in zip(tests, others):
             y="delta",
             color="direction",
             color_discrete_map={"gain": "#2a9d8f", "loss": "#e76f51", "tie": "#adb5bd"},
-            labels={"delta": f"Δ {metric}", "query_id": "query (sorted by Δ)"},
+            labels={"delta": f"Δ {name}", "query_id": "query (sorted by Δ)"},
         )
         fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
         st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")

@@ -15,6 +15,7 @@ from r2med_core.explore import (
     query_table,
     query_terms,
     retrieved_frame,
+    shared_with_gold,
 )
 from r2med_core.systems import parse_system
 from views import ui
@@ -107,9 +108,15 @@ nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch")
 qid = v.q = st.session_state["w_q"]
 
 terms = query_terms(dataset.queries[qid])
+bridge = shared_with_gold(dataset, qid)
 with st.container(border=True):
     st.markdown(f"**Query {qid}**")
-    st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], terms)}</div>")
+    st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], bridge)}</div>")
+    st.caption(
+        "Highlighted: the query's words that also occur in a gold document"
+        + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
+        + " In documents below, every word shared with the query is highlighted."
+    )
     for name, value in dataset.query_meta.get(qid, {}).items():
         if name in ("doc_id",) or value in ("", None, []):
             continue

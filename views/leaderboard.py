@@ -7,6 +7,7 @@ import streamlit as st
 
 from r2med_core.published import ATTRIBUTION, KINDS, METRICS, PUBLISHED_TASKS, leaderboard, published_key_for
 from r2med_core.published import published_score as paper_score
+from r2med_core.report import metric_label
 from views import ui
 
 dataset = ui.current_dataset()
@@ -14,7 +15,7 @@ st.title("Leaderboard")
 st.caption(ATTRIBUTION)
 
 c1, c2 = st.columns(2)
-metric = c1.selectbox("Metric", METRICS, index=METRICS.index("ndcg_at_10"), key="w_lb_metric")
+metric = c1.selectbox("Metric", METRICS, index=METRICS.index("ndcg_at_10"), format_func=metric_label, key="w_lb_metric")
 kinds = {
     "retriever": "Retrievers (15)",
     "rewrite": "Query rewriting × LLM × retriever",
@@ -23,7 +24,7 @@ kinds = {
 kind = c2.selectbox("Settings", KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind)
 st.dataframe(
-    table.drop(columns=["key", "kind"]).round(4),
+    table[["Avg", *PUBLISHED_TASKS]].round(4),
     width="stretch",
     column_config={t: st.column_config.NumberColumn(t, format="%.4f") for t in [*PUBLISHED_TASKS, "Avg"]},
 )
@@ -39,23 +40,28 @@ if dataset.name not in PUBLISHED_TASKS:
         "Your local scores are listed for reference; load a real R2MED task (Hugging Face source, or a local "
         "copy) to see the gap to the paper."
     )
+published_task = dataset.name in PUBLISHED_TASKS
 rows = []
 for name in ui.systems_in_play():
     computed = ui.safe_results(dataset, name)
     if computed is None:
         continue
-    local = computed[1].means.get(metric)
-    key = published_key_for(name)
-    paper = paper_score(key, dataset.name, metric) if key and dataset.name in PUBLISHED_TASKS else None
-    gap = None if paper is None else local - paper
-    rows.append(
-        {
-            "system": ui.system_label(name),
-            f"local {metric}": round(local, 4),
-            "published": paper,
-            "gap": None if gap is None else round(gap, 4),
-            "flag": "" if gap is None else ("⚠ differs from the paper" if abs(gap) > 0.01 else "✓ matches"),
-        }
-    )
+    local = computed[1].means[metric] if metric in computed[1].means else float("nan")
+    row = {"system": ui.system_label(name), f"local {metric_label(metric)}": round(local, 4)}
+    if published_task:
+        key = published_key_for(name)
+        paper = paper_score(key, dataset.name, metric) if key else None
+        gap = None if paper is None else local - paper
+        row["published"] = paper
+        row["gap"] = None if gap is None else round(gap, 4)
+        if paper is None:
+            row["flag"] = "no published counterpart"
+        else:
+            row["flag"] = "⚠ differs from the paper" if abs(gap) > 0.01 else "✓ matches"
+    rows.append(row)
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-st.caption("A gap over 0.01 is flagged: it usually means a different model revision, tokenizer or corpus copy.")
+if published_task:
+    st.caption(
+        "A gap over 0.01 is flagged: it usually means a different model revision, tokenizer or corpus copy. "
+        "Systems without a published counterpart (MiniLM, bm25s, fusions …) have no paper number."
+    )

@@ -7,8 +7,8 @@ import json
 import plotly.express as px
 import streamlit as st
 
-from r2med_core.evaluation import MAIN_METRICS
-from r2med_core.report import curves_table, means_table, per_query_long
+from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
+from r2med_core.report import curves_table, means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from views import ui
 
@@ -29,36 +29,46 @@ labels = {name: ui.system_label(name) for name in results}
 
 means = means_table(list(results.values()), labels)
 st.subheader("Official metrics")
-shown = st.multiselect("Metrics", list(means.columns.drop("system")), default=list(MAIN_METRICS), key="w_metrics")
+shown = st.multiselect(
+    "Metrics", list(ALL_METRICS), default=list(MAIN_METRICS), format_func=metric_label, key="w_metrics"
+)
 long = means.melt(id_vars="system", value_vars=shown, var_name="metric", value_name="value")
+long["metric"] = long["metric"].map(metric_label)
 st.plotly_chart(
     px.bar(long, x="metric", y="value", color="system", barmode="group", range_y=[0, 1]),
     width="stretch",
     key="metric_bars",
 )
-st.dataframe(means.set_index("system")[shown].round(4), width="stretch")
+st.dataframe(means.set_index("system")[shown].rename(columns=metric_label).round(4), width="stretch")
 st.download_button(
     "Download metrics (CSV)", means.to_csv(index=False), file_name=f"{dataset.name}_metrics.csv", mime="text/csv"
 )
 
 st.subheader("Metric @ k")
 curves = curves_table(list(results.values()), labels)
-st.plotly_chart(
-    px.line(
-        curves, x="k", y="value", color="system", facet_col="metric", markers=True, log_x=True, facet_col_spacing=0.04
-    ).update_yaxes(matches=None, showticklabels=True),
-    width="stretch",
-    key="metric_curves",
+curves["k"] = curves["k"].astype(str)
+curve_fig = px.line(
+    curves,
+    x="k",
+    y="value",
+    color="system",
+    facet_col="metric",
+    markers=True,
+    facet_col_spacing=0.05,
+    category_orders={"k": ["1", "10", "25", "50", "100"]},
 )
+curve_fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+curve_fig.update_yaxes(matches=None, showticklabels=True, rangemode="tozero")
+st.plotly_chart(curve_fig, width="stretch", key="metric_curves")
 
 st.subheader("Per-query distribution")
-metric = st.selectbox("Metric", list(MAIN_METRICS), key="w_dist_metric")
+metric = st.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_dist_metric")
 per_query = per_query_long(list(results.values()), labels, metric)
-st.plotly_chart(
-    px.violin(per_query, x="system", y=metric, box=True, points="all", hover_name="query_id"),
-    width="stretch",
-    key="metric_violin",
+box = px.box(
+    per_query, x="system", y=metric, points="all", hover_name="query_id", labels={metric: metric_label(metric)}
 )
+box.update_yaxes(range=[-0.03, 1.03])
+st.plotly_chart(box, width="stretch", key="metric_box")
 st.download_button(
     "Download per-query metrics (CSV)",
     per_query_long(list(results.values()), labels, None).to_csv(index=False),

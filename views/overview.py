@@ -46,15 +46,11 @@ with left:
 with right:
     st.subheader("Relevant documents per query")
     positives = summary.positives_per_query
-    fig = px.histogram(
-        positives,
-        x="positives",
-        color="grade",
-        barmode="stack",
-        labels={"positives": "relevant documents", "grade": "grade"},
-    )
+    fig = px.histogram(positives, x="positives", labels={"positives": "relevant documents (grade > 0)"})
     fig.update_xaxes(dtick=1)
+    fig.update_layout(bargap=0.2, yaxis_title="queries")
     st.plotly_chart(fig, width="stretch")
+    st.caption(f"Judgements by grade: {', '.join(f'grade {g}: {n}' for g, n in summary.grade_counts.items())}.")
 
 st.subheader("Data source and license")
 st.markdown(f"- **Source:** `{dataset.source}`\n- **Family:** {summary.family}\n- **License:** {summary.license}")

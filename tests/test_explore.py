@@ -1,0 +1,86 @@
+"""What the explorer computes: safe highlighting, gold ranks, rewrite effects, query filters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from r2med_core.data import load_r2med_dir
+from r2med_core.evaluation import evaluate
+from r2med_core.explore import (
+    GoldRow,
+    filter_queries,
+    gold_frame,
+    gold_rows,
+    highlight,
+    query_table,
+    query_terms,
+    retrieved_frame,
+    shared_with_gold,
+)
+from r2med_core.report import metric_label
+from r2med_core.runs import Run
+
+
+def test_highlight_escapes_before_marking() -> None:
+    text = 'Insulin <script>alert("x")</script> <img src=x onerror=alert(1)> & treated'
+    html = highlight(text, query_terms("insulin treating for alerts"))
+    assert "<script>" not in html and "<img" not in html
+    assert "&lt;script&gt;" in html and "&amp;" in html
+    assert "<mark>Insulin</mark>" in html and "<mark>treated</mark>" in html  # same stem as "treating"
+    assert "<mark>alert</mark>" in html  # inside escaped markup, still only text
+    assert html.count("<mark>") == html.count("</mark>")
+
+
+def test_highlight_keeps_line_breaks_and_marks_nothing_without_terms() -> None:
+    assert highlight("a\nb <c>", frozenset()) == "a<br>b &lt;c&gt;"
+
+
+def _tiny_run() -> Run:
+    return Run("toy", {"q1": [("dka_1", 3.0), ("gout_0", 2.0)], "q2": [("asthma_0", 1.0)]})
+
+
+def test_gold_rows_and_rewrite_effects(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    rewritten = Run("toy+hyde", {"q1": [("dka_0", 5.0), ("gout_0", 1.0)]})
+    rows = gold_rows(ds, _tiny_run(), "q1", rewritten)
+    assert rows == [GoldRow("dka_0", 2, None, 1), GoldRow("dka_1", 1, 1, None)]
+    assert [r.rewrite_effect for r in rows] == ["rescued", "lost"]
+    assert GoldRow("d", 1, 9, 2).rewrite_effect == "up 7" and GoldRow("d", 1, 2, 9).rewrite_effect == "down 7"
+    frame = gold_frame(rows, with_rewrite=True)
+    assert list(frame["rank"]) == ["not in top 100", "1"]
+    assert list(frame["rank with rewrite"]) == ["1", "not in top 100"]
+
+
+def test_query_table_and_filters(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    run = _tiny_run()
+    table = query_table(ds, evaluate(run, ds.qrels), run)
+    assert list(table["query_id"]) == ["q1", "q2"]  # q3 has no judgements
+    row = table.set_index("query_id").loc["q2"]
+    assert row["ndcg_at_10"] == 0 and row["gold_missed"] == 1
+    assert list(filter_queries(table, failures_only=True)["query_id"]) == ["q2"]
+    assert list(filter_queries(table, missed_gold=True)["query_id"]) == ["q1", "q2"]
+    assert list(filter_queries(table, search="TROPONIN")["query_id"]) == ["q2"]
+    assert list(filter_queries(table, search="q1")["query_id"]) == ["q1"]
+
+
+def test_retrieved_frame_marks_gold(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    frame = retrieved_frame(ds, _tiny_run(), "q1", k=5)
+    assert list(frame["document"]) == ["dka_1", "gout_0"]
+    assert list(frame["gold"]) == ["✓", ""] and list(frame["grade"]) == [1, 0]
+
+
+def test_shared_with_gold(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    assert shared_with_gold(ds, "q1") == frozenset({"diabet", "ketoacidosi", "treat"})
+
+
+def test_metric_labels() -> None:
+    assert [metric_label(m) for m in ("ndcg_at_10", "recall_at_100", "precision_at_1", "map_at_25", "mrr")] == [
+        "nDCG@10",
+        "Recall@100",
+        "P@1",
+        "MAP@25",
+        "MRR",
+    ]
