@@ -11,8 +11,12 @@ from views import ui
 
 st.set_page_config(page_title="R2MED Explorer", page_icon=":material/stethoscope:", layout="wide")
 
+OVERVIEW = st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview")
 PAGES = [
-    st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview", default=True),
+    # Streamlit serves the default page only at "/", so "/" is a hidden page that opens the Overview:
+    # every page, the Overview included, then has a URL of its own for deep links.
+    st.Page(lambda: st.switch_page(OVERVIEW), title="Start", url_path="start", default=True, visibility="hidden"),
+    OVERVIEW,
     st.Page("views/explorer.py", title="Query explorer", icon=":material/search:", url_path="explorer"),
     st.Page("views/compare.py", title="Compare systems", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("views/metrics.py", title="Metrics", icon=":material/bar_chart:", url_path="metrics"),

@@ -54,9 +54,18 @@ def overlap(text: str, terms: frozenset[str]) -> list[str]:
 QUERY_TABLE_COLUMNS = ["query_id", "query", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]
 
 
-def shared_with_gold(dataset: Dataset, query_id: str) -> frozenset[str]:
-    """Query terms that occur in at least one gold document: the lexical bridge BM25 can use."""
-    terms = query_terms(dataset.queries[query_id])
+def shorten(text: str, width: int) -> str:
+    """One line of at most ``width`` characters, cut at a word boundary with an ellipsis."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    return flat[: width - 1].rsplit(" ", 1)[0] + "…"
+
+
+def shared_with_gold(dataset: Dataset, query_id: str, text: str | None = None) -> frozenset[str]:
+    """Terms of ``text`` (the query by default) that occur in at least one gold document: the lexical
+    bridge BM25 can use."""
+    terms = query_terms(dataset.queries[query_id] if text is None else text)
     found: set[str] = set()
     for doc_id in dataset.positives(query_id):
         found |= terms & query_terms(dataset.corpus[doc_id])
@@ -139,16 +148,17 @@ def gold_frame(rows: list[GoldRow], with_rewrite: bool) -> pd.DataFrame:
         {
             "document": [r.doc_id for r in rows],
             "grade": [r.grade for r in rows],
-            "rank": [_rank_text(r.rank) for r in rows],
+            "rank": [rank_text(r.rank) for r in rows],
         }
     )
     if with_rewrite:
-        frame["rank with rewrite"] = [_rank_text(r.rank_with_rewrite) for r in rows]
-        frame["rewrite effect"] = [r.rewrite_effect for r in rows]
+        frame["with rewrite"] = [rank_text(r.rank_with_rewrite) for r in rows]
+        frame["effect"] = [r.rewrite_effect for r in rows]
     return frame
 
 
-def _rank_text(rank: int | None, depth: int = 100) -> str:
+def rank_text(rank: int | None, depth: int = 100) -> str:
+    """A rank as shown to users: the number, or "not in top 100"."""
     return str(rank) if rank is not None and rank <= depth else f"not in top {depth}"
 
 
@@ -159,13 +169,12 @@ def retrieved_frame(dataset: Dataset, run: Run, query_id: str, k: int = 10) -> p
         {
             "rank": rank,
             "document": doc,
-            "score": round(score, 4),
-            "gold": "✓" if doc in gold else "",
-            "grade": gold.get(doc, 0),
+            "score": round(score, 3),
+            "gold": f"✓ grade {gold[doc]}" if doc in gold else "",
         }
         for rank, (doc, score) in enumerate(run.top(query_id, k), start=1)
     ]
-    return pd.DataFrame(rows, columns=["rank", "document", "score", "gold", "grade"])
+    return pd.DataFrame(rows, columns=["rank", "document", "score", "gold"])
 
 
 def per_query_delta(a: Results, b: Results, metric: str = "ndcg_at_10") -> pd.DataFrame:

@@ -34,7 +34,7 @@ def curves_table(results: list[Results], labels: dict[str, str] | None = None) -
     rows = [
         {
             "system": labels.get(r.run_name, r.run_name),
-            "metric": family.removesuffix("_at"),
+            "metric": _FAMILY_LABELS[family],
             "k": k,
             "value": r.means[f"{family}_{k}"],
         }

@@ -60,7 +60,10 @@ def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:
     assert list(gold["rank"]) == expected
     retrieved = frame(at, "rank")
     assert list(retrieved["document"]) == [d for d, _ in run.top(qid, 10)]
-    assert list(retrieved["gold"]) == ["✓" if d in dataset.positives(qid) else "" for d in retrieved["document"]]
+    positives = dataset.positives(qid)
+    assert list(retrieved["gold"]) == [
+        f"✓ grade {positives[d]}" if d in positives else "" for d in retrieved["document"]
+    ]
     headers = [s.value for s in at.subheader]
     assert any(h.startswith("Gold documents") for h in headers) and "Retrieved top 10" in headers
 
@@ -77,7 +80,7 @@ def test_previous_and_next_move_through_the_queries() -> None:
 
 def test_hyde_toggle_adds_rewritten_ranks() -> None:
     at = open_app("explorer", task="clinical-evidence", system="bm25")
-    assert "rank with rewrite" not in frame(at, "document").columns
+    assert "with rewrite" not in frame(at, "document").columns
     at.toggle(key="w_rewrite_on").set_value(True).run()
     assert not at.exception
 
@@ -89,10 +92,15 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
         at.selectbox(key="w_q").set_value(qid).run()
         gold = frame(at, "document")
         expected = [str(hyde_run.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
-        assert list(gold["rank with rewrite"]) == expected
-        changed += list(gold["rank with rewrite"]) != list(gold["rank"])
+        assert list(gold["with rewrite"]) == expected
+        changed += list(gold["with rewrite"]) != list(gold["rank"])
     assert changed > 0
     assert any("Hypothetical document" in m.value for m in at.markdown)
+    # The retrieved panel can show either ranking, and says which one it shows.
+    assert "Retrieved top 10 (original query)" in [h.value for h in at.subheader]
+    at.radio(key="w_ranking").set_value("rewritten query").run()
+    qid = at.selectbox(key="w_q").value
+    assert list(frame(at, "rank")["document"]) == [d for d, _ in hyde_run.top(qid, 10)]
 
 
 def test_compare_and_metrics_render_their_charts() -> None:

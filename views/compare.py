@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from r2med_core.evaluation import ALL_METRICS, compare
-from r2med_core.explore import per_query_delta
+from r2med_core.explore import per_query_delta, shorten
 from r2med_core.report import metric_label
 from views import ui
 
@@ -110,19 +110,25 @@ for test, other in zip(tests, others):
         )
         fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
         st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")
-    extremes = pd.concat([delta.head(5), delta.tail(5)]).drop_duplicates()
-    extremes = extremes.reset_index()
-    extremes["query"] = extremes["query_id"].map(lambda q: " ".join(dataset.queries[q].split())[:120])
-    extremes["open"] = extremes["query_id"].map(lambda q, name=other.run_name: ui.explorer_link(q, name))
-    st.markdown("**Largest gains and losses**")
-    st.dataframe(
-        extremes[["query_id", "query", "a", "b", "delta", "open"]],
-        hide_index=True,
-        width="stretch",
-        key=f"extremes_{other.run_name}",
-        column_config={
-            "open": st.column_config.LinkColumn("explorer", display_text="open ↗"),
-            "a": "baseline",
-            "b": "system",
-        },
-    )
+    for title, part in (
+        ("Largest gains", delta[delta["delta"] > 0].head(5)),
+        ("Largest losses", delta[delta["delta"] < 0].sort_values("delta").head(5)),
+    ):
+        st.markdown(f"**{title}**")
+        if part.empty:
+            st.caption("none")
+            continue
+        part = part.reset_index()
+        part["query"] = part["query_id"].map(lambda q: shorten(dataset.queries[q], 120))
+        part["open"] = part["query_id"].map(lambda q, name=other.run_name: ui.explorer_link(q, name))
+        st.dataframe(
+            part[["query_id", "query", "a", "b", "delta", "open"]],
+            hide_index=True,
+            width="stretch",
+            column_config={
+                "open": st.column_config.LinkColumn("explorer", display_text="open ↗"),
+                "a": st.column_config.NumberColumn("baseline", format="%.4f"),
+                "b": st.column_config.NumberColumn("system", format="%.4f"),
+                "delta": st.column_config.NumberColumn("Δ", format="%+.4f"),
+            },
+        )

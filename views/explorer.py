@@ -14,9 +14,12 @@ from r2med_core.explore import (
     overlap,
     query_table,
     query_terms,
+    rank_text,
     retrieved_frame,
     shared_with_gold,
+    shorten,
 )
+from r2med_core.report import metric_label
 from r2med_core.systems import parse_system
 from views import ui
 
@@ -102,7 +105,7 @@ nav[1].selectbox(
     key=ui.bound("q", query_ids),
     on_change=ui.store("q"),
     label_visibility="collapsed",
-    format_func=lambda q: f"{q} · {' '.join(dataset.queries[q].split())[:110]}",
+    format_func=lambda q: f"{q} · {shorten(dataset.queries[q], 110)}",
 )
 nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch")
 qid = v.q = st.session_state["w_q"]
@@ -124,15 +127,16 @@ with st.container(border=True):
             st.text(str(value))
 
 per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
+with_rewrite = (
+    rewritten_results.per_query.loc[qid] if rewritten is not None and qid in rewritten_results.per_query.index else None
+)
+if with_rewrite is not None:
+    st.caption(f"Arrows: the change with the rewrite ({v.rewrite}).")
 m = st.columns(4)
-for col, (metric, label) in zip(
-    m, [("ndcg_at_10", "nDCG@10"), ("recall_at_10", "recall@10"), ("recall_at_100", "recall@100"), ("mrr", "MRR")]
-):
+for col, metric in zip(m, ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
     value = float(per_query[metric]) if per_query is not None else 0.0
-    delta = None
-    if rewritten is not None and qid in rewritten_results.per_query.index:
-        delta = f"{float(rewritten_results.per_query.loc[qid, metric]) - value:+.3f} with {v.rewrite}"
-    col.metric(label, f"{value:.3f}", delta=delta)
+    change = float(with_rewrite[metric]) - value if with_rewrite is not None else 0.0
+    col.metric(metric_label(metric), f"{value:.3f}", delta=f"{change:+.3f}" if abs(change) > 5e-4 else None)
 
 if rewritten is not None:
     method, llm = rewrite
@@ -140,7 +144,9 @@ if rewritten is not None:
     with st.container(border=True):
         st.markdown(f"**Hypothetical document** · {method} by `{llm}` (precomputed)")
         if hy_doc:
-            st.html(f"<div class='r2-text'>{highlight(hy_doc, terms)}</div>")
+            gold_words = shared_with_gold(dataset, qid, hy_doc)
+            st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")
+            st.caption("Highlighted: words of the hypothetical document that also occur in a gold document.")
         else:
             st.caption("No hypothetical document for this query: the original query was used.")
 
@@ -151,20 +157,23 @@ with left:
     st.subheader(f"Gold documents ({len(gold)})")
     st.dataframe(gold_frame(gold, rewritten is not None), hide_index=True, width="stretch")
     for row in gold:
-        rank = f"rank {row.rank}" if row.rank else "not in top 100"
-        extra = (
-            f" · with rewrite: {row.rank_with_rewrite or 'not in top 100'} ({row.rewrite_effect})"
-            if rewritten is not None
-            else ""
-        )
-        with st.expander(f"{row.doc_id} · grade {row.grade} · {rank}{extra}"):
+        label = f"{row.doc_id} · grade {row.grade} · {rank_text(row.rank)}"
+        if rewritten is not None:
+            label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
+        with st.expander(label):
             text = dataset.corpus[row.doc_id]
             st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
 with right:
-    st.subheader(f"Retrieved top {depth}")
-    st.dataframe(retrieved_frame(dataset, run, qid, depth), hide_index=True, width="stretch")
-    for rank, (doc, score) in enumerate(run.top(qid, depth), start=1):
+    shown_run = run
+    if rewritten is not None:
+        which = st.radio("Ranking", ["original query", "rewritten query"], horizontal=True, key="w_ranking")
+        shown_run = rewritten if which == "rewritten query" else run
+        st.subheader(f"Retrieved top {depth} ({which})")
+    else:
+        st.subheader(f"Retrieved top {depth}")
+    st.dataframe(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, width="stretch")
+    for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
         grade = dataset.positives(qid).get(doc)
         mark = f" · ✓ gold (grade {grade})" if grade else ""
         with st.expander(f"#{rank} · {doc} · {score:.3f}{mark}"):

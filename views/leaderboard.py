@@ -24,8 +24,9 @@ kinds = {
 kind = c2.selectbox("Settings", KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind)
 st.dataframe(
-    table[["Avg", *PUBLISHED_TASKS]].round(4),
+    table[["Avg", *PUBLISHED_TASKS]],
     width="stretch",
+    height=min(36 * (len(table) + 1) + 3, 900),
     column_config={t: st.column_config.NumberColumn(t, format="%.4f") for t in [*PUBLISHED_TASKS, "Avg"]},
 )
 st.caption(

@@ -7,7 +7,7 @@ import json
 import plotly.express as px
 import streamlit as st
 
-from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
+from r2med_core.evaluation import ALL_METRICS, CUTOFFS, MAIN_METRICS
 from r2med_core.report import curves_table, means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from views import ui
@@ -39,14 +39,17 @@ st.plotly_chart(
     width="stretch",
     key="metric_bars",
 )
-st.dataframe(means.set_index("system")[shown].rename(columns=metric_label).round(4), width="stretch")
+st.dataframe(
+    means.set_index("system")[shown].rename(columns=metric_label),
+    width="stretch",
+    column_config={metric_label(m): st.column_config.NumberColumn(format="%.4f") for m in shown},
+)
 st.download_button(
     "Download metrics (CSV)", means.to_csv(index=False), file_name=f"{dataset.name}_metrics.csv", mime="text/csv"
 )
 
 st.subheader("Metric @ k")
 curves = curves_table(list(results.values()), labels)
-curves["k"] = curves["k"].astype(str)
 curve_fig = px.line(
     curves,
     x="k",
@@ -55,10 +58,11 @@ curve_fig = px.line(
     facet_col="metric",
     markers=True,
     facet_col_spacing=0.05,
-    category_orders={"k": ["1", "10", "25", "50", "100"]},
+    log_x=True,
 )
 curve_fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
 curve_fig.update_yaxes(matches=None, showticklabels=True, rangemode="tozero")
+curve_fig.update_xaxes(tickvals=list(CUTOFFS), ticktext=[str(k) for k in CUTOFFS])
 st.plotly_chart(curve_fig, width="stretch", key="metric_curves")
 
 st.subheader("Per-query distribution")
@@ -78,7 +82,7 @@ st.download_button(
 
 st.subheader("Results files and runs")
 for name, result in results.items():
-    cols = st.columns([3, 1, 1])
+    cols = st.columns([3, 1, 1], vertical_alignment="center")
     cols[0].markdown(f"**{labels[name]}** · `{name}`")
     payload = result.to_json()
     payload["model_name"] = safe_name(name)

@@ -66,7 +66,7 @@ _E5_STYLE = "Instruct: {instruction}\nQuery: "
 PRESETS: dict[str, DenseModel] = {
     p.name: p
     for p in (
-        DenseModel("minilm", "offline:all-MiniLM-L6-v2", label="all-MiniLM-L6-v2 (offline default)"),
+        DenseModel("minilm", "offline:all-MiniLM-L6-v2", label="MiniLM-L6-v2 (offline)"),
         DenseModel("contriever", "facebook/contriever", pooling="mean", normalize=False, label="Contriever"),
         DenseModel(
             "bge-large",

@@ -1,0 +1,726 @@
+"""Failure annotations: annotators label a query, or a (query, document) pair, with why retrieval failed.
+
+The labels let a team extend the benchmark's judgements: an accepted ``relevant_unjudged`` label is a
+new grade-1 judgement (``qrels_additions``), and ``reevaluate`` scores a run against the original and
+the extended qrels side by side. Other labels (a questionable gold document, a lexical trap, a HyDE
+rewrite that asserted something wrong …) are kept for error analysis.
+
+Labels live in one SQLite file in WAL mode, so several annotators — separate app sessions or
+processes — can write at once. Every label is its own row and every ``add`` its own transaction: a
+crash loses at most the label being written, and nothing is overwritten. The file is the user's
+work: a file that is not an annotation store is reported, never deleted or replaced.
+
+The failure types are a registry (``TAXONOMY``) extended with ``register_failure_type``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import csv
+import io
+import json
+import os
+import re
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import pandas as pd
+
+from .cache import atomic_write_text
+from .data import DataError, Problem
+from .evaluation import Results, evaluate
+from .runs import Run
+
+Scope = Literal["query", "document", "both"]
+SCOPES: tuple[str, ...] = get_args(Scope)
+
+#: Environment variable naming the folder that holds user data such as the annotation store.
+DATA_ENV = "R2MED_DATA_HOME"
+STORE_FILE = "annotations.sqlite"
+APP_DIR = "r2med_explorer"
+#: Schema version written to ``PRAGMA user_version``; a newer file is refused rather than misread.
+SCHEMA_VERSION = 1
+#: Grade given to an accepted ``relevant_unjudged`` label in the extended qrels.
+ADDITION_GRADE = 1
+
+Qrels = dict[str, dict[str, int]]
+
+
+# --------------------------------------------------------------------------- taxonomy
+
+
+@dataclass(frozen=True)
+class FailureType:
+    """One kind of failure an annotator can name.
+
+    ``scope`` says what is labelled: ``"query"`` (the whole query, no document), ``"document"`` (a
+    (query, document) pair) or ``"both"`` (either).
+    """
+
+    code: str
+    label: str
+    description: str
+    scope: Scope
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.code):
+            raise ValueError(f"failure type code must be lower_snake_case (a-z, 0-9, _), got {self.code!r}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope of {self.code!r} must be one of {', '.join(SCOPES)}; got {self.scope!r}")
+        if not isinstance(self.label, str) or not self.label.strip():
+            raise ValueError(f"failure type {self.code!r} needs a non-empty label")
+
+    def check_scope(self, doc_id: str | None) -> None:
+        """Raise ValueError when a label of this type is given (or lacks) a document it should not."""
+        if self.scope == "document" and doc_id is None:
+            raise ValueError(
+                f"failure type {self.code!r} ({self.label}) labels a (query, document) pair: a doc_id is required"
+            )
+        if self.scope == "query" and doc_id is not None:
+            raise ValueError(
+                f"failure type {self.code!r} ({self.label}) labels a whole query: doc_id must be empty, got {doc_id!r}"
+            )
+
+
+_DEFAULT_TYPES: tuple[FailureType, ...] = (
+    FailureType(
+        "relevant_unjudged",
+        "Relevant but unjudged",
+        "A retrieved document that answers the query and should count as gold; accepted labels become "
+        "grade-1 judgements when re-evaluating.",
+        "document",
+    ),
+    FailureType(
+        "gold_questionable",
+        "Gold judgement questionable",
+        "A gold document that does not actually support the answer, or supports it only weakly.",
+        "document",
+    ),
+    FailureType(
+        "wrong_aspect",
+        "Right condition, wrong aspect",
+        "The document is about the right condition but the wrong aspect, e.g. epidemiology instead of treatment.",
+        "document",
+    ),
+    FailureType(
+        "lexical_trap",
+        "Lexical trap",
+        "The document shares the query's words but supports a different conclusion.",
+        "document",
+    ),
+    FailureType(
+        "missing_reasoning_step",
+        "Missing reasoning step",
+        "The bridge from the findings to the diagnosis or treatment is never made by the system.",
+        "both",
+    ),
+    FailureType(
+        "rewrite_hallucination",
+        "Rewrite hallucination",
+        "The LLM rewrite (HyDE, query2doc, …) asserted something wrong and led retrieval astray.",
+        "query",
+    ),
+    FailureType("other", "Other", "Anything else; say what in the note.", "both"),
+)
+
+#: Every failure type by code, in display order. Extend with ``register_failure_type``.
+TAXONOMY: dict[str, FailureType] = {t.code: t for t in _DEFAULT_TYPES}
+
+
+def register_failure_type(
+    code: str, label: str, description: str = "", scope: Scope = "both", *, replace: bool = False
+) -> FailureType:
+    """Add a failure type to ``TAXONOMY`` so a team can label what the defaults do not cover.
+
+    Re-registering an existing code raises ValueError unless ``replace=True`` (labels already stored keep
+    their code either way).
+    """
+    failure_type = FailureType(code, label, description, scope)
+    if code in TAXONOMY and not replace and TAXONOMY[code] != failure_type:
+        raise ValueError(f"failure type {code!r} is already registered; pass replace=True to redefine it")
+    TAXONOMY[code] = failure_type
+    return failure_type
+
+
+def get_failure_type(code: str) -> FailureType:
+    """The registered type for ``code``; ValueError naming the valid codes otherwise."""
+    try:
+        return TAXONOMY[code]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown failure type {code!r}; valid codes: {', '.join(TAXONOMY)}") from None
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+def utc_now() -> str:
+    """The current time as the store's ISO 8601 UTC string (sorts lexically in time order)."""
+    return _format_time(datetime.now(UTC))
+
+
+def _format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _normalise_time(value: Any) -> str:
+    """Any ISO 8601 time → the store's UTC form; a time without zone is taken as UTC."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"created_at must be an ISO 8601 time, got {value!r}") from None
+    else:
+        raise ValueError(f"created_at must be an ISO 8601 string, got {value!r}")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return _format_time(moment)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Annotation:
+    """One label by one annotator. Construction validates it, so a bad label never reaches the store.
+
+    ``doc_id`` is None for a label on the whole query. ``accepted`` matters for ``relevant_unjudged``:
+    accepted additions are used for re-evaluation, and a reviewer can un-accept one.
+    """
+
+    id: int | None = None
+    dataset: str
+    task: str
+    query_id: str
+    doc_id: str | None = None
+    system: str = ""
+    failure_type: str
+    note: str = ""
+    annotator: str
+    created_at: str = field(default_factory=utc_now)
+    accepted: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("dataset", "task", "query_id", "annotator"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+        for name in ("system", "note"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if self.doc_id == "":
+            object.__setattr__(self, "doc_id", None)
+        if self.doc_id is not None and not isinstance(self.doc_id, str):
+            raise ValueError(f"doc_id must be a string or None, got {self.doc_id!r}")
+        if self.id is not None and (isinstance(self.id, bool) or not isinstance(self.id, int)):
+            raise ValueError(f"id must be an integer or None, got {self.id!r}")
+        if not isinstance(self.accepted, bool):
+            raise ValueError(f"accepted must be True or False, got {self.accepted!r}")
+        get_failure_type(self.failure_type).check_scope(self.doc_id)
+        object.__setattr__(self, "created_at", _normalise_time(self.created_at))
+
+    @classmethod
+    def _from_row(cls, row: tuple[Any, ...]) -> Annotation:
+        """Rebuild a stored row without validation: a type registered by another session still reads."""
+        obj = object.__new__(cls)
+        for name, value in zip(FIELDS, row):
+            object.__setattr__(obj, name, bool(value) if name == "accepted" else value)
+        return obj
+
+    def content(self) -> tuple[Any, ...]:
+        """Every field but the id: two labels with equal content are duplicates on import."""
+        return tuple(getattr(self, name) for name in FIELDS[1:])
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Annotation))
+_REQUIRED_ON_IMPORT = ("dataset", "task", "query_id", "failure_type", "annotator", "created_at")
+
+
+def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
+    """Build an annotation from an exported JSON object or CSV row (the id is ignored).
+
+    Unknown keys are an error, so a typo or a newer export's field is never silently dropped.
+    """
+    unknown = sorted(set(obj) - set(FIELDS))
+    if unknown:
+        raise ValueError("unknown field(s) " + ", ".join(f'"{k}"' for k in unknown))
+    missing = [name for name in _REQUIRED_ON_IMPORT if obj.get(name) in (None, "")]
+    if missing:
+        raise ValueError("missing field(s) " + ", ".join(f'"{m}"' for m in missing))
+    values = {name: obj[name] for name in FIELDS if name in obj and name != "id"}
+    for name in ("query_id", "doc_id"):
+        if isinstance(values.get(name), int) and not isinstance(values[name], bool):
+            values[name] = str(values[name])  # ids are strings; integer ids are accepted as in data.py
+    for name in ("system", "note"):
+        if values.get(name) is None:
+            values.pop(name, None)
+    if "accepted" in values:
+        values["accepted"] = _as_bool(values["accepted"])
+    return Annotation(**values)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"accepted must be true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What an import did: rows added, identical rows skipped, and the lines that could not be read."""
+
+    added: int = 0
+    skipped_duplicates: int = 0
+    errors: tuple[Problem, ...] = ()
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class AnnotationStoreError(RuntimeError):
+    """The annotation store could not be opened or used; the message names the file."""
+
+
+def user_data_dir() -> Path:
+    """The per-user data folder (the platformdirs rule, without the dependency)."""
+    home = Path.home()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".local" / "share"
+    return base / APP_DIR
+
+
+def default_store_path() -> Path:
+    """``$R2MED_DATA_HOME/annotations.sqlite``, else the user data folder's ``annotations.sqlite``."""
+    configured = os.environ.get(DATA_ENV)
+    root = Path(configured).expanduser() if configured else user_data_dir()
+    return root / STORE_FILE
+
+
+_COLUMNS = ", ".join(FIELDS)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS annotations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT,
+    system TEXT NOT NULL DEFAULT '',
+    failure_type TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    annotator TEXT NOT NULL CHECK (annotator <> ''),
+    created_at TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 1 CHECK (accepted IN (0, 1))
+);
+CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
+"""
+_FILTERS = ("dataset", "task", "query_id", "doc_id", "failure_type", "system", "annotator")
+_DUPLICATE_SQL = (
+    "SELECT 1 FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND doc_id IS ? AND system = ? "
+    "AND failure_type = ? AND note = ? AND annotator = ? AND created_at = ? AND accepted = ? LIMIT 1"
+)
+
+
+def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    unknown = sorted(set(filters) - set(_FILTERS))
+    if unknown:
+        raise TypeError(f"unknown filter(s) {', '.join(unknown)}; use {', '.join(_FILTERS)}")
+    clauses = [(f"{name} = ?", value) for name, value in filters.items() if value is not None]
+    if not clauses:
+        return "", []
+    return " WHERE " + " AND ".join(c for c, _ in clauses), [v for _, v in clauses]
+
+
+def _row_values(annotation: Annotation) -> tuple[Any, ...]:
+    return tuple(int(v) if isinstance(v, bool) else v for v in annotation.content())
+
+
+class AnnotationStore:
+    """Failure labels in one SQLite file, safe for several writers (threads or processes) at once.
+
+    Each operation opens its own short-lived connection, so a store object can be shared by Streamlit
+    sessions and used after ``fork``. Writes take the write lock up front (``BEGIN IMMEDIATE``) and wait
+    up to ``timeout`` seconds (at least 5) for another writer.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, timeout: float = 30.0) -> None:
+        if str(path) == ":memory:":
+            raise ValueError("an annotation store needs a file: each operation opens its own connection")
+        self.path = (Path(path).expanduser() if path is not None else default_store_path()).absolute()
+        self.timeout = max(float(timeout), 5.0)
+        if self.path.is_dir():
+            raise AnnotationStoreError(f"{self.path}: is a folder, not an annotation store file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise AnnotationStoreError(f"{self.path}: cannot create its folder: {err}") from None
+        self._initialise()
+
+    def __repr__(self) -> str:
+        return f"AnnotationStore({str(self.path)!r})"
+
+    # ---------------------------------------------------------------- connections
+
+    def _open(self, create: bool = False) -> sqlite3.Connection:
+        uri = self.path.as_uri() + ("?mode=rwc" if create else "?mode=rw")
+        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = FULL")  # labels are human work: survive power loss too
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def _connection(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation; with ``write``, one IMMEDIATE transaction committed on success."""
+        try:
+            conn = self._open()
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}") from None
+        try:
+            if write:
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+            if write:
+                conn.commit()
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.path}: {err}") from err
+        finally:
+            conn.close()
+
+    def _initialise(self) -> None:
+        """Create the schema in a new or empty file; refuse, untouched, anything that is not a store."""
+        untouched = "the file was left untouched — move it aside or choose another path"
+        try:
+            conn = self._open(create=True)
+        except sqlite3.DatabaseError as err:
+            raise AnnotationStoreError(
+                f"{self.path}: not an annotation store (not a SQLite database, or damaged: {err}); {untouched}"
+            ) from None
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}") from None
+        try:
+            try:
+                tables = {
+                    name
+                    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    if not name.startswith("sqlite_")
+                }
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.DatabaseError as err:
+                raise AnnotationStoreError(
+                    f"{self.path}: not an annotation store (not a SQLite database, or damaged: {err}); {untouched}"
+                ) from None
+            if tables and "annotations" not in tables:
+                raise AnnotationStoreError(
+                    f"{self.path}: a SQLite database but not an annotation store "
+                    f"(tables: {', '.join(sorted(tables))}); "
+                    "the file was left untouched — choose another path"
+                )
+            if version > SCHEMA_VERSION:
+                raise AnnotationStoreError(
+                    f"{self.path}: written by a newer version of R2MED Explorer (schema {version}, this one reads "
+                    f"{SCHEMA_VERSION}); the file was left untouched"
+                )
+            if "annotations" in tables:
+                self._check_existing(conn)
+            self.journal_mode = self._enable_wal(conn)
+            # One transaction, so a concurrent first open waits for (or finds) the finished schema.
+            conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}; {untouched}") from None
+        finally:
+            conn.close()
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL; the switch ignores the busy timeout, so retry while another process holds a lock."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            if mode == "wal":
+                return mode
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            except sqlite3.OperationalError as err:
+                if ("locked" not in str(err) and "busy" not in str(err)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _check_existing(self, conn: sqlite3.Connection) -> None:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
+        missing = [name for name in FIELDS if name not in columns]
+        if missing:
+            raise AnnotationStoreError(
+                f"{self.path}: its annotations table lacks column(s) {', '.join(missing)}; "
+                "the file was left untouched — choose another path"
+            )
+        status = [row[0] for row in conn.execute("PRAGMA quick_check")]
+        if status != ["ok"]:
+            raise AnnotationStoreError(
+                f"{self.path}: the database is damaged ({'; '.join(map(str, status[:3]))}); the file was left "
+                "untouched — restore a backup or export what reads"
+            )
+
+    # ---------------------------------------------------------------- writing
+
+    def add(self, annotation: Annotation) -> Annotation:
+        """Store one label in its own transaction and return it with its new id (any given id is ignored)."""
+        if not isinstance(annotation, Annotation):
+            raise TypeError(f"expected an Annotation, got {type(annotation).__name__}")
+        with self._connection(write=True) as conn:
+            cursor = conn.execute(
+                f"INSERT INTO annotations ({_COLUMNS}) VALUES (NULL{', ?' * (len(FIELDS) - 1)})",
+                _row_values(annotation),
+            )
+            new_id = cursor.lastrowid
+        return replace(annotation, id=new_id)
+
+    def delete(self, annotation_id: int) -> None:
+        """Remove one label; KeyError when no label has this id (say, another reviewer deleted it)."""
+        with self._connection(write=True) as conn:
+            if conn.execute("DELETE FROM annotations WHERE id = ?", (annotation_id,)).rowcount == 0:
+                raise KeyError(f"no annotation with id {annotation_id}")
+
+    def set_accepted(self, annotation_id: int, accepted: bool) -> Annotation:
+        """Accept or un-accept a label (un-accepted additions are left out of re-evaluation)."""
+        if not isinstance(accepted, bool):
+            raise ValueError(f"accepted must be True or False, got {accepted!r}")
+        with self._connection(write=True) as conn:
+            if not conn.execute(
+                "UPDATE annotations SET accepted = ? WHERE id = ?", (int(accepted), annotation_id)
+            ).rowcount:
+                raise KeyError(f"no annotation with id {annotation_id}")
+        return self.get(annotation_id)
+
+    # ---------------------------------------------------------------- reading
+
+    def get(self, annotation_id: int) -> Annotation:
+        """One label by id; KeyError when absent."""
+        with self._connection() as conn:
+            row = conn.execute(f"SELECT {_COLUMNS} FROM annotations WHERE id = ?", (annotation_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no annotation with id {annotation_id}")
+        return Annotation._from_row(row)
+
+    def list(
+        self,
+        dataset: str | None = None,
+        task: str | None = None,
+        query_id: str | None = None,
+        failure_type: str | None = None,
+        system: str | None = None,
+        annotator: str | None = None,
+        doc_id: str | None = None,
+    ) -> builtins.list[Annotation]:
+        """Labels matching every given filter (None means any), oldest first."""
+        filters = {
+            "dataset": dataset,
+            "task": task,
+            "query_id": query_id,
+            "failure_type": failure_type,
+            "system": system,
+            "annotator": annotator,
+            "doc_id": doc_id,
+        }
+        where, params = _where(filters)
+        with self._connection() as conn:
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM annotations{where} ORDER BY id", params).fetchall()
+        return [Annotation._from_row(row) for row in rows]
+
+    def __len__(self) -> int:
+        with self._connection() as conn:
+            return int(conn.execute("SELECT count(*) FROM annotations").fetchone()[0])
+
+    def counts_by_type(self, **filters: str | None) -> dict[str, int]:
+        """Labels per failure type: every registered type (0 when unused) first, then any other stored code."""
+        where, params = _where(filters)
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT failure_type, count(*) FROM annotations{where} GROUP BY failure_type", params
+            ).fetchall()
+        counts = dict.fromkeys(TAXONOMY, 0)
+        for code, n in sorted(rows):
+            counts[code] = int(n)
+        return counts
+
+    def to_dataframe(self, **filters: str | None) -> pd.DataFrame:
+        """The matching labels as a table, one column per Annotation field."""
+        rows = [asdict(a) for a in self.list(**filters)]
+        return pd.DataFrame(rows, columns=list(FIELDS))
+
+    # ---------------------------------------------------------------- exchange
+
+    def export_jsonl(self, path: str | Path, **filters: str | None) -> Path:
+        """Write the matching labels, one JSON object per line (atomically), for sharing or backup."""
+        path = Path(path)
+        lines = [json.dumps(asdict(a), ensure_ascii=False) + "\n" for a in self.list(**filters)]
+        atomic_write_text(path, "".join(lines))
+        return path
+
+    def export_csv(self, path: str | Path, **filters: str | None) -> Path:
+        """Write the matching labels as CSV with a header (atomically); an empty cell is a query-level doc_id."""
+        path = Path(path)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(FIELDS)
+        for annotation in self.list(**filters):
+            writer.writerow([_csv_cell(getattr(annotation, name)) for name in FIELDS])
+        atomic_write_text(path, buffer.getvalue())
+        return path
+
+    def import_jsonl(self, path: str | Path) -> ImportReport:
+        """Merge labels exported by ``export_jsonl``: identical rows (all fields but id) are skipped.
+
+        A malformed line is reported by file and line and the others are still imported.
+        """
+        path = Path(path)
+        data = _read_file(path)
+        parsed: builtins.list[tuple[int, Annotation | Problem]] = []
+        for number, raw in enumerate(data.split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as err:
+                parsed.append((number, Problem(str(path), number, f"not UTF-8 text (byte {err.start})")))
+                continue
+            except json.JSONDecodeError as err:
+                parsed.append((number, Problem(str(path), number, f"malformed JSON: {err.msg} (column {err.colno})")))
+                continue
+            if not isinstance(obj, dict):
+                parsed.append((number, Problem(str(path), number, "expected a JSON object per line")))
+                continue
+            parsed.append((number, _parse(obj, path, number)))
+        return self._merge(parsed)
+
+    def import_csv(self, path: str | Path) -> ImportReport:
+        """Merge labels exported by ``export_csv`` (same rules as ``import_jsonl``)."""
+        path = Path(path)
+        try:
+            text = _read_file(path).decode("utf-8-sig")  # spreadsheets often save CSV with a BOM
+        except UnicodeDecodeError as err:
+            raise DataError([Problem(str(path), None, f"not UTF-8 text (byte {err.start})")]) from None
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        missing = [name for name in _REQUIRED_ON_IMPORT if name not in header]
+        if missing:
+            raise DataError([Problem(str(path), 1, "header lacks column(s) " + ", ".join(missing))])
+        parsed: builtins.list[tuple[int, Annotation | Problem]] = []
+        start = reader.line_num + 1
+        for row in reader:
+            number, start = start, reader.line_num + 1
+            if None in row or any(value is None for value in row.values()):
+                parsed.append((number, Problem(str(path), number, f"expected {len(header)} columns")))
+                continue
+            parsed.append((number, _parse(row, path, number)))
+        return self._merge(parsed)
+
+    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> ImportReport:
+        """Insert the valid labels in one transaction, skipping any already stored (or earlier in the file)."""
+        added = skipped = 0
+        errors = [item for _, item in parsed if isinstance(item, Problem)]
+        with self._connection(write=True) as conn:
+            for _, item in parsed:
+                if isinstance(item, Problem):
+                    continue
+                values = _row_values(item)
+                if conn.execute(_DUPLICATE_SQL, values).fetchone():
+                    skipped += 1
+                    continue
+                conn.execute(f"INSERT INTO annotations ({_COLUMNS}) VALUES (NULL{', ?' * len(values)})", values)
+                added += 1
+        return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
+
+    # ---------------------------------------------------------------- extending the judgements
+
+    def qrels_additions(self, dataset: str, task: str) -> Qrels:
+        """Accepted ``relevant_unjudged`` labels of one task as grade-1 judgements ``{qid: {docid: 1}}``."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT query_id, doc_id FROM annotations WHERE dataset = ? AND task = ? "
+                "AND failure_type = 'relevant_unjudged' AND accepted = 1 AND doc_id IS NOT NULL "
+                "ORDER BY query_id, doc_id",
+                (dataset, task),
+            ).fetchall()
+        additions: Qrels = {}
+        for query_id, doc_id in rows:
+            additions.setdefault(query_id, {})[doc_id] = ADDITION_GRADE
+        return additions
+
+    def export_qrels_additions(self, path: str | Path, dataset: str, task: str) -> Path:
+        """Write the additions as a TREC qrels file (``qid 0 docid 1``, atomically) for other tools."""
+        path = Path(path)
+        additions = self.qrels_additions(dataset, task)
+        lines = []
+        for query_id, grades in additions.items():
+            for doc_id, grade in grades.items():
+                if re.search(r"\s", query_id + doc_id):
+                    raise ValueError(f"ids with whitespace cannot be written to TREC qrels: {query_id!r} {doc_id!r}")
+                lines.append(f"{query_id} 0 {doc_id} {grade}\n")
+        atomic_write_text(path, "".join(lines))
+        return path
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
+def _read_file(path: Path) -> bytes:
+    if not path.is_file():
+        raise DataError([Problem(str(path), None, "file not found")])
+    return path.read_bytes()
+
+
+def _parse(obj: Mapping[str, Any], path: Path, number: int) -> Annotation | Problem:
+    try:
+        return annotation_from_mapping(obj)
+    except (ValueError, TypeError) as err:
+        return Problem(str(path), number, str(err))
+
+
+# --------------------------------------------------------------------------- re-evaluation
+
+
+def extended_qrels(qrels: Qrels, additions: Qrels) -> Qrels:
+    """The original judgements plus the additions; an existing grade is never lowered, inputs never changed."""
+    merged = {qid: dict(grades) for qid, grades in qrels.items()}
+    for qid, grades in additions.items():
+        target = merged.setdefault(qid, {})
+        for doc_id, grade in grades.items():
+            target[doc_id] = max(grade, target.get(doc_id, grade))
+    return merged
+
+
+def reevaluate(
+    run: Run, qrels: Qrels, additions: Qrels, dataset_name: str = "", *, depth: int = 100
+) -> tuple[Results, Results]:
+    """Score ``run`` against the original and the extended qrels: what the accepted additions change.
+
+    A query judged only through additions joins the averages of the extended results.
+    """
+    original = evaluate(run, qrels, dataset_name=dataset_name, depth=depth)
+    extended = evaluate(run, extended_qrels(qrels, additions), dataset_name=dataset_name, depth=depth)
+    return original, extended

@@ -1,0 +1,494 @@
+"""Failure annotations: taxonomy rules, the SQLite store (filters, exchange, concurrency, crashes), re-evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from r2med_core.annotations import (
+    DATA_ENV,
+    FIELDS,
+    TAXONOMY,
+    Annotation,
+    AnnotationStore,
+    AnnotationStoreError,
+    default_store_path,
+    extended_qrels,
+    reevaluate,
+    register_failure_type,
+)
+from r2med_core.data import DataError, _read_qrels_trec, load_r2med_dir
+from r2med_core.runs import Run
+
+REPO = Path(__file__).resolve().parent.parent
+DATASET, TASK = "demo:clinical-case", "clinical-case"
+
+#: A writer process: says "ready", waits for the go file, opens the store (creating it if it is the first), then
+#: adds ``count`` labels (or until killed when negative), printing each id once it is committed.
+WRITER = """
+import sys, time
+from pathlib import Path
+from r2med_core.annotations import Annotation, AnnotationStore
+
+path, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+store = AnnotationStore(path)
+i = 0
+while count < 0 or i < count:
+    label = Annotation(
+        dataset="demo:clinical-case", task="clinical-case", query_id=f"q{i % 7}", doc_id=f"{who}-{i}",
+        system="bm25", failure_type="relevant_unjudged", note=f"{who} {i}", annotator=who,
+    )
+    print(store.add(label).id, flush=True)
+    i += 1
+"""
+
+
+@pytest.fixture
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keep every store of this module out of the user's data folder."""
+    home = tmp_path / "r2med-data"
+    monkeypatch.setenv(DATA_ENV, str(home))
+    return home
+
+
+@pytest.fixture
+def store(data_home: Path) -> AnnotationStore:
+    return AnnotationStore()
+
+
+@pytest.fixture
+def restore_taxonomy() -> Iterator[None]:
+    saved = dict(TAXONOMY)
+    yield
+    TAXONOMY.clear()
+    TAXONOMY.update(saved)
+
+
+def label(**overrides: object) -> Annotation:
+    values: dict[str, object] = {
+        "dataset": DATASET,
+        "task": TASK,
+        "query_id": "q1",
+        "doc_id": "d1",
+        "system": "bm25+hyde:gpt4",
+        "failure_type": "relevant_unjudged",
+        "note": "",
+        "annotator": "alice",
+    }
+    values.update(overrides)
+    return Annotation(**values)  # type: ignore[arg-type]
+
+
+def _start_writer(path: Path, who: str, count: int, go: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), who, str(count), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first == "ready\n", proc.stderr.read() if proc.stderr else first
+    return proc
+
+
+# --------------------------------------------------------------------------- where the store lives
+
+
+def test_default_path_follows_r2med_data_home(data_home: Path) -> None:
+    assert default_store_path() == data_home / "annotations.sqlite"
+    store = AnnotationStore()
+    assert store.path == data_home / "annotations.sqlite" and store.path.is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="XDG rule")
+def test_default_path_without_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_store_path() == tmp_path / ".local/share/r2med_explorer/annotations.sqlite"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_store_path() == tmp_path / "xdg/r2med_explorer/annotations.sqlite"
+
+
+def test_store_uses_wal_and_waits_for_other_writers(store: AnnotationStore) -> None:
+    conn = store._open()
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] in (1, 2)  # NORMAL or FULL
+        indexes = [row[1] for row in conn.execute("PRAGMA index_list(annotations)")]
+        assert "annotations_by_query" in indexes
+        assert [r[2] for r in conn.execute("PRAGMA index_info(annotations_by_query)")] == [
+            "dataset",
+            "task",
+            "query_id",
+        ]
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- taxonomy
+
+
+def test_default_taxonomy() -> None:
+    for code in (
+        "relevant_unjudged",
+        "gold_questionable",
+        "wrong_aspect",
+        "lexical_trap",
+        "missing_reasoning_step",
+        "rewrite_hallucination",
+        "other",
+    ):
+        assert TAXONOMY[code].code == code and TAXONOMY[code].label and TAXONOMY[code].description
+    assert TAXONOMY["relevant_unjudged"].scope == "document"
+    assert TAXONOMY["rewrite_hallucination"].scope == "query"
+    assert TAXONOMY["missing_reasoning_step"].scope in ("query", "both")
+
+
+def test_unknown_type_is_rejected_naming_the_valid_codes(store: AnnotationStore) -> None:
+    with pytest.raises(ValueError, match="unknown failure type 'bad_ranking'") as err:
+        label(failure_type="bad_ranking")
+    for code in TAXONOMY:
+        assert code in str(err.value)
+    assert len(store) == 0
+
+
+def test_scope_mismatch_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"'lexical_trap'.*\(query, document\) pair: a doc_id is required"):
+        label(failure_type="lexical_trap", doc_id=None)
+    with pytest.raises(ValueError, match="doc_id is required"):
+        label(failure_type="relevant_unjudged", doc_id="")  # empty means none
+    with pytest.raises(ValueError, match=r"'rewrite_hallucination'.*whole query: doc_id must be empty"):
+        label(failure_type="rewrite_hallucination", doc_id="d1")
+    assert label(failure_type="rewrite_hallucination", doc_id=None).doc_id is None
+    assert label(failure_type="missing_reasoning_step", doc_id=None).doc_id is None
+    assert label(failure_type="missing_reasoning_step", doc_id="d1").doc_id == "d1"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"annotator": ""}, "annotator must be a non-empty string"),
+        ({"annotator": "   "}, "annotator must be a non-empty string"),
+        ({"query_id": ""}, "query_id must be a non-empty string"),
+        ({"created_at": "yesterday"}, "created_at must be an ISO 8601 time"),
+        ({"accepted": "yes"}, "accepted must be True or False"),
+    ],
+)
+def test_invalid_labels_are_rejected(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        label(**overrides)
+
+
+def test_created_at_is_utc_iso8601() -> None:
+    assert label(created_at="2025-03-01T12:00:00+02:00").created_at == "2025-03-01T10:00:00.000000Z"
+    assert label(created_at="2025-03-01T10:00:00Z").created_at == "2025-03-01T10:00:00.000000Z"
+    assert label().created_at.endswith("Z")
+
+
+@pytest.mark.usefixtures("restore_taxonomy")
+def test_the_taxonomy_can_be_extended(store: AnnotationStore) -> None:
+    new = register_failure_type("negation_missed", "Negation missed", "The system ignored a 'not'.", "document")
+    assert TAXONOMY["negation_missed"] is new and list(TAXONOMY)[-1] == "negation_missed"
+    stored = store.add(label(failure_type="negation_missed"))
+    assert store.get(stored.id or 0).failure_type == "negation_missed"
+    assert store.counts_by_type()["negation_missed"] == 1
+    with pytest.raises(ValueError, match="doc_id is required"):
+        label(failure_type="negation_missed", doc_id=None)
+    with pytest.raises(ValueError, match="already registered"):
+        register_failure_type("negation_missed", "Something else", scope="query")
+    register_failure_type("negation_missed", "Something else", scope="query", replace=True)
+    assert TAXONOMY["negation_missed"].scope == "query"
+    with pytest.raises(ValueError, match="scope"):
+        register_failure_type("bad_scope", "Bad", scope="passage")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lower_snake_case"):
+        register_failure_type("Has Spaces", "Bad")
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def test_round_trip(store: AnnotationStore) -> None:
+    first = store.add(label(note="Sepsis guideline — answers it.\nSecond line", created_at="2025-01-02T03:04:05Z"))
+    second = store.add(label(annotator="bob"))  # same pair, another annotator: a second row
+    third = store.add(label(annotator="bob"))  # even the same annotator again: nothing is overwritten
+    query_level = store.add(label(failure_type="rewrite_hallucination", doc_id=None, system="", accepted=False))
+    assert [a.id for a in (first, second, third, query_level)] == [1, 2, 3, 4]
+    assert first == label(
+        id=1, note="Sepsis guideline — answers it.\nSecond line", created_at="2025-01-02T03:04:05.000000Z"
+    )
+    reopened = AnnotationStore(store.path)
+    assert reopened.list() == [first, second, third, query_level]
+    assert reopened.get(4).doc_id is None and reopened.get(4).accepted is False and reopened.get(4).system == ""
+    assert len(reopened) == 4
+    with pytest.raises(KeyError):
+        reopened.get(99)
+
+
+def test_delete_and_set_accepted(store: AnnotationStore) -> None:
+    a, b = store.add(label()), store.add(label(doc_id="d2"))
+    assert store.set_accepted(a.id or 0, False).accepted is False
+    assert store.get(a.id or 0).accepted is False
+    store.delete(b.id or 0)
+    assert [x.id for x in store.list()] == [a.id]
+    with pytest.raises(KeyError):
+        store.delete(b.id or 0)
+    with pytest.raises(KeyError):
+        store.set_accepted(12345, True)
+    assert store.add(label()).id == 3  # ids are never reused
+
+
+def _fill(store: AnnotationStore) -> None:
+    store.add(label(query_id="q1", failure_type="relevant_unjudged", annotator="alice", system="bm25"))
+    store.add(label(query_id="q1", failure_type="lexical_trap", annotator="bob", system="bm25"))
+    store.add(label(query_id="q2", failure_type="lexical_trap", annotator="alice", system="minilm"))
+    store.add(label(query_id="q2", failure_type="rewrite_hallucination", doc_id=None, annotator="bob", system=""))
+    store.add(label(task="Biology", dataset="hf:R2MED/Biology", failure_type="wrong_aspect", annotator="carol"))
+
+
+def test_filters_and_counts(store: AnnotationStore) -> None:
+    _fill(store)
+    assert len(store.list()) == 5
+    assert len(store.list(dataset=DATASET, task=TASK)) == 4
+    assert [a.failure_type for a in store.list(task=TASK, query_id="q1")] == ["relevant_unjudged", "lexical_trap"]
+    assert len(store.list(query_id="q1")) == 3  # the Biology label has a q1 too
+    assert {a.query_id for a in store.list(failure_type="lexical_trap")} == {"q1", "q2"}
+    assert len(store.list(system="bm25")) == 2 and len(store.list(system="")) == 1
+    assert [a.annotator for a in store.list(annotator="alice", query_id="q2")] == ["alice"]
+    assert store.list(annotator="nobody") == []
+    counts = store.counts_by_type(dataset=DATASET)
+    assert counts == {
+        "relevant_unjudged": 1,
+        "gold_questionable": 0,
+        "wrong_aspect": 0,
+        "lexical_trap": 2,
+        "missing_reasoning_step": 0,
+        "rewrite_hallucination": 1,
+        "other": 0,
+    }
+    assert store.counts_by_type(annotator="carol")["wrong_aspect"] == 1
+    with pytest.raises(TypeError, match="unknown filter"):
+        store.counts_by_type(colour="red")
+    frame = store.to_dataframe(annotator="bob")
+    assert list(frame.columns) == list(FIELDS) and len(frame) == 2
+    assert list(frame["failure_type"]) == ["lexical_trap", "rewrite_hallucination"]
+    assert list(store.to_dataframe(annotator="nobody").columns) == list(FIELDS)
+
+
+# --------------------------------------------------------------------------- exchange
+
+
+def test_jsonl_export_import_round_trip(store: AnnotationStore, tmp_path: Path) -> None:
+    _fill(store)
+    store.add(label(note='quotes " and, commas\nand a newline — é', accepted=False))
+    path = store.export_jsonl(tmp_path / "out" / "labels.jsonl")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["labels.jsonl"]  # no temp file left behind
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 6
+    fresh = AnnotationStore(tmp_path / "fresh.sqlite")
+    report = fresh.import_jsonl(path)
+    assert (report.added, report.skipped_duplicates, report.errors) == (6, 0, ())
+    assert [a.content() for a in fresh.list()] == [a.content() for a in store.list()]
+    again = fresh.import_jsonl(path)
+    assert (again.added, again.skipped_duplicates) == (0, 6) and len(fresh) == 6
+    # Merging into the original: only the genuinely new label is added.
+    fresh.add(label(annotator="dora"))
+    merged = store.import_jsonl(fresh.export_jsonl(tmp_path / "fresh.jsonl"))
+    assert (merged.added, merged.skipped_duplicates) == (1, 6) and len(store) == 7
+
+
+def test_csv_export_import_round_trip(store: AnnotationStore, tmp_path: Path) -> None:
+    _fill(store)
+    store.add(label(note='quotes " and, commas\nand a newline — é', accepted=False))
+    path = store.export_csv(tmp_path / "labels.csv")
+    assert path.read_text(encoding="utf-8").splitlines()[0] == ",".join(FIELDS)
+    fresh = AnnotationStore(tmp_path / "fresh.sqlite")
+    report = fresh.import_csv(path)
+    assert (report.added, report.skipped_duplicates, report.errors) == (6, 0, ())
+    assert [a.content() for a in fresh.list()] == [a.content() for a in store.list()]
+    assert fresh.list(failure_type="rewrite_hallucination")[0].doc_id is None
+    assert fresh.import_csv(path).skipped_duplicates == 6 and len(fresh) == 6
+    with_bom = tmp_path / "excel.csv"  # as a spreadsheet saves it
+    with_bom.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert AnnotationStore(tmp_path / "third.sqlite").import_csv(with_bom).added == 6
+
+
+def test_import_reports_bad_lines_and_keeps_the_rest(store: AnnotationStore, tmp_path: Path) -> None:
+    good = asdict(label(created_at="2025-01-01T00:00:00Z"))
+    lines = [
+        json.dumps(good),
+        "{not json",
+        json.dumps({**good, "failure_type": "nonsense"}),
+        "",
+        json.dumps({**good, "failure_type": "lexical_trap", "doc_id": None}),
+        json.dumps({k: v for k, v in good.items() if k != "annotator"}),
+        json.dumps({**good, "colour": "red"}),
+        "[1, 2]",
+        json.dumps({**good, "doc_id": "d9"}),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = store.import_jsonl(path)
+    assert (report.added, report.skipped_duplicates) == (2, 0)
+    messages = [str(p) for p in report.errors]
+    assert [p.line for p in report.errors] == [2, 3, 5, 6, 7, 8]
+    assert all(m.startswith(f"{path}:") for m in messages)
+    assert "malformed JSON" in messages[0]
+    assert "unknown failure type 'nonsense'" in messages[1]
+    assert "doc_id is required" in messages[2]
+    assert 'missing field(s) "annotator"' in messages[3]
+    assert 'unknown field(s) "colour"' in messages[4]
+    assert "expected a JSON object" in messages[5]
+    assert {a.doc_id for a in store.list()} == {"d1", "d9"}
+    with pytest.raises(DataError, match="file not found"):
+        store.import_jsonl(tmp_path / "missing.jsonl")
+
+
+# --------------------------------------------------------------------------- extending the judgements
+
+
+def test_qrels_additions_extend_the_evaluation(store: AnnotationStore, tiny_r2med: Path, tmp_path: Path) -> None:
+    dataset = load_r2med_dir(tiny_r2med)
+    assert dataset.qrels["q2"] == {"mi_0": 1}
+    store.add(label(query_id="q2", doc_id="asthma_0"))  # the run's unjudged top document, accepted
+    store.add(label(query_id="q2", doc_id="asthma_0", annotator="bob"))  # a second vote: still one judgement
+    rejected = store.add(label(query_id="q2", doc_id="gout_0"))
+    store.set_accepted(rejected.id or 0, False)  # a reviewer un-accepted it
+    store.add(label(query_id="q1", doc_id="dka_0"))  # already grade 2: must stay 2
+    store.add(label(query_id="q2", doc_id="mi_0", failure_type="lexical_trap"))  # not an addition
+    store.add(label(query_id="q2", doc_id="dka_1", task="other-task"))  # another task
+    additions = store.qrels_additions(DATASET, TASK)
+    assert additions == {"q1": {"dka_0": 1}, "q2": {"asthma_0": 1}}
+
+    path = store.export_qrels_additions(tmp_path / "additions" / "qrels.txt", DATASET, TASK)
+    assert path.read_text().splitlines() == ["q1 0 dka_0 1", "q2 0 asthma_0 1"]
+    read_back: dict[str, dict[str, int]] = {}
+    for _, qid, did, grade in _read_qrels_trec(path):
+        read_back.setdefault(qid, {})[did] = grade
+    assert read_back == additions
+    # The file is a valid qrels.txt of the task: every id is known to its corpus and queries.
+    for name in ("corpus.jsonl", "query.jsonl"):
+        shutil.copy(tiny_r2med / name, path.parent / name)
+    as_dataset = load_r2med_dir(path.parent)
+    assert as_dataset.qrels == additions and as_dataset.report.unknown_qrels_documents == 0
+
+    run = Run("bm25", {"q1": [("dka_0", 3.0), ("dka_1", 2.0)], "q2": [("asthma_0", 3.0), ("mi_0", 2.0)]})
+    original, extended = reevaluate(run, dataset.qrels, read_back, dataset_name="tiny")
+    assert original.per_query.loc["q2", "mrr"] == pytest.approx(0.5)
+    assert extended.per_query.loc["q2", "mrr"] == pytest.approx(1.0)
+    assert extended.per_query.loc["q2", "ndcg_at_10"] > original.per_query.loc["q2", "ndcg_at_10"]
+    assert extended.per_query.loc["q1", "ndcg_at_10"] == original.per_query.loc["q1", "ndcg_at_10"] == 1.0
+    assert extended.means["ndcg_at_10"] > original.means["ndcg_at_10"]
+    assert extended.dataset_name == original.dataset_name == "tiny"
+    assert dataset.qrels["q2"] == {"mi_0": 1}  # the dataset's own qrels are untouched
+
+
+def test_extended_qrels_never_lowers_a_grade() -> None:
+    qrels = {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
+    merged = extended_qrels(qrels, {"q1": {"a": 1, "b": 1, "n": 1}, "q3": {"x": 1}})
+    assert merged == {"q1": {"a": 2, "b": 1, "n": 1}, "q2": {"c": 1}, "q3": {"x": 1}}
+    assert qrels == {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
+
+
+# --------------------------------------------------------------------------- the user's file is safe
+
+
+def test_a_file_that_is_not_a_store_is_reported_and_left_alone(tmp_path: Path) -> None:
+    garbage = tmp_path / "thesis.sqlite"
+    content = b"my thesis, not a database\n" * 200
+    garbage.write_bytes(content)
+    with pytest.raises(AnnotationStoreError, match="not an annotation store") as err:
+        AnnotationStore(garbage)
+    assert str(garbage) in str(err.value) and "left untouched" in str(err.value)
+    assert garbage.read_bytes() == content
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("thesis")] == ["thesis.sqlite"]  # no -wal/-shm
+
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE patients (name TEXT)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    with pytest.raises(AnnotationStoreError, match="SQLite database but not an annotation store"):
+        AnnotationStore(other)
+    assert other.read_bytes() == before
+
+    with pytest.raises(AnnotationStoreError, match="is a folder"):
+        AnnotationStore(tmp_path)
+
+
+def test_a_damaged_store_is_reported_and_left_alone(store: AnnotationStore) -> None:
+    for i in range(50):
+        store.add(label(doc_id=f"d{i}"))
+    raw = bytearray(store.path.read_bytes())
+    raw[0:16] = b"garbage garbage!"
+    store.path.write_bytes(bytes(raw))
+    with pytest.raises(AnnotationStoreError, match=str(store.path)):
+        AnnotationStore(store.path)
+    assert store.path.read_bytes() == bytes(raw)
+
+
+# --------------------------------------------------------------------------- several writers, crashes
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    go, path = tmp_path / "go", tmp_path / "shared" / "annotations.sqlite"
+    writers = [_start_writer(path, who, 200, go) for who in ("alice", "bob")]  # both also create the store
+    go.touch()
+    printed: list[int] = []
+    for proc in writers:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        printed += [int(line) for line in out.split()]
+    store = AnnotationStore(path)
+    rows = store.list()
+    assert len(rows) == 400 and len(printed) == 400
+    assert sorted(a.id for a in rows) == sorted(printed)
+    for who in ("alice", "bob"):
+        assert sorted(a.note for a in store.list(annotator=who)) == sorted(f"{who} {i}" for i in range(200))
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_killed_writer_leaves_every_committed_row(store: AnnotationStore, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    proc = _start_writer(store.path, "crash", -1, go)  # writes until killed
+    go.touch()
+    assert proc.stdout is not None
+    printed: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(printed) < 150 and time.monotonic() < deadline:
+        printed.append(int(proc.stdout.readline()))
+    os.kill(proc.pid, signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    printed += [int(line) for line in rest.split("\n")[:-1]]  # complete lines only: each was committed
+    assert len(printed) >= 150
+
+    reopened = AnnotationStore(store.path)
+    conn = sqlite3.connect(store.path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+    stored = {a.id: a for a in reopened.list()}
+    assert set(printed) <= set(stored)
+    for position, annotation_id in enumerate(printed):
+        assert stored[annotation_id].note == f"crash {position}"
+    assert reopened.add(label()).id == max(stored) + 1  # still writable after the crash

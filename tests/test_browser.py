@@ -1,0 +1,330 @@
+"""The real app in headless Chromium: a Streamlit server on 127.0.0.1, driven with Playwright.
+
+Needs Debian's /usr/bin/chromium (``apt-get install chromium``); Playwright's own browser download
+is never used. Each page is saved as a full-page screenshot under ``screenshots/`` for a human look.
+
+    python -m pytest tests/test_browser.py -q          # or: -m browser
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from r2med_core import load_demo, run_system
+from r2med_core.stats import dataset_summary
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+VIEWPORT = {"width": 1400, "height": 1000}
+MAX_SHOT_HEIGHT = 12_000  # px; a full-page screenshot taller than this is cut
+STARTUP_SECONDS = 120
+RENDER_MS = 120_000  # the first dense run encodes the demo corpus with MiniLM on CPU
+TASK = "clinical-evidence"
+SYSTEMS = "systems=bm25&systems=minilm"
+
+# True while Streamlit runs the script (its status widget shows "Stop") or a chart has not drawn yet.
+_BUSY_JS = """() => {
+  const status = document.querySelector('[data-testid="stStatusWidget"]');
+  if (status && /stop|running/i.test(status.innerText)) return true;
+  const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+  return charts.some(c => !c.querySelector('.main-svg'));
+}"""
+# Streamlit scrolls its main area, not the document, so a full-page screenshot needs its height.
+_CONTENT_HEIGHT_JS = """() => {
+  const main = document.querySelector('[data-testid="stMain"]');
+  const side = document.querySelector('[data-testid="stSidebarContent"]');
+  return Math.max(main ? main.scrollHeight : 0, side ? side.scrollHeight : 0,
+                  document.documentElement.scrollHeight);
+}"""
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        message = (
+            f"{CHROMIUM} not found: the browser test drives Debian's Chromium. "
+            "Install it with `apt-get install chromium` (do not run `playwright install`)."
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return CHROMIUM
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@pytest.fixture(scope="module")
+def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``streamlit run`` on a free port with its own empty cache; stopped at the end of the module."""
+    work = tmp_path_factory.mktemp("browser-app")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "R2MED_CACHE_DIR": str(work / "cache"),
+        "HF_HUB_OFFLINE": "1",  # the demo needs only the offline MiniLM
+        "PYTHONUNBUFFERED": "1",
+    }
+    log_path = work / "streamlit.log"
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "streamlit_app.py",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",  # files edited during the run must not reload the app mid-test
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"streamlit exited with code {process.returncode}:\n{_log_tail(log_path)}")
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit not healthy after {STARTUP_SECONDS} s:\n{_log_tail(log_path)}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Path) -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, app_url: str) -> Iterator[Page]:
+    """A fresh browser context, hence a fresh Streamlit session."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=app_url)
+    context.set_default_timeout(30_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def judged_ids() -> list[str]:
+    """The explorer's query order: the demo task's judged queries, as loaded."""
+    dataset = load_demo(TASK)
+    return [qid for qid in dataset.queries if dataset.positives(qid)]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def settle(page: Page, text: str, timeout_ms: int = RENDER_MS) -> None:
+    """Wait until ``text`` is visible, the script is idle and every chart has drawn (stable ~0.75 s).
+
+    Fails at once when Streamlit shows an exception instead, with its text and a screenshot.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    calm = 0
+    while calm < 3:
+        exceptions = page.locator('[data-testid="stException"]')
+        if exceptions.count():
+            shot = full_page_screenshot(page, "failure")
+            raise AssertionError(f"the app raised (see {shot}):\n" + "\n".join(exceptions.all_inner_texts()))
+        if time.monotonic() > deadline:
+            shot = full_page_screenshot(page, "failure")
+            raise AssertionError(
+                f"the app did not settle within {timeout_ms / 1000:.0f} s waiting for {text!r} (see {shot})"
+            )
+        idle = page.get_by_text(text).first.is_visible() and not page.evaluate(_BUSY_JS)
+        calm = calm + 1 if idle else 0
+        page.wait_for_timeout(250)
+
+
+def query_param(page: Page, name: str) -> list[str]:
+    return parse_qs(urlparse(page.url).query).get(name, [])
+
+
+def wait_for_param(page: Page, name: str, value: str, timeout_ms: int = 30_000) -> None:
+    page.wait_for_function(
+        "([name, value]) => new URLSearchParams(location.search).getAll(name).includes(value)",
+        arg=[name, value],
+        timeout=timeout_ms,
+    )
+
+
+def assert_healthy(page: Page) -> None:
+    """No exception box, no error alert and no "Page not found" dialog anywhere on the page."""
+    exceptions = page.locator('[data-testid="stException"]')
+    assert exceptions.count() == 0, exceptions.all_inner_texts()
+    errors = page.locator('[data-testid="stAlertContentError"]')
+    assert errors.count() == 0, errors.all_inner_texts()
+    not_found = page.get_by_role("dialog").filter(has_text="Page not found")
+    assert not_found.count() == 0, f"Streamlit shows a 'Page not found' dialog (the URL is now {page.url})"
+
+
+def full_page_screenshot(page: Page, name: str) -> Path:
+    """Grow the viewport to the app's content height (its main area scrolls), shoot, restore."""
+    SCREENSHOTS.mkdir(exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    height = min(max(int(page.evaluate(_CONTENT_HEIGHT_JS)), VIEWPORT["height"]), MAX_SHOT_HEIGHT)
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": height})
+    page.wait_for_timeout(800)  # charts and grids redraw for the new size
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(VIEWPORT)
+    return path
+
+
+def expander(page: Page, label: str):  # type: ignore[no-untyped-def]
+    """The expander headers whose label contains ``label``."""
+    return page.locator('[data-testid="stExpander"] summary').filter(has_text=label)
+
+
+def assert_query_panels(page: Page, qid: str) -> None:
+    """The selected query's gold and retrieved panels, with their document ids."""
+    dataset = load_demo(TASK)
+    page.get_by_text(f"Query {qid}", exact=True).wait_for(state="visible")
+    gold = list(dataset.positives(qid))
+    page.get_by_role("heading", name=re.compile(rf"Gold documents \({len(gold)}\)")).wait_for(state="visible")
+    page.get_by_role("heading", name=re.compile(r"Retrieved top 10")).wait_for(state="visible")
+    for doc in gold:
+        assert expander(page, f"{doc} · grade").first.is_visible(), f"gold document {doc} not shown"
+    top_doc, _ = run_system(dataset, "bm25").top(qid, 1)[0]
+    assert expander(page, f"#1 · {top_doc} · ").first.is_visible(), f"top retrieved document {top_doc} not shown"
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_explorer_selects_a_query_and_puts_it_in_the_url(page: Page, judged_ids: list[str]) -> None:
+    page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25")
+    settle(page, "Retrieved top 10")
+    assert_healthy(page)
+    assert_query_panels(page, judged_ids[0])  # the first judged query opens by default
+
+    # Next ▶ moves to the next judged query and the link follows.
+    page.get_by_role("button", name="Next ▶").click()
+    wait_for_param(page, "q", judged_ids[1])
+    settle(page, f"Query {judged_ids[1]}")
+    assert_query_panels(page, judged_ids[1])
+
+    # The query selectbox opens any query.
+    target = judged_ids[3]
+    picker = page.get_by_role("combobox", name="Query")
+    assert picker.input_value().startswith(f"{judged_ids[1]} · ")
+    picker.click()
+    page.get_by_role("option", name=re.compile(rf"^{re.escape(target)} · ")).click()
+    wait_for_param(page, "q", target)
+    settle(page, f"Query {target}")
+    assert_query_panels(page, target)
+    assert query_param(page, "q") == [target]
+    assert query_param(page, "system") == ["bm25"]
+    assert_healthy(page)
+
+
+def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: Page, judged_ids: list[str]) -> None:
+    qid = judged_ids[1]
+    page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25&q={qid}")
+    settle(page, "Retrieved top 10")
+    assert page.get_by_text("Hypothetical document").count() == 0
+    assert page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite").count() == 0
+
+    page.locator('[data-testid="stSidebar"]').get_by_text("HyDE / rewrite on").click()
+    settle(page, "Hypothetical document")
+    assert_healthy(page)
+    assert page.get_by_text(re.compile(r"Hypothetical document · hyde by")).first.is_visible()
+    header = page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite")
+    assert header.count() == 1, "the gold table has no 'with rewrite' column"
+    gold = list(load_demo(TASK).positives(qid))
+    assert expander(page, f"{gold[0]} · grade").filter(has_text="→").first.is_visible()
+    assert any(value.startswith("hyde:") for value in query_param(page, "rewrite"))
+    assert query_param(page, "q") == [qid]
+    full_page_screenshot(page, "explorer-hyde")
+
+
+PAGES = {
+    # page: (URL after the path, text that is drawn last)
+    "overview": (f"?task={TASK}&{SYSTEMS}", "Data source and license"),
+    "explorer": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "Retrieved top 10"),
+    "compare": (f"?task={TASK}&{SYSTEMS}", "Largest gains"),
+    "metrics": (f"?task={TASK}&{SYSTEMS}", "Results files and runs"),
+    "leaderboard": (f"?task={TASK}&{SYSTEMS}", "Your runs on"),
+}
+TITLES = {
+    "explorer": "Query explorer",
+    "compare": "Compare systems",
+    "metrics": "Metrics",
+    "leaderboard": "Leaderboard",
+}
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_every_page_renders_and_is_screenshotted(page: Page, judged_ids: list[str], name: str) -> None:
+    params, last_text = PAGES[name]
+    page.goto(f"/{name}{params.replace('QID', judged_ids[1])}")
+    settle(page, last_text)
+    shot = full_page_screenshot(page, name)  # before the checks, so a failure can be looked at
+    assert shot.stat().st_size > 10_000
+    title = TITLES.get(name) or dataset_summary(load_demo(TASK)).title
+    heading = page.locator("h1").filter(has_text=title)
+    assert heading.first.is_visible(), f"{name}: title {title!r} not shown"
+    assert_healthy(page)
