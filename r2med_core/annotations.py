@@ -571,22 +571,29 @@ class AnnotationStore:
 
     # ---------------------------------------------------------------- exchange
 
-    def export_jsonl(self, path: str | Path, **filters: str | None) -> Path:
-        """Write the matching labels, one JSON object per line (atomically), for sharing or backup."""
-        path = Path(path)
-        lines = [json.dumps(asdict(a), ensure_ascii=False) + "\n" for a in self.list(**filters)]
-        atomic_write_text(path, "".join(lines))
-        return path
+    def jsonl_text(self, **filters: str | None) -> str:
+        """The matching labels, one JSON object per line (what ``export_jsonl`` writes)."""
+        return "".join(json.dumps(asdict(a), ensure_ascii=False) + "\n" for a in self.list(**filters))
 
-    def export_csv(self, path: str | Path, **filters: str | None) -> Path:
-        """Write the matching labels as CSV with a header (atomically); an empty cell is a query-level doc_id."""
-        path = Path(path)
+    def csv_text(self, **filters: str | None) -> str:
+        """The matching labels as CSV with a header; an empty doc_id cell is a query-level label."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(FIELDS)
         for annotation in self.list(**filters):
             writer.writerow([_csv_cell(getattr(annotation, name)) for name in FIELDS])
-        atomic_write_text(path, buffer.getvalue())
+        return buffer.getvalue()
+
+    def export_jsonl(self, path: str | Path, **filters: str | None) -> Path:
+        """Write the matching labels as JSONL (atomically), for sharing or backup."""
+        path = Path(path)
+        atomic_write_text(path, self.jsonl_text(**filters))
+        return path
+
+    def export_csv(self, path: str | Path, **filters: str | None) -> Path:
+        """Write the matching labels as CSV (atomically)."""
+        path = Path(path)
+        atomic_write_text(path, self.csv_text(**filters))
         return path
 
     def import_jsonl(self, path: str | Path) -> ImportReport:
@@ -668,17 +675,20 @@ class AnnotationStore:
             additions.setdefault(query_id, {})[doc_id] = ADDITION_GRADE
         return additions
 
-    def export_qrels_additions(self, path: str | Path, dataset: str, task: str) -> Path:
-        """Write the additions as a TREC qrels file (``qid 0 docid 1``, atomically) for other tools."""
-        path = Path(path)
-        additions = self.qrels_additions(dataset, task)
+    def qrels_additions_text(self, dataset: str, task: str) -> str:
+        """The additions as TREC qrels text (``qid 0 docid 1`` per line)."""
         lines = []
-        for query_id, grades in additions.items():
+        for query_id, grades in self.qrels_additions(dataset, task).items():
             for doc_id, grade in grades.items():
                 if re.search(r"\s", query_id + doc_id):
                     raise ValueError(f"ids with whitespace cannot be written to TREC qrels: {query_id!r} {doc_id!r}")
                 lines.append(f"{query_id} 0 {doc_id} {grade}\n")
-        atomic_write_text(path, "".join(lines))
+        return "".join(lines)
+
+    def export_qrels_additions(self, path: str | Path, dataset: str, task: str) -> Path:
+        """Write the additions as a TREC qrels file (atomically) for other tools."""
+        path = Path(path)
+        atomic_write_text(path, self.qrels_additions_text(dataset, task))
         return path
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from .retrieval.dense import GENERIC_INSTRUCTION, PRESETS, DenseRetriever, resol
 from .retrieval.fusion import reciprocal_rank_fusion
 from .retrieval.tokenize import ANALYZER_VERSION
 from .rewrite import bm25_query, dense_query
-from .runs import Run
+from .runs import Ranking, Run
 from .tasks import FAMILY_INSTRUCTIONS, REWRITE_METHODS
 
 #: Bump when retrieval code changes what a cached run would contain.
@@ -267,3 +268,55 @@ def run_system(dataset: Dataset, spec: SystemSpec | str, k: int = 100, progress:
         return Run(payload["name"], rankings, payload["seconds"])
 
     return cached("runs", _run_key(dataset, spec, k), build, load)
+
+
+# --------------------------------------------------------------------------- free-text queries
+
+_LOADED: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_LOADED_MAX = 8
+
+
+def _loaded_retriever(dataset: Dataset, spec: SystemSpec, progress: Progress | None) -> Any:
+    """A retriever kept in memory for repeated free-text searches (its index comes from the disk cache)."""
+    key = (dataset.fingerprint, str(spec.base))
+    if key not in _LOADED:
+        if spec.kind == "bm25":
+            _LOADED[key] = bm25_retriever(dataset, spec.name, progress)
+        else:
+            _LOADED[key] = dense_retriever(dataset, spec.name, progress)
+        while len(_LOADED) > _LOADED_MAX:
+            _LOADED.popitem(last=False)
+    _LOADED.move_to_end(key)
+    return _LOADED[key]
+
+
+def search_text(
+    dataset: Dataset,
+    spec: SystemSpec | str,
+    text: str,
+    k: int = 10,
+    *,
+    hy_doc: str | None = None,
+    progress: Progress | None = None,
+) -> Ranking:
+    """Rank the corpus for a query typed by the user (the what-if page).
+
+    A rewritten system (``+METHOD:LLM``) needs the hypothetical document for this text, generated
+    live (``hy_doc``); it is combined with the query by the benchmark's rules, as for dataset queries.
+    """
+    spec = parse_system(spec) if isinstance(spec, str) else spec
+    if spec.rewrite and hy_doc is None:
+        raise SpecError(f"{spec.label} needs a hypothetical document for a typed query (a live LLM endpoint)")
+    if spec.kind == "fusion":
+        members = [
+            Run(str(m), {"q": search_text(dataset, m, text, max(k, 100), hy_doc=hy_doc, progress=progress)})
+            for m in spec.members
+        ]
+        return reciprocal_rank_fusion(members, str(spec), depth=k).top("q")
+    retriever = _loaded_retriever(dataset, spec, progress)
+    if spec.kind == "bm25":
+        query = bm25_query(*spec.rewrite, text, hy_doc) if spec.rewrite else text
+        return retriever.search([query], k)[0]
+    texts = dense_query(*spec.rewrite, text, hy_doc).texts if spec.rewrite else (text,)
+    vector = retriever.encode(list(texts), "query").mean(axis=0, keepdims=True)
+    return retriever.search_vectors(vector, k)[0]

@@ -10,9 +10,10 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Each test gets an empty cache, out of the user's cached_indexes/."""
+    """Each test gets an empty cache and annotation store, away from the user's own."""
     cache = tmp_path / "r2med-cache"
     monkeypatch.setenv("R2MED_CACHE_DIR", str(cache))
+    monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "r2med-data"))  # annotations
     return cache
 
 

@@ -172,3 +172,59 @@ def test_adding_a_model_and_a_fusion_from_the_sidebar() -> None:
     assert any("could not run" in e.value for e in at.error)
     assert len(frame(at, "nDCG@10")) == 3
     assert "rrf(bm25,bm25s)" in at.query_params["systems"]  # the URL carries the new system
+
+
+def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_export() -> None:
+    dataset = load_demo("clinical-evidence")
+    qid = list(dataset.queries)[1]
+    at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
+    trap = run_system(dataset, "bm25").top(qid, 1)[0][0]
+    at.selectbox(key="w_label_type").set_value("lexical_trap")
+    at.selectbox(key="w_label_doc").set_value(trap)
+    at.text_area(key="w_label_note").input("shares the murmur words, different disease")
+    at.text_input(key="w_label_annotator").input("Dr. Test")
+    at.button[[b.label for b in at.button].index("Save label")].click().run()
+    assert not at.exception
+    assert [s.value for s in at.success] == [f"Saved: Lexical trap on {trap}"]
+    assert any(trap in e.label and "🏷" in e.label for e in at.expander)  # shown next to the document
+
+    at.switch_page("views/annotations.py").run()
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "failure_type" in df.value.columns)
+    assert table[["query_id", "doc_id", "failure_type", "annotator"]].values.tolist() == [
+        [qid, trap, "lexical_trap", "Dr. Test"]
+    ]
+    exports = {b.label: b for b in at.get("download_button")}
+    assert "All labels (CSV)" in exports and "All labels (JSONL)" in exports
+
+    from r2med_core.annotations import AnnotationStore
+
+    assert "shares the murmur words" in AnnotationStore().csv_text()
+
+
+def test_an_unjudged_relevant_label_changes_the_reevaluation() -> None:
+    dataset = load_demo("clinical-evidence")
+    qid = list(dataset.queries)[1]
+    top = run_system(dataset, "bm25").top(qid, 1)[0][0]
+    at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
+    at.selectbox(key="w_label_type").set_value("relevant_unjudged")
+    at.selectbox(key="w_label_doc").set_value(top)
+    at.text_input(key="w_label_annotator").input("Dr. Test")
+    at.button[[b.label for b in at.button].index("Save label")].click().run()
+    at.switch_page("views/annotations.py").run()
+    rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns)
+    bm25 = rows[rows["system"] == "BM25 (R2MED official)"].set_index("qrels")
+    assert bm25.loc["with additions", "MRR"] > bm25.loc["original qrels", "MRR"]
+
+
+def test_what_if_returns_results_from_each_system_and_puts_the_query_in_the_url() -> None:
+    at = open_app("whatif", systems=["bm25", "minilm"])
+    at.text_area(key="w_ask").input(
+        "young athlete collapses with a systolic murmur that grows louder on standing"
+    ).run()
+    assert not at.exception and not at.error
+    headers = [s.value for s in at.subheader]
+    assert "BM25 (R2MED official)" in headers and "MiniLM-L6-v2 (offline)" in headers
+    assert sum(e.label.startswith("#1 · ") for e in at.expander) == 2
+    assert at.query_params["ask"].startswith("young athlete")
+    assert any("in every system's top 10" in m.value for m in at.markdown)

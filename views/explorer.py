@@ -120,6 +120,9 @@ with st.container(border=True):
         + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
         + " In documents below, every word shared with the query is highlighted."
     )
+    labels = ui.labels_for(dataset, qid)
+    if ui.label_tags(labels, None):
+        st.caption("Labels on this query: " + ui.label_tags(labels, None))
     for name, value in dataset.query_meta.get(qid, {}).items():
         if name in ("doc_id",) or value in ("", None, []):
             continue
@@ -160,7 +163,8 @@ with left:
         label = f"{row.doc_id} · grade {row.grade} · {rank_text(row.rank)}"
         if rewritten is not None:
             label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
-        with st.expander(label):
+        tags = ui.label_tags(labels, row.doc_id)
+        with st.expander(label + (f" · {tags}" if tags else "")):
             text = dataset.corpus[row.doc_id]
             st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
@@ -176,7 +180,29 @@ with right:
     for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
         grade = dataset.positives(qid).get(doc)
         mark = f" · ✓ gold (grade {grade})" if grade else ""
-        with st.expander(f"#{rank} · {doc} · {score:.3f}{mark}"):
+        tags = ui.label_tags(labels, doc)
+        with st.expander(f"#{rank} · {doc} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
             text = dataset.corpus.get(doc, "")
             st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+
+# ------------------------------------------------------------------ labelling
+st.divider()
+documents = list(dict.fromkeys([*(row.doc_id for row in gold), *(d for d, _ in shown_run.top(qid, depth))]))
+ui.label_form(dataset, qid, str(parse_system(v.system).with_rewrite(rewrite)) if rewrite else v.system, documents)
+if labels:
+    st.dataframe(
+        [
+            {
+                "document": a.doc_id or "(query)",
+                "failure": a.failure_type,
+                "note": a.note,
+                "by": a.annotator,
+                "system": a.system,
+                "when": a.created_at[:16],
+            }
+            for a in labels
+        ],
+        hide_index=True,
+        width="stretch",
+    )

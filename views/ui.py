@@ -18,6 +18,13 @@ from typing import Any
 import streamlit as st
 
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
+from r2med_core.annotations import (
+    TAXONOMY,
+    Annotation,
+    AnnotationStore,
+    AnnotationStoreError,
+    default_store_path,
+)
 from r2med_core.hub import DownloadError, cached_task, download_task, load_snapshot
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.systems import SpecError, parse_system, run_system
@@ -48,13 +55,19 @@ class View:
     system: str = ""  # the explorer's system
     q: str = ""  # the explorer's query
     compare: list[str] = field(default_factory=list)
+    ask: str = ""  # the what-if page's typed query
+    annotator: str = ""  # kept for the session, never put in the URL
+    flash: str = ""  # a confirmation to show once after a rerun
 
     _LISTS = ("systems", "extra", "compare")
+    _PRIVATE = ("annotator", "flash")
 
     @classmethod
     def from_params(cls, params: Any) -> View:
         view = cls()
         for name in asdict(view):
+            if name in cls._PRIVATE:
+                continue
             if name in cls._LISTS:
                 values = params.get_all(name)
                 if values:
@@ -65,7 +78,11 @@ class View:
 
     def to_params(self) -> dict[str, Any]:
         defaults = View()
-        return {k: v for k, v in asdict(self).items() if v != getattr(defaults, k) and v not in ("", [])}
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in self._PRIVATE and v != getattr(defaults, k) and v not in ("", [])
+        }
 
 
 def view() -> View:
@@ -371,6 +388,23 @@ def explorer_link(query_id: str, system: str) -> str:
     return "explorer?" + urlencode(params, doseq=True)
 
 
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> AnnotationStore:
+    return AnnotationStore(path)
+
+
+def annotation_store() -> AnnotationStore | None:
+    """The annotation database ($R2MED_DATA_HOME or the user data folder), opened once per server.
+
+    A file that is not a usable store is reported and left untouched; the rest of the app works on.
+    """
+    try:
+        return _store(str(default_store_path()))
+    except AnnotationStoreError as err:
+        st.error(f"Annotations are unavailable: {err}")
+        return None
+
+
 def demo_banner(dataset: Dataset) -> None:
     if dataset.is_demo:
         notice = dataset.meta.get("notice", "Illustrative demo data written for R2MED Explorer.")
@@ -390,3 +424,63 @@ _STYLE = """<style>
 def style() -> None:
     """Styles for highlighted document text (a fixed string: nothing from a dataset goes in here)."""
     st.html(_STYLE)
+
+
+def label_form(dataset: Dataset, query_id: str, system: str, documents: list[str]) -> None:
+    """Label this query, or one of its documents, with a failure type (stored at once, never lost)."""
+    v = view()
+    store = annotation_store()
+    if store is None:
+        return
+    codes = list(TAXONOMY)
+    whole = "(the whole query)"
+    if v.flash:
+        st.success(v.flash)
+        v.flash = ""
+    with st.form(f"label_{query_id}", clear_on_submit=True):
+        st.markdown("**Label a failure**")
+        c1, c2 = st.columns(2)
+        code = c1.selectbox(
+            "Failure type", codes, format_func=lambda c: TAXONOMY[c].label, help=_taxonomy_help(), key="w_label_type"
+        )
+        target = c2.selectbox("Document", [whole, *documents], key="w_label_doc")
+        note = st.text_area("Note", placeholder="What went wrong? (free text)", key="w_label_note")
+        name = st.text_input("Your name", value=v.annotator, key="w_label_annotator")
+        if not st.form_submit_button("Save label"):
+            return
+    v.annotator = name.strip()
+    try:
+        store.add(
+            Annotation(
+                dataset=dataset.source,
+                task=dataset.name,
+                query_id=query_id,
+                doc_id=None if target == whole else target,
+                system=system,
+                failure_type=code,
+                note=note,
+                annotator=v.annotator,
+            )
+        )
+    except ValueError as err:
+        st.error(f"Not saved: {err}")
+        return
+    v.flash = f"Saved: {TAXONOMY[code].label}" + ("" if target == whole else f" on {target}")
+    st.rerun()  # so every panel shows the new label
+
+
+def _taxonomy_help() -> str:
+    return "\n".join(f"- **{t.label}**: {t.description}" for t in TAXONOMY.values())
+
+
+def labels_for(dataset: Dataset, query_id: str) -> list[Annotation]:
+    store = annotation_store()
+    return [] if store is None else store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)
+
+
+def label_tags(labels: list[Annotation], doc_id: str | None) -> str:
+    """A short "🏷 type (annotator)" summary of the labels on one document (or the query itself)."""
+    mine = [a for a in labels if a.doc_id == doc_id]
+    return " · ".join(
+        f"🏷 {TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type}" for a in mine
+    )
