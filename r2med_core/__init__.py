@@ -7,6 +7,9 @@ The small public API (everything else is an implementation detail):
     run = run_system(dataset, "bm25")
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name)
     results.means["ndcg_at_10"]
+
+Concerns with their own modules: ``generation`` (live LLM rewriting), ``rerank`` (cross-encoders),
+``annotations`` (failure labels), ``published`` (the paper's numbers), ``hub`` (downloads).
 """
 
 from .data import DEMO_TASKS, DataError, Dataset, Problem, load_beir_dir, load_demo, load_dir, load_r2med_dir

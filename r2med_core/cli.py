@@ -15,10 +15,23 @@ from pathlib import Path
 
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
 from .evaluation import MAIN_METRICS, evaluate
+from .generation import (
+    GENERATION_METHODS,
+    LAMER_PASSAGES,
+    Endpoint,
+    GenerationError,
+    LocalEndpoint,
+    attach_live_rewrites,
+    check_llm_name,
+    generate_rewrites,
+    rewrite_file,
+    save_rewrites,
+)
 from .hub import DownloadError, download_task, load_hf
 from .progress import Progress
+from .rerank import RerankerUnavailable, rerank
 from .runs import read_trec, safe_name, write_trec
-from .systems import SpecError, parse_system, run_system
+from .systems import SpecError, SystemSpec, parse_system, run_system
 from .tasks import TASKS, get_task
 
 DATA_ENV = "R2MED_DATA_DIR"
@@ -73,15 +86,26 @@ def _load(args: argparse.Namespace, progress: Progress | None = None) -> Dataset
     return load_hf(info.name, progress=progress)
 
 
+def _rewrites_of(spec: SystemSpec) -> list[tuple[str, str]]:
+    """Every (method, llm) rewrite a system uses, fusion members included."""
+    own = [spec.rewrite] if spec.rewrite else []
+    return own + [r for member in spec.members for r in _rewrites_of(member)]
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     spec = parse_system(args.retriever + (f"+{args.rewrite}" if args.rewrite else ""))
+    if args.rerank_k < 1:
+        raise UsageError("--rerank-k must be at least 1 (the benchmark reranks the top 10 or 100)")
     progress, close = _tqdm_progress()
     try:
         dataset = _load(args, progress)
+        dataset, live_notes = attach_live_rewrites(dataset, _rewrites_of(spec))
         run = run_system(dataset, spec, k=args.top_k, progress=progress)
+        if args.rerank:
+            run = rerank(run, dataset, args.rerank, k=args.rerank_k, progress=progress)
     finally:
         close()
-    name = safe_name(args.run_name or str(spec))
+    name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name, seconds=run.seconds)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,8 +113,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     payload = results.to_json()
     payload["model_name"] = name
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    print(f"{dataset.name} · {spec.label} · {results.n_evaluated} queries evaluated")
-    for line in dataset.report.lines():
+    label = spec.label + (f" → rerank {args.rerank}@{args.rerank_k}" if args.rerank else "")
+    print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
+    for line in [*live_notes, *dataset.report.lines()]:
         print(f"note: {line}")
     for metric in MAIN_METRICS:
         print(f"  {metric:<16} {results.means[metric]:.4f}")
@@ -137,6 +162,59 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
+    if args.model.startswith("local:"):
+        return LocalEndpoint(args.model[len("local:") :] or "smollm2", args.temperature, min(args.max_tokens, 256))
+    endpoint = Endpoint.from_env(
+        args.model,
+        base_url=args.base_url,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
+    )
+    if endpoint.api_key is None and endpoint.base_url is None:
+        raise UsageError("no API key: set OPENAI_API_KEY, or pass --base-url for a server that needs no key")
+    return endpoint
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    endpoint = _endpoint(args)
+    llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
+    progress, close = _tqdm_progress()
+    try:
+        dataset = _load(args, progress)
+        first_stage = run_system(dataset, args.first_stage, k=LAMER_PASSAGES) if args.method == "lamer" else None
+        wanted = list(dataset.queries)[: args.limit] if args.limit else None
+        result = generate_rewrites(
+            dataset,
+            args.method,
+            endpoint,
+            llm_name=llm_name,
+            first_stage=first_stage,
+            progress=progress,
+            max_retries=args.max_retries,
+            workers=args.workers,
+            query_ids=wanted,
+        )
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again to resume (finished queries are cached)", file=sys.stderr)
+        return 130
+    finally:
+        close()
+    print(result.summary())
+    problem = result.problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 3
+    target = args.output or Path("rewrites") / safe_name(dataset.name)
+    path = target if target.suffix == ".jsonl" else rewrite_file(target, args.method, llm_name)
+    save_rewrites(result.texts, dataset, path)
+    print(f"wrote {path} ({len(result.texts)} queries); evaluate with --rewrite {args.method}:{llm_name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m r2med_core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -150,7 +228,36 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--top-k", type=int, default=100)
     ev.add_argument("--output-dir", required=True, type=Path)
     ev.add_argument("--run-name")
+    ev.add_argument(
+        "--rerank",
+        metavar="MODEL",
+        help="rerank the top k with a cross-encoder: bge-reranker, monobert, a hub id or path",
+    )
+    ev.add_argument("--rerank-k", type=int, default=10, metavar="K", help="how many to rerank (benchmark: 10 or 100)")
     ev.set_defaults(handler=cmd_eval)
+
+    ge = commands.add_parser(
+        "generate",
+        help="write METHOD/LLM/query_with_hydoc.jsonl with an LLM (cached per query; exit 3 if incomplete)",
+    )
+    ge.add_argument("--method", required=True, choices=GENERATION_METHODS)
+    _add_source(ge)
+    ge.add_argument(
+        "--model",
+        required=True,
+        help="the model name on the server, or local:smollm2 / local:PATH for demo-quality offline generation",
+    )
+    ge.add_argument("--base-url", help="an OpenAI-compatible server (default: $OPENAI_BASE_URL, else OpenAI)")
+    ge.add_argument("--llm-name", help="the rewrite's name, as in --rewrite METHOD:NAME (default: from --model)")
+    ge.add_argument("--output", type=Path, help="a folder (default: rewrites/<task>) or a .jsonl file")
+    ge.add_argument("--limit", type=int, help="only the first N queries")
+    ge.add_argument("--first-stage", default="bm25", help="lamer: the system whose top 10 go into the prompt")
+    ge.add_argument("--temperature", type=float, default=0.0)
+    ge.add_argument("--max-tokens", type=int, default=512)
+    ge.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
+    ge.add_argument("--max-retries", type=int, default=5, help="retries of rate-limited or failed requests")
+    ge.add_argument("--workers", type=int, default=1, help="requests in flight at once")
+    ge.set_defaults(handler=cmd_generate)
 
     er = commands.add_parser("evaluate-run", help="print the results JSON of an existing TREC run file")
     er.add_argument("--run", required=True, type=Path)
@@ -175,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in err.problems[:50]:
             print(f"error: {problem}", file=sys.stderr)
         return 1
-    except (SpecError, DownloadError, UsageError, KeyError, OSError) as err:
+    except (SpecError, DownloadError, UsageError, KeyError, OSError, GenerationError, RerankerUnavailable) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2

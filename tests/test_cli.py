@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core import evaluate, load_demo, read_trec
+from r2med_core import evaluate, load_demo, read_trec, run_system
+from r2med_core.cli import main
+from r2med_core.rerank import rerank
+from r2med_core.runs import safe_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,3 +139,118 @@ def test_local_task_copy_via_environment(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "out" / "bm25.json").read_text())["dataset_name"] == "Biology"
+
+
+# --------------------------------------------------------------------------- generate, live rewrites, rerank
+
+
+def _fake_llm(task: str):  # imported here so the tests above never depend on the generation tests
+    from .test_generation import FakeLLM, demo_replies
+
+    return FakeLLM(demo_replies(task))
+
+
+def test_generate_writes_the_rewrite_file_and_eval_uses_live_generations(tmp_path: Path) -> None:
+    from .test_generation import KEY
+
+    with _fake_llm("qa-reference") as llm:
+        args = ["generate", "--method", "hyde", "--demo", "qa-reference", "--model", "fake-model"]
+        args += ["--base-url", llm.url, "--llm-name", "live", "--output", str(tmp_path / "out")]
+        done = cli(*args, env={"OPENAI_API_KEY": KEY})
+        assert done.returncode == 0, done.stderr
+        assert "12 generated, 0 from cache" in done.stdout and "Traceback" not in done.stderr
+        assert len(llm.requests) == 12 and llm.requests[0]["auth"] == f"Bearer {KEY}"
+        again = cli(*args, env={"OPENAI_API_KEY": KEY})
+        assert again.returncode == 0 and "0 generated, 12 from cache" in again.stdout and len(llm.requests) == 12
+        limited = cli(*args[:-1], str(tmp_path / "first3.jsonl"), "--limit", "3", env={"OPENAI_API_KEY": KEY})
+        assert limited.returncode == 0 and len((tmp_path / "first3.jsonl").read_text().splitlines()) == 3
+    path = tmp_path / "out" / "hyde" / "live" / "query_with_hydoc.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["id"]: r["hy_doc"] for r in rows} == load_demo("qa-reference").rewrites["hyde", "demo-writer"]
+    assert KEY not in done.stdout + done.stderr + path.read_text()
+
+    live = cli(
+        "eval", "--retriever", "bm25", "--rewrite", "hyde:live", "--demo", "qa-reference", "--output-dir", str(tmp_path)
+    )
+    assert live.returncode == 0, live.stderr
+    assert "note: using live hyde:live generations from the cache (12 of 12 queries)" in live.stdout
+    writer = cli(
+        "eval", "--retriever", "bm25+hyde:demo-writer", "--demo", "qa-reference", "--output-dir", str(tmp_path)
+    )
+    assert writer.returncode == 0
+    live_scores = json.loads((tmp_path / "bm25+hyde_live.json").read_text())["test"]
+    assert live_scores == json.loads((tmp_path / "bm25+hyde_demo-writer.json").read_text())["test"]
+
+
+def test_generate_failures_are_one_clear_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    from .test_generation import KEY, closed_port
+
+    base = ["generate", "--method", "hyde", "--demo", "qa-reference", "--model", "m", "--output", str(tmp_path)]
+    with _fake_llm("qa-reference") as llm:
+        llm.script = [(401, {}, {"error": {"message": f"Incorrect API key {KEY}"}})]
+        wrong = cli(*base, "--base-url", llm.url, env={"OPENAI_API_KEY": KEY})
+    unreachable = f"http://127.0.0.1:{closed_port()}/v1"
+    down = cli(*base, "--base-url", unreachable, env={"OPENAI_API_KEY": KEY})
+    outcomes = [
+        (wrong, 3, "rejected the API key (401 Unauthorized): check the API key"),
+        (down, 3, f"error: could not reach {unreachable}"),
+    ]
+    # Usage errors fail before any request: checked in-process (same main(), no interpreter start-up).
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for args, message in [
+        (base, "error: no API key: set OPENAI_API_KEY"),
+        ([*base, "--base-url", unreachable, "--llm-name", "a+b"], "error: LLM name 'a+b' must start with a letter"),
+    ]:
+        code = main(args)
+        out, err = capsys.readouterr()
+        outcomes.append((subprocess.CompletedProcess(args, code, out, err), 2, message))
+    for done, code, message in outcomes:
+        assert done.returncode == code, done.stderr
+        assert message in done.stderr and "Traceback" not in done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert errors == [done.stderr.strip().splitlines()[-1]]
+        assert KEY not in done.stdout + done.stderr
+    assert not list(tmp_path.rglob("query_with_hydoc.jsonl"))  # nothing written for an incomplete batch
+
+
+def test_eval_with_a_cross_encoder_rerank(tmp_path: Path) -> None:
+    from .test_rerank import build_cross_encoder
+
+    model = build_cross_encoder(tmp_path / "ce", num_labels=1, seed=0)
+    done = cli(
+        "eval",
+        "--retriever",
+        "bm25",
+        "--demo",
+        "qa-reference",
+        "--top-k",
+        "10",
+        "--rerank",
+        str(model),
+        "--rerank-k",
+        "2",
+        "--output-dir",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 0, done.stderr
+    name = safe_name(f"bm25>rerank:{model}@2")
+    assert f"→ rerank {model}@2" in done.stdout and (tmp_path / "out" / f"{name}.trec").is_file()
+    reranked, plain = read_trec(tmp_path / "out" / f"{name}.trec"), run_system(load_demo("qa-reference"), "bm25", k=10)
+    for qid, ranking in plain.rankings.items():
+        docs = [d for d, _ in reranked.rankings[qid]]
+        assert sorted(docs[:2]) == sorted(d for d, _ in ranking[:2]) and docs[2:] == [d for d, _ in ranking[2:]]
+    in_process = rerank(plain, load_demo("qa-reference"), str(model), k=2)  # the CLI's scores, from the disk cache
+    assert {q: [d for d, _ in r] for q, r in reranked.rankings.items()} == {
+        q: [d for d, _ in r] for q, r in in_process.rankings.items()
+    }
+    assert json.loads((tmp_path / "out" / f"{name}.json").read_text())["model_name"] == name
+
+
+def test_eval_with_an_unavailable_reranker_is_one_clear_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["eval", "--retriever", "bm25", "--demo", "qa-reference", "--rerank", "no-such-org/no-such-reranker"]
+    assert main([*args, "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "error: could not load the reranker 'no-such-org/no-such-reranker'" in err
+    assert "must be downloaded first" in err and "Traceback" not in err

