@@ -21,6 +21,7 @@ PAGES = [
     st.Page("views/compare.py", title="Compare systems", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("views/metrics.py", title="Metrics", icon=":material/bar_chart:", url_path="metrics"),
     st.Page("views/leaderboard.py", title="Leaderboard", icon=":material/emoji_events:", url_path="leaderboard"),
+    st.Page("views/rewriting.py", title="Query rewriting", icon=":material/auto_fix_high:", url_path="rewriting"),
     st.Page("views/whatif.py", title="What-if query", icon=":material/edit_note:", url_path="whatif"),
     st.Page("views/annotations.py", title="Annotations", icon=":material/label:", url_path="annotations"),
 ]

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .data import Dataset
 from .evaluation import Results
+from .report import metric_label
 from .retrieval.tokenize import lucene_tokenize
 from .runs import Run
 
@@ -117,6 +118,7 @@ class GoldRow:
     grade: int
     rank: int | None
     rank_with_rewrite: int | None = None
+    rank_reranked: int | None = None
 
     @property
     def rewrite_effect(self) -> str:
@@ -135,15 +137,23 @@ class GoldRow:
         return "unchanged"
 
 
-def gold_rows(dataset: Dataset, run: Run, query_id: str, rewritten: Run | None = None) -> list[GoldRow]:
-    """The query's gold documents with their rank in ``run`` (and in the rewritten run, if given)."""
+def gold_rows(
+    dataset: Dataset, run: Run, query_id: str, rewritten: Run | None = None, reranked: Run | None = None
+) -> list[GoldRow]:
+    """The query's gold documents with their rank in ``run``, in the rewritten run and after reranking."""
     return [
-        GoldRow(doc, grade, run.rank_of(query_id, doc), rewritten.rank_of(query_id, doc) if rewritten else None)
+        GoldRow(
+            doc,
+            grade,
+            run.rank_of(query_id, doc),
+            rewritten.rank_of(query_id, doc) if rewritten else None,
+            reranked.rank_of(query_id, doc) if reranked else None,
+        )
         for doc, grade in dataset.positives(query_id).items()
     ]
 
 
-def gold_frame(rows: list[GoldRow], with_rewrite: bool) -> pd.DataFrame:
+def gold_frame(rows: list[GoldRow], with_rewrite: bool, with_rerank: bool = False) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "document": [r.doc_id for r in rows],
@@ -154,6 +164,8 @@ def gold_frame(rows: list[GoldRow], with_rewrite: bool) -> pd.DataFrame:
     if with_rewrite:
         frame["with rewrite"] = [rank_text(r.rank_with_rewrite) for r in rows]
         frame["effect"] = [r.rewrite_effect for r in rows]
+    if with_rerank:
+        frame["after rerank"] = [rank_text(r.rank_reranked) for r in rows]
     return frame
 
 
@@ -185,3 +197,29 @@ def per_query_delta(a: Results, b: Results, metric: str = "ndcg_at_10") -> pd.Da
     joined["delta"] = joined["b"] - joined["a"]
     joined.index.name = "query_id"
     return joined.sort_values("delta", ascending=False)
+
+
+def rewrite_outcomes(delta: pd.DataFrame) -> dict[str, int]:
+    """How many queries a rewrite helped, hurt or left unchanged (from ``per_query_delta``)."""
+    return {
+        "helped": int((delta["delta"] > 0).sum()),
+        "hurt": int((delta["delta"] < 0).sum()),
+        "unchanged": int((delta["delta"] == 0).sum()),
+    }
+
+
+def llm_spread(
+    by_llm: dict[str, Results],
+    query_id: str,
+    without: Results | None = None,
+    metrics: tuple[str, ...] = ("ndcg_at_10", "recall_at_100"),
+) -> pd.DataFrame:
+    """One query's scores under each LLM's rewrite (and without any): rows of (llm, metric, value)."""
+    sources = ({"no rewrite": without} if without is not None else {}) | by_llm
+    rows = [
+        {"llm": llm, "metric": metric_label(metric), "value": float(results.per_query.loc[query_id, metric])}
+        for llm, results in sources.items()
+        if query_id in results.per_query.index
+        for metric in metrics
+    ]
+    return pd.DataFrame(rows, columns=["llm", "metric", "value"])

@@ -592,6 +592,7 @@ def generate_rewrites(
     workers: int = 1,
     query_ids: Iterable[str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    record: bool = True,
 ) -> GenerationReport:
     """Generate (or take from the cache) one rewrite per query; never raises for server trouble.
 
@@ -599,8 +600,8 @@ def generate_rewrites(
     (honouring Retry-After, at most ``max_delay`` s each); timeouts and refused connections twice.
     A wrong key, an unreachable server or a persistent rate limit stop the batch; an empty or
     malformed reply fails only its query. ``max_consecutive_failures`` failed queries in a row stop
-    it too. The result is also recorded under ``llm_name`` so ``eval --rewrite METHOD:NAME`` and
-    ``live_rewrites`` find it later.
+    it too. Unless ``record`` is False, the result is also recorded under ``llm_name`` so
+    ``eval --rewrite METHOD:NAME`` and ``live_rewrites`` find it later.
     """
     if method not in GENERATION_METHODS:
         raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
@@ -649,7 +650,7 @@ def generate_rewrites(
             return result
         _run_jobs(jobs, backend, endpoint, result, should_stop, max_consecutive_failures, max(1, workers), tell)
         result.texts = {qid: result.texts[qid] for qid in wanted if qid in result.texts}
-    if result.texts:
+    if result.texts and record:
         _record_set(dataset, method, llm_name, endpoint, result.texts)
     return result
 
@@ -727,15 +728,20 @@ def rewrite_file(root: str | Path, method: str, llm_name: str) -> Path:
     return Path(root) / method / check_llm_name(llm_name) / REWRITE_FILE
 
 
-def save_rewrites(texts: dict[str, str], dataset: Dataset, path: str | Path) -> Path:
-    """Write the official ``query_with_hydoc.jsonl`` (``{"id","text","hy_doc"}``, query order, atomic)."""
-    path = Path(path)
+def rewrites_text(texts: dict[str, str], dataset: Dataset) -> str:
+    """The official ``query_with_hydoc.jsonl`` content: ``{"id","text","hy_doc"}`` per query, in query order."""
     rows = [
         json.dumps({"id": qid, "text": text, "hy_doc": texts[qid]}, ensure_ascii=False)
         for qid, text in dataset.queries.items()
         if qid in texts
     ]
-    atomic_write_text(path, "".join(row + "\n" for row in rows))
+    return "".join(row + "\n" for row in rows)
+
+
+def save_rewrites(texts: dict[str, str], dataset: Dataset, path: str | Path) -> Path:
+    """Write the official ``query_with_hydoc.jsonl`` (atomically)."""
+    path = Path(path)
+    atomic_write_text(path, rewrites_text(texts, dataset))
     return path
 
 
@@ -803,3 +809,18 @@ def attach_live_rewrites(dataset: Dataset, wanted: Iterable[tuple[str, str]]) ->
                 "queries)"
             )
     return dataset, notes
+
+
+def hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) -> tuple[str | None, str | None]:
+    """A HyDE document for a query typed by the user (not one of the dataset's): ``(text, None)`` or
+    ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing."""
+    typed = Dataset(
+        name=f"{dataset.name}-typed",
+        corpus={},
+        queries={"typed": text},
+        qrels={},
+        source="typed",
+        family=dataset.family,
+    )
+    report = generate_rewrites(typed, "hyde", endpoint, max_retries=2, record=False)
+    return report.texts.get("typed"), report.problem()

@@ -98,3 +98,32 @@ def load_snapshot(task: str, folder: str | Path) -> Dataset:
     """Load a downloaded snapshot folder of a task (named and sourced as the hub task)."""
     info = get_task(task)
     return load_r2med_dir(folder, name=info.name, source=f"hf:{info.hf_id}")
+
+
+class ModelUnavailable(RuntimeError):
+    """A model is neither a local folder, nor in the HF cache, nor reachable on the hub."""
+
+
+def check_model_reachable(model_id: str) -> None:
+    """Fail in about a second, with a clear message, when a model cannot be had.
+
+    Loading libraries retry a missing hub for over a minute before giving up; one small request
+    (a model's config.json) tells the same thing at once. Local folders and cached models pass.
+    """
+    if Path(model_id).expanduser().exists():
+        return
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(model_id, allow_patterns=["config.json"], local_files_only=True)
+        return
+    except Exception:
+        pass
+    try:
+        snapshot_download(model_id, allow_patterns=["config.json"])
+    except Exception as err:
+        cause = " ".join(str(err).split())[:160]
+        raise ModelUnavailable(
+            f"{model_id} is not downloaded and the Hugging Face hub cannot be reached ({type(err).__name__}: "
+            f"{cause}). Run once with network access (the model is kept in the HF cache) or use a local folder."
+        ) from None

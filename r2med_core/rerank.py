@@ -24,6 +24,7 @@ import numpy as np
 
 from .cache import cached, fingerprint
 from .data import Dataset
+from .hub import check_model_reachable
 from .progress import Progress, report
 from .retrieval.dense import model_revision
 from .runs import Ranking, Run
@@ -67,6 +68,7 @@ def load_cross_encoder(location: str, max_length: int | None = 512) -> Any:
         except Exception:
             if _offline() or Path(location).expanduser().exists():
                 raise
+        check_model_reachable(location)  # fails at once offline, where loading would retry for a minute
         return CrossEncoder(location, device="cpu", max_length=max_length)
     except Exception as err:
         cause = " ".join(str(err).split())[:200]

@@ -228,3 +228,73 @@ def test_what_if_returns_results_from_each_system_and_puts_the_query_in_the_url(
     assert sum(e.label.startswith("#1 · ") for e in at.expander) == 2
     assert at.query_params["ask"].startswith("young athlete")
     assert any("in every system's top 10" in m.value for m in at.markdown)
+
+
+def test_rewriting_page_shows_the_effect_per_query_and_per_llm() -> None:
+    at = open_app("rewriting", task="clinical-evidence", systems=["bm25"])
+    assert not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert int(metrics["queries helped"]) + int(metrics["queries hurt"]) <= 12
+    assert int(metrics["queries helped"]) >= 6  # the demo's HyDE documents help BM25 on most queries
+    assert _charts(at) >= 2  # per-query Δ bars and the per-LLM spread
+    assert any("Set a model" in i.value for i in at.info)  # no endpoint configured yet
+
+
+def test_live_generation_from_the_app_against_a_local_server() -> None:
+    """Sidebar endpoint → batch generation on the Rewriting page → the new rewrite is selectable.
+    The API key never reaches the URL."""
+    from .test_generation import KEY, FakeLLM, demo_replies
+
+    with FakeLLM(demo_replies("qa-reference")) as server:
+        at = open_app("rewriting", task="qa-reference", systems=["bm25"])
+        at.text_input(key="w_llm_url").input(server.url).run()
+        at.text_input(key="w_llm_model").input("fake-gpt").run()
+        at.text_input(key="w_llm_key").input(KEY).run()
+        at.button(key="w_gen_start").click().run()
+        assert not at.exception
+        assert any("12 generated" in s.value for s in at.success), [w.value for w in at.warning]
+        assert len(server.requests) == 12
+        assert all(r["auth"] == f"Bearer {KEY}" for r in server.requests)
+        at.toggle(key="w_rewrite_on").set_value(True).run()
+        options = at.selectbox(key="w_rewrite").options
+        assert "hyde:fake-gpt (live)" in options
+        assert KEY not in str(at.query_params)
+
+
+def test_what_if_rewrites_a_typed_query_with_a_live_llm() -> None:
+    from .test_generation import FakeLLM
+
+    with FakeLLM({"fingertips": "Hypothetical passage about vasoconstriction of glabrous skin."}) as server:
+        at = open_app("whatif", task="qa-reference", systems=["bm25"], ask="why do fingertips wrinkle in water")
+        at.text_input(key="w_llm_url").input(server.url).run()
+        at.text_input(key="w_llm_model").input("fake-gpt").run()
+        at.text_input(key="w_llm_key").input("sk-x").run()
+        at.toggle(key="w_whatif_hyde").set_value(True).run()
+        assert not at.exception and not at.error
+        assert any("Hypothetical document" in m.value for m in at.markdown)
+        assert len(server.requests) == 1
+        assert sum(e.label.startswith("#1 · ") for e in at.expander) == 1
+
+
+def test_an_unavailable_reranker_is_explained_and_the_explorer_still_works() -> None:
+    at = open_app("explorer", task="clinical-evidence", system="bm25", rerank="bge-reranker")
+    assert not at.exception
+    assert any("Reranking is off" in w.value and "downloaded" in w.value for w in at.warning)
+    assert any(s.value.startswith("Gold documents") for s in at.subheader)
+
+
+def test_reranked_ranks_in_the_explorer(tmp_path: Path) -> None:
+    from r2med_core.rerank import rerank
+
+    from .test_rerank import build_cross_encoder
+
+    model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
+    at = open_app("explorer", task="clinical-evidence", system="bm25", rerank=model)
+    assert not at.exception and not at.warning
+    dataset = load_demo("clinical-evidence")
+    qid = at.selectbox(key="w_q").value
+    expected = rerank(run_system(dataset, "bm25"), dataset, model, 10)
+    gold = frame(at, "document")
+    assert list(gold["after rerank"]) == [str(expected.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
+    at.radio(key="w_ranking").set_value("reranked top 10").run()
+    assert list(frame(at, "rank")["document"]) == [d for d, _ in expected.top(qid, 10)]

@@ -100,6 +100,7 @@ def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     env = {
         **os.environ,
         "R2MED_CACHE_DIR": str(work / "cache"),
+        "R2MED_DATA_HOME": str(work / "data"),
         "HF_HUB_OFFLINE": "1",  # the demo needs only the offline MiniLM
         "PYTHONUNBUFFERED": "1",
     }
@@ -308,12 +309,18 @@ PAGES = {
     "compare": (f"?task={TASK}&{SYSTEMS}", "Largest gains"),
     "metrics": (f"?task={TASK}&{SYSTEMS}", "Results files and runs"),
     "leaderboard": (f"?task={TASK}&{SYSTEMS}", "Your runs on"),
+    "rewriting": (f"?task={TASK}&{SYSTEMS}", "Generate rewrites with an LLM"),
+    "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
+    "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
 }
 TITLES = {
     "explorer": "Query explorer",
     "compare": "Compare systems",
     "metrics": "Metrics",
     "leaderboard": "Leaderboard",
+    "rewriting": "Query rewriting",
+    "whatif": "What-if query",
+    "annotations": "Annotations",
 }
 
 

@@ -98,17 +98,7 @@ for test, other in zip(tests, others):
         scatter.update_xaxes(range=[-0.02, 1.02]).update_yaxes(range=[-0.02, 1.02], scaleanchor="x")
         st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
     with right:
-        bars = delta.reset_index().sort_values("delta", ascending=False)
-        bars["direction"] = bars["delta"].map(lambda d: "gain" if d > 0 else ("loss" if d < 0 else "tie"))
-        fig = px.bar(
-            bars,
-            x="query_id",
-            y="delta",
-            color="direction",
-            color_discrete_map={"gain": "#2a9d8f", "loss": "#e76f51", "tie": "#adb5bd"},
-            labels={"delta": f"Δ {name}", "query_id": "query (sorted by Δ)"},
-        )
-        fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
+        fig = ui.delta_bars(dataset, delta, f"Δ {name}")
         st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")
     for title, part in (
         ("Largest gains", delta[delta["delta"] > 0].head(5)),

@@ -154,11 +154,12 @@ if rewritten is not None:
             st.caption("No hypothetical document for this query: the original query was used.")
 
 # ------------------------------------------------------------------ gold | retrieved
-gold = gold_rows(dataset, run, qid, rewritten)
+reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
+gold = gold_rows(dataset, run, qid, rewritten, reranked)
 left, right = st.columns(2)
 with left:
     st.subheader(f"Gold documents ({len(gold)})")
-    st.dataframe(gold_frame(gold, rewritten is not None), hide_index=True, width="stretch")
+    st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
     for row in gold:
         label = f"{row.doc_id} · grade {row.grade} · {rank_text(row.rank)}"
         if rewritten is not None:
@@ -169,13 +170,18 @@ with left:
             st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
 with right:
-    shown_run = run
+    rankings = {"original query": run}
     if rewritten is not None:
-        which = st.radio("Ranking", ["original query", "rewritten query"], horizontal=True, key="w_ranking")
-        shown_run = rewritten if which == "rewritten query" else run
+        rankings["rewritten query"] = rewritten
+    if reranked is not None:
+        rankings[f"reranked top {v.rerank_k}"] = reranked
+    which = "original query"
+    if len(rankings) > 1:
+        which = st.radio("Ranking", list(rankings), horizontal=True, key="w_ranking")
         st.subheader(f"Retrieved top {depth} ({which})")
     else:
         st.subheader(f"Retrieved top {depth}")
+    shown_run = rankings[which]
     st.dataframe(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, width="stretch")
     for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
         grade = dataset.positives(qid).get(doc)

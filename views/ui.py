@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
 import streamlit as st
 
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
@@ -25,7 +28,10 @@ from r2med_core.annotations import (
     AnnotationStoreError,
     default_store_path,
 )
+from r2med_core.explore import shorten
+from r2med_core.generation import Endpoint, attach_live_rewrites, live_rewrite_options, live_rewrites
 from r2med_core.hub import DownloadError, cached_task, download_task, load_snapshot
+from r2med_core.rerank import RERANKER_PRESETS, RerankerUnavailable, rerank
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.systems import SpecError, parse_system, run_system
 
@@ -56,11 +62,16 @@ class View:
     q: str = ""  # the explorer's query
     compare: list[str] = field(default_factory=list)
     ask: str = ""  # the what-if page's typed query
+    rerank: str = ""  # cross-encoder preset or model id ("" = no reranking)
+    rerank_k: int = 10
     annotator: str = ""  # kept for the session, never put in the URL
     flash: str = ""  # a confirmation to show once after a rerun
+    llm_url: str = ""  # live LLM endpoint: session only, never in the URL
+    llm_model: str = ""
+    llm_key: str = ""  # typed in a password field; never logged, cached or put in a URL
 
     _LISTS = ("systems", "extra", "compare")
-    _PRIVATE = ("annotator", "flash")
+    _PRIVATE = ("annotator", "flash", "llm_url", "llm_model", "llm_key")
 
     @classmethod
     def from_params(cls, params: Any) -> View:
@@ -73,7 +84,10 @@ class View:
                 if values:
                     setattr(view, name, [v for v in values if v])
             elif params.get(name):
-                setattr(view, name, params.get(name))
+                value = params.get(name)
+                if isinstance(getattr(view, name), int):
+                    value = int(value) if value.isdigit() else getattr(view, name)
+                setattr(view, name, value)
         return view
 
     def to_params(self) -> dict[str, Any]:
@@ -326,6 +340,24 @@ def _sidebar_dataset(v: View) -> Dataset | None:
 
 
 def current_dataset() -> Dataset:
+    """The dataset the view names, with any live LLM generations recorded for it as extra rewrites."""
+    base = _base_dataset()
+    recorded = tuple(live_rewrite_options(base))
+    if not recorded:
+        return base
+    return _with_live(dataset_key(base), recorded, _live_signature(base, recorded), base)
+
+
+def _live_signature(dataset: Dataset, recorded: tuple[tuple[str, str], ...]) -> tuple:
+    return tuple(len(live_rewrites(dataset, method, llm) or {}) for method, llm in recorded)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _with_live(key: str, recorded: tuple, signature: tuple, _base: Dataset) -> Dataset:
+    return attach_live_rewrites(_base, recorded)[0]
+
+
+def _base_dataset() -> Dataset:
     """The dataset the view names (a cache hit after the sidebar loaded it)."""
     v = view()
     if v.source == "demo":
@@ -348,26 +380,119 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
     st.header("Query rewriting")
     options = [f"{m}:{llm}" for m, llm in dataset.rewrite_options()]
     if not options:
-        st.caption("This dataset has no precomputed rewrites (hyde/<llm>/query_with_hydoc.jsonl).")
-        v.rewrite = ""
-        return
-    on = st.toggle(
-        "HyDE / rewrite on",
-        value=bool(v.rewrite),
-        key="w_rewrite_on",
-        help="Adds each system's run on the LLM-rewritten queries, next to the original.",
-    )
-    if on:
-        default = next((o for o in options if o.startswith("hyde:")), options[0])
-        st.selectbox(
-            "Precomputed rewrite (method:LLM)",
-            options,
-            key=bound("rewrite", options, default),
-            on_change=store("rewrite"),
+        st.caption(
+            "No rewrites yet: the dataset has no precomputed <method>/<llm>/query_with_hydoc.jsonl. "
+            "Generate some on the Rewriting page with a live LLM."
         )
-        v.rewrite = st.session_state["w_rewrite"]
-    else:
         v.rewrite = ""
+    else:
+        on = st.toggle(
+            "HyDE / rewrite on",
+            value=bool(v.rewrite),
+            key="w_rewrite_on",
+            help="Adds each system's run on the LLM-rewritten queries, next to the original.",
+        )
+        if on:
+            default = next((o for o in options if o.startswith("hyde:")), options[0])
+            live = {f"{m}:{llm}" for m, llm in live_rewrite_options(dataset)}
+            st.selectbox(
+                "Rewrite (method:LLM)",
+                options,
+                format_func=lambda o: f"{o} (live)" if o in live else o,
+                key=bound("rewrite", options, default),
+                on_change=store("rewrite"),
+            )
+            v.rewrite = st.session_state["w_rewrite"]
+        else:
+            v.rewrite = ""
+    with st.expander("Live LLM endpoint"):
+        st.caption(
+            "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this session."
+        )
+        st.text_input(
+            "Base URL",
+            key=bound("llm_url"),
+            on_change=store("llm_url"),
+            placeholder=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+        )
+        st.text_input("Model", key=bound("llm_model"), on_change=store("llm_model"), placeholder="e.g. gpt-4o-mini")
+        st.text_input(
+            "API key",
+            type="password",
+            key=bound("llm_key"),
+            on_change=store("llm_key"),
+            help="Or set OPENAI_API_KEY (environment or .streamlit/secrets.toml).",
+        )
+        if _env_key() and not v.llm_key:
+            st.caption("Using the OPENAI_API_KEY from the environment / secrets.")
+    st.header("Reranking")
+    presets = ["", *RERANKER_PRESETS]
+    choices = list(dict.fromkeys([*presets, v.rerank]))
+    st.selectbox(
+        "Cross-encoder over the top k",
+        choices,
+        format_func=lambda m: "none" if not m else m,
+        key=bound("rerank", choices),
+        on_change=store("rerank"),
+        help="Downloaded from the Hugging Face hub on first use; any cross-encoder id works in the URL (rerank=…).",
+    )
+    if v.rerank:
+        st.radio("k", [10, 100], key=bound("rerank_k", [10, 100]), on_change=store("rerank_k"), horizontal=True)
+
+
+def _env_key() -> str | None:
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        return key
+    try:
+        return st.secrets.get("OPENAI_API_KEY")
+    except Exception:
+        return None
+
+
+def live_endpoint() -> Endpoint | None:
+    """The live endpoint the user configured (model required), or None."""
+    v = view()
+    if not v.llm_model.strip():
+        return None
+    return Endpoint(
+        base_url=v.llm_url.strip() or os.environ.get("OPENAI_BASE_URL") or None,
+        model=v.llm_model.strip(),
+        api_key=v.llm_key or _env_key(),
+        timeout=60.0,
+    )
+
+
+@st.cache_resource(show_spinner=False)
+def _rerank_memo() -> OrderedDict[tuple[str, str, str, int], Run]:
+    return OrderedDict()
+
+
+def get_reranked(dataset: Dataset, system: str) -> Run | None:
+    """The system's run reranked by the chosen cross-encoder, or None (not chosen, or not available here)."""
+    v = view()
+    if not v.rerank:
+        return None
+    key = (dataset_key(dataset), system, v.rerank, v.rerank_k)
+    memo = _rerank_memo()
+    if key not in memo:
+        holder = st.empty()
+        try:
+            memo[key] = rerank(
+                get_run(dataset, system),
+                dataset,
+                v.rerank,
+                v.rerank_k,
+                progress=_progress_callback(f"Reranking with {v.rerank}", holder),
+            )
+        except RerankerUnavailable as err:
+            st.warning(f"Reranking is off: {err}")
+            return None
+        finally:
+            holder.empty()
+        while len(memo) > _MEMO_SIZE:
+            memo.popitem(last=False)
+    return memo[key]
 
 
 def systems_in_play(include_rewrites: bool = True) -> list[str]:
@@ -484,3 +609,28 @@ def label_tags(labels: list[Annotation], doc_id: str | None) -> str:
     return " · ".join(
         f"🏷 {TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type}" for a in mine
     )
+
+
+def delta_bars(
+    dataset: Dataset,
+    delta: pd.DataFrame,
+    y_label: str,
+    words: tuple[str, str, str] = ("gain", "loss", "tie"),
+    names: tuple[str, str] = ("baseline", "system"),
+) -> go.Figure:
+    """Per-query Δ bars, sorted, coloured by direction, with the query text on hover."""
+    bars = delta.reset_index().sort_values("delta", ascending=False)
+    bars["query"] = bars["query_id"].map(lambda q: shorten(dataset.queries[q], 80))
+    up, down, same = words
+    bars["direction"] = bars["delta"].map(lambda d: up if d > 0 else (down if d < 0 else same))
+    fig = px.bar(
+        bars,
+        x="query_id",
+        y="delta",
+        color="direction",
+        hover_data={"query": True, "a": ":.3f", "b": ":.3f"},
+        color_discrete_map={up: "#2a9d8f", down: "#e76f51", same: "#adb5bd"},
+        labels={"delta": y_label, "query_id": "query (sorted by Δ)", "a": names[0], "b": names[1]},
+    )
+    fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
+    return fig

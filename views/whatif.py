@@ -5,7 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from r2med_core.explore import highlight, overlap, query_terms
-from r2med_core.systems import SpecError, search_text
+from r2med_core.generation import default_llm_name, hypothetical_document
+from r2med_core.systems import SpecError, parse_system, search_text
 from views import ui
 
 dataset = ui.current_dataset()
@@ -28,11 +29,17 @@ options = [s for s in ui.systems_in_play(include_rewrites=False)]
 c1, c2 = st.columns([3, 1])
 chosen = c1.multiselect("Systems", options, default=options[:3], format_func=ui.system_label, key="w_whatif_systems")
 k = c2.select_slider("Show top", options=[5, 10, 20], value=10, key="w_whatif_k")
-if v.rewrite:
-    st.info(
-        "HyDE on a typed query needs an LLM to write its hypothetical document; precomputed rewrites exist only for "
-        "the dataset's own queries. Configure a live endpoint to rewrite typed queries; meanwhile the systems run "
-        "on your text as typed."
+endpoint = ui.live_endpoint()
+use_hyde = st.toggle(
+    "Rewrite my query with HyDE (live LLM)",
+    key="w_whatif_hyde",
+    disabled=endpoint is None,
+    help="Needs a model under 'Live LLM endpoint' in the sidebar.",
+)
+if endpoint is None:
+    st.caption(
+        "No live LLM endpoint is configured, so typed queries run as typed. Precomputed HyDE documents exist only "
+        "for the dataset's own queries; set a model under **Live LLM endpoint** in the sidebar to rewrite yours."
     )
 
 text = v.ask.strip()
@@ -43,11 +50,27 @@ if len(chosen) < 1:
     st.info("Choose at least one system.")
     st.stop()
 
+hy_doc = None
+if use_hyde and endpoint is not None:
+    with st.spinner(f"Asking {endpoint.model} for a hypothetical document …"):
+        hy_doc, problem = hypothetical_document(dataset, text, endpoint)
+    if hy_doc is None:
+        st.error(f"No rewrite: {problem}. The systems run on your text as typed.")
+    else:
+        with st.container(border=True):
+            st.markdown(f"**Hypothetical document** · hyde by `{endpoint.model}` (live)")
+            st.html(f"<div class='r2-text'>{highlight(hy_doc, query_terms(text))}</div>")
+
 rankings: dict[str, list[tuple[str, float]]] = {}
 for name in chosen:
+    spec = parse_system(name)
+    if hy_doc is not None:
+        spec = spec.with_rewrite(("hyde", default_llm_name(endpoint.model)))
     holder = st.empty()
     try:
-        rankings[name] = search_text(dataset, name, text, k, progress=lambda f, m, h=holder: h.progress(f, text=m))
+        rankings[name] = search_text(
+            dataset, spec, text, k, hy_doc=hy_doc, progress=lambda f, m, h=holder: h.progress(f, text=m)
+        )
     except SpecError as err:
         st.error(str(err))
     except Exception as err:

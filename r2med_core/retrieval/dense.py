@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..cache import cached
+from ..hub import check_model_reachable
 from ..progress import Progress, report
 
 #: What instruction-following presets are told when the dataset has no R2MED family.
@@ -145,6 +146,7 @@ def load_encoder(
     from sentence_transformers import SentenceTransformer
 
     location = _model_location(model_id)
+    check_model_reachable(location)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         if pooling is None:
