@@ -250,11 +250,15 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         at.text_input(key="w_llm_url").input(server.url).run()
         at.text_input(key="w_llm_model").input("fake-gpt").run()
         at.text_input(key="w_llm_key").input(KEY).run()
+        at.number_input(key="w_llm_temperature").set_value(0.7).run()
+        at.number_input(key="w_llm_max_tokens").set_value(256).run()
         at.button(key="w_gen_start").click().run()
         assert not at.exception
         assert any("12 generated" in s.value for s in at.success), [w.value for w in at.warning]
         assert len(server.requests) == 12
         assert all(r["auth"] == f"Bearer {KEY}" for r in server.requests)
+        body = server.requests[0]["body"]
+        assert (body["model"], body["temperature"], body.get("max_tokens")) == ("fake-gpt", 0.7, 256)
         at.toggle(key="w_rewrite_on").set_value(True).run()
         options = at.selectbox(key="w_rewrite").options
         assert "hyde:fake-gpt (live)" in options

@@ -69,9 +69,11 @@ class View:
     llm_url: str = ""  # live LLM endpoint: session only, never in the URL
     llm_model: str = ""
     llm_key: str = ""  # typed in a password field; never logged, cached or put in a URL
+    llm_temperature: float = 0.0
+    llm_max_tokens: int = 512
 
     _LISTS = ("systems", "extra", "compare")
-    _PRIVATE = ("annotator", "flash", "llm_url", "llm_model", "llm_key")
+    _PRIVATE = ("annotator", "flash", "llm_url", "llm_model", "llm_key", "llm_temperature", "llm_max_tokens")
 
     @classmethod
     def from_params(cls, params: Any) -> View:
@@ -423,6 +425,11 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
             on_change=store("llm_key"),
             help="Or set OPENAI_API_KEY (environment or .streamlit/secrets.toml).",
         )
+        c1, c2 = st.columns(2)
+        c1.number_input(
+            "Temperature", 0.0, 2.0, step=0.1, key=bound("llm_temperature"), on_change=store("llm_temperature")
+        )
+        c2.number_input("Max tokens", 32, 4096, step=32, key=bound("llm_max_tokens"), on_change=store("llm_max_tokens"))
         if _env_key() and not v.llm_key:
             st.caption("Using the OPENAI_API_KEY from the environment / secrets.")
     st.header("Reranking")
@@ -459,6 +466,8 @@ def live_endpoint() -> Endpoint | None:
         base_url=v.llm_url.strip() or os.environ.get("OPENAI_BASE_URL") or None,
         model=v.llm_model.strip(),
         api_key=v.llm_key or _env_key(),
+        temperature=float(v.llm_temperature),
+        max_tokens=int(v.llm_max_tokens),
         timeout=60.0,
     )
 
