@@ -41,22 +41,28 @@ def _progress_bar(progress: Progress | None, label: str) -> Any:
     return CallbackTqdm
 
 
+def _snapshot(hf_id: str, revision: str | None, cache_dir: str | Path | None, **options: Any) -> Path:
+    """The one ``snapshot_download`` call of a task's files, online or from the cache only."""
+    from huggingface_hub import snapshot_download
+
+    folder = snapshot_download(
+        repo_id=hf_id,
+        repo_type="dataset",
+        revision=revision,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        allow_patterns=list(HUB_PATTERNS),
+        **options,
+    )
+    return Path(folder)
+
+
 def download_task(
     task: str, *, revision: str | None = None, cache_dir: str | Path | None = None, progress: Progress | None = None
 ) -> Path:
     """Fetch ``R2MED/<task>`` (repo_type dataset) and return the local snapshot folder."""
     info = get_task(task)
     try:
-        from huggingface_hub import snapshot_download
-
-        folder = snapshot_download(
-            repo_id=info.hf_id,
-            repo_type="dataset",
-            revision=revision,
-            cache_dir=str(cache_dir) if cache_dir else None,
-            allow_patterns=list(HUB_PATTERNS),
-            tqdm_class=_progress_bar(progress, info.hf_id),
-        )
+        folder = _snapshot(info.hf_id, revision, cache_dir, tqdm_class=_progress_bar(progress, info.hf_id))
     except Exception as err:
         raise DownloadError(
             f"could not get {info.hf_id} from the Hugging Face hub ({type(err).__name__}: {err}). "
@@ -64,26 +70,17 @@ def download_task(
             f"--task {info.name}) and copy the HF cache, or load a local folder instead."
         ) from None
     report(progress, 1.0, f"{info.hf_id}: downloaded")
-    return Path(folder)
+    return folder
 
 
 def cached_task(task: str, *, revision: str | None = None, cache_dir: str | Path | None = None) -> Path | None:
     """The local snapshot of a task if it is already in the HF cache (no network), else None."""
     info = get_task(task)
     try:
-        from huggingface_hub import snapshot_download
-
-        folder = snapshot_download(
-            repo_id=info.hf_id,
-            repo_type="dataset",
-            revision=revision,
-            cache_dir=str(cache_dir) if cache_dir else None,
-            allow_patterns=list(HUB_PATTERNS),
-            local_files_only=True,
-        )
-    except Exception:
+        folder = _snapshot(info.hf_id, revision, cache_dir, local_files_only=True)
+    except Exception:  # "not cached" comes in several exception types
         return None
-    return Path(folder) if (Path(folder) / "corpus.jsonl").is_file() else None
+    return folder if (folder / "corpus.jsonl").is_file() else None
 
 
 def load_hf(
