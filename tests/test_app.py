@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, run_system
+from views.ui import md
 
 APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
 PAGES = ["overview", "explorer", "compare", "metrics", "leaderboard"]
@@ -129,7 +130,7 @@ def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) ->
     (tmp_path / "corpus.jsonl").write_text('{"id": "d", "text": "doc"}\n')
     (tmp_path / "qrels.jsonl").write_text('{"q_id": "1", "p_id": "d", "score": 1}\n')
     at = open_app(source="local", folder=str(tmp_path))
-    assert any(f"{tmp_path / 'query.jsonl'}:2" in e.value for e in at.error)
+    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.error)
     at.radio(key="w_source").set_value("demo").run()
     assert not at.exception and not at.error
 
@@ -157,7 +158,7 @@ def test_hugging_face_source_uses_the_cache_and_asks_before_downloading(
     assert any("Choose a data source" in w.value for w in at.warning)
     at.button(key="w_download").click().run()
     assert not at.exception
-    assert any("could not get R2MED/MedQA-Diag" in e.value for e in at.error)
+    assert any(md("could not get R2MED/MedQA-Diag") in e.value for e in at.error)
 
 
 def test_adding_a_model_and_a_fusion_from_the_sidebar() -> None:
@@ -185,8 +186,8 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     at.text_input(key="w_label_annotator").input("Dr. Test")
     at.button[[b.label for b in at.button].index("Save label")].click().run()
     assert not at.exception
-    assert [s.value for s in at.success] == [f"Saved: Lexical trap on {trap}"]
-    assert any(trap in e.label and "🏷" in e.label for e in at.expander)  # shown next to the document
+    assert [s.value for s in at.success] == [f"Saved: Lexical trap on {md(trap)}"]
+    assert any(md(trap) in e.label and "🏷" in e.label for e in at.expander)  # shown next to the document
 
     at.switch_page("views/annotations.py").run()
     assert not at.exception
@@ -302,3 +303,27 @@ def test_reranked_ranks_in_the_explorer(tmp_path: Path) -> None:
     assert list(gold["after rerank"]) == [str(expected.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
     at.radio(key="w_ranking").set_value("reranked top 10").run()
     assert list(frame(at, "rank")["document"]) == [d for d, _ in expected.top(qid, 10)]
+
+
+def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path) -> None:
+    """Text from a local dataset is escaped everywhere it is shown: no markup, no formatting, no links."""
+    from .conftest import write_jsonl
+
+    root = tmp_path / "evil"
+    evil_doc = "**bold**_[x](javascript:alert(1))"
+    write_jsonl(
+        root / "corpus.jsonl",
+        [
+            {"id": evil_doc, "text": "<script>alert('doc')</script> chest pain and troponin " * 3},
+            {"id": "plain", "text": "asthma wheeze " * 5},
+        ],
+    )
+    write_jsonl(root / "query.jsonl", [{"id": "<b>q</b>", "text": "<img src=x onerror=alert(1)> chest pain"}])
+    write_jsonl(root / "qrels.jsonl", [{"q_id": "<b>q</b>", "p_id": evil_doc, "score": 1}])
+    at = open_app("explorer", source="local", folder=str(root), systems=["bm25"])
+    assert not at.exception and not at.error
+    html = " ".join(str(h.proto.body) for h in at.get("html"))
+    assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
+    labels = [e.label for e in at.expander]
+    assert any(r"\*\*bold\*\*" in label for label in labels)  # shown as written, not bold
+    assert r"**Query \<b\>q\</b\>**" in [m.value for m in at.markdown]

@@ -29,7 +29,7 @@ store = ui.annotation_store()
 st.title("Annotations")
 if store is None:
     st.stop()
-st.caption(f"Stored in `{store.path}` (SQLite). Label queries and documents from the Query explorer.")
+st.caption(f"Stored in {ui.md(store.path)} (SQLite). Label queries and documents from the Query explorer.")
 
 everything = store.to_dataframe()
 if everything.empty:
@@ -103,9 +103,9 @@ if uploaded is not None and st.button("Import", key="w_ann_import"):
         report = store.import_jsonl(path)
     st.success(f"Imported {report.added} labels; {report.skipped_duplicates} duplicates skipped.")
     for problem in report.errors[:20]:
-        st.error(f"{uploaded.name}:{problem.line}: {problem.message}")
+        st.error(ui.md(f"{uploaded.name}:{problem.line}: {problem.message}"))
 
-st.subheader(f"Re-evaluation on {dataset.name}")
+st.subheader(f"Re-evaluation on {ui.md(dataset.name)}")
 additions = store.qrels_additions(dataset.source, dataset.name)
 n_added = sum(len(docs) for docs in additions.values())
 if not n_added:

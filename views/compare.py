@@ -70,7 +70,7 @@ st.caption(
 )
 
 for test, other in zip(tests, others):
-    st.subheader(f"{ui.system_label(other.run_name)} vs {ui.system_label(baseline.run_name)}")
+    st.subheader(f"{ui.md(ui.system_label(other.run_name))} vs {ui.md(ui.system_label(baseline.run_name))}")
     delta = per_query_delta(baseline, other, metric)
     w = st.columns(3)
     w[0].metric("Wins", test.wins)

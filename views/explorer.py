@@ -113,7 +113,7 @@ qid = v.q = st.session_state["w_q"]
 terms = query_terms(dataset.queries[qid])
 bridge = shared_with_gold(dataset, qid)
 with st.container(border=True):
-    st.markdown(f"**Query {qid}**")
+    st.markdown(f"**Query {ui.md(qid)}**")
     st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], bridge)}</div>")
     st.caption(
         "Highlighted: the query's words that also occur in a gold document"
@@ -126,7 +126,7 @@ with st.container(border=True):
     for name, value in dataset.query_meta.get(qid, {}).items():
         if name in ("doc_id",) or value in ("", None, []):
             continue
-        with st.expander(f"{name.replace('_', ' ')}"):
+        with st.expander(ui.md(name.replace("_", " "))):
             st.text(str(value))
 
 per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
@@ -134,7 +134,7 @@ with_rewrite = (
     rewritten_results.per_query.loc[qid] if rewritten is not None and qid in rewritten_results.per_query.index else None
 )
 if with_rewrite is not None:
-    st.caption(f"Arrows: the change with the rewrite ({v.rewrite}).")
+    st.caption(f"Arrows: the change with the rewrite ({ui.md(v.rewrite)}).")
 m = st.columns(4)
 for col, metric in zip(m, ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
     value = float(per_query[metric]) if per_query is not None else 0.0
@@ -145,7 +145,7 @@ if rewritten is not None:
     method, llm = rewrite
     hy_doc = dataset.rewrites[rewrite].get(qid)
     with st.container(border=True):
-        st.markdown(f"**Hypothetical document** · {method} by `{llm}` (precomputed)")
+        st.markdown(f"**Hypothetical document** · {ui.md(method)} by {ui.md(llm)} (precomputed)")
         if hy_doc:
             gold_words = shared_with_gold(dataset, qid, hy_doc)
             st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")
@@ -165,9 +165,9 @@ with left:
         if rewritten is not None:
             label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
         tags = ui.label_tags(labels, row.doc_id)
-        with st.expander(label + (f" · {tags}" if tags else "")):
+        with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
             text = dataset.corpus[row.doc_id]
-            st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
+            st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
 with right:
     rankings = {"original query": run}
@@ -187,9 +187,9 @@ with right:
         grade = dataset.positives(qid).get(doc)
         mark = f" · ✓ gold (grade {grade})" if grade else ""
         tags = ui.label_tags(labels, doc)
-        with st.expander(f"#{rank} · {doc} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
+        with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
             text = dataset.corpus.get(doc, "")
-            st.caption("shared terms: " + (", ".join(overlap(text, terms)) or "none"))
+            st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
 
 # ------------------------------------------------------------------ labelling

@@ -34,7 +34,7 @@ st.caption(
     "authors did not publish that metric for that setting."
 )
 
-st.subheader(f"Your runs on {dataset.name}")
+st.subheader(f"Your runs on {ui.md(dataset.name)}")
 if dataset.name not in PUBLISHED_TASKS:
     st.info(
         f"{dataset.name} is not one of the 8 published R2MED tasks, so the paper has no number to compare with. "

@@ -11,9 +11,9 @@ from views import ui
 dataset = ui.current_dataset()
 summary = dataset_summary(dataset)
 
-st.title(f"{summary.title}")
+st.title(ui.md(summary.title))
 ui.demo_banner(dataset)
-st.caption(summary.description)
+st.caption(ui.md(summary.description))
 
 cols = st.columns(4)
 cols[0].metric("Queries", f"{summary.n_queries:,}")
@@ -53,4 +53,7 @@ with right:
     st.caption(f"Judgements by grade: {', '.join(f'grade {g}: {n}' for g, n in summary.grade_counts.items())}.")
 
 st.subheader("Data source and license")
-st.markdown(f"- **Source:** `{dataset.source}`\n- **Family:** {summary.family}\n- **License:** {summary.license}")
+st.markdown(
+    f"- **Source:** {ui.md(dataset.source)}\n- **Family:** {ui.md(summary.family)}\n"
+    f"- **License:** {ui.md(summary.license)}"
+)

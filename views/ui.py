@@ -9,6 +9,7 @@ that a page does not draw) and can be written to / read from ``st.query_params``
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -233,10 +234,10 @@ def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
     try:
         return get_run(dataset, system), get_results(dataset, system)
     except SpecError as err:
-        st.error(str(err))
+        st.error(md(err))
     except Exception as err:
         st.error(
-            f"{system_label(system)} could not run: {type(err).__name__}: {err}. "
+            f"{md(system_label(system))} could not run: {type(err).__name__}: {md(err)}. "
             "Models other than the offline MiniLM are downloaded from the Hugging Face hub on first use."
         )
     return None
@@ -331,11 +332,11 @@ def _sidebar_dataset(v: View) -> Dataset | None:
     except DataError as err:
         st.error(
             "This folder cannot be loaded. Fix these and the app reloads it:\n\n"
-            + "\n".join(f"- `{p}`" for p in err.problems[:20])
+            + "\n".join(f"- {md(p)}" for p in err.problems[:20])
         )
         return None
     except DownloadError as err:
-        st.error(str(err))
+        st.error(md(err))
         return None
     st.caption(f"{len(dataset.queries)} queries · {len(dataset.corpus):,} documents")
     return dataset
@@ -495,7 +496,7 @@ def get_reranked(dataset: Dataset, system: str) -> Run | None:
                 progress=_progress_callback(f"Reranking with {v.rerank}", holder),
             )
         except RerankerUnavailable as err:
-            st.warning(f"Reranking is off: {err}")
+            st.warning(f"Reranking is off: {md(err)}")
             return None
         finally:
             holder.empty()
@@ -535,14 +536,14 @@ def annotation_store() -> AnnotationStore | None:
     try:
         return _store(str(default_store_path()))
     except AnnotationStoreError as err:
-        st.error(f"Annotations are unavailable: {err}")
+        st.error(f"Annotations are unavailable: {md(err)}")
         return None
 
 
 def demo_banner(dataset: Dataset) -> None:
     if dataset.is_demo:
         notice = dataset.meta.get("notice", "Illustrative demo data written for R2MED Explorer.")
-        st.info(f"**Demo data.** {notice}", icon="ℹ️")
+        st.info(f"**Demo data.** {md(notice)}", icon="ℹ️")
 
 
 def env_flag(name: str) -> bool:
@@ -597,9 +598,9 @@ def label_form(dataset: Dataset, query_id: str, system: str, documents: list[str
             )
         )
     except ValueError as err:
-        st.error(f"Not saved: {err}")
+        st.error(f"Not saved: {md(err)}")
         return
-    v.flash = f"Saved: {TAXONOMY[code].label}" + ("" if target == whole else f" on {target}")
+    v.flash = f"Saved: {TAXONOMY[code].label}" + ("" if target == whole else f" on {md(target)}")
     st.rerun()  # so every panel shows the new label
 
 
@@ -643,3 +644,12 @@ def delta_bars(
     )
     fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
     return fig
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def md(text: object) -> str:
+    """Text from a dataset, a file or a user, escaped for Streamlit's markdown (labels, titles,
+    captions), so ids and names show as written and can never add formatting or links."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))

@@ -55,10 +55,10 @@ if use_hyde and endpoint is not None:
     with st.spinner(f"Asking {endpoint.model} for a hypothetical document …"):
         hy_doc, problem = hypothetical_document(dataset, text, endpoint)
     if hy_doc is None:
-        st.error(f"No rewrite: {problem}. The systems run on your text as typed.")
+        st.error(f"No rewrite: {ui.md(problem)}. The systems run on your text as typed.")
     else:
         with st.container(border=True):
-            st.markdown(f"**Hypothetical document** · hyde by `{endpoint.model}` (live)")
+            st.markdown(f"**Hypothetical document** · hyde by {ui.md(endpoint.model)} (live)")
             st.html(f"<div class='r2-text'>{highlight(hy_doc, query_terms(text))}</div>")
 
 rankings: dict[str, list[tuple[str, float]]] = {}
@@ -72,9 +72,9 @@ for name in chosen:
             dataset, spec, text, k, hy_doc=hy_doc, progress=lambda f, m, h=holder: h.progress(f, text=m)
         )
     except SpecError as err:
-        st.error(str(err))
+        st.error(ui.md(err))
     except Exception as err:
-        st.error(f"{ui.system_label(name)} could not run: {type(err).__name__}: {err}")
+        st.error(f"{ui.md(ui.system_label(name))} could not run: {type(err).__name__}: {ui.md(err)}")
     finally:
         holder.empty()
 if not rankings:
@@ -84,7 +84,7 @@ agreed = set.intersection(*(set(d for d, _ in r) for r in rankings.values())) if
 if len(rankings) > 1:
     st.markdown(
         f"**{len(agreed)} document(s) in every system's top {k}**"
-        + (": " + ", ".join(f"`{d}`" for d in sorted(agreed)) if agreed else " — the systems disagree completely.")
+        + (": " + ", ".join(ui.md(d) for d in sorted(agreed)) if agreed else " — the systems disagree completely.")
     )
 
 terms = query_terms(text)
@@ -94,7 +94,7 @@ for column, (name, ranking) in zip(columns, rankings.items()):
         st.subheader(ui.system_label(name))
         for rank, (doc, score) in enumerate(ranking, start=1):
             flag = " · ★ all agree" if doc in agreed else ""
-            with st.expander(f"#{rank} · {doc} · {score:.3f}{flag}"):
+            with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{flag}"):
                 body = dataset.corpus.get(doc, "")
-                st.caption("shared terms: " + (", ".join(overlap(body, terms)) or "none"))
+                st.caption("shared terms: " + (ui.md(", ".join(overlap(body, terms))) or "none"))
                 st.html(f"<div class='r2-text'>{highlight(body, terms)}</div>")
