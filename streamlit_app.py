@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from views import ui
+from views import sidebar, state, ui
 
 st.set_page_config(page_title="R2MED Explorer", page_icon=":material/stethoscope:", layout="wide")
 
@@ -27,15 +27,15 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-ui.view()  # read the deep link before any widget is drawn
+state.view()  # read the deep link before any widget is drawn
 ui.style()
-dataset = ui.sidebar()
+dataset = sidebar.sidebar()
 if dataset is None:
-    ui.sync_url()
+    state.sync_url()
     st.title("R2MED Explorer")
     st.warning("Choose a data source in the sidebar that loads, and the pages will open on it.")
     st.stop()
 try:
     page.run()
 finally:
-    ui.sync_url()  # after the page, so values it settled (e.g. the selected query) are in the link
+    state.sync_url()  # after the page, so values it settled (e.g. the selected query) are in the link

@@ -14,7 +14,7 @@ import streamlit as st
 from r2med_core.annotations import TAXONOMY, reevaluate
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.report import metric_label
-from views import ui
+from views import state, ui
 
 
 def _describe(row: pd.Series) -> str:
@@ -113,7 +113,7 @@ if not n_added:
 else:
     st.caption(f"{n_added} accepted additions on {len(additions)} queries.")
     rows = []
-    for name in ui.systems_in_play():
+    for name in state.systems_in_play():
         computed = ui.safe_results(dataset, name)
         if computed is None:
             continue

@@ -12,14 +12,14 @@ import streamlit as st
 from r2med_core.evaluation import ALL_METRICS, compare
 from r2med_core.explore import per_query_delta, shorten
 from r2med_core.report import metric_label
-from views import ui
+from views import state, ui
 
 dataset = ui.current_dataset()
-v = ui.view()
+v = state.view()
 st.title("Compare systems")
 ui.demo_banner(dataset)
 
-options = ui.systems_in_play()
+options = state.systems_in_play()
 if not v.compare:
     v.compare = options[:2] if not v.rewrite else [options[0], options[len(v.systems)]]
 c1, c2 = st.columns([3, 1])
@@ -27,8 +27,8 @@ c1.multiselect(
     "Systems (the first is the baseline)",
     options,
     format_func=ui.system_label,
-    key=ui.bound("compare", options),
-    on_change=ui.store("compare"),
+    key=state.bound("compare", options),
+    on_change=state.store("compare"),
 )
 metric = c2.selectbox(
     "Metric", ALL_METRICS, index=ALL_METRICS.index("ndcg_at_10"), format_func=metric_label, key="w_compare_metric"
@@ -110,7 +110,7 @@ for test, other in zip(tests, others):
             continue
         part = part.reset_index()
         part["query"] = part["query_id"].map(lambda q: shorten(dataset.queries[q], 120))
-        part["open"] = part["query_id"].map(lambda q, name=other.run_name: ui.explorer_link(q, name))
+        part["open"] = part["query_id"].map(lambda q, name=other.run_name: state.explorer_link(q, name))
         st.dataframe(
             part[["query_id", "query", "a", "b", "delta", "open"]],
             hide_index=True,

@@ -21,17 +21,17 @@ from r2med_core.explore import (
 )
 from r2med_core.report import metric_label
 from r2med_core.systems import parse_system
-from views import ui
+from views import labels, state, ui
 
 dataset = ui.current_dataset()
-v = ui.view()
+v = state.view()
 st.title("Query explorer")
 ui.demo_banner(dataset)
 
-systems = list(v.systems) or list(ui.DEFAULT_SYSTEMS)
+systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
 top = st.columns([3, 1])
 top[0].selectbox(
-    "System", systems, format_func=ui.system_label, key=ui.bound("system", systems), on_change=ui.store("system")
+    "System", systems, format_func=ui.system_label, key=state.bound("system", systems), on_change=state.store("system")
 )
 v.system = st.session_state["w_system"]
 depth = top[1].select_slider("Show top", options=[5, 10, 20, 50, 100], value=10, key="w_depth")
@@ -102,8 +102,8 @@ nav[0].button("◀ Previous", on_click=_step, args=(-1,), width="stretch")
 nav[1].selectbox(
     "Query",
     query_ids,
-    key=ui.bound("q", query_ids),
-    on_change=ui.store("q"),
+    key=state.bound("q", query_ids),
+    on_change=state.store("q"),
     label_visibility="collapsed",
     format_func=lambda q: f"{q} · {shorten(dataset.queries[q], 110)}",
 )
@@ -120,9 +120,9 @@ with st.container(border=True):
         + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
         + " In documents below, every word shared with the query is highlighted."
     )
-    labels = ui.labels_for(dataset, qid)
-    if ui.label_tags(labels, None):
-        st.caption("Labels on this query: " + ui.label_tags(labels, None))
+    query_labels = labels.labels_for(dataset, qid)
+    if labels.label_tags(query_labels, None):
+        st.caption("Labels on this query: " + labels.label_tags(query_labels, None))
     for name, value in dataset.query_meta.get(qid, {}).items():
         if name in ("doc_id",) or value in ("", None, []):
             continue
@@ -164,7 +164,7 @@ with left:
         label = f"{row.doc_id} · grade {row.grade} · {rank_text(row.rank)}"
         if rewritten is not None:
             label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
-        tags = ui.label_tags(labels, row.doc_id)
+        tags = labels.label_tags(query_labels, row.doc_id)
         with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
             text = dataset.corpus[row.doc_id]
             st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
@@ -186,7 +186,7 @@ with right:
     for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
         grade = dataset.positives(qid).get(doc)
         mark = f" · ✓ gold (grade {grade})" if grade else ""
-        tags = ui.label_tags(labels, doc)
+        tags = labels.label_tags(query_labels, doc)
         with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
             text = dataset.corpus.get(doc, "")
             st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
@@ -195,8 +195,8 @@ with right:
 # ------------------------------------------------------------------ labelling
 st.divider()
 documents = list(dict.fromkeys([*(row.doc_id for row in gold), *(d for d, _ in shown_run.top(qid, depth))]))
-ui.label_form(dataset, qid, str(parse_system(v.system).with_rewrite(rewrite)) if rewrite else v.system, documents)
-if labels:
+labels.label_form(dataset, qid, str(parse_system(v.system).with_rewrite(rewrite)) if rewrite else v.system, documents)
+if query_labels:
     st.dataframe(
         [
             {
@@ -207,7 +207,7 @@ if labels:
                 "system": a.system,
                 "when": a.created_at[:16],
             }
-            for a in labels
+            for a in query_labels
         ],
         hide_index=True,
         width="stretch",

@@ -8,7 +8,7 @@ import streamlit as st
 from r2med_core.published import ATTRIBUTION, KINDS, METRICS, PUBLISHED_TASKS, leaderboard, published_key_for
 from r2med_core.published import published_score as paper_score
 from r2med_core.report import metric_label
-from views import ui
+from views import state, ui
 
 dataset = ui.current_dataset()
 st.title("Leaderboard")
@@ -43,7 +43,7 @@ if dataset.name not in PUBLISHED_TASKS:
     )
 published_task = dataset.name in PUBLISHED_TASKS
 rows = []
-for name in ui.systems_in_play():
+for name in state.systems_in_play():
     computed = ui.safe_results(dataset, name)
     if computed is None:
         continue

@@ -10,13 +10,13 @@ import streamlit as st
 from r2med_core.evaluation import ALL_METRICS, CUTOFFS, MAIN_METRICS
 from r2med_core.report import curves_table, means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
-from views import ui
+from views import state, ui
 
 dataset = ui.current_dataset()
 st.title("Metrics")
 ui.demo_banner(dataset)
 
-names = ui.systems_in_play()
+names = state.systems_in_play()
 if not names:
     st.info("Choose systems in the sidebar.")
     st.stop()

@@ -16,15 +16,15 @@ from r2med_core.generation import (
     rewrites_text,
 )
 from r2med_core.systems import parse_system
-from views import ui
+from views import state, ui
 
 dataset = ui.current_dataset()
-v = ui.view()
+v = state.view()
 st.title("Query rewriting")
 ui.demo_banner(dataset)
 
 options = [f"{m}:{llm}" for m, llm in dataset.rewrite_options()]
-systems = list(v.systems) or list(ui.DEFAULT_SYSTEMS)
+systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
 
 # ------------------------------------------------------------------ the effect of one rewrite
 st.subheader("What the rewrite does, query by query")

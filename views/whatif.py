@@ -7,10 +7,10 @@ import streamlit as st
 from r2med_core.explore import highlight, overlap, query_terms
 from r2med_core.generation import default_llm_name, hypothetical_document
 from r2med_core.systems import SpecError, parse_system, search_text
-from views import ui
+from views import state, ui
 
 dataset = ui.current_dataset()
-v = ui.view()
+v = state.view()
 st.title("What-if query")
 ui.demo_banner(dataset)
 st.caption(
@@ -20,12 +20,12 @@ st.caption(
 
 st.text_area(
     "Your question or case",
-    key=ui.bound("ask"),
-    on_change=ui.store("ask"),
+    key=state.bound("ask"),
+    on_change=state.store("ask"),
     height=120,
     placeholder="e.g. A 30-year-old runner collapses during a race; his brother died suddenly at 25. What is it?",
 )
-options = [s for s in ui.systems_in_play(include_rewrites=False)]
+options = [s for s in state.systems_in_play(include_rewrites=False)]
 c1, c2 = st.columns([3, 1])
 chosen = c1.multiselect("Systems", options, default=options[:3], format_func=ui.system_label, key="w_whatif_systems")
 k = c2.select_slider("Show top", options=[5, 10, 20], value=10, key="w_whatif_k")

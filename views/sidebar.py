@@ -1,0 +1,190 @@
+"""The sidebar every page shares: data source and task, systems in play, rewriting, live LLM, reranker."""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset
+from r2med_core.generation import live_rewrite_options
+from r2med_core.hub import DownloadError, cached_task
+from r2med_core.rerank import RERANKER_PRESETS
+from r2med_core.retrieval.dense import PRESETS
+from views import ui
+from views.state import View, bound, store, view
+
+SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
+BASE_SYSTEMS: tuple[str, ...] = (
+    "bm25",
+    "bm25s",
+    "bm25-okapi",
+    "minilm",
+    "rrf(bm25,minilm)",
+    *tuple(name for name in PRESETS if name != "minilm"),
+)
+
+
+def sidebar() -> Dataset | None:
+    """Data source, task, systems in play and the rewrite switch; returns the loaded dataset."""
+    v = view()
+    with st.sidebar:
+        st.header("Data")
+        st.radio(
+            "Source",
+            list(SOURCES),
+            format_func=SOURCES.get,
+            key=bound("source", list(SOURCES)),
+            on_change=store("source"),
+            horizontal=True,
+        )
+        dataset = _sidebar_dataset(v)
+        if dataset is None:
+            return None
+        st.header("Systems")
+        options = list(dict.fromkeys([*BASE_SYSTEMS, *v.extra]))
+        st.multiselect(
+            "Systems in play",
+            options,
+            format_func=ui.system_label,
+            key=bound("systems", options),
+            on_change=store("systems"),
+            help="Every page compares these. Indexes are cached on disk.",
+        )
+        with st.expander("Add a model or a fusion"):
+            typed = st.text_input(
+                "sentence-transformers model id or local path",
+                key="w_new_model",
+                placeholder="e.g. BAAI/bge-small-en-v1.5 or /models/my-encoder",
+            )
+            if st.button("Add model", disabled=not typed.strip(), key="w_add_model"):
+                _add_system(f"dense:{typed.strip()}")
+            plain = [s for s in v.systems if not s.startswith("rrf(")]
+            if st.button(
+                "Add RRF fusion of the selected systems",
+                disabled=len(plain) < 2,
+                key="w_add_fusion",
+                help="Reciprocal-rank fusion (k=60) of every selected system that is not itself a fusion.",
+            ):
+                _add_system(f"rrf({','.join(plain)})")
+        _sidebar_rewrite(v, dataset)
+    return dataset
+
+
+def _add_system(name: str) -> None:
+    """Offer a new system and select it (it stays offered for the rest of the session and in the URL)."""
+    v = view()
+    v.extra = list(dict.fromkeys([*v.extra, name]))
+    v.systems = list(dict.fromkeys([*v.systems, name]))
+    st.rerun()
+
+
+def _sidebar_dataset(v: View) -> Dataset | None:
+    if v.source == "demo":
+        st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=store("task"))
+    elif v.source == "local":
+        st.text_input(
+            "Folder (R2MED or BEIR layout)",
+            key=bound("folder"),
+            on_change=store("folder"),
+            placeholder="/data/R2MED/Biology",
+        )
+        if not v.folder.strip():
+            st.info(
+                "Type the path of a folder holding corpus.jsonl, query.jsonl and qrels (R2MED layout) "
+                "or corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR layout)."
+            )
+            return None
+    else:
+        tasks = list(TASKS)
+        st.selectbox("R2MED task", tasks, key=bound("task", tasks), on_change=store("task"))
+        task = TASKS[v.task] if v.task in TASKS else next(iter(TASKS.values()))
+        if cached_task(task.name) is None:
+            st.caption(
+                f"{task.hf_id} ({task.n_documents:,} documents) is not in your Hugging Face cache yet. "
+                "It is downloaded once; set HF_HUB_OFFLINE=1 to use only what is cached."
+            )
+            if not st.button(f"Download {task.hf_id}", key="w_download"):
+                return None
+    try:
+        dataset = ui.current_dataset()
+    except DataError as err:
+        st.error(
+            "This folder cannot be loaded. Fix these and the app reloads it:\n\n"
+            + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
+        )
+        return None
+    except DownloadError as err:
+        st.error(ui.md(err))
+        return None
+    st.caption(f"{len(dataset.queries)} queries · {len(dataset.corpus):,} documents")
+    return dataset
+
+
+def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
+    st.header("Query rewriting")
+    options = [f"{m}:{llm}" for m, llm in dataset.rewrite_options()]
+    if not options:
+        st.caption(
+            "No rewrites yet: the dataset has no precomputed <method>/<llm>/query_with_hydoc.jsonl. "
+            "Generate some on the Rewriting page with a live LLM."
+        )
+        v.rewrite = ""
+    else:
+        on = st.toggle(
+            "HyDE / rewrite on",
+            value=bool(v.rewrite),
+            key="w_rewrite_on",
+            help="Adds each system's run on the LLM-rewritten queries, next to the original.",
+        )
+        if on:
+            default = next((o for o in options if o.startswith("hyde:")), options[0])
+            live = {f"{m}:{llm}" for m, llm in live_rewrite_options(dataset)}
+            st.selectbox(
+                "Rewrite (method:LLM)",
+                options,
+                format_func=lambda o: f"{o} (live)" if o in live else o,
+                key=bound("rewrite", options, default),
+                on_change=store("rewrite"),
+            )
+            v.rewrite = st.session_state["w_rewrite"]
+        else:
+            v.rewrite = ""
+    with st.expander("Live LLM endpoint"):
+        st.caption(
+            "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this session."
+        )
+        st.text_input(
+            "Base URL",
+            key=bound("llm_url"),
+            on_change=store("llm_url"),
+            placeholder=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+        )
+        st.text_input("Model", key=bound("llm_model"), on_change=store("llm_model"), placeholder="e.g. gpt-4o-mini")
+        st.text_input(
+            "API key",
+            type="password",
+            key=bound("llm_key"),
+            on_change=store("llm_key"),
+            help="Or set OPENAI_API_KEY (environment or .streamlit/secrets.toml).",
+        )
+        c1, c2 = st.columns(2)
+        c1.number_input(
+            "Temperature", 0.0, 2.0, step=0.1, key=bound("llm_temperature"), on_change=store("llm_temperature")
+        )
+        c2.number_input("Max tokens", 32, 4096, step=32, key=bound("llm_max_tokens"), on_change=store("llm_max_tokens"))
+        if ui.env_api_key() and not v.llm_key:
+            st.caption("Using the OPENAI_API_KEY from the environment / secrets.")
+    st.header("Reranking")
+    presets = ["", *RERANKER_PRESETS]
+    choices = list(dict.fromkeys([*presets, v.rerank]))
+    st.selectbox(
+        "Cross-encoder over the top k",
+        choices,
+        format_func=lambda m: "none" if not m else m,
+        key=bound("rerank", choices),
+        on_change=store("rerank"),
+        help="Downloaded from the Hugging Face hub on first use; any cross-encoder id works in the URL (rerank=…).",
+    )
+    if v.rerank:
+        st.radio("k", [10, 100], key=bound("rerank_k", [10, 100]), on_change=store("rerank_k"), horizontal=True)

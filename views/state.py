@@ -1,0 +1,136 @@
+"""The view: everything a page shows is decided by one ``View`` in the session, mirrored in the URL.
+
+Widgets are seeded from it and write back to it, so a value survives page switches (Streamlit
+forgets the state of widgets a page does not draw), and a copied address restores the same view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from r2med_core import DEMO_TASKS
+from r2med_core.systems import parse_system
+
+DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
+
+
+@dataclass
+class View:
+    """Everything a deep link restores. Field names are the URL parameter names."""
+
+    source: str = "demo"
+    task: str = DEMO_TASKS[1]
+    folder: str = ""
+    systems: list[str] = field(default_factory=lambda: list(DEFAULT_SYSTEMS))
+    extra: list[str] = field(default_factory=list)  # dense models the user typed in
+    rewrite: str = ""  # "hyde:<llm>" when a rewrite is switched on, else ""
+    system: str = ""  # the explorer's system
+    q: str = ""  # the explorer's query
+    compare: list[str] = field(default_factory=list)
+    ask: str = ""  # the what-if page's typed query
+    rerank: str = ""  # cross-encoder preset or model id ("" = no reranking)
+    rerank_k: int = 10
+    annotator: str = ""  # kept for the session, never put in the URL
+    flash: str = ""  # a confirmation to show once after a rerun
+    llm_url: str = ""  # live LLM endpoint: session only, never in the URL
+    llm_model: str = ""
+    llm_key: str = ""  # typed in a password field; never logged, cached or put in a URL
+    llm_temperature: float = 0.0
+    llm_max_tokens: int = 512
+
+    _LISTS = ("systems", "extra", "compare")
+    _PRIVATE = ("annotator", "flash", "llm_url", "llm_model", "llm_key", "llm_temperature", "llm_max_tokens")
+
+    @classmethod
+    def from_params(cls, params: Any) -> View:
+        view = cls()
+        for name in asdict(view):
+            if name in cls._PRIVATE:
+                continue
+            if name in cls._LISTS:
+                values = params.get_all(name)
+                if values:
+                    setattr(view, name, [v for v in values if v])
+            elif params.get(name):
+                value = params.get(name)
+                if isinstance(getattr(view, name), int):
+                    value = int(value) if value.isdigit() else getattr(view, name)
+                setattr(view, name, value)
+        return view
+
+    def to_params(self) -> dict[str, Any]:
+        defaults = View()
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in self._PRIVATE and v != getattr(defaults, k) and v not in ("", [])
+        }
+
+
+def view() -> View:
+    """The session's view, created from the URL on the first run of a session."""
+    if "view" not in st.session_state:
+        st.session_state["view"] = View.from_params(st.query_params)
+    return st.session_state["view"]
+
+
+def sync_url() -> None:
+    """Write the view into the URL so a copied address restores it."""
+    params = view().to_params()
+    current = {
+        k: (st.query_params.get_all(k) if isinstance(v, list) else st.query_params.get(k)) for k, v in params.items()
+    }
+    if current != params or set(st.query_params) != set(params):
+        st.query_params.from_dict(params)
+
+
+def bound(name: str, options: Sequence[Any] | None = None, default: Any = None) -> str:
+    """Seed widget ``w_<name>`` from the view, and return its key.
+
+    A value that is not among ``options`` (a stale deep link, another source's task) falls back to
+    ``default`` or the first option, and the view is corrected too, so the URL never lies.
+    """
+    key = f"w_{name}"
+    wanted = getattr(view(), name)
+    if options is None:
+        value = wanted
+    elif isinstance(wanted, list):
+        value = [v for v in wanted if v in options]
+    elif wanted in options:
+        value = wanted
+    else:
+        value = default if default in options else (options[0] if options else None)
+    setattr(view(), name, value)
+    if st.session_state.get(key) != value:
+        st.session_state[key] = value
+    return key
+
+
+def store(name: str) -> Callable[[], None]:
+    """An on_change callback copying widget ``w_<name>`` into the view."""
+
+    def callback() -> None:
+        setattr(view(), name, st.session_state[f"w_{name}"])
+
+    return callback
+
+
+def systems_in_play(include_rewrites: bool = True) -> list[str]:
+    """The selected systems, plus their rewritten variants when a rewrite is on."""
+    v = view()
+    out = list(v.systems)
+    if include_rewrites and v.rewrite:
+        out += [str(parse_system(s).with_rewrite(tuple(v.rewrite.split(":", 1)))) for s in v.systems]
+    return out
+
+
+def explorer_link(query_id: str, system: str) -> str:
+    """A relative URL opening the explorer on one query (the view's other settings kept)."""
+    params = view().to_params()
+    params.update({"q": query_id, "system": system})
+    return "explorer?" + urlencode(params, doseq=True)
