@@ -33,6 +33,7 @@ class View:
     q: str = ""  # the explorer's query
     compare: list[str] = field(default_factory=list)
     ask: str = ""  # the what-if page's typed query
+    ask_systems: list[str] = field(default_factory=list)  # … and the systems it is run through
     rerank: str = ""  # cross-encoder preset or model id ("" = no reranking)
     rerank_k: int = 10
     annotator: str = ""  # kept for the session, never put in the URL
@@ -43,7 +44,7 @@ class View:
     llm_temperature: float = 0.0
     llm_max_tokens: int = 512
 
-    _LISTS = ("systems", "extra", "compare")
+    _LISTS = ("systems", "extra", "compare", "ask_systems")
     _PRIVATE = ("annotator", "flash", "llm_url", "llm_model", "llm_key", "llm_temperature", "llm_max_tokens")
 
     @classmethod

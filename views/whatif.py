@@ -25,9 +25,18 @@ st.text_area(
     height=120,
     placeholder="e.g. A 30-year-old runner collapses during a race; his brother died suddenly at 25. What is it?",
 )
-options = [s for s in state.systems_in_play(include_rewrites=False)]
+options = state.systems_in_play(include_rewrites=False)
+if not v.ask_systems:
+    v.ask_systems = options[:3]
 c1, c2 = st.columns([3, 1])
-chosen = c1.multiselect("Systems", options, default=options[:3], format_func=ui.system_label, key="w_whatif_systems")
+c1.multiselect(
+    "Systems",
+    options,
+    format_func=ui.system_label,
+    key=state.bound("ask_systems", options),
+    on_change=state.store("ask_systems"),
+)
+chosen = v.ask_systems
 k = c2.select_slider("Show top", options=[5, 10, 20], value=10, key="w_whatif_k")
 endpoint = ui.live_endpoint()
 use_hyde = st.toggle(
