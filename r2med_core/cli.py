@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .cache import atomic_write_text
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
 from .evaluation import MAIN_METRICS, evaluate
 from .generation import (
@@ -112,7 +113,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     write_trec(run, out / f"{name}.trec", tag=name)
     payload = results.to_json()
     payload["model_name"] = name
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(out / f"{name}.json", json.dumps(payload, indent=2) + "\n")
     label = spec.label + (f" → rerank {args.rerank}@{args.rerank_k}" if args.rerank else "")
     print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
     for line in [*live_notes, *dataset.report.lines()]:

@@ -180,11 +180,7 @@ def _read_texts(path: Path, id_field: str, text_fields: tuple[str, ...]) -> tupl
     meta: dict[str, dict] = {}
     problems: list[Problem] = []
     first_line: dict[str, int] = {}
-    try:
-        rows = list(_read_jsonl(path))
-    except DataError as err:
-        raise DataError(err.problems) from None
-    for number, obj in rows:
+    for number, obj in _read_jsonl(path):
         raw_id = obj.get(id_field)
         item_id = _as_id(raw_id)
         if raw_id is None:

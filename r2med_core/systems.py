@@ -20,7 +20,7 @@ from .cache import cached, fingerprint
 from .data import Dataset
 from .progress import Progress, report
 from .retrieval.bm25 import BM25Retriever
-from .retrieval.dense import GENERIC_INSTRUCTION, PRESETS, DenseRetriever, resolve_model
+from .retrieval.dense import GENERIC_INSTRUCTION, PRESETS, DenseModel, DenseRetriever, resolve_model
 from .retrieval.fusion import reciprocal_rank_fusion
 from .retrieval.tokenize import ANALYZER_VERSION
 from .rewrite import bm25_query, dense_query
@@ -143,10 +143,15 @@ def bm25_retriever(dataset: Dataset, alias: str, progress: Progress | None = Non
     return cached("bm25", key, build, BM25Retriever.load)
 
 
+def _dense_model(dataset: Dataset, model_name: str) -> DenseModel:
+    """The model as it runs on this dataset: prompts filled with the task family's instruction."""
+    instruction = FAMILY_INSTRUCTIONS[dataset.family] if dataset.family else GENERIC_INSTRUCTION
+    return resolve_model(model_name).with_instruction(instruction)
+
+
 def dense_retriever(dataset: Dataset, model_name: str, progress: Progress | None = None) -> DenseRetriever:
     """A dense retriever with its corpus index loaded (encoded once, then cached on disk)."""
-    instruction = FAMILY_INSTRUCTIONS[dataset.family] if dataset.family else GENERIC_INSTRUCTION
-    retriever = DenseRetriever(resolve_model(model_name).with_instruction(instruction))
+    retriever = DenseRetriever(_dense_model(dataset, model_name))
     retriever.index_corpus(list(dataset.corpus), list(dataset.corpus.values()), dataset.fingerprint, progress)
     return retriever
 
@@ -211,7 +216,8 @@ def _run_key(dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
     if spec.rewrite:
         key["rewrite"] = fingerprint(dataset.rewrites.get(spec.rewrite, {}))
     if spec.kind == "dense":
-        key["model"] = DenseRetriever(resolve_model(spec.name)).cache_key(dataset.fingerprint)
+        # The model exactly as it runs (instruction filled in), so a changed prompt never reuses a run.
+        key["model"] = DenseRetriever(_dense_model(dataset, spec.name)).cache_key(dataset.fingerprint)
     if spec.kind == "fusion":
         key["members"] = [_run_key(dataset, m, k) for m in spec.members]
     return key

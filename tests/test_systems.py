@@ -102,3 +102,17 @@ def test_progress_is_reported(tiny_r2med: Path) -> None:
     seen: list[float] = []
     run_system(load_r2med_dir(tiny_r2med), "rrf(bm25,bm25s)", progress=lambda f, m: seen.append(f))
     assert seen and seen[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in seen)
+
+
+def test_run_key_follows_the_instruction_the_model_runs_with(tiny_r2med: Path) -> None:
+    """A family change fills an instruction model's prompt differently: its cached run must not be reused."""
+    from dataclasses import replace
+
+    from r2med_core.tasks import Family
+
+    qa = replace(load_r2med_dir(tiny_r2med), family=Family.QA_REFERENCE)
+    case = replace(qa, family=Family.CLINICAL_CASE)
+    e5 = parse_system("e5-mistral")  # its query prompt holds {instruction}
+    assert systems._run_key(qa, e5, 100) != systems._run_key(case, e5, 100)
+    minilm = parse_system("minilm")  # no prompt: the family changes nothing
+    assert systems._run_key(qa, minilm, 100) == systems._run_key(case, minilm, 100)
