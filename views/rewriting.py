@@ -113,16 +113,17 @@ else:
     b2.button("Stop", key="w_gen_stop", help="Stops after the reply in flight; press Generate again to resume.")
     if start:
         first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
-        bar = st.progress(0.0, text="Starting …")
-        report = generate_rewrites(
-            dataset,
-            gen_method,
-            chosen_endpoint,
-            llm_name=llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm")),
-            first_stage=first_stage,
-            progress=lambda fraction, message: bar.progress(fraction, text=message),
+        report = ui.with_progress(
+            "Starting …",
+            lambda progress: generate_rewrites(
+                dataset,
+                gen_method,
+                chosen_endpoint,
+                llm_name=llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm")),
+                first_stage=first_stage,
+                progress=progress,
+            ),
         )
-        bar.empty()
         (st.success if report.complete else st.warning)(report.summary())
         if report.problem():
             st.error(report.problem())

@@ -10,7 +10,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 import plotly.express as px
@@ -26,9 +26,12 @@ from r2med_core.annotations import (
 from r2med_core.explore import shorten
 from r2med_core.generation import Endpoint, attach_live_rewrites, live_rewrite_options, live_rewrites
 from r2med_core.hub import cached_task, download_task, load_snapshot
+from r2med_core.progress import Progress
 from r2med_core.rerank import RerankerUnavailable, rerank
 from r2med_core.systems import SpecError, parse_system, run_system
 from views.state import view
+
+T = TypeVar("T")
 
 _MEMO_SIZE = 64  # runs kept in memory (a run of a real R2MED task is ~1-2 MB)
 
@@ -66,24 +69,32 @@ def dataset_key(dataset: Dataset) -> str:
     return f"{dataset.source}|{dataset.fingerprint}|{dataset.content_digest}"
 
 
-def _progress_callback(label: str, holder: Any) -> Callable[[float, str], None]:
-    """A callback drawing an st.progress bar in ``holder`` (created outside any cached function,
-    so a cache hit never replays a stale bar); nothing is drawn unless work actually starts."""
-
-    def progress(fraction: float, message: str) -> None:
-        holder.progress(fraction, text=message or label)
-
-    return progress
+def with_progress(label: str, work: Callable[[Progress], T]) -> T:
+    """Run long work with an st.progress bar, drawn outside any cached function (Streamlit would
+    replay a bar drawn inside one on every cache hit); the bar goes away when the work ends."""
+    holder = st.empty()
+    try:
+        return work(lambda fraction, message: holder.progress(fraction, text=message or label))
+    finally:
+        holder.empty()
 
 
 @st.cache_resource(show_spinner=False)
-def _run_memo() -> OrderedDict[tuple[str, str], Run]:
-    """Runs kept in memory for every session of this server (r2med_core keeps them on disk too).
-
-    A plain LRU rather than st.cache_data: computing a run draws a progress bar, and Streamlit
-    would replay that bar on every cache hit.
-    """
+def _memo() -> OrderedDict[tuple, Any]:
+    """Runs and reranked runs kept in memory for every session of this server (r2med_core keeps
+    them on disk too): a plain LRU rather than st.cache_data, because computing them draws progress."""
     return OrderedDict()
+
+
+def _remembered(key: tuple, compute: Callable[[], T]) -> T:
+    memo = _memo()
+    if key in memo:
+        memo.move_to_end(key)
+    else:
+        memo[key] = compute()
+        while len(memo) > _MEMO_SIZE:
+            memo.popitem(last=False)
+    return memo[key]
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -93,19 +104,10 @@ def _results(key: str, system: str, name: str, _run_value: Run, _qrels: dict) ->
 
 def get_run(dataset: Dataset, system: str) -> Run:
     """The system's run on the dataset, with a progress bar while indexes are built or encoded."""
-    memo, key = _run_memo(), (dataset_key(dataset), system)
-    if key in memo:
-        memo.move_to_end(key)
-        return memo[key]
-    holder = st.empty()
-    try:
-        run = run_system(dataset, system, progress=_progress_callback(system_label(system), holder))
-    finally:
-        holder.empty()
-    memo[key] = run
-    while len(memo) > _MEMO_SIZE:
-        memo.popitem(last=False)
-    return run
+    return _remembered(
+        ("run", dataset_key(dataset), system),
+        lambda: with_progress(system_label(system), lambda progress: run_system(dataset, system, progress=progress)),
+    )
 
 
 def get_results(dataset: Dataset, system: str) -> Results:
@@ -157,12 +159,8 @@ def _base_dataset() -> Dataset:
         return _load("local", folder, _folder_signature(folder))
     task = v.task if v.task in TASKS else next(iter(TASKS))
     folder = cached_task(task)
-    if folder is None:  # the download draws its progress outside any cached function
-        holder = st.empty()
-        try:
-            folder = download_task(task, progress=_progress_callback(f"Downloading R2MED/{task}", holder))
-        finally:
-            holder.empty()
+    if folder is None:
+        folder = with_progress(f"Downloading R2MED/{task}", lambda progress: download_task(task, progress=progress))
     return _load("hf", task, (task, str(folder)))
 
 
@@ -192,36 +190,27 @@ def live_endpoint() -> Endpoint | None:
     )
 
 
-@st.cache_resource(show_spinner=False)
-def _rerank_memo() -> OrderedDict[tuple[str, str, str, int], Run]:
-    return OrderedDict()
-
-
 def get_reranked(dataset: Dataset, system: str) -> Run | None:
-    """The system's run reranked by the chosen cross-encoder, or None (not chosen, or not available here)."""
+    """The system's run reranked by the chosen cross-encoder, or None (not chosen, or not available
+    here: the reason is shown, and remembered so the hub is not asked again on every rerun)."""
     v = view()
     if not v.rerank:
         return None
-    key = (dataset_key(dataset), system, v.rerank, v.rerank_k)
-    memo = _rerank_memo()
-    if key not in memo:
-        holder = st.empty()
+
+    def attempt() -> Run | RerankerUnavailable:
         try:
-            memo[key] = rerank(
-                get_run(dataset, system),
-                dataset,
-                v.rerank,
-                v.rerank_k,
-                progress=_progress_callback(f"Reranking with {v.rerank}", holder),
+            return with_progress(
+                f"Reranking with {v.rerank}",
+                lambda progress: rerank(get_run(dataset, system), dataset, v.rerank, v.rerank_k, progress=progress),
             )
         except RerankerUnavailable as err:
-            st.warning(f"Reranking is off: {md(err)}")
-            return None
-        finally:
-            holder.empty()
-        while len(memo) > _MEMO_SIZE:
-            memo.popitem(last=False)
-    return memo[key]
+            return err
+
+    outcome = _remembered(("rerank", dataset_key(dataset), system, v.rerank, v.rerank_k), attempt)
+    if isinstance(outcome, RerankerUnavailable):
+        st.warning(f"Reranking is off: {md(outcome)}")
+        return None
+    return outcome
 
 
 @st.cache_resource(show_spinner=False)

@@ -75,17 +75,15 @@ for name in chosen:
     spec = parse_system(name)
     if hy_doc is not None:
         spec = spec.with_rewrite(("hyde", default_llm_name(endpoint.model)))
-    holder = st.empty()
     try:
-        rankings[name] = search_text(
-            dataset, spec, text, k, hy_doc=hy_doc, progress=lambda f, m, h=holder: h.progress(f, text=m)
+        rankings[name] = ui.with_progress(
+            ui.system_label(name),
+            lambda progress, spec=spec: search_text(dataset, spec, text, k, hy_doc=hy_doc, progress=progress),
         )
     except SpecError as err:
         st.error(ui.md(err))
-    except Exception as err:
+    except Exception as err:  # one failing model must not hide the others
         st.error(f"{ui.md(ui.system_label(name))} could not run: {type(err).__name__}: {ui.md(err)}")
-    finally:
-        holder.empty()
 if not rankings:
     st.stop()
 
