@@ -82,6 +82,14 @@ class SystemSpec:
         return self.with_rewrite(None)
 
 
+def rewritten_name(system: str, rewrite: str) -> str:
+    """The canonical name of ``system`` run on the ``"METHOD:LLM"`` rewrite (``""``: the system itself)."""
+    if not rewrite:
+        return str(parse_system(system))
+    method, _, llm = rewrite.partition(":")
+    return str(parse_system(system).with_rewrite((method, llm)))
+
+
 def _split_top_level(text: str) -> list[str]:
     parts, depth, current = [], 0, ""
     for char in text:

@@ -116,3 +116,11 @@ def test_run_key_follows_the_instruction_the_model_runs_with(tiny_r2med: Path) -
     assert systems._run_key(qa, e5, 100) != systems._run_key(case, e5, 100)
     minilm = parse_system("minilm")  # no prompt: the family changes nothing
     assert systems._run_key(qa, minilm, 100) == systems._run_key(case, minilm, 100)
+
+
+def test_rewritten_name() -> None:
+    from r2med_core.systems import rewritten_name
+
+    assert rewritten_name("bm25", "hyde:gpt4") == "bm25+hyde:gpt4"
+    assert rewritten_name("rrf(bm25,minilm)", "lamer:qwen-7b") == "rrf(bm25+lamer:qwen-7b,minilm+lamer:qwen-7b)"
+    assert rewritten_name("dense:minilm", "") == "minilm"

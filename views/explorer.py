@@ -20,7 +20,7 @@ from r2med_core.explore import (
     shorten,
 )
 from r2med_core.report import metric_label
-from r2med_core.systems import parse_system
+from r2med_core.systems import rewritten_name
 from views import labels, state, ui
 
 dataset = ui.current_dataset()
@@ -41,10 +41,10 @@ if computed is None:
     st.stop()
 run, results = computed
 rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
+labelled_system = rewritten_name(v.system, v.rewrite)  # the system whose ranking the user looks at last
 rewritten = None
 if rewrite:
-    rewritten_name = str(parse_system(v.system).with_rewrite(rewrite))
-    computed_rw = ui.safe_results(dataset, rewritten_name)
+    computed_rw = ui.safe_results(dataset, labelled_system)
     rewritten = computed_rw[0] if computed_rw else None
     rewritten_results = computed_rw[1] if computed_rw else None
 
@@ -195,7 +195,7 @@ with right:
 # ------------------------------------------------------------------ labelling
 st.divider()
 documents = list(dict.fromkeys([*(row.doc_id for row in gold), *(d for d, _ in shown_run.top(qid, depth))]))
-labels.label_form(dataset, qid, str(parse_system(v.system).with_rewrite(rewrite)) if rewrite else v.system, documents)
+labels.label_form(dataset, qid, labelled_system, documents)
 if query_labels:
     st.dataframe(
         [

@@ -15,7 +15,7 @@ from r2med_core.generation import (
     generate_rewrites,
     rewrites_text,
 )
-from r2med_core.systems import parse_system
+from r2med_core.systems import rewritten_name
 from views import state, ui
 
 dataset = ui.current_dataset()
@@ -36,8 +36,7 @@ else:
     chosen = c2.selectbox(
         "Rewrite", options, index=options.index(v.rewrite) if v.rewrite in options else 0, key="w_rw_rewrite"
     )
-    rewritten_name = str(parse_system(system).with_rewrite(tuple(chosen.split(":", 1))))
-    base, with_rw = ui.safe_results(dataset, system), ui.safe_results(dataset, rewritten_name)
+    base, with_rw = ui.safe_results(dataset, system), ui.safe_results(dataset, rewritten_name(system, chosen))
     if base and with_rw:
         delta = per_query_delta(base[1], with_rw[1], "ndcg_at_10")
         outcome = rewrite_outcomes(delta)
@@ -69,7 +68,7 @@ else:
     )
     by_llm = {}
     for llm in llms:
-        computed = ui.safe_results(dataset, str(parse_system(system).with_rewrite((method, llm))))
+        computed = ui.safe_results(dataset, rewritten_name(system, f"{method}:{llm}"))
         if computed:
             by_llm[llm] = computed[1]
     rows = llm_spread(by_llm, qid, base[1] if base else None)

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from r2med_core import DEMO_TASKS
-from r2med_core.systems import parse_system
+from r2med_core.systems import rewritten_name
 
 DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
 
@@ -126,7 +126,7 @@ def systems_in_play(include_rewrites: bool = True) -> list[str]:
     v = view()
     out = list(v.systems)
     if include_rewrites and v.rewrite:
-        out += [str(parse_system(s).with_rewrite(tuple(v.rewrite.split(":", 1)))) for s in v.systems]
+        out += [rewritten_name(s, v.rewrite) for s in v.systems]
     return out
 
 
