@@ -1,0 +1,86 @@
+"""Operator settings: what the person running the server controls, read from the environment.
+
+A shared server has visitors (anyone who opens a page or a link) and one operator (whoever starts
+it). Everything a visitor can reach is bounded by these settings, never by a URL parameter, a form
+field or an upload. The app may also pass values from ``st.secrets`` (``.streamlit/secrets.toml``)
+through ``load_settings(extra=...)``; the environment wins over secrets.
+
+| variable | meaning | default |
+|---|---|---|
+| ``R2MED_DATA_ROOTS`` | folders (os.pathsep-separated) where local datasets may open | ./data, $R2MED_DATA_DIR |
+| ``R2MED_DATA_DIR`` | one folder holding a sub-folder per R2MED task | unset |
+| ``R2MED_ALLOW_MODELS`` | model ids / paths (comma-separated, ``*``: any) visitors may name beyond presets | none |
+| ``R2MED_DEMO_MODE`` | ``1``: read-only public demo (no labels, uploads, live LLM, local folders, new models) | off |
+| ``R2MED_UPLOAD_MAX_MB`` | largest upload accepted (annotations, runs) | 50 |
+| ``R2MED_CACHE_MAX_GB`` | size cap of the disk cache (least recently used entries evicted) | no cap |
+| ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The operator's choices for this server (see the module docstring for the variables)."""
+
+    data_roots: tuple[Path, ...] = ()
+    data_dir: Path | None = None
+    allow_models: tuple[str, ...] = ()
+    demo_mode: bool = False
+    upload_max_mb: float = 50.0
+    cache_max_gb: float | None = None
+    runs_dir: Path | None = None
+
+    @property
+    def upload_max_bytes(self) -> int:
+        return int(self.upload_max_mb * 1024 * 1024)
+
+    def model_allowed(self, model: str) -> bool:
+        """True when the operator lets visitors name this model id or path (presets are always allowed)."""
+        return "*" in self.allow_models or model in self.allow_models
+
+
+def _number(value: str | None, name: str, default: float | None) -> float | None:
+    if value is None or not value.strip():
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return number
+
+
+def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, object] | None = None) -> Settings:
+    """Read the settings; ``extra`` (e.g. ``st.secrets``) fills what the environment leaves unset.
+
+    Raises ValueError naming the variable when a value cannot be used.
+    """
+    env = dict(os.environ if environ is None else environ)
+    for name, value in (extra or {}).items():
+        if name.startswith("R2MED_") and name not in env and isinstance(value, (str, int, float, bool)):
+            env[name] = str(value)
+    data_dir = Path(env["R2MED_DATA_DIR"]).expanduser() if env.get("R2MED_DATA_DIR", "").strip() else None
+    if env.get("R2MED_DATA_ROOTS", "").strip():
+        roots = tuple(Path(p).expanduser() for p in env["R2MED_DATA_ROOTS"].split(os.pathsep) if p.strip())
+    else:
+        roots = (Path.cwd() / "data", *((data_dir,) if data_dir else ()))
+    allow = tuple(m.strip() for m in env.get("R2MED_ALLOW_MODELS", "").split(",") if m.strip())
+    runs_dir = Path(env["R2MED_RUNS_DIR"]).expanduser() if env.get("R2MED_RUNS_DIR", "").strip() else None
+    return Settings(
+        data_roots=roots,
+        data_dir=data_dir,
+        allow_models=allow,
+        demo_mode=env.get("R2MED_DEMO_MODE", "").strip().lower() in _TRUE,
+        upload_max_mb=_number(env.get("R2MED_UPLOAD_MAX_MB"), "R2MED_UPLOAD_MAX_MB", 50.0) or 50.0,
+        cache_max_gb=_number(env.get("R2MED_CACHE_MAX_GB"), "R2MED_CACHE_MAX_GB", None),
+        runs_dir=runs_dir,
+    )
