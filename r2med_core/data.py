@@ -54,19 +54,44 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class LoadReport:
-    """Non-fatal findings of a load, shown to the user next to the numbers they affect."""
+    """Non-fatal findings of a load, shown to the user next to the numbers they affect.
+
+    qrels are used as given, as the benchmark does: a line naming a document absent from the corpus
+    is kept (it counts in recall, ideal DCG and AP), and a duplicate (query, document) line replaces
+    the earlier one. Only lines naming an unknown query are left aside: no run can retrieve for them.
+    """
 
     unknown_qrels_queries: int = 0
     unknown_qrels_documents: int = 0
     queries_without_qrels: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    duplicate_qrels: int = 0
+    queries_without_positives: tuple[str, ...] = ()
+    queries_only_unknown_documents: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         out = list(self.warnings)
         if self.unknown_qrels_queries:
-            out.append(f"{self.unknown_qrels_queries} qrels entries name unknown queries (ignored)")
+            out.append(
+                f"{self.unknown_qrels_queries} qrels entries name queries absent from the query file "
+                "(no run retrieves for them)"
+            )
         if self.unknown_qrels_documents:
-            out.append(f"{self.unknown_qrels_documents} qrels entries name unknown documents (ignored)")
+            out.append(
+                f"{self.unknown_qrels_documents} qrels entries name documents absent from the corpus: kept, as "
+                "the benchmark does (they count in recall and nDCG but can never be retrieved)"
+            )
+        if self.queries_only_unknown_documents:
+            n = len(self.queries_only_unknown_documents)
+            out.append(f"{n} queries are judged only on documents absent from the corpus: averaged, they score 0")
+        if self.duplicate_qrels:
+            out.append(
+                f"{self.duplicate_qrels} duplicate qrels lines: the last line for a (query, document) wins, "
+                "as in the benchmark"
+            )
+        if self.queries_without_positives:
+            n = len(self.queries_without_positives)
+            out.append(f"{n} queries have only grade-0 judgements: averaged, as the benchmark does (they score 0)")
         if self.queries_without_qrels:
             n = len(self.queries_without_qrels)
             out.append(f"{n} queries have no relevance judgements and are left out of averages")
@@ -287,30 +312,25 @@ def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
 
 def _build_qrels(
     rows: list[tuple[int, str, str, int]], path: Path, queries: dict[str, str], corpus: dict[str, str]
-) -> tuple[dict[str, dict[str, int]], int, int]:
+) -> tuple[dict[str, dict[str, int]], int, int, int]:
+    """The qrels exactly as pytrec_eval gets them in the benchmark: last line wins, unknown documents kept.
+
+    Returns ``(qrels, unknown query lines, unknown document lines, duplicate lines)``.
+    """
     qrels: dict[str, dict[str, int]] = {}
-    unknown_q = unknown_d = 0
-    problems: list[Problem] = []
-    seen: dict[tuple[str, str], int] = {}
-    for number, qid, did, grade in rows:
+    unknown_q = unknown_d = duplicates = 0
+    seen: set[tuple[str, str]] = set()
+    for _number, qid, did, grade in rows:
         if (qid, did) in seen:
-            problems.append(
-                Problem(
-                    str(path), number, f"duplicate judgement for ({qid!r}, {did!r}), first on line {seen[qid, did]}"
-                )
-            )
-            continue
-        seen[qid, did] = number
+            duplicates += 1
+        seen.add((qid, did))
         if qid not in queries:
             unknown_q += 1
             continue
         if did not in corpus:
             unknown_d += 1
-            continue
         qrels.setdefault(qid, {})[did] = grade
-    if problems:
-        raise DataError(problems)
-    return qrels, unknown_q, unknown_d
+    return qrels, unknown_q, unknown_d, duplicates
 
 
 def _read_rewrites(root: Path, queries: dict[str, str]) -> tuple[dict[tuple[str, str], dict[str, str]], list[str]]:
@@ -346,12 +366,17 @@ def _assemble(
     family: Family | None,
     meta: dict[str, Any],
 ) -> Dataset:
-    qrels, unknown_q, unknown_d = _build_qrels(qrels_rows, qrels_path, queries, corpus)
+    qrels, unknown_q, unknown_d, duplicates = _build_qrels(qrels_rows, qrels_path, queries, corpus)
     report = LoadReport(
         unknown_qrels_queries=unknown_q,
         unknown_qrels_documents=unknown_d,
-        queries_without_qrels=tuple(q for q in queries if not any(g > 0 for g in qrels.get(q, {}).values())),
+        queries_without_qrels=tuple(q for q in queries if not qrels.get(q)),
         warnings=tuple(warnings),
+        duplicate_qrels=duplicates,
+        queries_without_positives=tuple(q for q in queries if qrels.get(q) and max(qrels[q].values()) <= 0),
+        queries_only_unknown_documents=tuple(
+            q for q in queries if qrels.get(q) and not any(d in corpus for d in qrels[q])
+        ),
     )
     return Dataset(
         name=name,

@@ -69,7 +69,8 @@ def shared_with_gold(dataset: Dataset, query_id: str, text: str | None = None) -
     terms = query_terms(dataset.queries[query_id] if text is None else text)
     found: set[str] = set()
     for doc_id in dataset.positives(query_id):
-        found |= terms & query_terms(dataset.corpus[doc_id])
+        if doc_id in dataset.corpus:  # qrels may name documents the corpus lacks (kept, as the benchmark does)
+            found |= terms & query_terms(dataset.corpus[doc_id])
     return frozenset(found)
 
 

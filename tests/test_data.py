@@ -64,7 +64,8 @@ def test_beir_layout_joins_title_and_text(tmp_path: Path) -> None:
     assert ds.qrels == {"1": {"d1": 1}}
 
 
-def test_unknown_qrels_ids_are_counted_not_fatal(tiny_r2med: Path) -> None:
+def test_qrels_are_kept_as_given_unknown_documents_duplicates_and_grade_zero(tiny_r2med: Path) -> None:
+    """As the benchmark: lines naming unknown documents stay (warned), the last duplicate wins (warned)."""
     write_jsonl(
         tiny_r2med / "qrels.jsonl",
         [
@@ -72,12 +73,34 @@ def test_unknown_qrels_ids_are_counted_not_fatal(tiny_r2med: Path) -> None:
             {"q_id": "q9", "p_id": "dka_0", "score": 1},
             {"q_id": "q1", "p_id": "missing_doc", "score": 1},
             {"q_id": "q1", "p_id": "missing_doc_2", "score": 1},
+            {"q_id": "q1", "p_id": "dka_1", "score": 0},  # a duplicate: this later line wins
+            {"q_id": "q3", "p_id": "gout_0", "score": 0},  # q3: only grade 0
         ],
     )
     ds = load_r2med_dir(tiny_r2med)
     assert ds.report.unknown_qrels_queries == 1
     assert ds.report.unknown_qrels_documents == 2
-    assert "q9" not in ds.qrels and "missing_doc" not in ds.qrels["q1"]
+    assert ds.report.duplicate_qrels == 1
+    assert "q9" not in ds.qrels
+    assert ds.qrels["q1"] == {"dka_0": 2, "dka_1": 0, "missing_doc": 1, "missing_doc_2": 1}
+    assert ds.qrels["q3"] == {"gout_0": 0}
+    assert ds.report.queries_without_qrels == ()  # q3 is judged (grade 0 only): it is averaged
+    assert ds.report.queries_without_positives == ("q3",)
+    lines = ds.report.lines()
+    assert any("absent from the corpus: kept" in line for line in lines)
+    assert any("last line" in line and "wins" in line for line in lines)
+    assert any("only grade-0 judgements: averaged" in line for line in lines)
+    assert not any("left out of averages" in line for line in lines)
+    _errors, warnings = validate_dir(tiny_r2med)
+    assert _errors == [] and any("duplicate" in w for w in warnings)
+
+
+def test_a_query_judged_only_on_unknown_documents_is_reported(tiny_r2med: Path) -> None:
+    write_jsonl(tiny_r2med / "qrels.jsonl", [*TINY_QRELS, {"q_id": "q3", "p_id": "ghost", "score": 1}])
+    ds = load_r2med_dir(tiny_r2med)
+    assert ds.qrels["q3"] == {"ghost": 1} and ds.positives("q3") == {"ghost": 1}
+    assert ds.report.queries_only_unknown_documents == ("q3",)
+    assert any("judged only on documents absent from the corpus" in line for line in ds.report.lines())
 
 
 def _problems(root: Path) -> list[str]:

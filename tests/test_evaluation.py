@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import pytrec_eval
 
+from r2med_core.cli import main
+from r2med_core.data import load_dir
 from r2med_core.evaluation import ALL_METRICS, Results, compare, evaluate, holm, metric_name, paired_test
-from r2med_core.runs import Run
+from r2med_core.runs import Run, read_trec
+
+from .conftest import write_jsonl
 
 PYTREC_MEASURES = {
     "ndcg_cut.1,10,25,50,100",
@@ -99,3 +105,67 @@ def test_holm_correction() -> None:
     a = _results("A", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     tests = compare(a, [_results("B", [0.2, 0.3, 0.4, 0.5, 0.6, 0.65]), _results("C", [0.1, 0.25, 0.3, 0.4, 0.5, 0.6])])
     assert all(t.t_pvalue_holm is not None and t.t_pvalue_holm >= t.t_pvalue for t in tests)
+
+
+# --------------------------------------------------------------------------- qrels as the benchmark uses them
+
+
+def _write_edge_case_dataset(root: Path) -> tuple[list[dict], str]:
+    """Unknown documents, duplicates, grade-0-only and unknown-only queries, and tied run scores."""
+    corpus = [{"id": f"d{i}", "text": f"document number {i}"} for i in range(12)]
+    queries = [{"id": f"q{i}", "text": f"query {i}"} for i in range(6)]
+    qrels = [
+        {"q_id": "q0", "p_id": "d0", "score": 1},
+        {"q_id": "q0", "p_id": "gone1", "score": 2},  # not in the corpus: still counts
+        {"q_id": "q0", "p_id": "d3", "score": 1},
+        {"q_id": "q1", "p_id": "d1", "score": 1},
+        {"q_id": "q1", "p_id": "d1", "score": 0},  # duplicate: the last line wins (now grade 0)
+        {"q_id": "q1", "p_id": "d2", "score": 0},
+        {"q_id": "q1", "p_id": "d2", "score": 2},  # duplicate the other way
+        {"q_id": "q2", "p_id": "d4", "score": 0},  # grade 0 only: averaged, scores 0
+        {"q_id": "q3", "p_id": "gone2", "score": 1},  # only unknown documents: averaged, scores 0
+        {"q_id": "q3", "p_id": "gone3", "score": 1},
+        {"q_id": "q4", "p_id": "d5", "score": 2},
+        {"q_id": "q4", "p_id": "d6", "score": 1},
+        {"q_id": "q4", "p_id": "gone4", "score": 1},
+    ]  # q5: no judgements at all
+    write_jsonl(root / "corpus.jsonl", corpus)
+    write_jsonl(root / "query.jsonl", queries)
+    write_jsonl(root / "qrels.jsonl", qrels)
+    lines = []
+    for q in range(6):
+        # scores with ties (trec_eval breaks them by document id), every query retrieved
+        for rank, doc in enumerate([(q + j) % 12 for j in range(10)], start=1):
+            lines.append(f"q{q} Q0 d{doc} {rank} {float(10 - (rank // 3)):.1f} edge")
+    return qrels, "\n".join(lines) + "\n"
+
+
+def test_qrels_edge_cases_equal_pytrec_eval_on_the_raw_files(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The reference is what the benchmark does: every qrels line into a dict (last wins), pytrec_eval."""
+    root = tmp_path / "edge"
+    qrels_rows, trec = _write_edge_case_dataset(root)
+    (tmp_path / "run.trec").write_text(trec, encoding="utf-8")
+    reference_qrels: dict[str, dict[str, int]] = {}
+    for row in qrels_rows:
+        reference_qrels.setdefault(str(row["q_id"]), {})[str(row["p_id"])] = int(row["score"])
+    reference_run: dict[str, dict[str, float]] = {}
+    for line in trec.splitlines():
+        qid, _, doc, _, score, _ = line.split()
+        reference_run.setdefault(qid, {})[doc] = float(score)
+    direct = pytrec_eval.RelevanceEvaluator(reference_qrels, PYTREC_MEASURES).evaluate(reference_run)
+    expected = {metric_name(key): sum(v[key] for v in direct.values()) / len(direct) for key in direct["q0"]}
+
+    dataset = load_dir(root)
+    results = evaluate(read_trec(tmp_path / "run.trec"), dataset.qrels)
+    assert set(results.per_query.index) == set(direct) == {"q0", "q1", "q2", "q3", "q4"}
+    for name, value in expected.items():
+        assert results.means[name] == pytest.approx(value, abs=1e-12), name
+    assert results.per_query.loc["q3"].eq(0).all() and results.per_query.loc["q2"].eq(0).all()
+    # the unknown document counts in the denominator: q0 can reach at most 2 of its 3 relevant documents
+    assert results.per_query.loc["q0", "recall_at_100"] == pytest.approx(2 / 3)
+
+    # the command line agrees with the same reference
+    assert main(["evaluate-run", "--run", str(tmp_path / "run.trec"), "--data-dir", str(root)]) == 0
+    printed = json.loads(capsys.readouterr().out)["test"]
+    for name, value in expected.items():
+        assert printed[name] == pytest.approx(round(value, 5), abs=1e-9), name

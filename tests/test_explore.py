@@ -84,3 +84,16 @@ def test_metric_labels() -> None:
         "MAP@25",
         "MRR",
     ]
+
+
+def test_gold_documents_missing_from_the_corpus_are_shown_not_fatal(tiny_r2med: Path) -> None:
+    from .conftest import TINY_QRELS, write_jsonl
+
+    write_jsonl(tiny_r2med / "qrels.jsonl", [*TINY_QRELS, {"q_id": "q1", "p_id": "ghost", "score": 2}])
+    ds = load_r2med_dir(tiny_r2med)
+    run = Run("r", {"q1": [("dka_0", 2.0), ("asthma_0", 1.0)]})
+    assert "ketoacidosi" in shared_with_gold(ds, "q1")  # the known gold documents still count
+    rows = {row.doc_id: row for row in gold_rows(ds, run, "q1")}
+    assert rows["ghost"].rank is None and rows["dka_0"].rank == 1
+    table = query_table(ds, evaluate(run, ds.qrels), run)
+    assert int(table.set_index("query_id").loc["q1", "gold_missed"]) == 2

@@ -166,7 +166,10 @@ with left:
             label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
         tags = labels.label_tags(query_labels, row.doc_id)
         with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
-            text = dataset.corpus[row.doc_id]
+            text = dataset.corpus.get(row.doc_id)
+            if text is None:
+                st.caption("Not in the corpus: the qrels name this document, but no system can retrieve it.")
+                continue
             st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
 with right:
