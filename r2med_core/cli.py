@@ -30,7 +30,7 @@ from .generation import (
 )
 from .hub import DownloadError, download_task, load_hf
 from .progress import Progress
-from .rerank import RerankerUnavailable, rerank
+from .rerank import RerankerUnavailable, rerank, rerank_label
 from .runs import read_trec, safe_name, write_trec
 from .systems import SpecError, SystemSpec, parse_system, run_system
 from .tasks import TASKS, get_task
@@ -103,7 +103,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         dataset, live_notes = attach_live_rewrites(dataset, _rewrites_of(spec))
         run = run_system(dataset, spec, k=args.top_k, progress=progress)
         if args.rerank:
-            run = rerank(run, dataset, args.rerank, k=args.rerank_k, progress=progress)
+            run = rerank(
+                run, dataset, args.rerank, k=args.rerank_k, keep_tail=args.rerank_keep_tail, progress=progress
+            )
     finally:
         close()
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
@@ -114,7 +116,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     payload = results.to_json()
     payload["model_name"] = name
     atomic_write_text(out / f"{name}.json", json.dumps(payload, indent=2) + "\n")
-    label = spec.label + (f" → rerank {args.rerank}@{args.rerank_k}" if args.rerank else "")
+    if args.rerank:
+        label = f"{spec.label} → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"
+    else:
+        label = spec.label
     print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
     for line in [*live_notes, *dataset.report.lines()]:
         print(f"note: {line}")
@@ -235,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rerank the top k with a cross-encoder: bge-reranker, monobert, a hub id or path",
     )
     ev.add_argument("--rerank-k", type=int, default=10, metavar="K", help="how many to rerank (benchmark: 10 or 100)")
+    ev.add_argument(
+        "--rerank-keep-tail",
+        action="store_true",
+        help="keep the first-stage documents below the reranked k (not the benchmark's number: the "
+        "benchmark's reranked run holds only the k documents)",
+    )
     ev.set_defaults(handler=cmd_eval)
 
     ge = commands.add_parser(

@@ -235,10 +235,18 @@ def test_eval_with_a_cross_encoder_rerank(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     name = safe_name(f"bm25>rerank:{model}@2")
-    assert f"→ rerank {model}@2" in done.stdout and (tmp_path / "out" / f"{name}.trec").is_file()
+    assert f"→ reranked by {model} (top 2)" in done.stdout and (tmp_path / "out" / f"{name}.trec").is_file()
+    assert "not the benchmark" not in done.stdout
     reranked, plain = read_trec(tmp_path / "out" / f"{name}.trec"), run_system(load_demo("qa-reference"), "bm25", k=10)
     for qid, ranking in plain.rankings.items():
         docs = [d for d, _ in reranked.rankings[qid]]
+        assert sorted(docs) == sorted(d for d, _ in ranking[:2])  # only the k reranked, as the benchmark
+    tail = cli(*done.args[3:], "--rerank-keep-tail")
+    assert tail.returncode == 0, tail.stderr
+    assert "+ first-stage tail (not the benchmark's)" in tail.stdout
+    kept = read_trec(tmp_path / "out" / f"{safe_name(f'bm25>rerank:{model}@2+tail')}.trec")
+    for qid, ranking in plain.rankings.items():
+        docs = [d for d, _ in kept.rankings[qid]]
         assert sorted(docs[:2]) == sorted(d for d, _ in ranking[:2]) and docs[2:] == [d for d, _ in ranking[2:]]
     in_process = rerank(plain, load_demo("qa-reference"), str(model), k=2)  # the CLI's scores, from the disk cache
     assert {q: [d for d, _ in r] for q, r in reranked.rankings.items()} == {

