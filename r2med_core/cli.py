@@ -32,7 +32,7 @@ from .hub import DownloadError, download_task, load_hf
 from .progress import Progress
 from .rerank import RerankerUnavailable, rerank, rerank_label
 from .runs import read_trec, safe_name, write_trec
-from .systems import SpecError, SystemSpec, parse_system, run_system
+from .systems import SpecError, SystemSpec, parse_system, queries_left_out, run_system
 from .tasks import TASKS, get_task
 
 DATA_ENV = "R2MED_DATA_DIR"
@@ -93,6 +93,19 @@ def _rewrites_of(spec: SystemSpec) -> list[tuple[str, str]]:
     return own + [r for member in spec.members for r in _rewrites_of(member)]
 
 
+def _left_out_notes(dataset: Dataset, spec: SystemSpec) -> list[str]:
+    """One line per rewrite that leaves queries out (not retrieved, so not evaluated, as in the benchmark)."""
+    notes = []
+    for method, llm in dict.fromkeys(_rewrites_of(spec)):
+        missing = queries_left_out(dataset, (method, llm))
+        if missing:
+            notes.append(
+                f"{missing} of {len(dataset.queries)} queries are not in the {method}:{llm} rewrite file: "
+                "not retrieved, so not evaluated (as in the benchmark)"
+            )
+    return notes
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     spec = parse_system(args.retriever + (f"+{args.rewrite}" if args.rewrite else ""))
     if args.rerank_k < 1:
@@ -121,7 +134,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         label = spec.label
     print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
-    for line in [*live_notes, *dataset.report.lines()]:
+    for line in [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines()]:
         print(f"note: {line}")
     for metric in MAIN_METRICS:
         print(f"  {metric:<16} {results.means[metric]:.4f}")

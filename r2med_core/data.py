@@ -103,7 +103,9 @@ class Dataset:
     """One retrieval task: corpus, queries, graded qrels and any precomputed query rewrites.
 
     ``corpus`` and ``queries`` keep file order (it breaks BM25 ties, as in the benchmark).
-    ``rewrites`` maps ``(method, llm)`` to ``{query id: hypothetical document}``.
+    ``rewrites`` maps ``(method, llm)`` to ``{query id: hypothetical document}``; ``rewrite_queries``
+    to the ``text`` field of the same rows — the query text the benchmark uses with that rewrite
+    (where a row has none, the query file's text is used).
     """
 
     name: str
@@ -116,6 +118,7 @@ class Dataset:
     rewrites: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     report: LoadReport = field(default_factory=LoadReport)
+    rewrite_queries: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     @cached_property
     def fingerprint(self) -> str:
@@ -129,7 +132,12 @@ class Dataset:
     def content_digest(self) -> str:
         """A digest of queries, judgements and rewrites: with ``fingerprint``, the key of a run."""
         payload = json.dumps(
-            [self.queries, self.qrels, sorted((list(k), v) for k, v in self.rewrites.items())],
+            [
+                self.queries,
+                self.qrels,
+                sorted((list(k), v) for k, v in self.rewrites.items()),
+                sorted((list(k), v) for k, v in self.rewrite_queries.items()),
+            ],
             sort_keys=True,
             ensure_ascii=False,
         )
@@ -333,9 +341,16 @@ def _build_qrels(
     return qrels, unknown_q, unknown_d, duplicates
 
 
-def _read_rewrites(root: Path, queries: dict[str, str]) -> tuple[dict[tuple[str, str], dict[str, str]], list[str]]:
-    """Find ``<method>/<llm>/query_with_hydoc.jsonl`` files; rows name unknown queries → warning."""
+def _read_rewrites(
+    root: Path, queries: dict[str, str]
+) -> tuple[dict[tuple[str, str], dict[str, str]], list[str], dict[tuple[str, str], dict[str, str]]]:
+    """Find ``<method>/<llm>/query_with_hydoc.jsonl`` files: ``(hy_docs, warnings, query texts)``.
+
+    Rows naming unknown queries are ignored with a warning. A row's ``text`` is kept: the benchmark
+    retrieves with it (and only for the queries the file holds).
+    """
     rewrites: dict[tuple[str, str], dict[str, str]] = {}
+    rewrite_queries: dict[tuple[str, str], dict[str, str]] = {}
     warnings: list[str] = []
     for method in REWRITE_METHODS:
         method_dir = root / method
@@ -345,12 +360,15 @@ def _read_rewrites(root: Path, queries: dict[str, str]) -> tuple[dict[tuple[str,
             path = llm_dir / REWRITE_FILE
             if not path.is_file():
                 continue
-            texts, _ = _read_texts(path, "id", ("hy_doc",))
+            texts, meta = _read_texts(path, "id", ("hy_doc",))
             known = {qid: text for qid, text in texts.items() if qid in queries}
             if len(known) < len(texts):
                 warnings.append(f"{path}: {len(texts) - len(known)} rows name unknown queries (ignored)")
             rewrites[method, llm_dir.name] = known
-    return rewrites, warnings
+            rewrite_queries[method, llm_dir.name] = {
+                qid: text if isinstance(text := meta.get(qid, {}).get("text"), str) else queries[qid] for qid in known
+            }
+    return rewrites, warnings, rewrite_queries
 
 
 def _assemble(
@@ -365,6 +383,7 @@ def _assemble(
     warnings: list[str],
     family: Family | None,
     meta: dict[str, Any],
+    rewrite_queries: dict[tuple[str, str], dict[str, str]] | None = None,
 ) -> Dataset:
     qrels, unknown_q, unknown_d, duplicates = _build_qrels(qrels_rows, qrels_path, queries, corpus)
     report = LoadReport(
@@ -389,6 +408,7 @@ def _assemble(
         rewrites=rewrites,
         meta=meta,
         report=report,
+        rewrite_queries=rewrite_queries or {},
     )
 
 
@@ -436,7 +456,7 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
         problems += err.problems
     if problems:
         raise DataError(problems)
-    rewrites, warnings = _read_rewrites(root, queries)
+    rewrites, warnings, rewrite_queries = _read_rewrites(root, queries)
     meta = _read_metadata(root)
     return _assemble(
         name,
@@ -450,6 +470,7 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
         warnings,
         _family_for(name, meta),
         meta,
+        rewrite_queries,
     )
 
 

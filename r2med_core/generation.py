@@ -714,7 +714,7 @@ def with_rewrites(dataset: Dataset, method: str, llm_name: str, texts: dict[str,
     """A copy of ``dataset`` with ``texts`` as its ``(method, llm_name)`` rewrite, for ``run_system``.
 
     Run cache keys include a digest of the rewrite texts, so a changed generation is never served a
-    stale run. Queries the texts lack keep their original text in retrieval, as with rewrite files.
+    stale run. Queries the texts lack are not retrieved with the rewrite, as with rewrite files.
     """
     if method not in REWRITE_METHODS:
         raise GenerationError(f"unknown rewrite method {method!r}: choose one of {', '.join(REWRITE_METHODS)}")

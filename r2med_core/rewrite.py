@@ -9,14 +9,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: LLMs whose outputs carry reasoning before the answer, and how the answer is marked.
-_THINK_MODELS = ("r1-qwen-32b", "r1-llama-70b", "qwq-32b", "qwen3-32b")
-_FINAL_RESPONSE_MODELS = ("huatuo-o1-70b",)
+#: LLMs whose outputs carry reasoning before the answer, and how the answer is marked (as the benchmark).
+_THINK_MODELS = ("r1-qwen-32b", "r1-llama-70b", "r1-llama-8b", "qwq-32b", "qwen3-32b", "qwen3-8b")
+_FINAL_RESPONSE_MODELS = ("huatuo-o1-70b", "huatuo-o1-8b")
 _ANSWER_TAG_MODELS = ("qwen-3b-ins", "qwen-7b-ins")
+_SOLUTION_TAG_MODELS = ("sky-32b",)
+#: Every LLM whose output is cut to its final answer before retrieval.
+REASONING_LLMS: tuple[str, ...] = _THINK_MODELS + _FINAL_RESPONSE_MODELS + _ANSWER_TAG_MODELS + _SOLUTION_TAG_MODELS
+
+_SOLUTION = re.compile(r"<\|begin_of_solution\|>(.*?)(?:<\|end_of_solution\|>|\Z)", flags=re.S)
 
 
 def is_reasoning_llm(llm: str) -> bool:
-    return llm in _THINK_MODELS or llm in _FINAL_RESPONSE_MODELS or llm in _ANSWER_TAG_MODELS
+    return llm in REASONING_LLMS
 
 
 def extract_answer(hy_doc: str, llm: str) -> str:
@@ -27,6 +32,10 @@ def extract_answer(hy_doc: str, llm: str) -> str:
         return hy_doc.split("Final Response", 1)[1].lstrip(":# \n").strip()
     if llm in _ANSWER_TAG_MODELS:
         match = re.search(r"<answer>(.*?)</answer>", hy_doc, flags=re.S)
+        if match:
+            return match.group(1).strip()
+    if llm in _SOLUTION_TAG_MODELS:
+        match = _SOLUTION.search(hy_doc)
         if match:
             return match.group(1).strip()
     return hy_doc

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -175,15 +175,34 @@ def rewritten_texts(dataset: Dataset, rewrite: tuple[str, str]) -> dict[str, str
     return dataset.rewrites[rewrite]
 
 
-def bm25_queries(dataset: Dataset, rewrite: tuple[str, str] | None) -> dict[str, str]:
-    """Query strings for BM25; a query the rewrite file lacks keeps its original text."""
+def retrieved_queries(dataset: Dataset, rewrite: tuple[str, str] | None) -> dict[str, str]:
+    """The queries a system retrieves for, with the query text it uses.
+
+    Without a rewrite: every query, as in the query file. With one, as the benchmark: only the
+    queries the rewrite file holds (the others are not retrieved, so not evaluated), with the
+    file's own ``text`` field as the query text.
+    """
     if rewrite is None:
         return dict(dataset.queries)
     hy_docs = rewritten_texts(dataset, rewrite)
-    return {
-        qid: bm25_query(rewrite[0], rewrite[1], text, hy_docs[qid]) if qid in hy_docs else text
-        for qid, text in dataset.queries.items()
-    }
+    texts = dataset.rewrite_queries.get(rewrite, {})
+    return {qid: texts.get(qid, text) for qid, text in dataset.queries.items() if qid in hy_docs}
+
+
+def queries_left_out(dataset: Dataset, rewrite: tuple[str, str] | None) -> int:
+    """How many queries a rewrite leaves out (absent from its file: not retrieved, as in the benchmark)."""
+    if rewrite is None or rewrite not in dataset.rewrites:
+        return 0
+    return len(dataset.queries) - len(retrieved_queries(dataset, rewrite))
+
+
+def bm25_queries(dataset: Dataset, rewrite: tuple[str, str] | None) -> dict[str, str]:
+    """Query strings for BM25, for the queries ``retrieved_queries`` names (official combination rules)."""
+    queries = retrieved_queries(dataset, rewrite)
+    if rewrite is None:
+        return queries
+    hy_docs = rewritten_texts(dataset, rewrite)
+    return {qid: bm25_query(rewrite[0], rewrite[1], text, hy_docs[qid]) for qid, text in queries.items()}
 
 
 def dense_query_vectors(
@@ -222,7 +241,9 @@ def _run_key(dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
         "analyzer": ANALYZER_VERSION,
     }
     if spec.rewrite:
-        key["rewrite"] = fingerprint(dataset.rewrites.get(spec.rewrite, {}))
+        key["rewrite"] = fingerprint(
+            dataset.rewrites.get(spec.rewrite, {}), dataset.rewrite_queries.get(spec.rewrite, {})
+        )
     if spec.kind == "dense":
         # The model exactly as it runs (instruction filled in), so a changed prompt never reuses a run.
         key["model"] = DenseRetriever(_dense_model(dataset, spec.name)).cache_key(dataset.fingerprint)
@@ -233,7 +254,6 @@ def _run_key(dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
 
 def _compute(dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
     started = time.perf_counter()
-    qids = list(dataset.queries)
     if spec.kind == "fusion":
         runs = []
         for i, member in enumerate(spec.members):
@@ -241,13 +261,17 @@ def _compute(dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | No
             runs.append(run_system(dataset, member, k=max(k, 100), progress=step))
         fused = reciprocal_rank_fusion(runs, str(spec), depth=k)
         return Run(fused.name, fused.rankings, time.perf_counter() - started)
+    queries = retrieved_queries(dataset, spec.rewrite)
+    qids = list(queries)
     if spec.kind == "bm25":
         retriever = bm25_retriever(dataset, spec.name, _scaled(progress, 0.0, 0.8))
         texts = bm25_queries(dataset, spec.rewrite)
         rankings = retriever.search([texts[q] for q in qids], k)
     else:
         dense = dense_retriever(dataset, spec.name, _scaled(progress, 0.0, 0.9))
-        vectors = dense_query_vectors(dense, dataset, spec.rewrite, _scaled(progress, 0.9, 1.0))
+        # with a rewrite, only the queries it holds, with its query text (the benchmark's rule)
+        retrieved = replace(dataset, queries=queries) if spec.rewrite else dataset
+        vectors = dense_query_vectors(dense, retrieved, spec.rewrite, _scaled(progress, 0.9, 1.0))
         rankings = dense.search_vectors(vectors, k)
     report(progress, 1.0, f"{spec.label}: done")
     return Run(str(spec), dict(zip(qids, rankings)), time.perf_counter() - started)

@@ -262,3 +262,11 @@ def test_eval_with_an_unavailable_reranker_is_one_clear_line(tmp_path: Path, mon
     err = capsys.readouterr().err
     assert "error: could not load the reranker 'no-such-org/no-such-reranker'" in err
     assert "must be downloaded first" in err and "Traceback" not in err
+
+
+def test_eval_says_how_many_queries_a_rewrite_leaves_out(tiny_r2med: Path, tmp_path: Path, capsys) -> None:
+    args = ["eval", "--retriever", "bm25", "--rewrite", "hyde:toy-llm", "--data-dir", str(tiny_r2med)]
+    assert main([*args, "--output-dir", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "note: 1 of 3 queries are not in the hyde:toy-llm rewrite file: not retrieved" in out
+    assert len(read_trec(next((tmp_path / "out").glob("*.trec"))).rankings) == 2

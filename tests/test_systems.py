@@ -124,3 +124,38 @@ def test_rewritten_name() -> None:
     assert rewritten_name("bm25", "hyde:gpt4") == "bm25+hyde:gpt4"
     assert rewritten_name("rrf(bm25,minilm)", "lamer:qwen-7b") == "rrf(bm25+lamer:qwen-7b,minilm+lamer:qwen-7b)"
     assert rewritten_name("dense:minilm", "") == "minilm"
+
+
+def test_reasoning_models_are_cut_to_their_answer() -> None:
+    assert extract_answer("steps</think> the answer ", "r1-llama-8b") == "the answer"
+    assert extract_answer("hmm</think>x", "qwen3-8b") == "x"
+    assert extract_answer("thinking. ## Final Response\n\nthe case", "huatuo-o1-8b") == "the case"
+    sky = "<|begin_of_thought|>long thought<|end_of_thought|><|begin_of_solution|> the passage <|end_of_solution|>"
+    assert extract_answer(sky, "sky-32b") == "the passage"
+    assert bm25_query("hyde", "sky-32b", "q", sky) == "the passage"
+    assert extract_answer("no markers here", "sky-32b") == "no markers here"
+    assert dense_query("query2doc", "sky-32b", "q", sky).texts == ("q", "the passage")
+
+
+def test_a_rewrite_retrieves_only_its_queries_with_its_own_query_text(tiny_r2med: Path) -> None:
+    """As the benchmark: queries missing from the rewrite file are not retrieved; the file's text is the query."""
+    from r2med_core.systems import bm25_queries, queries_left_out
+
+    from .conftest import write_jsonl
+
+    write_jsonl(
+        tiny_r2med / "query2doc" / "toy-llm" / "query_with_hydoc.jsonl",
+        [{"id": "q2", "text": "troponin question as the rewrite file spells it", "hy_doc": "Myocardial infarction."}],
+    )
+    ds = load_r2med_dir(tiny_r2med)
+    assert ds.rewrite_queries["query2doc", "toy-llm"] == {"q2": "troponin question as the rewrite file spells it"}
+    assert queries_left_out(ds, ("query2doc", "toy-llm")) == 2 and queries_left_out(ds, ("hyde", "toy-llm")) == 1
+    assert queries_left_out(ds, None) == 0
+    texts = bm25_queries(ds, ("query2doc", "toy-llm"))
+    file_text = "troponin question as the rewrite file spells it"
+    assert texts == {"q2": file_text * 2 + " Myocardial infarction."}
+    run = run_system(ds, "bm25+query2doc:toy-llm")
+    assert set(run.rankings) == {"q2"}
+    assert run.top("q2") == bm25_retriever(ds, "bm25").search([texts["q2"]], 100)[0]
+    assert set(run_system(ds, "minilm+hyde:toy-llm").rankings) == {"q1", "q2"}  # dense: the same rule
+    assert set(run_system(ds, "bm25").rankings) == {"q1", "q2", "q3"}

@@ -20,7 +20,7 @@ from r2med_core.explore import (
     shorten,
 )
 from r2med_core.report import metric_label
-from r2med_core.systems import rewritten_name
+from r2med_core.systems import queries_left_out, rewritten_name
 from views import labels, state, ui
 
 dataset = ui.current_dataset()
@@ -47,6 +47,11 @@ if rewrite:
     computed_rw = ui.safe_results(dataset, labelled_system)
     rewritten = computed_rw[0] if computed_rw else None
     rewritten_results = computed_rw[1] if computed_rw else None
+    if left_out := queries_left_out(dataset, rewrite):
+        st.caption(
+            f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(v.rewrite)} rewrite file: "
+            "with the rewrite they are not retrieved, so not evaluated (as in the benchmark)."
+        )
 
 # ------------------------------------------------------------------ the query table
 table = query_table(dataset, results, run)
@@ -151,7 +156,7 @@ if rewritten is not None:
             st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")
             st.caption("Highlighted: words of the hypothetical document that also occur in a gold document.")
         else:
-            st.caption("No hypothetical document for this query: the original query was used.")
+            st.caption("No hypothetical document for this query: it is not retrieved with this rewrite.")
 
 # ------------------------------------------------------------------ gold | retrieved
 reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)

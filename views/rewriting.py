@@ -15,7 +15,7 @@ from r2med_core.generation import (
     generate_rewrites,
     rewrites_text,
 )
-from r2med_core.systems import rewritten_name
+from r2med_core.systems import queries_left_out, rewritten_name
 from views import state, ui
 
 dataset = ui.current_dataset()
@@ -36,6 +36,11 @@ else:
     chosen = c2.selectbox(
         "Rewrite", options, index=options.index(v.rewrite) if v.rewrite in options else 0, key="w_rw_rewrite"
     )
+    if left_out := queries_left_out(dataset, tuple(chosen.split(":", 1))):
+        st.caption(
+            f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(chosen)} rewrite file: with it "
+            "they are not retrieved, so not evaluated (as in the benchmark)."
+        )
     base, with_rw = ui.safe_results(dataset, system), ui.safe_results(dataset, rewritten_name(system, chosen))
     if base and with_rw:
         delta = per_query_delta(base[1], with_rw[1], "ndcg_at_10")
