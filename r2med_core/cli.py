@@ -30,8 +30,10 @@ from .generation import (
 )
 from .hub import DownloadError, download_task, load_hf
 from .progress import Progress
+from .prompts import PROMPT_SETS, Prompts, load_examples
 from .rerank import RerankerUnavailable, rerank, rerank_label
 from .runs import read_trec, safe_name, write_trec
+from .settings import load_settings
 from .systems import SpecError, SystemSpec, parse_system, queries_left_out, run_system
 from .tasks import TASKS, get_task
 
@@ -116,9 +118,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         dataset, live_notes = attach_live_rewrites(dataset, _rewrites_of(spec))
         run = run_system(dataset, spec, k=args.top_k, progress=progress)
         if args.rerank:
-            run = rerank(
-                run, dataset, args.rerank, k=args.rerank_k, keep_tail=args.rerank_keep_tail, progress=progress
-            )
+            run = rerank(run, dataset, args.rerank, k=args.rerank_k, keep_tail=args.rerank_keep_tail, progress=progress)
     finally:
         close()
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
@@ -183,11 +183,14 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
     if args.model.startswith("local:"):
-        return LocalEndpoint(args.model[len("local:") :] or "smollm2", args.temperature, min(args.max_tokens, 256))
+        return LocalEndpoint(
+            args.model[len("local:") :] or "smollm2", args.temperature or 0.0, min(args.max_tokens, 256)
+        )
     endpoint = Endpoint.from_env(
         args.model,
         base_url=args.base_url,
         temperature=args.temperature,
+        top_p=args.top_p,
         max_tokens=args.max_tokens,
         timeout=args.timeout,
     )
@@ -196,16 +199,32 @@ def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
     return endpoint
 
 
+def _prompts(args: argparse.Namespace) -> Prompts:
+    """The prompt set; query2doc's few-shot examples from ``--examples FILE`` (official prompts only)."""
+    if args.examples is None:
+        return Prompts(args.prompts)
+    if args.prompts != "official":
+        raise UsageError("--examples goes with the official prompts (--prompts official)")
+    if not args.examples.is_file():
+        raise UsageError(f"{args.examples}: examples file not found")
+    data = args.examples.read_bytes()
+    return Prompts(args.prompts, load_examples(data, str(args.examples), load_settings().upload_max_bytes))
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
     endpoint = _endpoint(args)
     llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
+    prompts = _prompts(args)
     progress, close = _tqdm_progress()
     try:
         dataset = _load(args, progress)
         first_stage = run_system(dataset, args.first_stage, k=LAMER_PASSAGES) if args.method == "lamer" else None
         wanted = list(dataset.queries)[: args.limit] if args.limit else None
+        print(f"prompts: {prompts.describe(args.method, dataset.name, dataset.family)}")
+        if isinstance(endpoint, Endpoint):
+            print("sampling: " + ", ".join(f"{k}={v}" for k, v in endpoint.sampling().items()))
         result = generate_rewrites(
             dataset,
             args.method,
@@ -216,6 +235,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             max_retries=args.max_retries,
             workers=args.workers,
             query_ids=wanted,
+            prompts=prompts,
         )
     except KeyboardInterrupt:
         print("error: interrupted; run the same command again to resume (finished queries are cached)", file=sys.stderr)
@@ -277,7 +297,25 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--output", type=Path, help="a folder (default: rewrites/<task>) or a .jsonl file")
     ge.add_argument("--limit", type=int, help="only the first N queries")
     ge.add_argument("--first-stage", default="bm25", help="lamer: the system whose top 10 go into the prompt")
-    ge.add_argument("--temperature", type=float, default=0.0)
+    ge.add_argument(
+        "--prompts",
+        choices=PROMPT_SETS,
+        default="official",
+        help="official: the benchmark's per-task prompts (default); explorer: this project's own wording",
+    )
+    ge.add_argument(
+        "--examples",
+        type=Path,
+        metavar="FILE",
+        help="query2doc few-shot examples (text, or JSON {task: text}); without it query2doc is zero-shot",
+    )
+    ge.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="default: the benchmark's (0.7, seed 42; GPT-4o / o3-mini class 0.8 with top_p 0.8)",
+    )
+    ge.add_argument("--top-p", type=float, default=None, help="default: the benchmark's (see --temperature)")
     ge.add_argument("--max-tokens", type=int, default=512)
     ge.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
     ge.add_argument("--max-retries", type=int, default=5, help="retries of rate-limited or failed requests")

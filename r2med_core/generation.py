@@ -31,25 +31,37 @@ from typing import Any, ClassVar, Protocol
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import REWRITE_FILE, Dataset
 from .progress import Progress, report
+from .prompts import (
+    EXPLORER_PROMPTS,
+    GENERATION_METHODS,
+    LAMER_PASSAGES,
+    OFFICIAL_PROMPTS,
+    GenerationError,
+    Prompts,
+    build_messages,
+    load_examples,
+    official_sampling,
+)
 from .runs import Run
 from .tasks import REWRITE_METHODS, Family
 
 #: Bump when a prompt's wording changes: cached generations of the old wording are then not reused.
-PROMPT_VERSION = "r2med-explorer-prompts-1"
-
-#: Methods this module can generate (search-o1 / search-r1 are agentic pipelines, not one prompt).
-GENERATION_METHODS: tuple[str, ...] = ("hyde", "query2doc", "lamer")
-
-#: LaMer shows the LLM this many first-stage passages, each cut to this many characters.
-LAMER_PASSAGES = 10
-LAMER_PASSAGE_CHARS = 1200
+#: (Cache keys also hold the prompt set, official or explorer, and the query2doc examples' digest.)
+PROMPT_VERSION = "r2med-explorer-prompts-2"
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 _LLM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
-
-class GenerationError(ValueError):
-    """A generation request that cannot be carried out (bad method, name or missing input)."""
+__all__ = [  # what the prompts module defines, re-exported here where generation is used
+    "EXPLORER_PROMPTS",
+    "GENERATION_METHODS",
+    "LAMER_PASSAGES",
+    "OFFICIAL_PROMPTS",
+    "GenerationError",
+    "Prompts",
+    "build_messages",
+    "load_examples",
+]
 
 
 # --------------------------------------------------------------------------- endpoints
@@ -60,15 +72,19 @@ class Endpoint:
     """An OpenAI-compatible chat-completions server and the sampling settings sent to it.
 
     ``api_key`` is used for requests only: it is left out of ``repr``, equality, cache keys, messages
-    and files, so an endpoint can be shown or logged safely.
+    and files, so an endpoint can be shown or logged safely. Sampling left unset (None) is the
+    benchmark's for this model (``official_sampling``): temperature 0.7 and seed 42, or for GPT-4o /
+    o3-mini class models temperature 0.8 and top_p 0.8.
     """
 
     base_url: str | None
     model: str
     api_key: str | None = field(default=None, repr=False, compare=False)
-    temperature: float = 0.0
+    temperature: float | None = None
     max_tokens: int = 512
     timeout: float = 60.0
+    top_p: float | None = None
+    seed: int | None = None
 
     @classmethod
     def from_env(
@@ -91,19 +107,22 @@ class Endpoint:
         key = "'***'" if self.api_key else "None"
         return (
             f"Endpoint(base_url={self.base_url!r}, model={self.model!r}, api_key={key}, "
-            f"temperature={self.temperature!r}, max_tokens={self.max_tokens!r}, timeout={self.timeout!r})"
+            f"temperature={self.temperature!r}, max_tokens={self.max_tokens!r}, timeout={self.timeout!r}, "
+            f"top_p={self.top_p!r}, seed={self.seed!r})"
         )
 
     __str__ = __repr__
 
+    def sampling(self) -> dict[str, Any]:
+        """The sampling parameters sent: the ones set here, else the benchmark's for this model."""
+        if self.temperature is None and self.top_p is None and self.seed is None:
+            return official_sampling(self.model)
+        chosen = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        return {name: value for name, value in chosen.items() if value is not None}
+
     def identity(self) -> dict[str, Any]:
         """What makes two replies comparable (the cache key part); never the key."""
-        return {
-            "base_url": self.url,
-            "model": self.model,
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
+        return {"base_url": self.url, "model": self.model, **self.sampling(), "max_tokens": self.max_tokens}
 
     def default_llm_name(self) -> str:
         return default_llm_name(self.model)
@@ -181,69 +200,6 @@ def check_llm_name(name: str) -> str:
 
 # --------------------------------------------------------------------------- prompts
 
-#: Per family: what the user's text is, and what document a relevant corpus entry would be.
-_FAMILY_TEXT: dict[Family | None, tuple[str, str]] = {
-    Family.QA_REFERENCE: (
-        "a biology or medical-science question from a Q&A forum",
-        "a passage from a textbook, review article or expert answer that explains the mechanism, "
-        "concept or method the answer relies on",
-    ),
-    Family.CLINICAL_EVIDENCE: (
-        "a clinical vignette or exam question",
-        "a passage from a medical textbook or clinical guideline that supports the correct answer; "
-        "first work out the most likely diagnosis or the right clinical decision, then write the "
-        "passage so that it names it and explains why",
-    ),
-    Family.CLINICAL_CASE: (
-        "a patient case summary",
-        "a short case report of another patient with the same diagnosis; first work out the most "
-        "likely diagnosis, then describe a typical presentation, the findings that confirm it and "
-        "the treatment",
-    ),
-    None: (
-        "a medical question",
-        "a passage from a medical reference that answers it",
-    ),
-}
-
-_SYSTEM = (
-    "You are a careful medical expert helping a search engine. You write the kind of document a "
-    "relevant source would contain, in plain technical English, with no preamble or disclaimer."
-)
-
-_TEMPLATES: dict[str, str] = {
-    "hyde": (
-        "Below is {kind}. Write {document}.\n"
-        "Write about 150 words, as the document itself, without restating the question.\n\n"
-        "{query}"
-    ),
-    "query2doc": (
-        "Write a passage that answers the query below; the query is {kind}. The passage should read "
-        "like {document}. Use the specific terms such a document would contain (diseases, drugs, "
-        "genes, tests, mechanisms). About 120 words, passage only.\n\nQuery: {query}\n\nPassage:"
-    ),
-    "lamer": (
-        "Below is {kind}, followed by passages a first-stage search retrieved for it; some are "
-        "relevant and some are not. Using the relevant ones as evidence and your own knowledge, "
-        "write {document}. About 150 words, document only.\n\n"
-        "Question: {query}\n\nRetrieved passages:\n{passages}\n\nDocument:"
-    ),
-}
-
-
-def build_messages(
-    method: str, query: str, family: Family | None = None, passages: Iterable[str] = ()
-) -> list[dict[str, str]]:
-    """The chat messages sent for one query (shown by the app; part of every cache key)."""
-    if method not in _TEMPLATES:
-        raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
-    kind, document = _FAMILY_TEXT.get(family, _FAMILY_TEXT[None])
-    shown = "\n".join(
-        f"[{i}] {' '.join(text.split())[:LAMER_PASSAGE_CHARS]}" for i, text in enumerate(passages, start=1)
-    )
-    user = _TEMPLATES[method].format(kind=kind, document=document, query=query.strip(), passages=shown or "(none)")
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
-
 
 def lamer_passages(dataset: Dataset, first_stage: Run, query_id: str, k: int = LAMER_PASSAGES) -> list[str]:
     """The texts of a first-stage run's top ``k`` for a query (documents unknown to the corpus skipped)."""
@@ -257,13 +213,25 @@ def _cache_dir() -> Path:
     return cache_root() / "generations"
 
 
-def generation_key(endpoint: AnyEndpoint, method: str, query: str, family: Family | None, passages: list[str]) -> str:
-    """The cache key of one reply: server, model, sampling, method, prompt version, query, passages."""
+def generation_key(
+    endpoint: AnyEndpoint,
+    method: str,
+    query: str,
+    family: Family | None,
+    passages: list[str],
+    *,
+    task: str | None = None,
+    prompts: Prompts = OFFICIAL_PROMPTS,
+) -> str:
+    """The cache key of one reply: server, model, sampling, method, prompt version and set (with the
+    examples' digest), the task whose wording is used, query, passages."""
     return fingerprint(
         "generation",
         endpoint.identity(),
         method,
         PROMPT_VERSION,
+        prompts.identity(),
+        task,
         family.value if family else None,
         query,
         passages,
@@ -393,7 +361,7 @@ class _OpenAIBackend:
                 response = self.client.chat.completions.create(
                     model=model,
                     messages=messages,  # type: ignore[arg-type]
-                    temperature=self.endpoint.temperature,
+                    **self.endpoint.sampling(),
                     **{self.token_limit: self.endpoint.max_tokens},
                 )
             except openai.AuthenticationError:
@@ -593,6 +561,7 @@ def generate_rewrites(
     query_ids: Iterable[str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     record: bool = True,
+    prompts: Prompts = OFFICIAL_PROMPTS,
 ) -> GenerationReport:
     """Generate (or take from the cache) one rewrite per query; never raises for server trouble.
 
@@ -601,7 +570,8 @@ def generate_rewrites(
     A wrong key, an unreachable server or a persistent rate limit stop the batch; an empty or
     malformed reply fails only its query. ``max_consecutive_failures`` failed queries in a row stop
     it too. Unless ``record`` is False, the result is also recorded under ``llm_name`` so
-    ``eval --rewrite METHOD:NAME`` and ``live_rewrites`` find it later.
+    ``eval --rewrite METHOD:NAME`` and ``live_rewrites`` find it later. ``prompts``: the benchmark's
+    per-task prompts by default (see ``r2med_core.prompts``).
     """
     if method not in GENERATION_METHODS:
         raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
@@ -616,13 +586,14 @@ def generate_rewrites(
         for qid in wanted:
             query = dataset.queries[qid]
             passages = lamer_passages(dataset, first_stage, qid) if method == "lamer" and first_stage else []
-            key = generation_key(endpoint, method, query, dataset.family, passages)
+            key = generation_key(endpoint, method, query, dataset.family, passages, task=dataset.name, prompts=prompts)
             hit = _cache_get(key)
             if hit is not None:
                 result.texts[qid] = hit
                 result.from_cache += 1
             else:
-                jobs.append((qid, key, build_messages(method, query, dataset.family, passages)))
+                messages = build_messages(method, query, dataset.family, passages, task=dataset.name, prompts=prompts)
+                jobs.append((qid, key, messages))
     except GenerationError as err:  # a local model that is not installed
         result.error, result.stopped, result.remaining = str(err), True, list(wanted)
         return result
@@ -651,7 +622,7 @@ def generate_rewrites(
         _run_jobs(jobs, backend, endpoint, result, should_stop, max_consecutive_failures, max(1, workers), tell)
         result.texts = {qid: result.texts[qid] for qid in wanted if qid in result.texts}
     if result.texts and record:
-        _record_set(dataset, method, llm_name, endpoint, result.texts)
+        _record_set(dataset, method, llm_name, endpoint, result.texts, prompts)
     return result
 
 
@@ -751,10 +722,17 @@ def _set_dir(dataset: Dataset) -> Path:
     return _cache_dir() / "sets" / f"{slug}-{fingerprint('queries', dataset.queries)[:16]}"
 
 
-def _record_set(dataset: Dataset, method: str, llm_name: str, endpoint: AnyEndpoint, texts: dict[str, str]) -> None:
-    """Remember a batch under its LLM name; a later batch of the same endpoint adds to it."""
+def _record_set(
+    dataset: Dataset,
+    method: str,
+    llm_name: str,
+    endpoint: AnyEndpoint,
+    texts: dict[str, str],
+    prompts: Prompts = OFFICIAL_PROMPTS,
+) -> None:
+    """Remember a batch under its LLM name; a later batch of the same endpoint and prompts adds to it."""
     folder = _set_dir(dataset) / method / llm_name
-    identity = {**endpoint.identity(), "prompt": PROMPT_VERSION}
+    identity = {**endpoint.identity(), "prompt": PROMPT_VERSION, **prompts.identity()}
     merged = dict(texts)
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
@@ -764,6 +742,18 @@ def _record_set(dataset: Dataset, method: str, llm_name: str, endpoint: AnyEndpo
         pass
     save_rewrites(merged, dataset, folder / REWRITE_FILE)
     atomic_write_text(folder / "meta.json", json.dumps({"endpoint": identity, "queries": len(merged)}, indent=1))
+
+
+def live_generation_settings(dataset: Dataset, method: str, llm_name: str) -> dict[str, Any] | None:
+    """How a recorded live generation was made (server, model, sampling, prompt set), or None."""
+    if not _LLM_NAME.fullmatch(llm_name):
+        return None
+    try:
+        meta = json.loads((_set_dir(dataset) / method / llm_name / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    endpoint = meta.get("endpoint") if isinstance(meta, dict) else None
+    return endpoint if isinstance(endpoint, dict) else None
 
 
 def live_rewrites(dataset: Dataset, method: str, llm_name: str) -> dict[str, str] | None:
@@ -815,7 +805,7 @@ def hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) ->
     """A HyDE document for a query typed by the user (not one of the dataset's): ``(text, None)`` or
     ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing."""
     typed = Dataset(
-        name=f"{dataset.name}-typed",
+        name=dataset.name,  # the task's own prompt wording (nothing is recorded under this name)
         corpus={},
         queries={"typed": text},
         qrels={},

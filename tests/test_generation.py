@@ -17,15 +17,19 @@ import pytest
 from r2med_core import generation as gen
 from r2med_core import load_demo, load_dir, run_system
 from r2med_core.generation import (
+    EXPLORER_PROMPTS,
+    OFFICIAL_PROMPTS,
     PROMPT_VERSION,
     Endpoint,
     GenerationError,
     LocalEndpoint,
+    Prompts,
     attach_live_rewrites,
     build_messages,
     generate_rewrites,
     live_rewrite_options,
     live_rewrites,
+    load_examples,
     rewrite_file,
     save_rewrites,
     with_rewrites,
@@ -174,9 +178,13 @@ def test_generates_through_the_protocol_and_a_second_run_makes_no_request(demo, 
     request = llm.requests[0]
     assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
     body = request["body"]
-    assert body["model"] == "fake-model" and body["temperature"] == 0.0 and body["max_tokens"] == 512
-    assert [m["role"] for m in body["messages"]] == ["system", "user"]
-    assert next(iter(demo.queries.values())).strip() in body["messages"][1]["content"]
+    assert body["model"] == "fake-model" and body["max_tokens"] == 512
+    assert (body["temperature"], body["seed"], "top_p" in body) == (0.7, 42, False)  # the benchmark's, open model
+    assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
+    first_query = next(iter(demo.queries.values()))
+    assert body["messages"][1]["content"] == (  # not an R2MED task: its family's official prompt stands in
+        f"Please write a passage to help answer the Medical Science post.\nPost: {first_query}\nPassage: "
+    )
     assert seen[-1][0] == 1.0 and f"{len(demo.queries)}/{len(demo.queries)}" in seen[-1][1]
 
     again = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
@@ -379,17 +387,125 @@ def test_endpoint_from_environment(monkeypatch) -> None:
 # --------------------------------------------------------------------------- prompts, lamer, saving
 
 
-def test_prompts_differ_by_method_and_family() -> None:
+def test_explorer_prompts_differ_by_method_and_family() -> None:
     query = "A 54-year-old man has crushing chest pain."
     families = [*Family, None]
     prompts = {
-        (m, f): build_messages(m, query, f)[1]["content"] for m in ("hyde", "query2doc", "lamer") for f in families
+        (m, f): build_messages(m, query, f, prompts=EXPLORER_PROMPTS)[1]["content"]
+        for m in ("hyde", "query2doc", "lamer")
+        for f in families
     }
     assert len(set(prompts.values())) == len(prompts) and all(query in p for p in prompts.values())
     assert "case report" in prompts["hyde", Family.CLINICAL_CASE]
     assert "guideline" in prompts["hyde", Family.CLINICAL_EVIDENCE]
+    assert build_messages("hyde", query, prompts=EXPLORER_PROMPTS)[0]["content"].startswith("You are a careful")
     with pytest.raises(GenerationError, match="choose one of hyde, query2doc, lamer"):
         build_messages("search-o1", query)
+
+
+#: The benchmark's HyDE prompts, per task (copied from the protocol's exact strings).
+OFFICIAL_HYDE = {
+    "Biology": "Please write a passage to help answer the Biology post.\nPost: {TEXT}\nPassage: ",
+    "Bioinformatics": "Please write a passage to help answer the Bioinformatics post.\nPost: {TEXT}\nPassage: ",
+    "Medical-Sciences": "Please write a passage to help answer the Medical Science post.\nPost: {TEXT}\nPassage: ",
+    "MedXpertQA-Exam": "Please write a passage to help answer the Medical Exam.\nExam: {TEXT}\nPassage: ",
+    "MedQA-Diag": "Please write a passage to help answer the Medical Exam.\nExam: {TEXT}\nPassage: ",
+    "PMC-Treatment": "Please write a passage to help answer the Clinical Case.\nCase: {TEXT}\nPassage: ",
+    "PMC-Clinical": "Please write a similar case to help diagnose the Clinical Case.\nCase: {TEXT}\nSimilar Case: ",
+    "IIYi-Clinical": "Please write a similar case to help diagnose the Clinical Case.\nCase: {TEXT}\nSimilar Case: ",
+}
+LAMER_BIOLOGY = (
+    "Give a Biology post and its possible relevant passages (most of these passages are wrong). Please write a "
+    "correct passage that help answer the post.\nJust output the correct passage, don't explanation.\n\n"
+    "Post: {TEXT}\n\nPossible Relevant Passages: {PASSAGE}"
+)
+LAMER_EXAM = (
+    "Give a Medical Exam and its possible relevant passages (most of these passages are wrong). Please write a "
+    "correct passage that help answer the exam.\nJust output the correct passage, don't explanation.\n\n"
+    "Exam: {TEXT}\n\nPossible Relevant Passages: {PASSAGE}"
+)
+LAMER_CASE = (
+    "Give a Clinical Case and its possible similar cases (most of these cases are non-similar). Please write a "
+    "correct similar case that help diagnose the case.\nJust output the correct case, don't explanation.\n\n"
+    "Case: {TEXT}\n\nPossible Similar Cases: {PASSAGE}"
+)
+
+
+def test_official_prompts_are_the_benchmarks_per_task() -> None:
+    from r2med_core.tasks import TASKS
+
+    query = " A post, with its own spacing. "
+    for task, template in OFFICIAL_HYDE.items():
+        messages = build_messages("hyde", query, TASKS[task].family, task=task)
+        assert messages == [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": template.replace("{TEXT}", query)},
+        ]
+    passages = ["first\npassage  text", "word " * 600]
+    formatted = "\n[1]. first passage  text\n[2]. " + " ".join(["word"] * 512)
+    for task, template in (("Biology", LAMER_BIOLOGY), ("MedQA-Diag", LAMER_EXAM), ("IIYi-Clinical", LAMER_CASE)):
+        user = build_messages("lamer", query, None, passages, task=task)[1]["content"]
+        assert user == template.replace("{TEXT}", query).replace("{PASSAGE}", formatted)
+    zero = build_messages("query2doc", query, None, task="Bioinformatics")[1]["content"]
+    assert zero == f"Write a passage to help answer the Bioinformatics post.\n\nPost: {query}\nPassage: "
+    shots = Prompts("official", (("*", "Post: p1\nPassage: d1"),))
+    user = build_messages("query2doc", query, None, task="Bioinformatics", prompts=shots)[1]["content"]
+    assert user == (
+        "Write a passage to help answer the Bioinformatics post.\n\n###Examples:###\nPost: p1\nPassage: d1"
+        f"\n\n###Real Test:###\nPost: {query}\nPassage: "
+    )
+    assert "zero-shot" in Prompts().describe("query2doc", "Biology", None)
+    assert "few-shot" in shots.describe("query2doc", "Biology", None)
+    assert "not an R2MED task" in Prompts().describe("hyde", "my-cases", Family.CLINICAL_CASE)
+    assert "PMC-Clinical" in Prompts().describe("hyde", "my-cases", Family.CLINICAL_CASE)
+    assert "not the benchmark" in EXPLORER_PROMPTS.describe("hyde", "Biology", None)
+
+
+def test_examples_files_are_read_and_checked(tmp_path: Path) -> None:
+    assert load_examples(b"Post: a\nPassage: b\n", "ex.txt", 1000) == (("*", "Post: a\nPassage: b"),)
+    by_task = load_examples(json.dumps({"Biology": "B", "*": "any"}).encode(), "ex.json", 1000)
+    assert Prompts("official", by_task).examples_for("Biology") == "B"
+    assert Prompts("official", by_task).examples_for("MedQA-Diag") == "any"
+    for data, message in [
+        (b"x" * 2000, "larger than"),
+        (b"", "empty"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b'{"Biology": ', "ex:1: malformed JSON"),
+        (b'{"Chemistry": "x"}', "unknown task 'Chemistry'"),
+        (b'{"Biology": 3}', "non-empty examples text"),
+    ]:
+        with pytest.raises(GenerationError, match=message):
+            load_examples(data, "ex", 1000)
+    with pytest.raises(GenerationError, match="unknown prompt set"):
+        Prompts("mine")
+
+
+def test_gpt4o_class_models_get_the_benchmarks_openai_sampling(demo, llm: FakeLLM) -> None:
+    one = [next(iter(demo.queries))]
+    generate_rewrites(demo, "hyde", Endpoint(llm.url, "gpt-4o-mini", api_key=KEY), query_ids=one)
+    body = llm.requests[-1]["body"]
+    assert (body["temperature"], body["top_p"], "seed" in body) == (0.8, 0.8, False)
+    generate_rewrites(demo, "hyde", Endpoint(llm.url, "o3-mini", api_key=KEY, temperature=0.2), query_ids=one)
+    body = llm.requests[-1]["body"]
+    assert (body["temperature"], "top_p" in body, "seed" in body) == (0.2, False, False)  # set: sent as set
+
+
+def test_prompt_set_and_examples_are_part_of_the_cache_key(demo, llm: FakeLLM) -> None:
+    one = [next(iter(demo.queries))]
+    variants = [
+        OFFICIAL_PROMPTS,
+        EXPLORER_PROMPTS,
+        Prompts("official", (("*", "Post: a\nPassage: b"),)),
+        Prompts("official", (("*", "Post: c\nPassage: d"),)),
+        Prompts("official", (("*", "Post: c\nPassage: d"),)),  # the same examples: a cache hit
+    ]
+    counts = []
+    for prompts in variants:
+        before = len(llm.requests)
+        generate_rewrites(demo, "query2doc", endpoint(llm), query_ids=one, prompts=prompts)
+        counts.append(len(llm.requests) - before)
+    assert counts == [1, 1, 1, 1, 0]
+    assert "###Examples:###\nPost: c" in llm.requests[-1]["body"]["messages"][1]["content"]
 
 
 def test_lamer_prompt_holds_the_first_stage_top_10(demo, llm: FakeLLM) -> None:
@@ -401,7 +517,10 @@ def test_lamer_prompt_holds_the_first_stage_top_10(demo, llm: FakeLLM) -> None:
     assert result.complete and len(llm.requests) == 1
     prompt = llm.requests[0]["body"]["messages"][1]["content"]
     top = [doc for doc, _ in first.top(qid, 10)]
-    assert all(f"[{i}] " + " ".join(demo.corpus[d].split())[:60] in prompt for i, d in enumerate(top, start=1))
+    assert prompt.endswith(
+        "Possible Relevant Passages: "
+        + "".join(f"\n[{i}]. " + demo.corpus[d].replace("\n", " ") for i, d in enumerate(top, start=1))
+    )
     assert "[11]" not in prompt
     other = run_system(demo, "bm25s")
     generate_rewrites(demo, "lamer", endpoint(llm), first_stage=other, query_ids=[qid])
