@@ -261,6 +261,12 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         assert all(r["auth"] == f"Bearer {KEY}" for r in server.requests)
         body = server.requests[0]["body"]
         assert (body["model"], body["temperature"], body.get("max_tokens")) == ("fake-gpt", 0.7, 256)
+        assert body["seed"] == 42 and body["messages"][0]["content"] == "You are a helpful assistant."
+        assert any(c.value.startswith("Prompts: the benchmark's prompts of Medical") for c in at.caption)
+        at.radio(key="w_gen_sampling").set_value("the sidebar's temperature").run()
+        at.number_input(key="w_llm_temperature").set_value(0.3).run()
+        at.button(key="w_gen_start").click().run()
+        assert server.requests[-1]["body"]["temperature"] == 0.3 and "seed" not in server.requests[-1]["body"]
         at.toggle(key="w_rewrite_on").set_value(True).run()
         options = at.selectbox(key="w_rewrite").options
         assert "hyde:fake-gpt (live)" in options

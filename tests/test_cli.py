@@ -270,3 +270,36 @@ def test_eval_says_how_many_queries_a_rewrite_leaves_out(tiny_r2med: Path, tmp_p
     out = capsys.readouterr().out
     assert "note: 1 of 3 queries are not in the hyde:toy-llm rewrite file: not retrieved" in out
     assert len(read_trec(next((tmp_path / "out").glob("*.trec"))).rankings) == 2
+
+
+def test_generate_prompt_sets_and_query2doc_examples(tmp_path: Path, monkeypatch, capsys) -> None:
+    """--prompts official (default) with --examples FILE; --prompts explorer; bad examples are usage errors."""
+    from .test_generation import KEY
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    examples = tmp_path / "examples.txt"
+    examples.write_text("Post: what is ATP?\nPassage: ATP is the energy currency of the cell.\n", encoding="utf-8")
+    with _fake_llm("qa-reference") as llm:
+        base = ["generate", "--method", "query2doc", "--demo", "qa-reference", "--model", "fake-model"]
+        base += ["--base-url", llm.url, "--limit", "1", "--output", str(tmp_path / "out")]
+        assert main([*base, "--examples", str(examples)]) == 0
+        out = capsys.readouterr().out
+        assert "prompts: the benchmark's prompts of Medical-Sciences (not an R2MED task" in out
+        assert "few-shot examples from your file" in out and "sampling: temperature=0.7, seed=42" in out
+        user = llm.requests[-1]["body"]["messages"][1]["content"]
+        assert "###Examples:###\nPost: what is ATP?\nPassage: ATP is the energy currency of the cell." in user
+        assert main(base) == 0
+        assert "zero-shot (no examples file)" in capsys.readouterr().out
+        assert "###Examples:###" not in llm.requests[-1]["body"]["messages"][1]["content"]
+        assert main([*base, "--prompts", "explorer"]) == 0
+        assert "R2MED Explorer's own prompts (not the benchmark's)" in capsys.readouterr().out
+        assert llm.requests[-1]["body"]["messages"][0]["content"].startswith("You are a careful medical expert")
+        assert len(llm.requests) == 3
+        assert main([*base, "--prompts", "explorer", "--examples", str(examples)]) == 2
+        assert main([*base, "--examples", str(tmp_path / "none.txt")]) == 2
+        (tmp_path / "bad.json").write_text('{"Chemistry": "x"}', encoding="utf-8")
+        assert main([*base, "--examples", str(tmp_path / "bad.json")]) == 2
+        err = capsys.readouterr().err
+        assert "goes with the official prompts" in err and "examples file not found" in err
+        assert "unknown task 'Chemistry'" in err and "Traceback" not in err
+        assert len(llm.requests) == 3

