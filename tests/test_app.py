@@ -111,8 +111,10 @@ def test_compare_and_metrics_render_their_charts() -> None:
     assert {"t-test p", "randomization p", "wins / ties / losses"} <= set(significance.columns)
     at = open_app("metrics", systems=["bm25", "minilm"])
     assert _charts(at) >= 3
-    means = frame(at, "nDCG@10")
-    assert len(means) == 2
+    means = frame(at, "setting")
+    assert len(means) == 2 and "nDCG@10" in means.columns
+    # a badge next to local numbers whose setting is not the benchmark's
+    assert list(means["setting"]) == ["benchmark's", "≠ benchmark: MiniLM is the offline default, not a paper model"]
 
 
 def test_deep_link_restores_the_selection() -> None:
@@ -334,3 +336,11 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path) ->
     labels = [e.label for e in at.expander]
     assert any(r"\*\*bold\*\*" in label for label in labels)  # shown as written, not bold
     assert r"**Query \<b\>q\</b\>**" in [m.value for m in at.markdown]
+
+
+def test_leaderboard_marks_local_settings_that_are_not_the_benchmarks() -> None:
+    at = open_app("leaderboard", task="qa-reference", systems=["bm25", "bm25s"])
+    local = frame(at, "system")
+    settings = dict(zip(local["system"], local["setting"]))
+    assert settings["BM25 (R2MED official)"] == "benchmark's"
+    assert settings["BM25 (bm25s default tokenizer)"].startswith("≠ benchmark: bm25s's own tokenizer")

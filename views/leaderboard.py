@@ -48,7 +48,11 @@ for name in state.systems_in_play():
     if computed is None:
         continue
     local = computed[1].means[metric] if metric in computed[1].means else float("nan")
-    row = {"system": ui.system_label(name), f"local {metric_label(metric)}": round(local, 4)}
+    row = {
+        "system": ui.system_label(name),
+        f"local {metric_label(metric)}": round(local, 4),
+        "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
+    }
     if published_task:
         key = published_key_for(name)
         paper = paper_score(key, dataset.name, metric) if key else None

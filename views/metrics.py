@@ -39,8 +39,10 @@ st.plotly_chart(
     width="stretch",
     key="metric_bars",
 )
+table = means.set_index("system")[shown].rename(columns=metric_label)
+table.insert(0, "setting", [ui.fidelity_badge(dataset, name) or "benchmark's" for name in results])
 st.dataframe(
-    means.set_index("system")[shown].rename(columns=metric_label),
+    table,
     width="stretch",
     column_config={metric_label(m): st.column_config.NumberColumn(format="%.4f") for m in shown},
 )

@@ -24,7 +24,14 @@ from r2med_core.annotations import (
     default_store_path,
 )
 from r2med_core.explore import shorten
-from r2med_core.generation import Endpoint, attach_live_rewrites, live_rewrite_options, live_rewrites
+from r2med_core.fidelity import fidelity
+from r2med_core.generation import (
+    Endpoint,
+    attach_live_rewrites,
+    live_generation_settings,
+    live_rewrite_options,
+    live_rewrites,
+)
 from r2med_core.hub import cached_task, download_task, load_snapshot
 from r2med_core.progress import Progress
 from r2med_core.rerank import RerankerUnavailable, rerank
@@ -228,6 +235,19 @@ def annotation_store() -> AnnotationStore | None:
     except AnnotationStoreError as err:
         st.error(f"Annotations are unavailable: {md(err)}")
         return None
+
+
+def fidelity_badge(dataset: Dataset, system: str, *, reranker: str | None = None, keep_tail: bool = False) -> str:
+    """A short note for a local number whose setting is not the benchmark's ("" when it is), saying how
+    it differs; live rewrites are judged by the prompts and sampling they were generated with."""
+    base = _base_dataset()
+    live = {
+        rw: settings
+        for rw in live_rewrite_options(base)
+        if rw not in base.rewrites and (settings := live_generation_settings(base, *rw)) is not None
+    }
+    found = fidelity(system, dataset_name=dataset.name, reranker=reranker, keep_tail=keep_tail, live=live)
+    return "" if found.is_benchmark else f"{found.badge()}: " + "; ".join(found.differences)
 
 
 def demo_banner(dataset: Dataset) -> None:
