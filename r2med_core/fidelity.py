@@ -14,29 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .prompts import official_sampling
+from .published import RETRIEVER_NAMES
 from .rerank import RERANKER_PRESETS
 from .systems import SpecError, SystemSpec, parse_system
 from .tasks import TASKS
 
 #: Dense presets configured as the benchmark ran them (model, pooling, cosine, per-task instruction,
-#: document prefix, max length). The preset table itself lives in ``retrieval/dense.py``.
-BENCHMARK_DENSE_PRESETS: frozenset[str] = frozenset(
-    {
-        "contriever",
-        "medcpt",
-        "inst-l",
-        "inst-xl",
-        "bmr-410m",
-        "bmr-2b",
-        "bmr-7b",
-        "bge",
-        "e5",
-        "grit",
-        "sfr",
-        "nv",
-        "openai",
-    }
-)
+#: document prefix, max length): the paper's retrievers, named as published. The preset table
+#: itself lives in ``retrieval/dense.py``.
+BENCHMARK_DENSE_PRESETS: frozenset[str] = frozenset(RETRIEVER_NAMES) - {"bm25"}
 #: Of those, the ones whose query instruction is per task (a non-R2MED dataset gets a generic one).
 TASK_INSTRUCTION_PRESETS: frozenset[str] = frozenset(
     {"inst-l", "inst-xl", "bmr-410m", "bmr-2b", "bmr-7b", "e5", "grit", "sfr", "nv"}
