@@ -70,32 +70,31 @@ class LoadReport:
     queries_only_unknown_documents: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
-        out = list(self.warnings)
-        if self.unknown_qrels_queries:
-            out.append(
-                f"{self.unknown_qrels_queries} qrels entries name queries absent from the query file "
-                "(no run retrieves for them)"
-            )
-        if self.unknown_qrels_documents:
-            out.append(
-                f"{self.unknown_qrels_documents} qrels entries name documents absent from the corpus: kept, as "
-                "the benchmark does (they count in recall and nDCG but can never be retrieved)"
-            )
-        if self.queries_only_unknown_documents:
-            n = len(self.queries_only_unknown_documents)
-            out.append(f"{n} queries are judged only on documents absent from the corpus: averaged, they score 0")
-        if self.duplicate_qrels:
-            out.append(
-                f"{self.duplicate_qrels} duplicate qrels lines: the last line for a (query, document) wins, "
-                "as in the benchmark"
-            )
-        if self.queries_without_positives:
-            n = len(self.queries_without_positives)
-            out.append(f"{n} queries have only grade-0 judgements: averaged, as the benchmark does (they score 0)")
-        if self.queries_without_qrels:
-            n = len(self.queries_without_qrels)
-            out.append(f"{n} queries have no relevance judgements and are left out of averages")
-        return out
+        counted = [
+            (
+                self.unknown_qrels_queries,
+                "qrels entries name queries absent from the query file (no run retrieves them)",
+            ),
+            (
+                self.unknown_qrels_documents,
+                "qrels entries name documents absent from the corpus: kept, as the benchmark does (they count "
+                "in recall and nDCG but can never be retrieved)",
+            ),
+            (
+                len(self.queries_only_unknown_documents),
+                "queries are judged only on documents absent from the corpus: averaged, they score 0",
+            ),
+            (
+                self.duplicate_qrels,
+                "duplicate qrels lines: the last line for a (query, document) wins, as in the benchmark",
+            ),
+            (
+                len(self.queries_without_positives),
+                "queries have only grade-0 judgements: averaged, as the benchmark does (they score 0)",
+            ),
+            (len(self.queries_without_qrels), "queries have no relevance judgements and are left out of averages"),
+        ]
+        return [*self.warnings, *(f"{n} {text}" for n, text in counted if n)]
 
 
 @dataclass(frozen=True, eq=False)
