@@ -29,10 +29,11 @@ from .generation import (
     save_rewrites,
 )
 from .hub import DownloadError, download_task, load_hf
+from .imported_runs import read_run_file
 from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
 from .rerank import RerankerUnavailable, rerank, rerank_label
-from .runs import read_trec, safe_name, write_trec
+from .runs import safe_name, write_trec
 from .settings import load_settings
 from .systems import SpecError, SystemSpec, parse_system, queries_left_out, run_system
 from .tasks import TASKS, get_task
@@ -144,11 +145,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     dataset = _load(args)
-    run = read_trec(args.run)
-    unknown = {doc for ranking in run.rankings.values() for doc, _ in ranking} - set(dataset.corpus)
-    if unknown:
-        print(f"note: {len(unknown)} documents in the run are not in {dataset.name}'s corpus", file=sys.stderr)
-    results = evaluate(run, dataset.qrels, dataset_name=dataset.name)
+    imported = read_run_file(args.run, dataset)
+    for warning in imported.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    results = evaluate(imported.run.truncated(args.top_k), dataset.qrels, dataset_name=dataset.name)
     print(json.dumps(results.to_json(), indent=2))
     return 0
 
@@ -260,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = commands.add_parser("eval", help="run a system on a task, write NAME.trec and NAME.json")
     ev.add_argument(
-        "--retriever", required=True, help="bm25 | bm25s | bm25-okapi | minilm | dense:<model id or path> | rrf(A,B) …"
+        "--retriever",
+        required=True,
+        help="bm25 | bm25s | bm25-okapi | minilm | dense:<model id or path> | run:<name> | rrf(A,B) …",
     )
     _add_source(ev)
     ev.add_argument("--rewrite", help="METHOD:LLM, a precomputed rewrite (e.g. hyde:gpt4)")
@@ -322,8 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--workers", type=int, default=1, help="requests in flight at once")
     ge.set_defaults(handler=cmd_generate)
 
-    er = commands.add_parser("evaluate-run", help="print the results JSON of an existing TREC run file")
+    er = commands.add_parser(
+        "evaluate-run",
+        help="print the results JSON of a run made elsewhere: TREC, {qid: {docid: score}} JSON (MTEB "
+        "save_predictions) or a kit's result folder holding one",
+    )
     er.add_argument("--run", required=True, type=Path)
+    er.add_argument("--top-k", type=int, default=100, help="evaluate the top k per query (benchmark: 100)")
     _add_source(er)
     er.set_defaults(handler=cmd_evaluate_run)
 

@@ -7,6 +7,7 @@ elsewhere (say, a 7B retriever on a GPU cluster) be imported and explored like l
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -76,21 +77,27 @@ def read_trec(path: str | Path, name: str | None = None) -> Run:
     path = Path(path)
     if not path.is_file():
         raise DataError([Problem(str(path), None, "file not found")])
+    return parse_trec(path.read_bytes(), str(path), name or path.stem)
+
+
+def parse_trec(data: bytes, label: str, name: str, keep: Callable[[str, str, int], bool] | None = None) -> Run:
+    """Parse TREC run text (``label`` names it in messages). ``keep(qid, doc, line)`` may drop rows,
+    e.g. ones naming a query the dataset lacks; bad lines raise one DataError naming every line."""
     problems: list[Problem] = []
     rows: dict[str, list[tuple[float, int, str]]] = {}
     seen: set[tuple[str, str]] = set()
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             line = raw.decode("utf-8").strip()
         except UnicodeDecodeError as err:
-            problems.append(Problem(str(path), number, f"not UTF-8 text (byte {err.start})"))
+            problems.append(Problem(label, number, f"not UTF-8 text (byte {err.start})"))
             continue
         if not line:
             continue
         fields = line.split()
         if len(fields) != 6:
             problems.append(
-                Problem(str(path), number, f"expected 6 columns (qid Q0 docid rank score tag), found {len(fields)}")
+                Problem(label, number, f"expected 6 columns (qid Q0 docid rank score tag), found {len(fields)}")
             )
             continue
         qid, _, doc, rank, score, _ = fields
@@ -98,20 +105,22 @@ def read_trec(path: str | Path, name: str | None = None) -> Run:
             rank_value, score_value = int(rank), float(score)
         except ValueError:
             problems.append(
-                Problem(str(path), number, f"rank must be an integer and score a number, got {rank!r} {score!r}")
+                Problem(label, number, f"rank must be an integer and score a number, got {rank!r} {score!r}")
             )
             continue
         if (qid, doc) in seen:
-            problems.append(Problem(str(path), number, f"document {doc!r} listed twice for query {qid!r}"))
+            problems.append(Problem(label, number, f"document {doc!r} listed twice for query {qid!r}"))
             continue
         seen.add((qid, doc))
+        if keep is not None and not keep(qid, doc, number):
+            continue
         rows.setdefault(qid, []).append((score_value, rank_value, doc))
-    if not rows and not problems:
-        problems.append(Problem(str(path), None, "file is empty"))
+    if not seen and not problems:
+        problems.append(Problem(label, None, "file is empty"))
     if problems:
         raise DataError(problems)
     rankings = {
         qid: [(doc, score) for score, _, doc in sorted(entries, key=lambda e: (-e[0], e[1]))]
         for qid, entries in rows.items()
     }
-    return Run(name or path.stem, rankings)
+    return Run(name, rankings)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .cache import cached, fingerprint
 from .data import Dataset
+from .imported_runs import RUN_PREFIX, is_run_name, load_run, run_digest
 from .progress import Progress, report
 from .retrieval.bm25 import BM25Retriever
 from .retrieval.dense import GENERIC_INSTRUCTION, PRESETS, DenseModel, DenseRetriever, resolve_model
@@ -44,7 +45,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SystemSpec:
-    """A retrieval system: ``kind`` is "bm25", "dense" or "fusion"."""
+    """A retrieval system: ``kind`` is "bm25", "dense", "fusion" or "run" (an imported run file)."""
 
     kind: str
     name: str = ""  # bm25 engine alias (bm25|bm25s|bm25-okapi) or dense preset / model id
@@ -56,6 +57,8 @@ class SystemSpec:
             base = "rrf(" + ",".join(str(m) for m in self.members) + ")"
         elif self.kind == "dense":
             base = self.name if self.name in PRESETS else f"dense:{self.name}"
+        elif self.kind == "run":
+            base = RUN_PREFIX + self.name
         else:
             base = self.name
         return base + (f"+{self.rewrite[0]}:{self.rewrite[1]}" if self.rewrite else "")
@@ -67,6 +70,8 @@ class SystemSpec:
             base = "RRF(" + " + ".join(m.label for m in self.members) + ")"
         elif self.kind == "dense":
             base = PRESETS[self.name].label if self.name in PRESETS else self.name
+        elif self.kind == "run":
+            base = f"Run {self.name} (imported)"
         else:
             base = BM25_LABELS[self.name]
         return base + (f" + {self.rewrite[0]} ({self.rewrite[1]})" if self.rewrite else "")
@@ -75,7 +80,16 @@ class SystemSpec:
         """The same system with a (different) rewrite; fusion passes it to every member."""
         if self.kind == "fusion":
             return SystemSpec("fusion", members=tuple(m.with_rewrite(rewrite) for m in self.members))
+        if self.kind == "run":
+            return self  # a run file is fixed: there is no variant of it on a rewrite
         return SystemSpec(self.kind, self.name, rewrite, ())
+
+    @property
+    def searches_text(self) -> bool:
+        """False for imported runs (and fusions of them): they rank only the dataset's own queries."""
+        if self.kind == "fusion":
+            return all(m.searches_text for m in self.members)
+        return self.kind != "run"
 
     @property
     def base(self) -> SystemSpec:
@@ -111,6 +125,15 @@ def parse_system(text: str) -> SystemSpec:
         if len(members) < 2:
             raise SpecError("rrf(...) needs at least two systems, e.g. rrf(bm25,minilm)")
         return SystemSpec("fusion", members=members)
+    if text.startswith(RUN_PREFIX):
+        name = text[len(RUN_PREFIX) :]
+        if "+" in name:
+            raise SpecError(f"{text!r}: an imported run is fixed; it cannot be combined with a rewrite")
+        if not is_run_name(name):
+            raise SpecError(
+                f"{text!r}: a run name is letters, digits, '.', '_' and '-' (at most 64), as listed under Your runs"
+            )
+        return SystemSpec("run", name)
     rewrite = None
     if "+" in text:
         text, _, suffix = text.rpartition("+")
@@ -126,8 +149,8 @@ def parse_system(text: str) -> SystemSpec:
         return SystemSpec("dense", text, rewrite)
     raise SpecError(
         f"unknown system {text!r}: use bm25, bm25s, bm25-okapi, a dense preset "
-        f"({', '.join(PRESETS)}), dense:<model id or path>, or rrf(A,B,...), optionally followed by "
-        "+METHOD:LLM (e.g. bm25+hyde:gpt4)"
+        f"({', '.join(PRESETS)}), dense:<model id or path>, run:<name> (an imported run) or rrf(A,B,...), "
+        "optionally followed by +METHOD:LLM (e.g. bm25+hyde:gpt4)"
     )
 
 
@@ -249,7 +272,17 @@ def _run_key(dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
         key["model"] = DenseRetriever(_dense_model(dataset, spec.name)).cache_key(dataset.fingerprint)
     if spec.kind == "fusion":
         key["members"] = [_run_key(dataset, m, k) for m in spec.members]
+    if spec.kind == "run":
+        key["run"] = _imported(run_digest, dataset, spec.name)
     return key
+
+
+def _imported(function: Any, dataset: Dataset, name: str) -> Any:
+    """Look an imported run up by name; an unknown name is a SpecError like any unknown system."""
+    try:
+        return function(dataset, name)
+    except KeyError as err:
+        raise SpecError(err.args[0]) from None
 
 
 def _compute(dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
@@ -287,6 +320,10 @@ def _scaled(progress: Progress | None, low: float, high: float) -> Progress | No
 def run_system(dataset: Dataset, spec: SystemSpec | str, k: int = 100, progress: Progress | None = None) -> Run:
     """Retrieve the top ``k`` for every query; cached on disk by dataset, system and k."""
     spec = parse_system(spec) if isinstance(spec, str) else spec
+    if spec.kind == "run":
+        imported = _imported(load_run, dataset, spec.name).run
+        report(progress, 1.0, f"{spec.label}: loaded")
+        return Run(str(spec), {q: r[:k] for q, r in imported.rankings.items()}, imported.seconds)
 
     if spec.rewrite:
         rewritten_texts(dataset, spec.rewrite)  # fail fast with a clear message
@@ -343,6 +380,8 @@ def search_text(
     live (``hy_doc``); it is combined with the query by the benchmark's rules, as for dataset queries.
     """
     spec = parse_system(spec) if isinstance(spec, str) else spec
+    if not spec.searches_text:
+        raise SpecError(f"{spec.label} is a fixed run of the dataset's own queries: it cannot search typed text")
     if spec.rewrite and hy_doc is None:
         raise SpecError(f"{spec.label} needs a hypothetical document for a typed query (a live LLM endpoint)")
     if spec.kind == "fusion":
