@@ -186,7 +186,10 @@ def _unwrap(obj: Any) -> Any:
     if isinstance(obj, dict) and "mteb_model_meta" in obj:
         obj = {k: v for k, v in obj.items() if k != "mteb_model_meta"}
     while isinstance(obj, dict) and len(obj) == 1 and not _is_scores(obj):
-        obj = next(iter(obj.values()))
+        inner = next(iter(obj.values()))
+        if not (isinstance(inner, dict) and inner and all(isinstance(v, dict) for v in inner.values())):
+            break
+        obj = inner
     return obj
 
 
@@ -271,15 +274,19 @@ def _upload_entries(dataset: Dataset) -> list[RunEntry]:
         name = path.stem
         if not is_run_name(name) or not _inside(path, folder):
             continue
-        label = name
-        meta = path.with_suffix(".json")
-        if meta.is_file():
-            try:
-                label = str(json.loads(meta.read_text(encoding="utf-8")).get("source_file") or name)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                pass
+        label = str(_upload_meta(path).get("source_file") or name)
         entries.append(RunEntry(name, UPLOADS, path, label))
     return entries
+
+
+def _upload_meta(path: Path) -> dict[str, Any]:
+    """What we recorded next to an upload (original file name, digest, warnings); {} if unreadable."""
+    meta = path.with_suffix(".json")
+    try:
+        loaded = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def _runs_dir_entries(dataset: Dataset, settings: Settings) -> list[RunEntry]:
@@ -363,8 +370,15 @@ def save_upload(
         raise DataError(
             [Problem(label, None, f"{len(data) / 2**20:.1f} MB is over the {settings.upload_max_mb:g} MB upload limit")]
         )
+    digest = hashlib.sha256(data).hexdigest()
+    offered = available_runs(dataset, settings)
+    same = next(
+        (e for e in offered.values() if e.origin == UPLOADS and _upload_meta(e.path).get("sha256") == digest), None
+    )
+    if same is not None:
+        return same, load_run(dataset, same.name, settings)
     base = sanitize_run_name(label)
-    taken = set(available_runs(dataset, settings))
+    taken = set(offered)
     name, n = base, 2
     while name in taken:
         suffix = f"-{n}"
@@ -381,6 +395,7 @@ def save_upload(
         "dataset": dataset.name,
         "corpus": dataset.fingerprint,
         "uploaded": datetime.now(UTC).isoformat(timespec="seconds"),
+        "sha256": digest,
         "warnings": [str(w) for w in imported.warnings],
     }
     atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))

@@ -43,7 +43,7 @@ run, results = computed
 rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
 labelled_system = rewritten_name(v.system, v.rewrite)  # the system whose ranking the user looks at last
 rewritten = None
-if rewrite:
+if rewrite and labelled_system != v.system:  # an imported run has no variant on the rewrite
     computed_rw = ui.safe_results(dataset, labelled_system)
     rewritten = computed_rw[0] if computed_rw else None
     rewritten_results = computed_rw[1] if computed_rw else None

@@ -8,7 +8,7 @@ import streamlit as st
 from r2med_core.published import ATTRIBUTION, KINDS, METRICS, PUBLISHED_TASKS, leaderboard, published_key_for
 from r2med_core.published import published_score as paper_score
 from r2med_core.report import metric_label
-from views import state, ui
+from views import runs, state, ui
 
 dataset = ui.current_dataset()
 st.title("Leaderboard")
@@ -70,3 +70,27 @@ if published_task:
         "A gap over 0.01 is flagged: it usually means a different model revision, tokenizer or corpus copy. "
         "Systems without a published counterpart (MiniLM, bm25s, fusions …) have no paper number."
     )
+
+st.subheader("Your imported runs")
+imported = runs.offered(dataset)
+if not imported:
+    st.caption(
+        "None for this dataset yet: upload a TREC run or a score JSON under **Your runs** in the sidebar "
+        "(or the operator puts it in the runs folder), and it is scored here like the systems above."
+    )
+else:
+    scored = []
+    for name in imported:
+        computed = ui.safe_results(dataset, name)
+        if computed is not None:
+            run, result = computed
+            scored.append(
+                {
+                    "run": name,
+                    f"local {metric_label(metric)}": round(result.means.get(metric, float("nan")), 4),
+                    "queries evaluated": result.n_evaluated,
+                    "queries in the run": len(run),
+                }
+            )
+    st.dataframe(pd.DataFrame(scored), hide_index=True, width="stretch")
+    st.caption("Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements.")

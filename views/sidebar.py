@@ -11,7 +11,7 @@ from r2med_core.generation import live_rewrite_options
 from r2med_core.hub import DownloadError, cached_task
 from r2med_core.rerank import RERANKER_PRESETS
 from r2med_core.retrieval.dense import PRESETS
-from views import ui
+from views import runs, ui
 from views.state import View, bound, store, view
 
 SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
@@ -42,7 +42,7 @@ def sidebar() -> Dataset | None:
         if dataset is None:
             return None
         st.header("Systems")
-        options = list(dict.fromkeys([*BASE_SYSTEMS, *v.extra]))
+        options = list(dict.fromkeys([*BASE_SYSTEMS, *runs.offered(dataset), *v.extra]))
         st.multiselect(
             "Systems in play",
             options,
@@ -67,6 +67,7 @@ def sidebar() -> Dataset | None:
                 help="Reciprocal-rank fusion (k=60) of every selected system that is not itself a fusion.",
             ):
                 _add_system(f"rrf({','.join(plain)})")
+        runs.runs_section(dataset)
         _sidebar_rewrite(v, dataset)
     return dataset
 

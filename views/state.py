@@ -127,7 +127,7 @@ def systems_in_play(include_rewrites: bool = True) -> list[str]:
     out = list(v.systems)
     if include_rewrites and v.rewrite:
         out += [rewritten_name(s, v.rewrite) for s in v.systems]
-    return out
+    return list(dict.fromkeys(out))  # an imported run has no rewritten variant: it is listed once
 
 
 def explorer_link(query_id: str, system: str) -> str:

@@ -50,6 +50,14 @@ def system_label(name: str) -> str:
         return name
 
 
+def searches_text(name: str) -> bool:
+    """Whether a system can rank typed text (imported runs cannot)."""
+    try:
+        return parse_system(name).searches_text
+    except SpecError:
+        return False
+
+
 # --------------------------------------------------------------------------- cached core calls
 
 

@@ -25,7 +25,10 @@ st.text_area(
     height=120,
     placeholder="e.g. A 30-year-old runner collapses during a race; his brother died suddenly at 25. What is it?",
 )
-options = state.systems_in_play(include_rewrites=False)
+in_play = state.systems_in_play(include_rewrites=False)
+options = [name for name in in_play if ui.searches_text(name)]
+if len(options) < len(in_play):
+    st.caption("Imported runs (`run:…`) rank only the dataset's own queries, so they cannot search your text here.")
 if not v.ask_systems:
     v.ask_systems = options[:3]
 c1, c2 = st.columns([3, 1])
