@@ -1,10 +1,16 @@
-"""Descriptive statistics of a dataset for the Overview page (sizes, lengths, positives)."""
+"""Descriptive statistics of a dataset for the Overview page (sizes, lengths, positives).
+
+Everything here is computed once per dataset and is small: length distributions come back as bin
+counts, never one value per document, so a 357k-document task sends a few hundred numbers to a chart.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from .data import Dataset
@@ -26,6 +32,12 @@ class DatasetSummary:
     positives_per_query: pd.DataFrame
     grade_counts: dict[int, int]
     published: TaskInfo | None
+
+    @property
+    def positives_histogram(self) -> pd.DataFrame:
+        """How many queries have 1, 2, 3 … relevant documents (counts, not one row per query)."""
+        counts = self.positives_per_query["positives"].value_counts().sort_index()
+        return pd.DataFrame({"positives": counts.index.astype(int), "queries": counts.to_numpy()})
 
 
 def dataset_summary(dataset: Dataset) -> DatasetSummary:
@@ -54,8 +66,55 @@ def dataset_summary(dataset: Dataset) -> DatasetSummary:
     )
 
 
-def length_table(dataset: Dataset) -> pd.DataFrame:
-    """One row per query and document with its length in words (for length histograms)."""
-    rows = [{"kind": "query", "words": len(text.split())} for text in dataset.queries.values()]
-    rows += [{"kind": "document", "words": len(text.split())} for text in dataset.corpus.values()]
-    return pd.DataFrame(rows)
+def word_counts(texts: Iterable[str]) -> np.ndarray:
+    """Words per text (whitespace-separated), as the Overview counts them."""
+    return np.fromiter((len(text.split()) for text in texts), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class LengthHistogram:
+    """Query and document lengths in shared bins; the last bin also holds the few longest texts."""
+
+    edges: np.ndarray  # bin edges in words, len(bins) + 1
+    counts: dict[str, np.ndarray]  # kind ("query" / "document") -> count per bin
+    medians: dict[str, float]
+    clipped_at: int | None  # texts longer than this were counted in the last bin
+
+    def frame(self) -> pd.DataFrame:
+        """One row per (kind, bin): its range, count and share of that kind's texts (for a bar chart)."""
+        rows = []
+        for kind, counts in self.counts.items():
+            total = max(int(counts.sum()), 1)
+            for low, high, count in zip(self.edges[:-1], self.edges[1:], counts):
+                rows.append(
+                    {
+                        "kind": kind,
+                        "from": int(low),
+                        "to": int(high),
+                        "middle": float(low + high) / 2,
+                        "count": int(count),
+                        "share": 100.0 * int(count) / total,
+                    }
+                )
+        return pd.DataFrame(rows, columns=["kind", "from", "to", "middle", "count", "share"])
+
+
+def length_histogram(dataset: Dataset, bins: int = 40, tail: float = 99.5) -> LengthHistogram:
+    """Bin counts of query and document lengths in words; one pass over the corpus.
+
+    Bins are shared by both kinds and span up to the ``tail`` percentile, so one 20,000-word document
+    does not squeeze every other bar into the first bin.
+    """
+    lengths = {"query": word_counts(dataset.queries.values()), "document": word_counts(dataset.corpus.values())}
+    everything = np.concatenate(list(lengths.values()))
+    if not len(everything):
+        everything = np.zeros(1, dtype=np.int64)
+    top = max(int(np.ceil(np.percentile(everything, tail))), 1)
+    edges = np.histogram_bin_edges(np.clip(everything, 0, top), bins=bins, range=(0, top))
+    counts = {kind: np.histogram(np.clip(v, 0, top), bins=edges)[0] for kind, v in lengths.items()}
+    return LengthHistogram(
+        edges=edges,
+        counts=counts,
+        medians={kind: float(np.median(v)) if len(v) else 0.0 for kind, v in lengths.items()},
+        clipped_at=top if int(everything.max()) > top else None,
+    )

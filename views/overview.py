@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import plotly.express as px
+import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_core.stats import dataset_summary, length_table
 from views import ui
 
 dataset = ui.current_dataset()
-summary = dataset_summary(dataset)
+summary, lengths = ui.dataset_overview(dataset)
 
 st.title(ui.md(summary.title))
 ui.demo_banner(dataset)
@@ -30,25 +29,32 @@ for line in dataset.report.lines():
     st.warning(line)
 
 left, right = st.columns(2)
-lengths = length_table(dataset)
 with left:
     st.subheader("Query and document lengths")
-    fig = px.histogram(
-        lengths,
-        x="words",
-        color="kind",
-        barmode="overlay",
-        nbins=40,
-        opacity=0.7,
-        labels={"words": "length (words)", "kind": ""},
-    )
+    bins = lengths.frame()
+    fig = go.Figure()
+    for kind, colour in (("document", "#457b9d"), ("query", "#e76f51")):
+        part = bins[bins["kind"] == kind]
+        fig.add_bar(
+            x=part["middle"],
+            y=part["share"],
+            width=float(lengths.edges[1] - lengths.edges[0]),
+            name=f"{kind}s (median {lengths.medians[kind]:.0f} words)",
+            marker_color=colour,
+            opacity=0.7,
+            customdata=part[["from", "to", "count"]].to_numpy(),
+            hovertemplate="%{customdata[0]}–%{customdata[1]} words: %{customdata[2]:,} (%{y:.1f}%)<extra></extra>",
+        )
+    fig.update_layout(barmode="overlay", xaxis_title="length (words)", yaxis_title="% of the kind's texts")
     st.plotly_chart(fig, width="stretch")
+    if lengths.clipped_at is not None:
+        st.caption(f"The last bar also counts the few texts longer than {lengths.clipped_at:,} words.")
 with right:
     st.subheader("Relevant documents per query")
-    positives = summary.positives_per_query
-    fig = px.histogram(positives, x="positives", labels={"positives": "relevant documents (grade > 0)"})
+    counts = summary.positives_histogram
+    fig = go.Figure(go.Bar(x=counts["positives"], y=counts["queries"], marker_color="#2a9d8f"))
     fig.update_xaxes(dtick=1)
-    fig.update_layout(bargap=0.2, yaxis_title="queries")
+    fig.update_layout(bargap=0.2, xaxis_title="relevant documents (grade > 0)", yaxis_title="queries")
     st.plotly_chart(fig, width="stretch")
     st.caption(f"Judgements by grade: {', '.join(f'grade {g}: {n}' for g, n in summary.grade_counts.items())}.")
 

@@ -35,6 +35,7 @@ from r2med_core.generation import (
 from r2med_core.hub import cached_task, download_task, load_snapshot
 from r2med_core.progress import Progress
 from r2med_core.rerank import RerankerUnavailable, rerank
+from r2med_core.stats import DatasetSummary, LengthHistogram, dataset_summary, length_histogram
 from r2med_core.systems import SpecError, parse_system, run_system
 from views.state import view
 
@@ -82,6 +83,16 @@ def _load(source: str, ref: str, signature: tuple) -> Dataset:
 
 def dataset_key(dataset: Dataset) -> str:
     return f"{dataset.source}|{dataset.fingerprint}|{dataset.content_digest}"
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _overview(key: str, _dataset: Dataset) -> tuple[DatasetSummary, LengthHistogram]:
+    return dataset_summary(_dataset), length_histogram(_dataset)
+
+
+def dataset_overview(dataset: Dataset) -> tuple[DatasetSummary, LengthHistogram]:
+    """The Overview's numbers, computed once per dataset (a 357k-document corpus is read once)."""
+    return _overview(dataset_key(dataset), dataset)
 
 
 def with_progress(label: str, work: Callable[[Progress], T]) -> T:
