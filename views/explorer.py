@@ -12,7 +12,6 @@ from r2med_core.explore import (
     gold_rows,
     highlight,
     overlap,
-    query_table,
     query_terms,
     rank_text,
     retrieved_frame,
@@ -54,7 +53,7 @@ if rewrite and labelled_system != v.system:  # an imported run has no variant on
         )
 
 # ------------------------------------------------------------------ the query table
-table = query_table(dataset, results, run)
+table = ui.get_query_table(dataset, v.system, results, run)
 with st.expander(
     f"All queries · mean nDCG@10 {results.means['ndcg_at_10']:.3f} · recall@100 {results.means['recall_at_100']:.3f}",
     expanded=not v.q,

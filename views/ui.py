@@ -23,7 +23,7 @@ from r2med_core.annotations import (
     AnnotationStoreError,
     default_store_path,
 )
-from r2med_core.explore import shorten
+from r2med_core.explore import query_table, shorten
 from r2med_core.fidelity import fidelity
 from r2med_core.generation import (
     Endpoint,
@@ -134,6 +134,16 @@ def get_run(dataset: Dataset, system: str) -> Run:
         ("run", dataset_key(dataset), system),
         lambda: with_progress(system_label(system), lambda progress: run_system(dataset, system, progress=progress)),
     )
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _query_table(key: str, system: str, _dataset: Dataset, _results: Results, _run: Run) -> pd.DataFrame:
+    return query_table(_dataset, _results, _run)
+
+
+def get_query_table(dataset: Dataset, system: str, results: Results, run: Run) -> pd.DataFrame:
+    """The explorer's table of every judged query, built once per dataset and system (not per rerun)."""
+    return _query_table(dataset_key(dataset), system, dataset, results, run)
 
 
 def get_results(dataset: Dataset, system: str) -> Results:
