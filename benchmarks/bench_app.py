@@ -114,11 +114,16 @@ def _in_child(mode: str, args: argparse.Namespace, cache: Path) -> dict[str, Any
     command = [sys.executable, "-m", "benchmarks.bench_app", "--child", mode, "--task", args.task]
     command += ["--system", args.system, "--switches", str(args.switches)]
     env = {**os.environ, "R2MED_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+    return run_child(command, env, f"{mode} ({args.system})")
+
+
+def run_child(command: list[str], env: dict[str, str], what: str) -> dict[str, Any]:
+    """Run a benchmark child process and return the JSON it printed on its ``RESULT`` line."""
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     result_lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not result_lines:
         sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
-        raise SystemExit(f"benchmark child {mode} ({args.system}) failed with code {done.returncode}")
+        raise SystemExit(f"benchmark child {what} failed with code {done.returncode}")
     return json.loads(result_lines[-1].removeprefix("RESULT "))
 
 

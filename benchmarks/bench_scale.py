@@ -22,7 +22,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_app import APP, EXPLORER, _check, _percentile
+from benchmarks.bench_app import APP, EXPLORER, _check, _percentile, run_child
 from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,12 +198,7 @@ def child_memory(paths: dict[str, Any], system: str) -> dict[str, Any]:
 
 def _in_child(mode: str, paths: dict[str, Any], env: dict[str, str], extra: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.bench_scale", "--child", mode, "--paths", json.dumps(paths), *extra]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not result:
-        sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
-        raise SystemExit(f"benchmark child {mode} failed with code {done.returncode}")
-    return json.loads(result[-1].removeprefix("RESULT "))
+    return run_child(command, env, mode)
 
 
 def _verdict(value: float, goal: float) -> str:
