@@ -33,7 +33,6 @@ import numpy as np
 from benchmarks.bench_app import APP, EXPLORER, _check, _percentile, run_child
 from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
 
-ROOT = Path(__file__).resolve().parent.parent
 GOALS = {"cold60k": 15.0, "switch": 0.200, "overview": 0.200, "memory": 4.0}
 
 

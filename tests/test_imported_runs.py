@@ -129,9 +129,14 @@ def test_runs_folder_is_discovered_per_task_and_runs_like_a_system(
     (runs_dir / TASK / "gpu model.trec").write_text(format_trec(expected))
     (runs_dir / TASK / "mteb.json").write_text(json.dumps(_scores(expected)))
     (runs_dir / "qa-reference" / "other.trec").write_text("q1 Q0 d 1 1.0 t\n")
+    kit = runs_dir / TASK / "e5-mistral"  # a kit's per-retriever result folder
+    kit.mkdir()
+    (kit / "results.json").write_text(json.dumps({"NDCG@10": 0.3}))
+    (kit / "score.json").write_text(json.dumps(_scores(expected)))
     monkeypatch.setenv("R2MED_RUNS_DIR", str(runs_dir))
 
-    assert set(available_runs(dataset)) == {"gpu-model", "mteb"}
+    assert set(available_runs(dataset)) == {"gpu-model", "mteb", "e5-mistral"}
+    assert run_system(dataset, "run:e5-mistral").as_score_dict() == expected.as_score_dict()
     run = run_system(dataset, "run:gpu-model")
     assert run.name == "run:gpu-model"
     assert run.rankings == expected.rankings

@@ -70,7 +70,7 @@ def _folder_signature(folder: str) -> tuple:
     return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*.js*") if p.is_file()))
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner="Loading the dataset (once per server) …", max_entries=8)
 def _load(source: str, ref: str, signature: tuple) -> Dataset:
     """Load once per server (``signature`` changes when a local folder's files change)."""
     if source == "demo":
