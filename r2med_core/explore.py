@@ -25,6 +25,7 @@ def _stems(word: str) -> frozenset[str]:
     return frozenset(lucene_tokenize(word))
 
 
+@lru_cache(maxsize=4096)  # the explorer asks again for the same documents on every rerun
 def query_terms(text: str) -> frozenset[str]:
     """The analysed terms (stop words removed, stemmed) a BM25 query would use."""
     return frozenset(lucene_tokenize(text))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+from weakref import WeakKeyDictionary
 
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import REWRITE_FILE, Dataset
@@ -716,10 +717,15 @@ def save_rewrites(texts: dict[str, str], dataset: Dataset, path: str | Path) -> 
     return path
 
 
+_SET_NAMES: WeakKeyDictionary[Dataset, str] = WeakKeyDictionary()
+
+
 def _set_dir(dataset: Dataset) -> Path:
     """Recorded live generations of a dataset, found again by its queries (not its source path)."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset.name).strip("_") or "dataset"
-    return _cache_dir() / "sets" / f"{slug}-{fingerprint('queries', dataset.queries)[:16]}"
+    if dataset not in _SET_NAMES:  # the app asks on every rerun: digest the queries once per dataset
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset.name).strip("_") or "dataset"
+        _SET_NAMES[dataset] = f"{slug}-{fingerprint('queries', dataset.queries)[:16]}"
+    return _cache_dir() / "sets" / _SET_NAMES[dataset]
 
 
 def _record_set(

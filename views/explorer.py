@@ -16,7 +16,6 @@ from r2med_core.explore import (
     rank_text,
     retrieved_frame,
     shared_with_gold,
-    shorten,
 )
 from r2med_core.report import metric_label
 from r2med_core.systems import queries_left_out, rewritten_name
@@ -109,7 +108,7 @@ nav[1].selectbox(
     key=state.bound("q", query_ids),
     on_change=state.store("q"),
     label_visibility="collapsed",
-    format_func=lambda q: f"{q} · {shorten(dataset.queries[q], 110)}",
+    format_func=ui.query_labels(dataset).__getitem__,
 )
 nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch")
 qid = v.q = st.session_state["w_q"]

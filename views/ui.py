@@ -156,6 +156,16 @@ def get_query_table(dataset: Dataset, system: str, results: Results, run: Run) -
     return _query_table(dataset_key(dataset), system, dataset, results, run)
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _query_labels(key: str, _dataset: Dataset) -> dict[str, str]:
+    return {qid: f"{qid} · {shorten(text, 110)}" for qid, text in _dataset.queries.items()}
+
+
+def query_labels(dataset: Dataset) -> dict[str, str]:
+    """The picker label of every query (id and first words), made once per dataset, not per rerun."""
+    return _query_labels(dataset_key(dataset), dataset)
+
+
 def get_results(dataset: Dataset, system: str) -> Results:
     return _results(dataset_key(dataset), system, dataset.name, get_run(dataset, system), dataset.qrels)
 
