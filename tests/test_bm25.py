@@ -13,8 +13,8 @@ import pytest
 import Stemmer
 from rank_bm25 import BM25Okapi
 
-from r2med_core.retrieval.bm25 import ENGINES, BM25Retriever
-from r2med_core.retrieval.tokenize import lucene_tokenize
+from r2med_core.retrieval.bm25 import ENGINES, BM25Retriever, lucene_weights
+from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bm25-official"
 ALL_ENGINES = list(ENGINES)
@@ -241,6 +241,94 @@ def test_engines_disagree_where_the_protocol_says_they_should(
         for a, b in zip(official.search(queries, k=100), plain.search(queries, k=100), strict=True)
     )
     assert same < len(queries) // 2
+
+
+# --- scale: the fast paths give exactly the results of the straightforward ones ----------------
+
+
+def _random_corpus(seed: int, n_docs: int, n_words: int) -> tuple[list[str], list[str]]:
+    """Few distinct words, so many documents tie; some duplicates, empty and stop-word-only texts."""
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(n_words)] + ["the", "of"]
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(0, 12)))) for _ in range(n_docs)]
+    docs += [*docs[:5], "", "the of the"]
+    queries = [" ".join(rng.choice(words, size=int(rng.integers(1, 8)))) for _ in range(25)]
+    queries += ["", "the", "zzz unknown", f"{words[0]} {words[0]} {words[0]}"]
+    return docs, queries
+
+
+def _bincount_scores(retriever: BM25Retriever, tokens: list[str]) -> np.ndarray:
+    """The search path this module had before scipy's row gather (a regression oracle)."""
+    n_docs = len(retriever._doc_ids)
+    counts = Counter(retriever._vocab[t] for t in tokens if t in retriever._vocab)
+    if not counts:
+        return np.zeros(n_docs)
+    terms = np.fromiter(sorted(counts), dtype=np.int64, count=len(counts))
+    qtf = np.array([counts[t] for t in terms.tolist()], dtype=np.float64)
+    if retriever.engine == "official":
+        norm = retriever.k1 * (1.0 - retriever.b + retriever.b * qtf.sum() / retriever._avgdl)
+        weights = retriever._idf[terms] * qtf / (qtf + norm)
+    else:
+        weights = qtf
+    starts, ends = retriever._indptr[terms], retriever._indptr[terms + 1]
+    lengths = ends - starts
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    positions = np.arange(int(lengths.sum()), dtype=np.int64) + offsets
+    values = retriever._data[positions] * np.repeat(weights, lengths)
+    return np.bincount(retriever._indices[positions], weights=values, minlength=n_docs)
+
+
+@pytest.mark.parametrize("engine", ["official", "bm25s"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_threaded_search_is_identical_to_the_previous_search_path(engine: str, seed: int) -> None:
+    docs, queries = _random_corpus(seed, n_docs=300, n_words=6 + 10 * seed)
+    ids = [f"d{i}" for i in range(len(docs))]
+    retriever = BM25Retriever(engine=engine)
+    retriever.index(ids, docs)
+    expected = []
+    for tokens in retriever._analyze_queries(queries):
+        scores = _bincount_scores(retriever, tokens)
+        # A stable sort of the whole vector: best first, ties in corpus order.
+        order = np.argsort(-scores, kind="stable")[:50]
+        expected.append([(ids[j], float(scores[j])) for j in order])
+    assert any(len({s for _, s in ranked}) < len(ranked) for ranked in expected)  # there are ties
+    assert retriever.search(queries, k=50, workers=1) == expected
+    assert retriever.search(queries, k=50, workers=2) == expected
+
+
+def test_index_weights_are_bm25s_bit_for_bit() -> None:
+    """The vectorised document weights equal bm25s's own ``build_index_from_ids`` exactly."""
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        n_terms = int(rng.integers(1, 40))
+        n_docs = int(rng.integers(1, 200))
+        docs = [rng.integers(0, n_terms, size=int(rng.integers(0, 30))).tolist() for _ in range(n_docs)]
+        used = sorted({t for d in docs for t in d})
+        if not used:
+            continue
+        renumber = {t: i for i, t in enumerate(used)}
+        docs = [[renumber[t] for t in d] for d in docs]
+        k1, b = float(rng.uniform(0.1, 2.0)), float(rng.uniform(0.0, 1.0))
+        want = bm25s.BM25(k1=k1, b=b, method="lucene").build_index_from_ids(
+            list(range(len(used))), docs, show_progress=False
+        )
+        data, indices, indptr = lucene_weights(TokenIds.from_lists(docs, [f"t{i}" for i in used]), k1, b)
+        assert data.dtype == want["data"].dtype and indices.dtype == want["indices"].dtype
+        np.testing.assert_array_equal(data, want["data"])
+        np.testing.assert_array_equal(indices, want["indices"])
+        np.testing.assert_array_equal(indptr, want["indptr"])
+
+
+def test_index_built_by_worker_processes_is_identical(
+    official: BM25Retriever, fixture_corpus: tuple[list[str], list[str], list[str], list[str]]
+) -> None:
+    doc_ids, texts, _, queries = fixture_corpus
+    parallel = BM25Retriever()
+    parallel.index(doc_ids, texts, workers=2)
+    assert parallel._vocab == official._vocab
+    for name in ("_data", "_indices", "_indptr"):
+        np.testing.assert_array_equal(getattr(parallel, name), getattr(official, name))
+    assert parallel.search(queries[:5], k=100) == official.search(queries[:5], k=100)
 
 
 # --- edge cases, persistence, errors ----------------------------------------------------------

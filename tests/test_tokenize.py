@@ -6,10 +6,12 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from r2med_core.retrieval.tokenize import (
     ENGLISH_STOP_WORDS,
+    TokenIds,
     clear_cache,
     lucene_tokenize,
     tokenize_many,
@@ -114,8 +116,40 @@ def test_pathological_inputs_stay_linear() -> None:
 
 
 def test_tokenize_to_ids_agrees_with_terms(reference: list[tuple[str, str, list[str]]]) -> None:
-    vocab: dict[str, int] = {}
-    ids = tokenize_to_ids([text for _, text, _ in reference[:300]], vocab)
-    terms = {i: t for t, i in vocab.items()}
-    assert sorted(vocab.values()) == list(range(len(vocab)))
-    assert [[terms[i] for i in doc] for doc in ids] == [want for _, _, want in reference[:300]]
+    tokens = tokenize_to_ids([text for _, text, _ in reference[:300]], workers=1)
+    assert len(tokens) == 300
+    assert [tokens.tokens(i) for i in range(300)] == [want for _, _, want in reference[:300]]
+    assert tokens.lengths.tolist() == [len(want) for _, _, want in reference[:300]]
+    # Ids are numbered in order of first occurrence, as a single pass over the corpus would.
+    first_seen = list(dict.fromkeys(term for _, _, want in reference[:300] for term in want))
+    assert tokens.terms == first_seen
+    assert tokens.ids.dtype == np.int32 and tokens.offsets.dtype == np.int64
+
+
+def test_parallel_tokenization_is_identical_to_one_process(reference: list[tuple[str, str, list[str]]]) -> None:
+    """Chunks tokenized by two worker processes merge into exactly the single-process ids."""
+    texts = [text for _, text, _ in reference]
+    one = tokenize_to_ids(texts, workers=1)
+    seen: list[float] = []
+    two = tokenize_to_ids(texts, workers=2, progress=lambda f, _m: seen.append(f))
+    assert two.terms == one.terms
+    np.testing.assert_array_equal(two.offsets, one.offsets)
+    np.testing.assert_array_equal(two.ids, one.ids)
+    assert [two.tokens(i) for i in range(len(two))] == [want for _, _, want in reference]
+    assert seen[-1] == 1.0 and seen == sorted(seen) and len(seen) > 3  # one report per chunk
+
+
+def test_tokenize_to_ids_edge_cases() -> None:
+    for workers in (1, 2):
+        empty = tokenize_to_ids([], workers=workers)
+        assert len(empty) == 0 and empty.terms == [] and empty.ids.size == 0
+        # Texts without tokens keep their (empty) place, so offsets still line up with documents.
+        tokens = tokenize_to_ids(["", "the of", "Cats' cats", "  ", "cat"], workers=workers)
+        assert [tokens.tokens(i) for i in range(5)] == [[], [], ["cat", "cat"], [], ["cat"]]
+        assert tokens.terms == ["cat"]
+
+
+def test_token_ids_from_lists_round_trips() -> None:
+    tokens = TokenIds.from_lists([[0, 1, 1], [], [2]], ["a", "b", "c"])
+    assert tokens.offsets.tolist() == [0, 3, 3, 4]
+    assert [tokens.tokens(i) for i in range(3)] == [["a", "b", "b"], [], ["c"]]

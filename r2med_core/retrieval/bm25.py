@@ -21,21 +21,25 @@ names, far slower, kept for comparison.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import pickle
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
+from scipy import sparse
 
 from r2med_core.progress import Progress, report
-from r2med_core.retrieval.tokenize import lucene_tokenize, tokenize_many, tokenize_to_ids
+from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize, tokenize_many, tokenize_to_ids
 
 if TYPE_CHECKING:
     from rank_bm25 import BM25Okapi
 
-__all__ = ["ENGINES", "BM25Retriever"]
+__all__ = ["ENGINES", "BM25Retriever", "lucene_weights"]
 
 #: engine name -> label shown to users.
 ENGINES: dict[str, str] = {
@@ -53,6 +57,28 @@ def _scaled(progress: Progress | None, start: float, end: float) -> Progress | N
     if progress is None:
         return None
     return lambda fraction, message: progress(start + (end - start) * fraction, message)
+
+
+def _search_threads(workers: int | None, n_docs: int, n_queries: int) -> int:
+    """Threads for a search: one per core on big corpora (below, threads only add overhead)."""
+    if workers is None:
+        if n_docs < _PARALLEL_SEARCH_DOCS:
+            return 1
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(int(workers), n_queries))
+
+
+_PARALLEL_SEARCH_DOCS = 20_000
+
+
+@contextmanager
+def _mapper(threads: int) -> Iterator[Callable[..., Iterator]]:
+    """An ordered ``map``: the builtin, or a thread pool's."""
+    if threads <= 1:
+        yield map
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        yield pool.map
 
 
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
@@ -74,6 +100,48 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return candidates[order[:k]]
 
 
+def lucene_weights(tokens: TokenIds, k1: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bm25s's ``method="lucene"`` document-weight matrix (CSC ``data, indices, indptr``).
+
+    Bit for bit what ``bm25s.BM25(k1, b, method="lucene").build_index_from_ids`` returns (the
+    tests compare them), computed with bm25s's own idf and tf functions but vectorised: term
+    counts come from one scipy sum of duplicates instead of a ``Counter`` per document, so a
+    357k-document corpus takes seconds and no per-document Python objects.
+    """
+    import bm25s
+    from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
+    from scipy import sparse
+
+    model = bm25s.BM25(k1=k1, b=b, method="lucene")
+    n_docs, n_terms = len(tokens), len(tokens.terms)
+    lengths = tokens.lengths
+    avg_doc_len = lengths.mean()  # a numpy float64, exactly as bm25s computes it
+    ones = np.ones(len(tokens.ids), dtype=model.dtype)
+    counts = sparse.csr_matrix((ones, tokens.ids, tokens.offsets), shape=(n_docs, n_terms))
+    del ones
+    counts.sum_duplicates()  # one entry per (document, term): its term frequency
+    df = np.bincount(counts.indices, minlength=n_terms)
+    idf = _build_idf_array(dict(enumerate(df.tolist())), n_docs, _select_idf_scorer(model.idf_method), model.dtype)
+    score_tfc = _select_tfc_scorer(model.method)
+    row_nnz = np.diff(counts.indptr)
+    # Blocks of documents bound the float64 temporaries; the arithmetic is bm25s's per-document
+    # expression with the document length (an int there) broadcast per entry.
+    for first in range(0, n_docs, _WEIGHT_BLOCK):
+        last = min(n_docs, first + _WEIGHT_BLOCK)
+        lo, hi = counts.indptr[first], counts.indptr[last]
+        doc_len = np.repeat(lengths[first:last], row_nnz[first:last])
+        tfc = score_tfc(
+            tf_array=counts.data[lo:hi].astype(np.float64), l_d=doc_len, l_avg=avg_doc_len, k1=model.k1, b=model.b
+        )
+        counts.data[lo:hi] = idf[counts.indices[lo:hi]] * tfc
+    by_term = counts.tocsc()
+    del counts
+    return by_term.data, by_term.indices.astype(model.int_dtype, copy=False), by_term.indptr.astype(np.int64)
+
+
+_WEIGHT_BLOCK = 50_000
+
+
 class BM25Retriever:
     """A BM25 index over one corpus; see the module docstring for the three engines."""
 
@@ -92,6 +160,7 @@ class BM25Retriever:
         self._vocab: dict[str, int] = {}
         self._avgdl = 0.0
         self._idf = np.empty(0, dtype=np.float64)
+        self._by_term: sparse.csr_matrix | None = None  # terms × documents, float64, for search
         # okapi
         self._okapi: BM25Okapi | None = None
 
@@ -112,24 +181,37 @@ class BM25Retriever:
 
     # --- indexing ----------------------------------------------------------------------------
 
-    def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: Progress | None = None) -> None:
-        """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties)."""
+    def index(
+        self,
+        doc_ids: Sequence[str],
+        texts: Sequence[str],
+        progress: Progress | None = None,
+        workers: int | None = None,
+    ) -> None:
+        """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties).
+
+        ``workers`` processes tokenize a large corpus for the official engine (default: one per
+        core; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`); the index is the same.
+        """
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
         self._indexed = False  # stays False if building fails half-way
         self._doc_ids = [str(d) for d in doc_ids]
-        texts = list(texts)
         if self.engine == "official":
-            vocab: dict[str, int] = {}
-            token_ids = tokenize_to_ids(texts, vocab, progress=_scaled(progress, 0.0, 0.8))
-            self._build_matrix(token_ids, vocab, progress)
+            tokens = tokenize_to_ids(texts, workers=workers, progress=_scaled(progress, 0.0, 0.8))
+            self._build_matrix(tokens, progress)
         elif self.engine == "bm25s":
             import bm25s
             import Stemmer
 
             report(progress, 0.0, "Tokenizing (bm25s)")
-            tokenized = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
-            self._build_matrix(tokenized.ids, dict(tokenized.vocab), progress)
+            tokenized = bm25s.tokenize(
+                list(texts), stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False
+            )
+            terms = [""] * len(tokenized.vocab)
+            for term, term_id in tokenized.vocab.items():
+                terms[term_id] = term
+            self._build_matrix(TokenIds.from_lists(tokenized.ids, terms), progress)
         else:
             from rank_bm25 import BM25Okapi
 
@@ -140,28 +222,22 @@ class BM25Retriever:
         self._indexed = True
         report(progress, 1.0, f"Indexed {len(self._doc_ids):,} documents")
 
-    def _build_matrix(self, token_ids: list[list[int]], vocab: dict[str, int], progress: Progress | None) -> None:
-        """Let bm25s compute the Lucene document weights, and keep its CSC arrays."""
+    def _build_matrix(self, tokens: TokenIds, progress: Progress | None) -> None:
+        """The Lucene document weights of bm25s ``method="lucene"``, as its CSC arrays."""
         report(progress, 0.8, "Computing BM25 document weights")
-        n_docs, n_terms = len(token_ids), len(vocab)
-        self._vocab = vocab
-        if n_terms == 0:  # nothing to score (no documents, or only stop words)
+        self._vocab = {term: i for i, term in enumerate(tokens.terms)}
+        if not tokens.terms:  # nothing to score (no documents, or only stop words)
             self._avgdl = 0.0
             self._set_matrix(np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(1, np.int64))
             return
-        import bm25s
-
-        self._avgdl = float(np.fromiter(map(len, token_ids), dtype=np.int64, count=n_docs).mean())
-        model = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
-        matrix = model.build_index_from_ids(
-            unique_token_ids=list(range(n_terms)), corpus_token_ids=token_ids, show_progress=False
-        )
-        self._set_matrix(matrix["data"], matrix["indices"], matrix["indptr"])
+        self._avgdl = float(tokens.lengths.mean())
+        self._set_matrix(*lucene_weights(tokens, self.k1, self.b))
 
     def _set_matrix(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> None:
         self._data = np.ascontiguousarray(data, dtype=np.float32)
         self._indices = np.ascontiguousarray(indices)
         self._indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        self._by_term = None  # built on the first search
         n_docs = len(self._doc_ids)
         df = np.diff(self._indptr).astype(np.float64)  # bm25s stores only tf > 0, so nnz = df
         self._idf = np.log1p((n_docs - df + 0.5) / (df + 0.5))
@@ -169,26 +245,40 @@ class BM25Retriever:
     # --- search ------------------------------------------------------------------------------
 
     def search(
-        self, queries: Sequence[str], k: int = 100, progress: Progress | None = None
+        self,
+        queries: Sequence[str],
+        k: int = 100,
+        progress: Progress | None = None,
+        workers: int | None = None,
     ) -> list[list[tuple[str, float]]]:
         """Top ``k`` ``(doc_id, score)`` per query, best first.
 
         Documents scoring 0 still fill the list (in corpus order), as in the official runs — also
         for a query with no tokens at all, so it scores 0 in the averages instead of dropping out.
+        On a large corpus ``workers`` threads (default: one per core) score queries side by side;
+        scipy and numpy do the work without the GIL, and the results do not depend on it.
         """
         if not self._indexed:
             raise RuntimeError("BM25Retriever.search() called before index() or load()")
         queries = list(queries)
         query_tokens = self._analyze_queries(queries)
         total = len(queries)
+
+        def ranked(tokens: list[str]) -> list[tuple[str, float]]:
+            scores = self._okapi_scores(tokens) if self.engine == "okapi" else self._matrix_scores(tokens)
+            return [(self._doc_ids[j], float(scores[j])) for j in _top_k(scores, k).tolist()]
+
+        n_threads = 1
+        if self.engine != "okapi":
+            self._search_matrix()  # built once, before any thread needs it
+            n_threads = _search_threads(workers, len(self._doc_ids), total)
         step = max(1, total // 100)
         results: list[list[tuple[str, float]]] = []
-        for i, tokens in enumerate(query_tokens):
-            if i % step == 0:
-                report(progress, i / max(total, 1), f"Searching {i:,}/{total:,}")
-            scores = self._okapi_scores(tokens) if self.engine == "okapi" else self._matrix_scores(tokens)
-            best = _top_k(scores, k)
-            results.append([(self._doc_ids[j], float(scores[j])) for j in best])
+        with _mapper(n_threads) as mapper:
+            for i, result in enumerate(mapper(ranked, query_tokens)):
+                if i % step == 0:
+                    report(progress, i / max(total, 1), f"Searching {i:,}/{total:,}")
+                results.append(result)
         report(progress, 1.0, f"Searched {total:,} queries")
         return results
 
@@ -204,30 +294,37 @@ class BM25Retriever:
         stemmer = Stemmer.Stemmer("english")
         return bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
 
-    def _matrix_scores(self, tokens: list[str]) -> np.ndarray:
-        """Dot product of the query weight vector with the document matrix (float64)."""
-        n_docs = len(self._doc_ids)
+    def _query_weights(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The query's distinct in-vocabulary term ids (ascending) and their weights (float64)."""
         counts = Counter(self._vocab[t] for t in tokens if t in self._vocab)
-        if not counts:
-            return np.zeros(n_docs)
         terms = np.fromiter(sorted(counts), dtype=np.int64, count=len(counts))
         qtf = np.array([counts[t] for t in terms.tolist()], dtype=np.float64)
-        if self.engine == "official":
-            q_len = qtf.sum()  # in-vocabulary query tokens, as gensim counts them
-            norm = self.k1 * (1.0 - self.b + self.b * q_len / self._avgdl)
-            weights = self._idf[terms] * qtf / (qtf + norm)
-        else:  # bm25s sums the document weight once per query token
-            weights = qtf
-        starts, ends = self._indptr[terms], self._indptr[terms + 1]
-        lengths = ends - starts
-        total = int(lengths.sum())
-        if total == 0:
-            return np.zeros(n_docs)
-        # Positions of every (term, doc) entry of the selected columns, without a Python loop.
-        offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        positions = np.arange(total, dtype=np.int64) + offsets
-        values = self._data[positions] * np.repeat(weights, lengths)
-        return np.bincount(self._indices[positions], weights=values, minlength=n_docs)
+        if self.engine != "official" or not counts:  # bm25s sums the document weight once per query token
+            return terms, qtf
+        q_len = qtf.sum()  # in-vocabulary query tokens, as gensim counts them
+        norm = self.k1 * (1.0 - self.b + self.b * q_len / self._avgdl)
+        return terms, self._idf[terms] * qtf / (qtf + norm)
+
+    def _matrix_scores(self, tokens: list[str]) -> np.ndarray:
+        """Dot product of the query weight vector with the document matrix (float64).
+
+        scipy gathers the query's term rows and multiplies them by the weights in C, term by term
+        in ascending id order, so every document's sum is taken in the same order every time.
+        """
+        terms, weights = self._query_weights(tokens)
+        if not len(terms):
+            return np.zeros(len(self._doc_ids))
+        return self._search_matrix()[terms].T @ weights
+
+    def _search_matrix(self) -> sparse.csr_matrix:
+        """The document weights as terms × documents, float64 (the products are float64 either
+        way; stored so, scipy skips converting the gathered rows on every query)."""
+        if self._by_term is None:
+            self._by_term = sparse.csr_matrix(
+                (self._data.astype(np.float64), self._indices, self._indptr),
+                shape=(len(self._vocab), len(self._doc_ids)),
+            )
+        return self._by_term
 
     def _okapi_scores(self, tokens: list[str]) -> np.ndarray:
         if self._okapi is None:

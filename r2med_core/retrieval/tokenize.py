@@ -22,11 +22,16 @@ mostly ``str.split`` plus dictionary look-ups done in C. Stemming uses NLTK's Po
 from __future__ import annotations
 
 import functools
+import os
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import chain
 
+import numpy as np
 from nltk.stem.porter import PorterStemmer
 
 from r2med_core.progress import Progress, report
@@ -35,6 +40,8 @@ __all__ = [
     "ANALYZER_VERSION",
     "ENGLISH_STOP_WORDS",
     "MAX_TOKEN_LENGTH",
+    "PARALLEL_MIN_TEXTS",
+    "TokenIds",
     "clear_cache",
     "lucene_tokenize",
     "tokenize_many",
@@ -340,28 +347,138 @@ def tokenize_many(texts: Iterable[str], progress: Progress | None = None) -> lis
     return out
 
 
-def tokenize_to_ids(texts: Iterable[str], vocab: dict[str, int], progress: Progress | None = None) -> list[list[int]]:
-    """Analyse ``texts`` straight to term ids, adding unseen terms to ``vocab`` in order.
+def tokenize_to_ids(
+    texts: Sequence[str], workers: int | None = None, progress: Progress | None = None
+) -> TokenIds:
+    """Analyse ``texts`` straight to term ids (what a sparse index needs), on several cores.
 
-    Indexing needs ids, not strings; mapping each distinct chunk to its ids once (instead of
-    each occurrence) makes this the cheapest way to feed a sparse index.
+    Large corpora are cut into chunks tokenized by ``workers`` processes (default: one per
+    available core, none below :data:`PARALLEL_MIN_TEXTS` texts); each chunk numbers its terms
+    locally and the chunks are merged in corpus order, so the ids, the vocabulary order (first
+    occurrence) and every token are exactly those of a single-process run.
     """
-    items = texts if isinstance(texts, Sequence) else list(texts)
+    texts = texts if isinstance(texts, Sequence) else list(texts)
+    total = len(texts)
+    n_workers = _worker_count(workers, total)
+    size = _chunk_size(total, n_workers)
+    pieces = [texts[start : start + size] for start in range(0, total, size)]
+    vocab: dict[str, int] = {}
+    ids: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    report(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
+    done = 0
+    with _chunk_results(pieces, n_workers) as results:
+        for terms, local_ids, local_lengths in results:
+            # Local id -> global id; unseen terms numbered in their order of first occurrence.
+            to_global = np.fromiter(
+                (vocab.setdefault(term, len(vocab)) for term in terms), dtype=np.int32, count=len(terms)
+            )
+            ids.append(to_global[local_ids])
+            lengths.append(local_lengths)
+            done += len(local_lengths)
+            report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+    offsets = np.zeros(total + 1, dtype=np.int64)
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+    flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
+    report(progress, 1.0, f"Tokenized {total:,} texts")
+    return TokenIds(flat, offsets, list(vocab))
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    """A tokenized corpus: text ``i`` is ``terms[j] for j in ids[offsets[i]:offsets[i + 1]]``."""
+
+    ids: np.ndarray  # int32, every token of every text, in order
+    offsets: np.ndarray  # int64, len(texts) + 1
+    terms: list[str]  # id -> term, in order of first occurrence
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per text (int64)."""
+        return np.diff(self.offsets)
+
+    def tokens(self, i: int) -> list[str]:
+        """The terms of text ``i``."""
+        return [self.terms[j] for j in self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()]
+
+    @classmethod
+    def from_lists(cls, token_ids: Sequence[Sequence[int]], terms: list[str]) -> TokenIds:
+        """From one list of ids per text (e.g. bm25s's tokenizer output)."""
+        lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=len(token_ids))
+        offsets = np.zeros(len(token_ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.fromiter(chain.from_iterable(token_ids), dtype=np.int32, count=int(offsets[-1]))
+        return cls(ids, offsets, terms)
+
+
+#: Below this many texts, tokenizing in one process beats starting worker processes.
+PARALLEL_MIN_TEXTS = 20_000
+_MAX_CHUNK = 10_000
+
+
+def _worker_count(workers: int | None, total: int) -> int:
+    if workers is None:
+        if total < PARALLEL_MIN_TEXTS:
+            return 1
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(int(workers), total))
+
+
+def _chunk_size(total: int, workers: int) -> int:
+    """Several chunks per worker (even load, steady progress), none huge (bounded memory)."""
+    if workers <= 1:
+        return max(1, min(total, _MAX_CHUNK))
+    return max(1, min(_MAX_CHUNK, -(-total // (4 * workers))))
+
+
+@contextmanager
+def _chunk_results(
+    pieces: list[Sequence[str]], workers: int
+) -> Iterator[Iterator[tuple[list[str], np.ndarray, np.ndarray]]]:
+    """``_tokenize_chunk`` of every piece, in order: in this process, or in a pool of ``workers``.
+
+    The pool uses "forkserver" (else "spawn"), never a plain fork: the app calls this from a
+    thread of a multi-threaded server, and forking such a process can deadlock the child. As
+    with any multiprocessing code, a script that indexes a large corpus needs the
+    ``if __name__ == "__main__":`` guard (or ``workers=1``).
+    """
+    if workers <= 1 or len(pieces) <= 1:
+        yield map(_tokenize_chunk, pieces)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if context.get_start_method() == "forkserver":
+        # The server imports these once; its children are forks of it, so none re-imports them.
+        context.set_forkserver_preload(["__main__", __name__])
+    with ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context) as pool:
+        yield pool.map(_tokenize_chunk, pieces)
+
+
+def _tokenize_chunk(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """One chunk as (its terms in first-seen order, token ids into those terms, tokens per text)."""
+    local: dict[str, int] = {}
 
     class _IdCache(dict[str, tuple[int, ...]]):
         def __missing__(self, chunk: str) -> tuple[int, ...]:
-            ids = tuple(vocab.setdefault(term, len(vocab)) for term in _CHUNKS[chunk])
-            self[chunk] = ids
+            ids = self[chunk] = tuple(local.setdefault(term, len(local)) for term in _CHUNKS[chunk])
             return ids
 
+    _check_cache_size()
     ids_of = _IdCache().__getitem__
-    total = len(items)
-    step = max(1, total // 100)
-    out: list[list[int]] = []
-    for i, text in enumerate(items):
-        if i % step == 0:
+    flat = array("i")
+    ends = array("q")
+    extend, append, flatten = flat.extend, ends.append, chain.from_iterable
+    for i, text in enumerate(texts):
+        if i % 1000 == 999:
             _check_cache_size()
-            report(progress, i / max(total, 1), f"Tokenizing {i:,}/{total:,}")
-        out.append(list(chain.from_iterable(map(ids_of, _chunks(text)))))
-    report(progress, 1.0, f"Tokenized {total:,} texts")
-    return out
+        extend(flatten(map(ids_of, _chunks(text))))
+        append(len(flat))
+    lengths = np.diff(np.frombuffer(ends, dtype=np.int64), prepend=0)
+    return list(local), np.frombuffer(flat, dtype=np.int32), lengths
