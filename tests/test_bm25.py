@@ -13,7 +13,7 @@ import pytest
 import Stemmer
 from rank_bm25 import BM25Okapi
 
-from r2med_core.retrieval.bm25 import ENGINES, BM25Retriever, lucene_weights
+from r2med_core.retrieval.bm25 import ENGINES, BM25Retriever, _top_k, lucene_weights
 from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bm25-official"
@@ -294,6 +294,24 @@ def test_threaded_search_is_identical_to_the_previous_search_path(engine: str, s
     assert any(len({s for _, s in ranked}) < len(ranked) for ranked in expected)  # there are ties
     assert retriever.search(queries, k=50, workers=1) == expected
     assert retriever.search(queries, k=50, workers=2) == expected
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_k_is_a_stable_sort_of_all_scores(seed: int) -> None:
+    """The sampled-threshold top k equals the first k of a stable sort, ties and zeros included."""
+    rng = np.random.default_rng(seed)
+    n = [50_000, 20_000, 7_000, 100, 1, 0][seed]
+    scores = [
+        rng.random(n),
+        rng.integers(0, 4, n).astype(np.float64),  # massive ties
+        np.where(rng.random(n) < 0.995, 0.0, rng.random(n)),  # mostly zero: fewer than k above 0
+        np.round(rng.exponential(size=n), 1),
+        np.zeros(n),
+        np.zeros(n),
+    ][seed]
+    for k in (0, 1, 10, 100, 250, n, n + 5):
+        want = np.argsort(-scores, kind="stable")[: max(k, 0)]
+        np.testing.assert_array_equal(_top_k(scores, k), want)
 
 
 def test_index_weights_are_bm25s_bit_for_bit() -> None:

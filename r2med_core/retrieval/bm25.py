@@ -84,20 +84,34 @@ def _mapper(threads: int) -> Iterator[Callable[..., Iterator]]:
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` best scores, best first, ties in corpus order.
 
-    Equivalent to a stable sort of the whole vector but O(n): ``np.partition`` finds the k-th
-    best value, and only documents at or above it are sorted.
+    Equivalent to a stable sort of the whole vector but O(n): the k-th best value is found among
+    the documents at or above a threshold guessed from every 16th score (a few hundred of them;
+    the whole vector only when the guess leaves fewer than ``k``), and only documents at or above
+    it are sorted.
     """
     n = scores.size
     k = min(k, n)
     if k <= 0:
         return np.empty(0, dtype=np.int64)
-    if k < n:
-        kth_best = np.partition(scores, n - k)[n - k]
-        candidates = np.flatnonzero(scores >= kth_best)
+    if k == n:
+        candidates = np.arange(n)
     else:
         candidates = np.arange(n)
+        if n >= 64 * k:
+            sample = scores[::_SAMPLE_STRIDE]
+            rank = min(sample.size, 2 * -(-k // _SAMPLE_STRIDE) + 8)
+            guess = np.partition(sample, sample.size - rank)[sample.size - rank]
+            above = np.flatnonzero(scores >= guess)
+            if above.size >= k:  # then the k best are all among them
+                candidates = above
+        values = scores[candidates]
+        kth_best = np.partition(values, values.size - k)[values.size - k]
+        candidates = candidates[values >= kth_best]
     order = np.argsort(-scores[candidates], kind="stable")
     return candidates[order[:k]]
+
+
+_SAMPLE_STRIDE = 16
 
 
 def lucene_weights(tokens: TokenIds, k1: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

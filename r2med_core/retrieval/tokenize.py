@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, count, filterfalse
 
 import numpy as np
 from nltk.stem.porter import PorterStemmer
@@ -370,9 +370,8 @@ def tokenize_to_ids(
     with _chunk_results(pieces, n_workers) as results:
         for terms, local_ids, local_lengths in results:
             # Local id -> global id; unseen terms numbered in their order of first occurrence.
-            to_global = np.fromiter(
-                (vocab.setdefault(term, len(vocab)) for term in terms), dtype=np.int32, count=len(terms)
-            )
+            vocab.update(zip(filterfalse(vocab.__contains__, terms), count(len(vocab))))
+            to_global = np.fromiter(map(vocab.__getitem__, terms), dtype=np.int32, count=len(terms))
             ids.append(to_global[local_ids])
             lengths.append(local_lengths)
             done += len(local_lengths)

@@ -1,0 +1,209 @@
+"""BM25 at the size of all of R2MED (357,080 documents × 876 queries): ours next to raw bm25s.
+
+Why: issue 12 asks ``eval --retriever bm25`` on all of R2MED to take ≤ 120 s and ≤ 4 GiB on 2 cores,
+with search at least as fast as raw bm25s's. Each measurement runs in its own process (cold caches,
+its own memory), one after the other in this run, and the peak memory counted is that of the whole
+process tree (tokenizer workers included; pages shared between them are counted once per process,
+so it errs high).
+
+    python -m benchmarks.bench_bm25_scale                      # writes the corpus on first use
+    python -m benchmarks.bench_bm25_scale --docs 60000 --queries 118
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
+
+K1, B, TOP_K = 0.9, 0.4, 100
+GOAL_SECONDS, GOAL_BYTES = 120.0, 4 * 2**30
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(c) for t in tasks for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class TreePeak(threading.Thread):
+    """Samples the summed resident memory of a process and all its descendants (Linux /proc)."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            pids, todo = set(), [self.pid]
+            while todo:
+                pid = todo.pop()
+                if pid not in pids:
+                    pids.add(pid)
+                    todo.extend(_children(pid))
+            self.peak = max(self.peak, sum(map(_rss, pids)))
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> int:
+        self._stop_event.set()
+        self.join()
+        return self.peak
+
+
+def measured(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """Run ``command``; its wall seconds, peak tree memory (bytes) and standard output."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
+    sampler = TreePeak(proc.pid)
+    sampler.start()
+    out, _ = proc.communicate()
+    seconds = time.perf_counter() - start
+    peak = sampler.stop()
+    if proc.returncode:
+        raise SystemExit(f"error: {' '.join(command)} exited with {proc.returncode}")
+    return seconds, peak, out
+
+
+# --------------------------------------------------------------------------- steps (child processes)
+
+
+def _load(data_dir: Path) -> tuple[list[str], list[str], list[str]]:
+    from r2med_core.data import load_dir
+
+    dataset = load_dir(data_dir)
+    return list(dataset.corpus), list(dataset.corpus.values()), list(dataset.queries.values())
+
+
+def step_ours(data_dir: Path) -> dict[str, float]:
+    """Our official engine: parallel Lucene-identical tokenization, index, threaded search."""
+    from r2med_core.retrieval.bm25 import BM25Retriever
+
+    doc_ids, texts, queries = _load(data_dir)
+    start = time.perf_counter()
+    retriever = BM25Retriever(engine="official", k1=K1, b=B)
+    retriever.index(doc_ids, texts)
+    indexed = time.perf_counter()
+    retriever.search(queries, k=TOP_K)
+    return {"index": indexed - start, "search": time.perf_counter() - indexed}
+
+
+def step_raw(data_dir: Path, threads: int) -> dict[str, float]:
+    """Raw bm25s as its README shows it: its tokenizer + PyStemmer, index, retrieve."""
+    import bm25s
+    import Stemmer
+
+    _, texts, queries = _load(data_dir)
+    start = time.perf_counter()
+    stemmer = Stemmer.Stemmer("english")
+    model = bm25s.BM25(k1=K1, b=B, method="lucene")
+    model.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    indexed = time.perf_counter()
+    query_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
+    model.retrieve(query_tokens, k=TOP_K, show_progress=False, n_threads=threads)
+    return {"index": indexed - start, "search": time.perf_counter() - indexed}
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def ensure_task(folder: Path, n_docs: int, n_queries: int, seed: int) -> Path:
+    """The synthetic task in ``folder``, written once per (docs, queries, seed)."""
+    stamp = folder / "synthetic.json"
+    wanted = {"docs": n_docs, "queries": n_queries, "seed": seed}
+    if stamp.is_file() and json.loads(stamp.read_text()) == wanted:
+        return folder
+    print(f"writing a synthetic task of {n_docs:,} documents and {n_queries} queries to {folder} …", flush=True)
+    write_task(folder, n_docs, n_queries, seed)
+    stamp.write_text(json.dumps(wanted))
+    return folder
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=ALL_DOCS)
+    parser.add_argument("--queries", type=int, default=ALL_QUERIES)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, help="where the synthetic task is (or will be) written")
+    parser.add_argument("--step", choices=["ours", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    folder = args.data_dir or Path(tempfile.gettempdir()) / f"r2med-synthetic-{args.docs}-{args.queries}-{args.seed}"
+
+    if args.step:  # a child: measure one engine, print JSON
+        result = step_ours(folder) if args.step == "ours" else step_raw(folder, args.threads)
+        print(json.dumps(result))
+        return
+
+    ensure_task(folder, args.docs, args.queries, args.seed)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"corpus: {args.docs:,} docs × {args.queries} queries (synthetic, R2MED layout) in {folder}")
+    print(f"machine: {cores} cores usable, load average {load:.1f} at start; top-{TOP_K}, k1={K1}, b={B}\n")
+
+    me = [sys.executable, "-m", "benchmarks.bench_bm25_scale", "--data-dir", str(folder)]
+    rows: dict[str, tuple[float, float, int]] = {}
+    for name, extra in [
+        ("ours (official: Lucene tokens + gensim query weights)", ["--step", "ours"]),
+        ("raw bm25s (its tokenizer + index + retrieve)", ["--step", "raw"]),
+        (f"raw bm25s, retrieve with n_threads={cores}", ["--step", "raw", "--threads", str(cores)]),
+    ]:
+        _, peak, out = measured([*me, *extra])
+        times = json.loads(out.strip().splitlines()[-1])
+        rows[name] = (times["index"], times["search"], peak)
+        print(f"  measured {name}: index {times['index']:.1f} s, search {times['search']:.2f} s", flush=True)
+
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out_dir:
+        env = {**os.environ, "R2MED_CACHE_DIR": cache}  # cold: nothing cached yet
+        command = [sys.executable, "-m", "r2med_core", "eval", "--retriever", "bm25"]
+        eval_seconds, eval_peak, _ = measured([*command, "--data-dir", str(folder), "--output-dir", out_dir], env)
+
+    print(f"\n{'':<56}{'index (s)':>10}{'search (s)':>12}{'peak memory':>13}")
+    for name, (t_index, t_search, peak) in rows.items():
+        print(f"{name:<56}{t_index:>10.1f}{t_search:>12.2f}{_gib(peak):>13}")
+    print(
+        f"\n`python -m r2med_core eval --retriever bm25` end to end (load, index, search, evaluate, write; "
+        f"cold cache): {eval_seconds:.1f} s, peak {_gib(eval_peak)}"
+    )
+
+    ours, raw, raw_threads = rows.values()
+    print(
+        f"\nours / raw bm25s            : index {ours[0] / raw[0]:5.2f}x   search {ours[1] / raw[1]:5.2f}x   "
+        f"index+search {(ours[0] + ours[1]) / (raw[0] + raw[1]):5.2f}x"
+    )
+    print(f"ours / raw bm25s ({cores} threads): search {ours[1] / raw_threads[1]:5.2f}x")
+    checks = [
+        (f"eval ≤ {GOAL_SECONDS:.0f} s", eval_seconds <= GOAL_SECONDS),
+        ("eval ≤ 4 GiB", eval_peak <= GOAL_BYTES),
+        ("index + search ≤ 120 s", ours[0] + ours[1] <= GOAL_SECONDS),
+        ("search ≤ raw bm25s", ours[1] <= raw[1]),
+    ]
+    print("goals: " + "   ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
+
+
+if __name__ == "__main__":
+    main()
