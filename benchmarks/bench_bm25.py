@@ -77,7 +77,8 @@ def run_engine(engine: str, doc_ids: list[str], docs: list[str], queries: list[s
     return indexed - start, time.perf_counter() - indexed
 
 
-def run_raw_bm25s(docs: list[str], queries: list[str]) -> Timing:
+def run_raw_bm25s(docs: list[str], queries: list[str], threads: int = 0) -> Timing:
+    """Raw bm25s as its README shows it: its tokenizer + PyStemmer, index, retrieve."""
     import bm25s
     import Stemmer
 
@@ -87,7 +88,7 @@ def run_raw_bm25s(docs: list[str], queries: list[str]) -> Timing:
     model.index(bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     indexed = time.perf_counter()
     query_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
-    model.retrieve(query_tokens, k=min(TOP_K, len(docs)), show_progress=False)
+    model.retrieve(query_tokens, k=min(TOP_K, len(docs)), show_progress=False, n_threads=threads)
     return indexed - start, time.perf_counter() - indexed
 
 

@@ -22,9 +22,9 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks.bench_bm25 import K1, TOP_K, B, run_raw_bm25s
 from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
 
-K1, B, TOP_K = 0.9, 0.4, 100
 GOAL_SECONDS, GOAL_BYTES = 120.0, 4 * 2**30
 
 
@@ -109,19 +109,10 @@ def step_ours(data_dir: Path) -> dict[str, float]:
 
 
 def step_raw(data_dir: Path, threads: int) -> dict[str, float]:
-    """Raw bm25s as its README shows it: its tokenizer + PyStemmer, index, retrieve."""
-    import bm25s
-    import Stemmer
-
+    """Raw bm25s (``threads`` = its ``retrieve(n_threads=…)``, 0 = its default)."""
     _, texts, queries = _load(data_dir)
-    start = time.perf_counter()
-    stemmer = Stemmer.Stemmer("english")
-    model = bm25s.BM25(k1=K1, b=B, method="lucene")
-    model.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-    indexed = time.perf_counter()
-    query_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
-    model.retrieve(query_tokens, k=TOP_K, show_progress=False, n_threads=threads)
-    return {"index": indexed - start, "search": time.perf_counter() - indexed}
+    index_seconds, search_seconds = run_raw_bm25s(texts, queries, threads)
+    return {"index": index_seconds, "search": search_seconds}
 
 
 # --------------------------------------------------------------------------- driver

@@ -296,15 +296,24 @@ def test_threaded_search_is_identical_to_the_previous_search_path(engine: str, s
     assert retriever.search(queries, k=50, workers=2) == expected
 
 
-@pytest.mark.parametrize("seed", range(6))
+def _sampled_positions_only(rng: np.random.Generator, n: int) -> np.ndarray:
+    """High scores exactly where the threshold guess samples (every 16th): the guess then leaves
+    fewer than k documents above it, and the exact fallback must take over."""
+    scores = rng.random(n)
+    scores[: 16 * 30 : 16] = 10.0
+    return scores
+
+
+@pytest.mark.parametrize("seed", range(7))
 def test_top_k_is_a_stable_sort_of_all_scores(seed: int) -> None:
     """The sampled-threshold top k equals the first k of a stable sort, ties and zeros included."""
     rng = np.random.default_rng(seed)
-    n = [50_000, 20_000, 7_000, 100, 1, 0][seed]
+    n = [50_000, 20_000, 7_000, 20_000, 100, 1, 0][seed]
     scores = [
         rng.random(n),
         rng.integers(0, 4, n).astype(np.float64),  # massive ties
         np.where(rng.random(n) < 0.995, 0.0, rng.random(n)),  # mostly zero: fewer than k above 0
+        _sampled_positions_only(rng, n),
         np.round(rng.exponential(size=n), 1),
         np.zeros(n),
         np.zeros(n),
