@@ -339,7 +339,9 @@ def test_index_weights_are_bm25s_bit_for_bit() -> None:
         want = bm25s.BM25(k1=k1, b=b, method="lucene").build_index_from_ids(
             list(range(len(used))), docs, show_progress=False
         )
-        data, indices, indptr = lucene_weights(TokenIds.from_lists(docs, [f"t{i}" for i in used]), k1, b)
+        tokens = TokenIds.from_lists(docs, [f"t{i}" for i in used])
+        data, indices, indptr = lucene_weights(tokens, k1, b)
+        assert [tokens.tokens(i) for i in range(len(docs))] == [[f"t{used[t]}" for t in d] for d in docs]  # untouched
         assert data.dtype == want["data"].dtype and indices.dtype == want["indices"].dtype
         np.testing.assert_array_equal(data, want["data"])
         np.testing.assert_array_equal(indices, want["indices"])

@@ -93,10 +93,8 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     k = min(k, n)
     if k <= 0:
         return np.empty(0, dtype=np.int64)
-    if k == n:
-        candidates = np.arange(n)
-    else:
-        candidates = np.arange(n)
+    candidates = np.arange(n)
+    if k < n:
         if n >= 64 * k:
             sample = scores[::_SAMPLE_STRIDE]
             rank = min(sample.size, 2 * -(-k // _SAMPLE_STRIDE) + 8)
@@ -124,14 +122,14 @@ def lucene_weights(tokens: TokenIds, k1: float, b: float) -> tuple[np.ndarray, n
     """
     import bm25s
     from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
-    from scipy import sparse
 
     model = bm25s.BM25(k1=k1, b=b, method="lucene")
     n_docs, n_terms = len(tokens), len(tokens.terms)
     lengths = tokens.lengths
     avg_doc_len = lengths.mean()  # a numpy float64, exactly as bm25s computes it
     ones = np.ones(len(tokens.ids), dtype=model.dtype)
-    counts = sparse.csr_matrix((ones, tokens.ids, tokens.offsets), shape=(n_docs, n_terms))
+    # copy=True: summing duplicates sorts the ids in place, and they are the caller's.
+    counts = sparse.csr_matrix((ones, tokens.ids, tokens.offsets), shape=(n_docs, n_terms), copy=True)
     del ones
     counts.sum_duplicates()  # one entry per (document, term): its term frequency
     df = np.bincount(counts.indices, minlength=n_terms)
