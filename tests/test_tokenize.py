@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +139,31 @@ def test_parallel_tokenization_is_identical_to_one_process(reference: list[tuple
     np.testing.assert_array_equal(two.ids, one.ids)
     assert [two.tokens(i) for i in range(len(two))] == [want for _, _, want in reference]
     assert seen[-1] == 1.0 and seen == sorted(seen) and len(seen) > 3  # one report per chunk
+
+
+class _DiesInAWorker(list):
+    """A chunk of texts that kills the worker process unpickling it (as a crashed worker would)."""
+
+    def __reduce__(self) -> tuple:
+        return (os._exit, (1,))
+
+
+class _Texts(Sequence):
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        return _DiesInAWorker(self.texts[i]) if isinstance(i, slice) else self.texts[i]
+
+
+def test_dead_worker_processes_fall_back_to_this_process(reference: list[tuple[str, str, list[str]]]) -> None:
+    texts = [text for _, text, _ in reference[:200]]
+    with pytest.warns(RuntimeWarning, match="tokenizer worker processes failed"):
+        tokens = tokenize_to_ids(_Texts(texts), workers=2)
+    assert [tokens.tokens(i) for i in range(len(texts))] == [want for _, _, want in reference[:200]]
 
 
 def test_tokenize_to_ids_edge_cases() -> None:

@@ -25,6 +25,7 @@ import functools
 import os
 import re
 import unicodedata
+import warnings
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -347,43 +348,6 @@ def tokenize_many(texts: Iterable[str], progress: Progress | None = None) -> lis
     return out
 
 
-def tokenize_to_ids(
-    texts: Sequence[str], workers: int | None = None, progress: Progress | None = None
-) -> TokenIds:
-    """Analyse ``texts`` straight to term ids (what a sparse index needs), on several cores.
-
-    Large corpora are cut into chunks tokenized by ``workers`` processes (default: one per
-    available core, none below :data:`PARALLEL_MIN_TEXTS` texts); each chunk numbers its terms
-    locally and the chunks are merged in corpus order, so the ids, the vocabulary order (first
-    occurrence) and every token are exactly those of a single-process run.
-    """
-    texts = texts if isinstance(texts, Sequence) else list(texts)
-    total = len(texts)
-    n_workers = _worker_count(workers, total)
-    size = _chunk_size(total, n_workers)
-    pieces = [texts[start : start + size] for start in range(0, total, size)]
-    vocab: dict[str, int] = {}
-    ids: list[np.ndarray] = []
-    lengths: list[np.ndarray] = []
-    report(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
-    done = 0
-    with _chunk_results(pieces, n_workers) as results:
-        for terms, local_ids, local_lengths in results:
-            # Local id -> global id; unseen terms numbered in their order of first occurrence.
-            vocab.update(zip(filterfalse(vocab.__contains__, terms), count(len(vocab))))
-            to_global = np.fromiter(map(vocab.__getitem__, terms), dtype=np.int32, count=len(terms))
-            ids.append(to_global[local_ids])
-            lengths.append(local_lengths)
-            done += len(local_lengths)
-            report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
-    offsets = np.zeros(total + 1, dtype=np.int64)
-    if lengths:
-        np.cumsum(np.concatenate(lengths), out=offsets[1:])
-    flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
-    report(progress, 1.0, f"Tokenized {total:,} texts")
-    return TokenIds(flat, offsets, list(vocab))
-
-
 @dataclass(frozen=True)
 class TokenIds:
     """A tokenized corpus: text ``i`` is ``terms[j] for j in ids[offsets[i]:offsets[i + 1]]``."""
@@ -412,6 +376,56 @@ class TokenIds:
         np.cumsum(lengths, out=offsets[1:])
         ids = np.fromiter(chain.from_iterable(token_ids), dtype=np.int32, count=int(offsets[-1]))
         return cls(ids, offsets, terms)
+
+
+def tokenize_to_ids(
+    texts: Sequence[str], workers: int | None = None, progress: Progress | None = None
+) -> TokenIds:
+    """Analyse ``texts`` straight to term ids (what a sparse index needs), on several cores.
+
+    Large corpora are cut into chunks tokenized by ``workers`` processes (default: one per
+    available core, none below :data:`PARALLEL_MIN_TEXTS` texts); each chunk numbers its terms
+    locally and the chunks are merged in corpus order, so the ids, the vocabulary order (first
+    occurrence) and every token are exactly those of a single-process run. If the worker
+    processes cannot run, this process does the work (with a warning).
+    """
+    from concurrent.futures.process import BrokenProcessPool
+
+    texts = texts if isinstance(texts, Sequence) else list(texts)
+    n_workers = _worker_count(workers, len(texts))
+    if n_workers > 1:
+        try:
+            return _tokenize_in_chunks(texts, n_workers, progress)
+        except (BrokenProcessPool, OSError) as err:
+            message = f"tokenizer worker processes failed ({err or type(err).__name__}); tokenizing in this process"
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return _tokenize_in_chunks(texts, 1, progress)
+
+
+def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress | None) -> TokenIds:
+    total = len(texts)
+    size = _chunk_size(total, n_workers)
+    pieces = [texts[start : start + size] for start in range(0, total, size)]
+    vocab: dict[str, int] = {}
+    ids: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    report(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
+    done = 0
+    with _chunk_results(pieces, n_workers) as results:
+        for terms, local_ids, local_lengths in results:
+            # Local id -> global id; unseen terms numbered in their order of first occurrence.
+            vocab.update(zip(filterfalse(vocab.__contains__, terms), count(len(vocab))))
+            to_global = np.fromiter(map(vocab.__getitem__, terms), dtype=np.int32, count=len(terms))
+            ids.append(to_global[local_ids])
+            lengths.append(local_lengths)
+            done += len(local_lengths)
+            report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+    offsets = np.zeros(total + 1, dtype=np.int64)
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+    flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
+    report(progress, 1.0, f"Tokenized {total:,} texts")
+    return TokenIds(flat, offsets, list(vocab))
 
 
 #: Below this many texts, tokenizing in one process beats starting worker processes.
