@@ -16,7 +16,9 @@ than 255 UTF-16 units is chopped into pieces of at most 255, not dropped.
 Speed: text is first split on whitespace (which always ends a token), and each distinct chunk —
 and each distinct raw token inside it — is analysed once and memoised, so tokenizing a corpus is
 mostly ``str.split`` plus dictionary look-ups done in C. Stemming uses NLTK's Porter stemmer in
-``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems.
+``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems. :func:`tokenize_to_ids` spreads a large
+corpus over worker processes (one per core) and merges their ids into exactly the single-process
+result.
 """
 
 from __future__ import annotations
