@@ -98,6 +98,7 @@ GLOSSARY: dict[str, str] = {
     "searches with that passage instead of (or with) the query.",
     "nDCG@10": "How good the top 10 is, from 0 (no gold document) to 1 (every gold document ranked first); "
     "higher grades and higher ranks count more.",
+    "recall@10": "The share of the query's gold documents found in the top 10.",
     "recall@100": "The share of the query's gold documents found anywhere in the top 100.",
     "MRR": "1 / the rank of the first gold document (1 when it is first, 0.1 when tenth).",
     "rank": "Position of a document in the ranking shown (1 = top); 'not in top 100' when not retrieved.",
