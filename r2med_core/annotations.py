@@ -224,6 +224,13 @@ class Annotation:
         for name in ("system", "note", "reviewer"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+        for name in ("dataset", "task", "query_id", "doc_id", "system", "note", "annotator", "reviewer"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"{name} is not valid Unicode text (a lone surrogate)") from None
         if self.doc_id == "":
             object.__setattr__(self, "doc_id", None)
         if self.doc_id is not None and not isinstance(self.doc_id, str):
@@ -358,9 +365,16 @@ CREATE TABLE IF NOT EXISTS annotations (
     reviewed_at TEXT
 );
 CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
+CREATE INDEX IF NOT EXISTS annotations_by_content
+    ON annotations (dataset, task, query_id, doc_id, annotator, created_at);
 """
 _FILTERS = ("dataset", "task", "query_id", "doc_id", "failure_type", "system", "annotator")
-_DUPLICATE_SQL = "SELECT 1 FROM annotations WHERE " + " AND ".join(f"{name} IS ?" for name in FIELDS[1:]) + " LIMIT 1"
+# The id columns use "=" so the (dataset, task, query_id) index narrows the search; the rest may be NULL.
+_DUPLICATE_SQL = (
+    "SELECT 1 FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND "
+    + " AND ".join(f"{name} IS ?" for name in FIELDS[4:])
+    + " LIMIT 1"
+)
 
 
 def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:

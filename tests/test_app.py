@@ -150,7 +150,8 @@ def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) ->
     (tmp_path / "corpus.jsonl").write_text('{"id": "d", "text": "doc"}\n')
     (tmp_path / "qrels.jsonl").write_text('{"q_id": "1", "p_id": "d", "score": 1}\n')
     at = open_app(source="local", folder=str(tmp_path))
-    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.error)
+    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.sidebar.error)
+    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.main.error)  # where one looks
     at.radio(key="w_source").set_value("demo").run()
     assert not at.exception and not at.error
 

@@ -60,9 +60,9 @@ def _review(annotation_id: int, accept: bool) -> None:
     try:
         store.review(annotation_id, accept, reviewer, qrels=judged)
     except (ValueError, KeyError, AnnotationStoreError) as err:
-        v.flash_error = f"Not reviewed: {err}"
+        v.flash_error = f"Not reviewed: {ui.md(err)}"
         return
-    v.flash = f"{'Accepted' if accept else 'Rejected'} label #{annotation_id} as {reviewer}."
+    v.flash = f"{'Accepted' if accept else 'Rejected'} label #{annotation_id} as {ui.md(reviewer)}."
 
 
 def _keep(annotation_id: int) -> None:
@@ -73,16 +73,16 @@ def _keep(annotation_id: int) -> None:
     try:
         store.adjudicate(annotation_id, reviewer)
     except (ValueError, KeyError, AnnotationStoreError) as err:
-        v.flash_error = f"Not reviewed: {err}"
+        v.flash_error = f"Not reviewed: {ui.md(err)}"
         return
-    v.flash = f"Kept label #{annotation_id}; the other labels on it are marked rejected by {reviewer}."
+    v.flash = f"Kept label #{annotation_id}; the other labels on it are marked rejected by {ui.md(reviewer)}."
 
 
 def _delete(annotation_id: int) -> None:
     try:
         store.delete(annotation_id)
     except (KeyError, AnnotationStoreError) as err:
-        state.view().flash_error = f"Not deleted: {err}"
+        state.view().flash_error = f"Not deleted: {ui.md(err)}"
         return
     state.view().flash = f"Deleted label #{annotation_id}."
 
@@ -120,12 +120,7 @@ st.title("Annotations")
 if store is None:
     st.stop()
 st.caption(f"Stored in {ui.md(store.path)} (SQLite). Label queries and documents from the Query explorer.")
-if v.flash:
-    st.success(v.flash)
-    v.flash = ""
-if v.flash_error:
-    st.error(ui.md(v.flash_error))
-    v.flash_error = ""
+state.show_flash()
 
 # ------------------------------------------------------------------ rows that break a rule
 flagged = store.flagged()

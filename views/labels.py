@@ -10,7 +10,7 @@ from r2med_core import Dataset
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
 from r2med_core.runs import Run
 from views import ui
-from views.state import bound, view, widget_key
+from views.state import bound, show_flash, view, widget_key
 
 WHOLE_QUERY = "(the whole query)"
 
@@ -26,13 +26,7 @@ def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[st
     store = ui.annotation_store()
     if store is None:
         return
-    v = view()
-    if v.flash:
-        st.success(v.flash)
-        v.flash = ""
-    if v.flash_error:
-        st.error(ui.md(v.flash_error))
-        v.flash_error = ""
+    show_flash()
     keys = {name: widget_key(f"label_{name}", within) for name in ("type", "doc", "note")}
     with st.form(widget_key("label_form", within), clear_on_submit=False):
         st.markdown("**Label a failure**")
@@ -89,7 +83,7 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -
         check_unjudged(annotation, dataset.qrels)
         store.add(annotation)
     except (ValueError, AnnotationStoreError) as err:
-        v.flash_error = f"Not saved: {err}. Your note is kept."
+        v.flash_error = f"Not saved: {ui.md(err)}. Your note is kept."
         return
     st.session_state[keys["note"]] = ""
     st.session_state[keys["type"]] = None

@@ -159,6 +159,17 @@ def store(name: str, within: str = "") -> Callable[[], None]:
     return callback
 
 
+def show_flash() -> None:
+    """Show, once, the confirmation or the failure an action (a button callback) left in the view."""
+    v = view()
+    if v.flash:
+        st.success(v.flash)
+        v.flash = ""
+    if v.flash_error:
+        st.error(v.flash_error)
+        v.flash_error = ""
+
+
 def systems_in_play(include_rewrites: bool = True) -> list[str]:
     """The selected systems, plus their rewritten variants when a rewrite is on."""
     v = view()
