@@ -701,7 +701,7 @@ class AnnotationStore:
         never used as a path. More than ``max_bytes`` is refused whole, with a DataError saying the limit."""
         if max_bytes is not None and len(data) > max_bytes:
             raise DataError(
-                [Problem(name, None, f"{len(data) / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB upload limit")]
+                [Problem(name, None, f"{len(data) / 2**20:.2f} MB is over the {max_bytes / 2**20:.2f} MB upload limit")]
             )
         parsed: builtins.list[tuple[int, Annotation | Problem]] = []
         for number, raw in enumerate(data.split(b"\n"), start=1):

@@ -270,7 +270,7 @@ e[2].download_button(
 )
 limit = _settings().upload_max_bytes
 uploaded = st.file_uploader(
-    f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 1e6:.0f} MB)",
+    f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 2**20:g} MB)",
     type=["jsonl"],
     max_upload_size=max(1, math.ceil(limit / 2**20)),
     key="w_ann_upload",
@@ -283,7 +283,7 @@ if uploaded is not None and st.button("Import", key="w_ann_import"):
         report = store.import_jsonl_bytes(uploaded.getvalue(), uploaded.name, max_bytes=limit)
     except DataError:
         st.error(
-            f"{shown_name} is {uploaded.size / 1e6:.1f} MB, over the {limit / 1e6:.1f} MB upload limit "
+            f"{shown_name} is {uploaded.size / 2**20:.2f} MB, over the {limit / 2**20:.2f} MB upload limit "
             "(R2MED_UPLOAD_MAX_MB). Split it, or ask the operator to raise the limit."
         )
     except AnnotationStoreError as err:
@@ -315,11 +315,19 @@ if not n_added:
 else:
     st.caption(f"Uses the {n_added} accepted addition(s) on {len(additions)} queries, and only those." + waiting)
     rows = []
-    for name in state.systems_in_play():
+    cards = st.columns(4)
+    for position, name in enumerate(state.systems_in_play()):
         computed = ui.safe_results(dataset, name)
         if computed is None:
             continue
         original, extended = reevaluate(computed[0], dataset.qrels, additions, dataset.name)
+        before, after = original.means["ndcg_at_10"], extended.means["ndcg_at_10"]
+        cards[position % 4].metric(
+            f"{ui.system_label(name)} · nDCG@10",
+            f"{before:.3f} → {after:.3f}",
+            delta=f"{after - before:+.3f}",
+            help="Mean nDCG@10 with the original judgements → with the accepted additions.",
+        )
         for label, result in (("original qrels", original), ("with additions", extended)):
             rows.append(
                 {"system": ui.system_label(name), "qrels": label}

@@ -63,14 +63,16 @@ if rewrite and rewritten_system != v.system:  # an imported run has no variant o
 # ------------------------------------------------------------------ the query table
 table = ui.get_query_table(dataset, v.system, results, run)
 picker_key = state.widget_key("q", within)
-# Keyed (so it stays open or closed across reruns) by the dataset: it opens when no query is chosen yet.
+table_key = state.widget_key("all_queries", within)
+# Open when the session starts without a chosen query; after that it stays as the user left it (a filter
+# change or a picked query never closes it).
 with st.expander(
     f"All queries · mean nDCG@10 {results.means['ndcg_at_10']:.3f} · recall@100 {results.means['recall_at_100']:.3f}",
-    expanded=not v.q,
-    key=state.widget_key("all_queries", within),
+    expanded=bool(st.session_state.get(table_key, not v.q)),
+    key=table_key,
     on_change="rerun",
 ):
-    f1, f2, f3 = st.columns([1, 1, 2])
+    f1, f2, f3 = st.columns([1.4, 1.2, 2])
     f1.checkbox(
         "nDCG@10 = 0",
         key=state.bound("fail"),
@@ -107,9 +109,11 @@ with st.expander(
         on_select=_picked,
         selection_mode="single-row",
         key=state.widget_key("table", within),
+        # The scores first and the query text last, so the numbers stay in view on a narrow screen.
+        column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank", "query"],
         column_config={
             "query_id": st.column_config.TextColumn("id", width=60),
-            "query": st.column_config.TextColumn("query", width="large"),
+            "query": st.column_config.TextColumn("query"),
             "ndcg_at_10": st.column_config.ProgressColumn(
                 "nDCG@10", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["nDCG@10"]
             ),
