@@ -194,6 +194,7 @@ def test_a_failed_save_in_the_app_shows_a_message_and_keeps_the_note(monkeypatch
         raise AnnotationStoreError(f"{self.path}: database is locked")
 
     at = open_app("explorer", task="clinical-evidence", system="bm25")
+    working = AnnotationStore.add
     monkeypatch.setattr(AnnotationStore, "add", locked)
     by_label(at.selectbox, "Failure type").set_value("missing_reasoning_step")
     by_label(at.text_area, "Note").input("twenty minutes of careful reading")
@@ -203,6 +204,6 @@ def test_a_failed_save_in_the_app_shows_a_message_and_keeps_the_note(monkeypatch
     assert any("database is locked" in e.value and "Your note is kept" in e.value for e in at.error)
     assert by_label(at.text_area, "Note").value == "twenty minutes of careful reading"
     assert by_label(at.selectbox, "Failure type").value == "missing_reasoning_step"
-    monkeypatch.undo()
+    monkeypatch.setattr(AnnotationStore, "add", working)  # (not undo(): that would drop the test's data folder)
     save_label(at)  # the store is back: the same form saves
     assert [a.note for a in AnnotationStore().list()] == ["twenty minutes of careful reading"]
