@@ -286,11 +286,11 @@ def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: P
     qid = judged_ids[1]
     page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25&q={qid}")
     settle(page, "Retrieved top 10")
-    assert page.get_by_text("Hypothetical document").count() == 0
+    assert page.get_by_text("Hypothetical document · ").count() == 0  # (the glossary names HyDE too)
     assert page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite").count() == 0
 
     page.locator('[data-testid="stSidebar"]').get_by_text("HyDE / rewrite on").click()
-    settle(page, "Hypothetical document")
+    settle(page, "Hypothetical document · ")
     assert_healthy(page)
     assert page.get_by_text(re.compile(r"Hypothetical document · hyde by")).first.is_visible()
     header = page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite")
