@@ -5,11 +5,15 @@ Run it with ``streamlit run streamlit_app.py``; it opens on the embedded demo da
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from views import sidebar, state, ui
 
-st.set_page_config(page_title="R2MED Explorer", page_icon=":material/stethoscope:", layout="wide")
+# A local image, not a ":material/…:" icon: Streamlit fetches those favicons from fonts.gstatic.com.
+ICON = Path(__file__).resolve().parent / "views" / "assets" / "icon.png"
+st.set_page_config(page_title="R2MED Explorer", page_icon=str(ICON), layout="wide")
 
 OVERVIEW = st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview")
 PAGES = [
@@ -33,6 +37,8 @@ dataset = sidebar.sidebar()
 if dataset is None:
     state.sync_url()
     st.title("R2MED Explorer")
+    if state.view().source_error:
+        st.error(state.view().source_error)
     st.warning("Choose a data source in the sidebar that loads, and the pages will open on it.")
     st.stop()
 try:

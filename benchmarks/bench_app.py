@@ -12,7 +12,7 @@ loaded models are really gone), all sharing one temporary R2MED_CACHE_DIR:
 (a) cold start: empty cache folder; the first explorer render builds the index and the run;
 (b) warm start: same folder, new process; the runs are read from disk;
 (b') new session on a running server: a second AppTest in the same process (Streamlit caches hot);
-(c) rerun when the selected query changes: ``at.selectbox(key="w_q").set_value(qid).run()``.
+(c) rerun when the selected query changes: the query picker's ``set_value(qid).run()``.
 
 AppTest runs the script without a browser or websocket, so the figures leave out network and drawing
 time; they are the server-side share of what a user waits for.
@@ -39,6 +39,11 @@ SYSTEM_LABELS = {"bm25": "BM25", "minilm": "MiniLM"}
 
 
 # --------------------------------------------------------------------------- in the child process
+
+
+def _picker(at: Any) -> Any:
+    """The explorer's query picker (its key, ``w_q.<dataset scope>``, names the dataset it belongs to)."""
+    return next(s for s in at.selectbox if str(s.key).startswith("w_q."))
 
 
 def _open_explorer(task: str, system: str) -> tuple[Any, float, float]:
@@ -74,14 +79,14 @@ def _check(at: Any, what: str) -> None:
 def _switch_times(at: Any, query_ids: list[str], switches: int) -> list[float]:
     """Seconds per query switch, visiting the queries in turn (never re-selecting the current one)."""
     times = []
-    current = at.selectbox(key="w_q").value
+    current = _picker(at).value
     order = [q for q in query_ids if q != current] + ([current] if current in query_ids else [])
     for i in range(switches):
         qid = order[i % len(order)]
         started = time.perf_counter()
-        at.selectbox(key="w_q").set_value(qid).run()
+        _picker(at).set_value(qid).run()
         times.append(time.perf_counter() - started)
-        if at.selectbox(key="w_q").value != qid:
+        if _picker(at).value != qid:
             raise SystemExit(f"switching to query {qid} left {at.selectbox(key='w_q').value} selected")
     _check(at, "switching queries")
     return times

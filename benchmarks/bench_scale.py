@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_app import APP, EXPLORER, _check, _percentile, run_child
+from benchmarks.bench_app import APP, EXPLORER, _check, _percentile, _picker, run_child
 from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
 
 GOALS = {"cold60k": 15.0, "switch": 0.200, "overview": 0.200, "memory": 4.0}
@@ -152,7 +152,7 @@ def child_big(paths: dict[str, Any], switches: int) -> dict[str, Any]:
     at.switch_page(EXPLORER).run()
     opened = time.perf_counter() - started
     _check(at, "opening the explorer on the 357k task")
-    query_ids = list(at.selectbox(key="w_q").options)
+    query_ids = list(_picker(at).options)
     ids = [q.split(" · ", 1)[0] for q in query_ids]
     times, cpu = _switches(at, ids, switches, offset=1)
     # AppTest compiles the router and the page on every run (a new ScriptCache each time); a server
@@ -194,7 +194,7 @@ def _switches(at: Any, ids: list[str], switches: int, offset: int) -> tuple[list
     for i in range(switches + 2):
         qid = ids[(i + offset) % len(ids)]
         t, c = time.perf_counter(), time.process_time()
-        at.selectbox(key="w_q").set_value(qid).run()
+        _picker(at).set_value(qid).run()
         if i >= 2:
             times.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)

@@ -1,9 +1,10 @@
 """Failure annotations: annotators label a query, or a (query, document) pair, with why retrieval failed.
 
-The labels let a team extend the benchmark's judgements: an accepted ``relevant_unjudged`` label is a
-new grade-1 judgement (``qrels_additions``), and ``reevaluate`` scores a run against the original and
-the extended qrels side by side. Other labels (a questionable gold document, a lexical trap, a HyDE
-rewrite that asserted something wrong …) are kept for error analysis.
+The labels let a team extend the benchmark's judgements: a ``relevant_unjudged`` label is saved as a
+*proposed* addition and becomes a grade-1 judgement (``qrels_additions``) only once a reviewer accepts it
+(``AnnotationStore.review``, which records the reviewer and the time); ``reevaluate`` scores a run
+against the original and the extended qrels side by side. Other labels (a questionable gold document,
+a lexical trap, a HyDE rewrite that asserted something wrong …) are kept for error analysis.
 
 Labels live in one SQLite file in WAL mode, so several annotators — separate app sessions or
 processes — can write at once. Every label is its own row and every ``add`` its own transaction: a
@@ -46,7 +47,12 @@ DATA_ENV = "R2MED_DATA_HOME"
 STORE_FILE = "annotations.sqlite"
 APP_DIR = "r2med_explorer"
 #: Schema version written to ``PRAGMA user_version``; a newer file is refused rather than misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Columns added after schema 1, with their SQL types; an older store gains them on open (rows are kept as
+#: they are: an addition accepted under schema 1 stays accepted, with no reviewer recorded).
+_ADDED_COLUMNS: dict[str, str] = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
+#: Rows per transaction when importing, so a large import never holds the write lock for long.
+IMPORT_BATCH = 500
 #: Grade given to an accepted ``relevant_unjudged`` label in the extended qrels.
 ADDITION_GRADE = 1
 
@@ -189,8 +195,10 @@ def _normalise_time(value: Any) -> str:
 class Annotation:
     """One label by one annotator. Construction validates it, so a bad label never reaches the store.
 
-    ``doc_id`` is None for a label on the whole query. ``accepted`` matters for ``relevant_unjudged``:
-    accepted additions are used for re-evaluation, and a reviewer can un-accept one.
+    ``doc_id`` is None for a label on the whole query. ``system`` is the exact ranking the annotator looked
+    at (rewrite and reranker included) and ``rank`` the document's rank in it. A new label is *proposed*
+    (``accepted`` False, no reviewer); ``review`` accepts or rejects it, recording ``reviewer`` and
+    ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements.
     """
 
     id: int | None = None
@@ -203,16 +211,26 @@ class Annotation:
     note: str = ""
     annotator: str
     created_at: str = field(default_factory=utc_now)
-    accepted: bool = True
+    accepted: bool = False
+    rank: int | None = None
+    reviewer: str = ""
+    reviewed_at: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("dataset", "task", "query_id", "annotator"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-        for name in ("system", "note"):
+        for name in ("system", "note", "reviewer"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+        for name in ("dataset", "task", "query_id", "doc_id", "system", "note", "annotator", "reviewer"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"{name} is not valid Unicode text (a lone surrogate)") from None
         if self.doc_id == "":
             object.__setattr__(self, "doc_id", None)
         if self.doc_id is not None and not isinstance(self.doc_id, str):
@@ -221,8 +239,19 @@ class Annotation:
             raise ValueError(f"id must be an integer or None, got {self.id!r}")
         if not isinstance(self.accepted, bool):
             raise ValueError(f"accepted must be True or False, got {self.accepted!r}")
+        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
+            raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
         get_failure_type(self.failure_type).check_scope(self.doc_id)
         object.__setattr__(self, "created_at", _normalise_time(self.created_at))
+        if self.reviewed_at is not None:
+            object.__setattr__(self, "reviewed_at", _normalise_time(self.reviewed_at))
+
+    @property
+    def status(self) -> str:
+        """``"proposed"`` (not reviewed yet), ``"accepted"`` or ``"rejected"`` (by ``reviewer``)."""
+        if self.accepted:
+            return "accepted"
+        return "rejected" if self.reviewer else "proposed"
 
     @classmethod
     def _from_row(cls, row: tuple[Any, ...]) -> Annotation:
@@ -256,11 +285,17 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
     for name in ("query_id", "doc_id"):
         if isinstance(values.get(name), int) and not isinstance(values[name], bool):
             values[name] = str(values[name])  # ids are strings; integer ids are accepted as in data.py
-    for name in ("system", "note"):
-        if values.get(name) is None:
+    for name in ("system", "note", "reviewer", "reviewed_at", "rank"):
+        if values.get(name) in (None, ""):
             values.pop(name, None)
+    if isinstance(values.get("rank"), str):
+        values["rank"] = int(values["rank"]) if values["rank"].strip().isdigit() else values["rank"]
     if "accepted" in values:
         values["accepted"] = _as_bool(values["accepted"])
+    if values.get("accepted") and not values.get("reviewer"):
+        # An acceptance nobody is named for (e.g. a schema-1 export, where every label was accepted on
+        # save) comes in as a proposal: only a reviewer turns a label into a judgement.
+        values["accepted"] = False
     return Annotation(**values)
 
 
@@ -324,14 +359,21 @@ CREATE TABLE IF NOT EXISTS annotations (
     note TEXT NOT NULL DEFAULT '',
     annotator TEXT NOT NULL CHECK (annotator <> ''),
     created_at TEXT NOT NULL,
-    accepted INTEGER NOT NULL DEFAULT 1 CHECK (accepted IN (0, 1))
+    accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
+    rank INTEGER,
+    reviewer TEXT NOT NULL DEFAULT '',
+    reviewed_at TEXT
 );
 CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
+CREATE INDEX IF NOT EXISTS annotations_by_content
+    ON annotations (dataset, task, query_id, doc_id, annotator, created_at);
 """
 _FILTERS = ("dataset", "task", "query_id", "doc_id", "failure_type", "system", "annotator")
+# The id columns use "=" so the (dataset, task, query_id) index narrows the search; the rest may be NULL.
 _DUPLICATE_SQL = (
-    "SELECT 1 FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND doc_id IS ? AND system = ? "
-    "AND failure_type = ? AND note = ? AND annotator = ? AND created_at = ? AND accepted = ? LIMIT 1"
+    "SELECT 1 FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND "
+    + " AND ".join(f"{name} IS ?" for name in FIELDS[4:])
+    + " LIMIT 1"
 )
 
 
@@ -446,8 +488,21 @@ class AnnotationStore:
             if "annotations" in tables:
                 self._check_existing(conn)
             self.journal_mode = self._enable_wal(conn)
-            # One transaction, so a concurrent first open waits for (or finds) the finished schema.
-            conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+            # One transaction, so a concurrent first open waits for (or finds) the finished schema, and an
+            # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                present = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
+                for name, sql_type in _ADDED_COLUMNS.items():
+                    if name not in present:
+                        conn.execute(f"ALTER TABLE annotations ADD COLUMN {name} {sql_type}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
         except sqlite3.Error as err:
             raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}; {untouched}") from None
         finally:
@@ -469,7 +524,7 @@ class AnnotationStore:
 
     def _check_existing(self, conn: sqlite3.Connection) -> None:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
-        missing = [name for name in FIELDS if name not in columns]
+        missing = [name for name in FIELDS if name not in columns and name not in _ADDED_COLUMNS]
         if missing:
             raise AnnotationStoreError(
                 f"{self.path}: its annotations table lacks column(s) {', '.join(missing)}; "
@@ -502,16 +557,41 @@ class AnnotationStore:
             if conn.execute("DELETE FROM annotations WHERE id = ?", (annotation_id,)).rowcount == 0:
                 raise KeyError(f"no annotation with id {annotation_id}")
 
-    def set_accepted(self, annotation_id: int, accepted: bool) -> Annotation:
-        """Accept or un-accept a label (un-accepted additions are left out of re-evaluation)."""
-        if not isinstance(accepted, bool):
-            raise ValueError(f"accepted must be True or False, got {accepted!r}")
+    def review(
+        self, annotation_id: int, accept: bool, reviewer: str, *, qrels: Mapping[str, Mapping[str, int]] | None = None
+    ) -> Annotation:
+        """Accept or reject a label as ``reviewer`` (name and time recorded); only an accepted
+        ``relevant_unjudged`` label extends the judgements. With the task's ``qrels``, accepting an addition
+        for a document already judged relevant is refused (ValueError)."""
+        if not isinstance(accept, bool):
+            raise ValueError(f"accept must be True or False, got {accept!r}")
+        if not isinstance(reviewer, str) or not reviewer.strip():
+            raise ValueError("a review needs the reviewer's name")
+        if accept and qrels is not None:
+            check_unjudged(self.get(annotation_id), qrels)
         with self._connection(write=True) as conn:
             if not conn.execute(
-                "UPDATE annotations SET accepted = ? WHERE id = ?", (int(accepted), annotation_id)
+                "UPDATE annotations SET accepted = ?, reviewer = ?, reviewed_at = ? WHERE id = ?",
+                (int(accept), reviewer.strip(), utc_now(), annotation_id),
             ).rowcount:
                 raise KeyError(f"no annotation with id {annotation_id}")
         return self.get(annotation_id)
+
+    def adjudicate(self, keep_id: int, reviewer: str) -> builtins.list[Annotation]:
+        """Settle a disagreement: accept label ``keep_id`` and reject the other annotators' labels on the
+        same query or (query, document), in one transaction (rows are kept, marked by the reviewer)."""
+        if not isinstance(reviewer, str) or not reviewer.strip():
+            raise ValueError("a review needs the reviewer's name")
+        kept = self.get(keep_id)
+        now = utc_now()
+        with self._connection(write=True) as conn:
+            conn.execute(
+                "UPDATE annotations SET accepted = (id = ?), reviewer = ?, reviewed_at = ? "
+                "WHERE dataset = ? AND task = ? AND query_id = ? AND doc_id IS ?",
+                (keep_id, reviewer.strip(), now, kept.dataset, kept.task, kept.query_id, kept.doc_id),
+            )
+        same = self.list(dataset=kept.dataset, task=kept.task, query_id=kept.query_id, doc_id=kept.doc_id)
+        return [a for a in same if a.doc_id == kept.doc_id]
 
     # ---------------------------------------------------------------- reading
 
@@ -565,9 +645,21 @@ class AnnotationStore:
         return counts
 
     def to_dataframe(self, **filters: str | None) -> pd.DataFrame:
-        """The matching labels as a table, one column per Annotation field."""
-        rows = [asdict(a) for a in self.list(**filters)]
-        return pd.DataFrame(rows, columns=list(FIELDS))
+        """The matching labels as a table, one column per Annotation field, plus ``status``."""
+        labels = self.list(**filters)
+        frame = pd.DataFrame([asdict(a) for a in labels], columns=list(FIELDS))
+        frame["status"] = [_safe_status(a) for a in labels]
+        return frame
+
+    def flagged(self, **filters: str | None) -> builtins.list[tuple[Annotation, builtins.list[str]]]:
+        """Stored labels that break a rule (written by another tool, an older version or by hand), each
+        with what is wrong, so the app can show them and offer to delete them instead of failing."""
+        found = []
+        for annotation in self.list(**filters):
+            problems = row_problems(annotation)
+            if problems:
+                found.append((annotation, problems))
+        return found
 
     # ---------------------------------------------------------------- exchange
 
@@ -602,23 +694,34 @@ class AnnotationStore:
         A malformed line is reported by file and line and the others are still imported.
         """
         path = Path(path)
-        data = _read_file(path)
+        return self.import_jsonl_bytes(_read_file(path), str(path))
+
+    def import_jsonl_bytes(self, data: bytes, name: str = "upload", *, max_bytes: int | None = None) -> ImportReport:
+        """``import_jsonl`` on content held in memory (an upload): ``name`` only labels the messages and is
+        never used as a path. More than ``max_bytes`` is refused whole, with a DataError saying the limit."""
+        if max_bytes is not None and len(data) > max_bytes:
+            raise DataError(
+                [Problem(name, None, f"{len(data) / 2**20:.2f} MB is over the {max_bytes / 2**20:.2f} MB upload limit")]
+            )
         parsed: builtins.list[tuple[int, Annotation | Problem]] = []
         for number, raw in enumerate(data.split(b"\n"), start=1):
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as err:
-                parsed.append((number, Problem(str(path), number, f"not UTF-8 text (byte {err.start})")))
+                parsed.append((number, Problem(name, number, f"not UTF-8 text (byte {err.start})")))
                 continue
             except json.JSONDecodeError as err:
-                parsed.append((number, Problem(str(path), number, f"malformed JSON: {err.msg} (column {err.colno})")))
+                parsed.append((number, Problem(name, number, f"malformed JSON: {err.msg} (column {err.colno})")))
+                continue
+            except RecursionError:
+                parsed.append((number, Problem(name, number, "JSON nested too deeply")))
                 continue
             if not isinstance(obj, dict):
-                parsed.append((number, Problem(str(path), number, "expected a JSON object per line")))
+                parsed.append((number, Problem(name, number, "expected a JSON object per line")))
                 continue
-            parsed.append((number, _parse(obj, path, number)))
+            parsed.append((number, _parse(obj, name, number)))
         return self._merge(parsed)
 
     def import_csv(self, path: str | Path) -> ImportReport:
@@ -640,23 +743,27 @@ class AnnotationStore:
             if None in row or any(value is None for value in row.values()):
                 parsed.append((number, Problem(str(path), number, f"expected {len(header)} columns")))
                 continue
-            parsed.append((number, _parse(row, path, number)))
+            parsed.append((number, _parse(row, str(path), number)))
         return self._merge(parsed)
 
     def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> ImportReport:
-        """Insert the valid labels in one transaction, skipping any already stored (or earlier in the file)."""
+        """Insert the valid labels, skipping any already stored (or earlier in the file).
+
+        Rows go in batches of ``IMPORT_BATCH``, each its own short transaction, so annotators saving
+        labels meanwhile wait milliseconds, not the whole import; a failure keeps the batches committed.
+        """
         added = skipped = 0
         errors = [item for _, item in parsed if isinstance(item, Problem)]
-        with self._connection(write=True) as conn:
-            for _, item in parsed:
-                if isinstance(item, Problem):
-                    continue
-                values = _row_values(item)
-                if conn.execute(_DUPLICATE_SQL, values).fetchone():
-                    skipped += 1
-                    continue
-                conn.execute(f"INSERT INTO annotations ({_COLUMNS}) VALUES (NULL{', ?' * len(values)})", values)
-                added += 1
+        labels = [item for _, item in parsed if isinstance(item, Annotation)]
+        for start in range(0, len(labels), IMPORT_BATCH):
+            with self._connection(write=True) as conn:
+                for item in labels[start : start + IMPORT_BATCH]:
+                    values = _row_values(item)
+                    if conn.execute(_DUPLICATE_SQL, values).fetchone():
+                        skipped += 1
+                        continue
+                    conn.execute(f"INSERT INTO annotations ({_COLUMNS}) VALUES (NULL{', ?' * len(values)})", values)
+                    added += 1
         return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
 
     # ---------------------------------------------------------------- extending the judgements
@@ -676,13 +783,13 @@ class AnnotationStore:
         return additions
 
     def qrels_additions_text(self, dataset: str, task: str) -> str:
-        """The additions as TREC qrels text (``qid 0 docid 1`` per line)."""
+        """The additions as TREC qrels text (``qid 0 docid 1`` per line). Ids a TREC line cannot hold
+        (empty, or with whitespace) are left out; ``flagged`` lists those labels."""
         lines = []
         for query_id, grades in self.qrels_additions(dataset, task).items():
             for doc_id, grade in grades.items():
-                if re.search(r"\s", query_id + doc_id):
-                    raise ValueError(f"ids with whitespace cannot be written to TREC qrels: {query_id!r} {doc_id!r}")
-                lines.append(f"{query_id} 0 {doc_id} {grade}\n")
+                if _trec_safe(query_id) and _trec_safe(doc_id):
+                    lines.append(f"{query_id} 0 {doc_id} {grade}\n")
         return "".join(lines)
 
     def export_qrels_additions(self, path: str | Path, dataset: str, task: str) -> Path:
@@ -704,11 +811,48 @@ def _read_file(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _parse(obj: Mapping[str, Any], path: Path, number: int) -> Annotation | Problem:
+def _parse(obj: Mapping[str, Any], name: str, number: int) -> Annotation | Problem:
     try:
         return annotation_from_mapping(obj)
+    except (ValueError, TypeError, RecursionError) as err:
+        return Problem(name, number, str(err)[:300])
+
+
+def _trec_safe(identifier: object) -> bool:
+    return isinstance(identifier, str) and bool(identifier) and not re.search(r"\s", identifier)
+
+
+def _safe_status(annotation: Annotation) -> str:
+    try:
+        return annotation.status
+    except Exception:
+        return "?"
+
+
+def row_problems(annotation: Annotation) -> builtins.list[str]:
+    """What is wrong with a stored label (empty when nothing): it is shown flagged, never raised on."""
+    problems = []
+    try:
+        Annotation(**{name: getattr(annotation, name) for name in FIELDS})
     except (ValueError, TypeError) as err:
-        return Problem(str(path), number, str(err))
+        problems.append(str(err))
+    for name in ("query_id", "doc_id"):
+        value = getattr(annotation, name, None)
+        if value is not None and isinstance(value, str) and re.search(r"\s", value):
+            problems.append(f"{name} {value!r} contains whitespace (cannot be written to a TREC qrels file)")
+    return problems
+
+
+def check_unjudged(annotation: Annotation, qrels: Mapping[str, Mapping[str, int]]) -> None:
+    """Refuse (ValueError) a ``relevant_unjudged`` label on a document the task already judges relevant."""
+    if annotation.failure_type != "relevant_unjudged" or annotation.doc_id is None:
+        return
+    grade = qrels.get(annotation.query_id, {}).get(annotation.doc_id, 0)
+    if grade > 0:
+        raise ValueError(
+            f"{annotation.doc_id} is already judged relevant (grade {grade}) for query {annotation.query_id}; "
+            "to dispute the judgement, use 'Gold judgement questionable'"
+        )
 
 
 # --------------------------------------------------------------------------- re-evaluation

@@ -10,14 +10,28 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import pandas as pd
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from .data import Dataset
-from .evaluation import Results
+from .evaluation import PairedTest, Results
 from .report import metric_label
 from .retrieval.tokenize import lucene_tokenize
 from .runs import Run
 
 _WORD = re.compile(r"\w+(?:[.'’]\w+)*")
+
+#: Words never highlighted: scikit-learn's English stop words (a wider list than Lucene's 33), minus a few
+#: that carry clinical meaning, plus the filler of case reports ("A 67-year-old man presents with …").
+_KEEP = frozenset(
+    "system serious side back front bottom top full empty thick thin fire cry fill move well first third "
+    "less more up down".split()
+)
+_FILLER = frozenset(
+    "patient patients year years old month months week weeks day days presents presented presenting "
+    "present following likely history shows showed reports reported complains noted diagnosis question "
+    "answer case man woman boy girl".split()
+)
+FILLER_WORDS: frozenset[str] = (ENGLISH_STOP_WORDS - _KEEP) | _FILLER
 
 
 @lru_cache(maxsize=200_000)
@@ -25,10 +39,22 @@ def _stems(word: str) -> frozenset[str]:
     return frozenset(lucene_tokenize(word))
 
 
+@lru_cache(maxsize=200_000)
+def _content_stems(word: str) -> frozenset[str]:
+    """The stems of a word worth highlighting (none for a stop or filler word, or a bare number)."""
+    lowered = word.lower()
+    if lowered.isdigit() or lowered in FILLER_WORDS or any(p in FILLER_WORDS for p in re.split(r"[.'’]", lowered)):
+        return frozenset()
+    return _stems(word)
+
+
 @lru_cache(maxsize=4096)  # the explorer asks again for the same documents on every rerun
 def query_terms(text: str) -> frozenset[str]:
-    """The analysed terms (stop words removed, stemmed) a BM25 query would use."""
-    return frozenset(lucene_tokenize(text))
+    """The analysed terms (stemmed) of the words worth highlighting: stop and filler words left out."""
+    found: set[str] = set()
+    for match in _WORD.finditer(text):
+        found |= _content_stems(match.group())
+    return frozenset(found)
 
 
 def highlight(text: str, terms: frozenset[str]) -> str:
@@ -42,15 +68,41 @@ def highlight(text: str, terms: frozenset[str]) -> str:
     for match in _WORD.finditer(text):
         out.append(html.escape(text[position : match.start()]))
         word = html.escape(match.group())
-        out.append(f"<mark>{word}</mark>" if _stems(match.group()) & terms else word)
+        out.append(f"<mark>{word}</mark>" if _content_stems(match.group()) & terms else word)
         position = match.end()
     out.append(html.escape(text[position:]))
     return "".join(out).replace("\n", "<br>")
 
 
 def overlap(text: str, terms: frozenset[str]) -> list[str]:
-    """The query terms a document shares with the query, sorted."""
-    return sorted(query_terms(text) & terms)
+    """The words of ``text`` it shares with the query, as written there (not stems), first use of each
+    word, sorted case-insensitively."""
+    seen: dict[str, str] = {}
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if word.lower() not in seen and _content_stems(word) & terms:
+            seen[word.lower()] = word
+    return sorted(seen.values(), key=str.lower)
+
+
+def preview(text: str, width: int = 140) -> str:
+    """A one-line preview of a document under its id."""
+    return shorten(text, width) if text else "(not in the corpus)"
+
+
+#: One-line explanations of the words the explorer uses, for tooltips and the glossary.
+GLOSSARY: dict[str, str] = {
+    "gold": "A document the benchmark's judges marked relevant to the query (its qrels).",
+    "grade": "How relevant the judges found a gold document: 1 relevant, 2 (if used) highly relevant.",
+    "HyDE": "Hypothetical Document Embeddings: an LLM first writes an answer-like passage, and the system "
+    "searches with that passage instead of (or with) the query.",
+    "nDCG@10": "How good the top 10 is, from 0 (no gold document) to 1 (every gold document ranked first); "
+    "higher grades and higher ranks count more.",
+    "recall@10": "The share of the query's gold documents found in the top 10.",
+    "recall@100": "The share of the query's gold documents found anywhere in the top 100.",
+    "MRR": "1 / the rank of the first gold document (1 when it is first, 0.1 when tenth).",
+    "rank": "Position of a document in the ranking shown (1 = top); 'not in top 100' when not retrieved.",
+}
 
 
 QUERY_TABLE_COLUMNS = ["query_id", "query", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]
@@ -97,6 +149,16 @@ def query_table(dataset: Dataset, results: Results, run: Run, depth: int = 100) 
             }
         )
     return pd.DataFrame(rows, columns=QUERY_TABLE_COLUMNS)
+
+
+def step(ids: list[str], current: str, offset: int) -> str | None:
+    """The query ``offset`` places from ``current`` in ``ids`` (wrapping); when ``current`` is not in
+    ``ids`` (the filters hide it), Next opens the first and Previous the last. None when ``ids`` is empty."""
+    if not ids:
+        return None
+    if current not in ids:
+        return ids[0] if offset > 0 else ids[-1]
+    return ids[(ids.index(current) + offset) % len(ids)]
 
 
 def filter_queries(
@@ -185,10 +247,11 @@ def retrieved_frame(dataset: Dataset, run: Run, query_id: str, k: int = 10) -> p
             "document": doc,
             "score": round(score, 3),
             "gold": f"✓ grade {gold[doc]}" if doc in gold else "",
+            "preview": preview(dataset.corpus.get(doc, ""), 90),
         }
         for rank, (doc, score) in enumerate(run.top(query_id, k), start=1)
     ]
-    return pd.DataFrame(rows, columns=["rank", "document", "score", "gold"])
+    return pd.DataFrame(rows, columns=["rank", "document", "score", "gold", "preview"])
 
 
 def per_query_delta(a: Results, b: Results, metric: str = "ndcg_at_10") -> pd.DataFrame:
@@ -225,3 +288,25 @@ def llm_spread(
         for metric in metrics
     ]
     return pd.DataFrame(rows, columns=["llm", "metric", "value"])
+
+
+def verdict(test: PairedTest, metric_name: str, alpha: float = 0.05) -> str:
+    """A plain sentence for one paired comparison, on the randomization test's p-value (Holm-corrected
+    when several systems are compared with the baseline)."""
+    holm = test.randomization_pvalue_holm is not None
+    p = test.randomization_pvalue_holm if holm else test.randomization_pvalue
+    where = " after Holm" if holm else ""
+    if p is not None and p < alpha and test.delta != 0:
+        direction = "better" if test.delta > 0 else "worse"
+        return f"significantly {direction} on {metric_name} (Δ {test.delta:+.3f}, p = {p:.3g}{where})"
+    return f"no significant difference on {metric_name} (Δ {test.delta:+.3f}, p = {p:.3g}{where})"
+
+
+def axis_range(values: pd.Series | list[float], pad: float = 0.05) -> list[float]:
+    """A plot axis that fits the data with a margin (never a fixed 0–1 that squeezes small scores)."""
+    series = pd.Series(values, dtype=float).dropna()
+    if series.empty:
+        return [0.0, 1.0]
+    low, high = float(series.min()), float(series.max())
+    margin = max((high - low) * pad, 0.01)
+    return [low - margin, high + margin]

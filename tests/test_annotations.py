@@ -243,16 +243,21 @@ def test_round_trip(store: AnnotationStore) -> None:
         reopened.get(99)
 
 
-def test_delete_and_set_accepted(store: AnnotationStore) -> None:
+def test_delete_and_review(store: AnnotationStore) -> None:
     a, b = store.add(label()), store.add(label(doc_id="d2"))
-    assert store.set_accepted(a.id or 0, False).accepted is False
-    assert store.get(a.id or 0).accepted is False
+    assert a.status == "proposed" and not a.accepted  # a new label is a proposal, never a judgement
+    accepted = store.review(a.id or 0, True, " Dr. Reviewer ")
+    assert (accepted.accepted, accepted.reviewer, accepted.status) == (True, "Dr. Reviewer", "accepted")
+    assert accepted.reviewed_at and accepted.reviewed_at >= accepted.created_at
+    assert store.review(a.id or 0, False, "Dr. Other").status == "rejected"
+    with pytest.raises(ValueError, match="reviewer"):
+        store.review(a.id or 0, True, "  ")
     store.delete(b.id or 0)
     assert [x.id for x in store.list()] == [a.id]
     with pytest.raises(KeyError):
         store.delete(b.id or 0)
     with pytest.raises(KeyError):
-        store.set_accepted(12345, True)
+        store.review(12345, True, "x")
     assert store.add(label()).id == 3  # ids are never reused
 
 
@@ -288,9 +293,10 @@ def test_filters_and_counts(store: AnnotationStore) -> None:
     with pytest.raises(TypeError, match="unknown filter"):
         store.counts_by_type(colour="red")
     frame = store.to_dataframe(annotator="bob")
-    assert list(frame.columns) == list(FIELDS) and len(frame) == 2
+    assert list(frame.columns) == [*FIELDS, "status"] and len(frame) == 2
     assert list(frame["failure_type"]) == ["lexical_trap", "rewrite_hallucination"]
-    assert list(store.to_dataframe(annotator="nobody").columns) == list(FIELDS)
+    assert list(frame["status"]) == ["proposed", "proposed"]
+    assert list(store.to_dataframe(annotator="nobody").columns) == [*FIELDS, "status"]
 
 
 # --------------------------------------------------------------------------- exchange
@@ -367,13 +373,20 @@ def test_import_reports_bad_lines_and_keeps_the_rest(store: AnnotationStore, tmp
 def test_qrels_additions_extend_the_evaluation(store: AnnotationStore, tiny_r2med: Path, tmp_path: Path) -> None:
     dataset = load_r2med_dir(tiny_r2med)
     assert dataset.qrels["q2"] == {"mi_0": 1}
-    store.add(label(query_id="q2", doc_id="asthma_0"))  # the run's unjudged top document, accepted
-    store.add(label(query_id="q2", doc_id="asthma_0", annotator="bob"))  # a second vote: still one judgement
+    first = store.add(label(query_id="q2", doc_id="asthma_0"))  # the run's unjudged top document
+    assert store.qrels_additions(DATASET, TASK) == {}  # proposed only: not a judgement until reviewed
+    store.review(first.id or 0, True, "rev")
+    second = store.add(label(query_id="q2", doc_id="asthma_0", annotator="bob"))  # a second vote: one judgement
+    store.review(second.id or 0, True, "rev")
     rejected = store.add(label(query_id="q2", doc_id="gout_0"))
-    store.set_accepted(rejected.id or 0, False)  # a reviewer un-accepted it
-    store.add(label(query_id="q1", doc_id="dka_0"))  # already grade 2: must stay 2
+    store.review(rejected.id or 0, False, "rev")  # a reviewer rejected it
+    store.add(label(query_id="q2", doc_id="mi_0"))  # proposed, never reviewed
+    gold = store.add(label(query_id="q1", doc_id="dka_0", accepted=True, reviewer="legacy"))  # already grade 2
+    with pytest.raises(ValueError, match=r"already judged relevant \(grade 2\)"):
+        store.review(gold.id or 0, True, "rev", qrels=dataset.qrels)
     store.add(label(query_id="q2", doc_id="mi_0", failure_type="lexical_trap"))  # not an addition
-    store.add(label(query_id="q2", doc_id="dka_1", task="other-task"))  # another task
+    other = store.add(label(query_id="q2", doc_id="dka_1", task="other-task"))  # another task
+    store.review(other.id or 0, True, "rev")
     additions = store.qrels_additions(DATASET, TASK)
     assert additions == {"q1": {"dka_0": 1}, "q2": {"asthma_0": 1}}
 
@@ -492,3 +505,94 @@ def test_a_killed_writer_leaves_every_committed_row(store: AnnotationStore, tmp_
     for position, annotation_id in enumerate(printed):
         assert stored[annotation_id].note == f"crash {position}"
     assert reopened.add(label()).id == max(stored) + 1  # still writable after the crash
+
+
+# --------------------------------------------------------------------------- review and schema migration
+
+
+V1_SCHEMA = """
+CREATE TABLE annotations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, dataset TEXT NOT NULL, task TEXT NOT NULL, query_id TEXT NOT NULL,
+    doc_id TEXT, system TEXT NOT NULL DEFAULT '', failure_type TEXT NOT NULL, note TEXT NOT NULL DEFAULT '',
+    annotator TEXT NOT NULL CHECK (annotator <> ''), created_at TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 1 CHECK (accepted IN (0, 1))
+);
+CREATE INDEX annotations_by_query ON annotations (dataset, task, query_id);
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_schema_1_store_is_migrated_and_keeps_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(V1_SCHEMA)
+    rows = [
+        (DATASET, TASK, "q1", "d1", "bm25", "relevant_unjudged", "old", "alice", "2024-01-01T00:00:00.000000Z", 1),
+        (DATASET, TASK, "q1", "d2", "bm25", "relevant_unjudged", "", "bob", "2024-01-02T00:00:00.000000Z", 0),
+        (DATASET, TASK, "q2", None, "", "rewrite_hallucination", "", "bob", "2024-01-03T00:00:00.000000Z", 1),
+    ]
+    conn.executemany(
+        "INSERT INTO annotations (dataset, task, query_id, doc_id, system, failure_type, note, annotator, "
+        "created_at, accepted) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    conn.commit()
+    conn.close()
+
+    store = AnnotationStore(path)
+    labels = store.list()
+    assert [(a.query_id, a.doc_id, a.note, a.accepted) for a in labels] == [
+        ("q1", "d1", "old", True),
+        ("q1", "d2", "", False),
+        ("q2", None, "", True),
+    ]
+    assert [a.status for a in labels] == ["accepted", "proposed", "accepted"]  # accepted rows stay accepted
+    assert all(a.reviewer == "" and a.rank is None and a.reviewed_at is None for a in labels)
+    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d1": 1}}
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 2
+    # The migrated store takes new labels with the new fields, and reopens without a second migration.
+    new = store.add(label(query_id="q3", rank=4))
+    assert AnnotationStore(path).get(new.id or 0).rank == 4 and len(AnnotationStore(path)) == 4
+
+
+def test_an_acceptance_without_a_reviewer_is_imported_as_a_proposal(store: AnnotationStore) -> None:
+    v1_export = asdict(label(created_at="2024-01-01T00:00:00Z"))
+    v1_export.update(accepted=True)
+    for name in ("rank", "reviewer", "reviewed_at"):
+        v1_export.pop(name)
+    reviewed = asdict(label(doc_id="d2", created_at="2024-01-01T00:00:00Z", accepted=True, reviewer="rev"))
+    data = (json.dumps(v1_export) + "\n" + json.dumps(reviewed) + "\n").encode()
+    report = store.import_jsonl_bytes(data, "old-export.jsonl")
+    assert report.added == 2 and not report.errors
+    assert {a.doc_id: a.status for a in store.list()} == {"d1": "proposed", "d2": "accepted"}
+    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d2": 1}}
+
+
+def test_labels_record_the_rank_in_the_ranking_shown() -> None:
+    assert label(rank=3).rank == 3
+    for bad in (0, -1, "3", True):
+        with pytest.raises(ValueError, match="rank must be a positive integer"):
+            label(rank=bad)
+
+
+def test_check_unjudged_refuses_a_gold_document() -> None:
+    from r2med_core.annotations import check_unjudged
+
+    qrels = {"q1": {"d1": 2, "d0": 0}}
+    with pytest.raises(ValueError, match=r"d1 is already judged relevant \(grade 2\) for query q1"):
+        check_unjudged(label(doc_id="d1"), qrels)
+    check_unjudged(label(doc_id="d0"), qrels)  # judged not relevant: an addition may overturn it
+    check_unjudged(label(doc_id="d9"), qrels)
+    check_unjudged(label(doc_id="d1", failure_type="gold_questionable"), qrels)  # disputing gold is fine
+
+
+def test_adjudicating_a_disagreement_keeps_every_row(store: AnnotationStore) -> None:
+    a = store.add(label(annotator="alice"))
+    b = store.add(label(annotator="bob", failure_type="lexical_trap"))
+    elsewhere = store.add(label(annotator="carol", doc_id="d9"))
+    settled = store.adjudicate(b.id or 0, "Dr. Rev")
+    assert {x.id: x.status for x in settled} == {a.id: "rejected", b.id: "accepted"}
+    assert all(x.reviewer == "Dr. Rev" and x.reviewed_at for x in settled)
+    assert store.get(elsewhere.id or 0).status == "proposed" and len(store) == 3
+    assert store.qrels_additions(DATASET, TASK) == {}

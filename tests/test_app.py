@@ -30,6 +30,24 @@ def frame(at: AppTest, first_column: str):  # type: ignore[no-untyped-def]
     return next(df.value for df in at.dataframe if len(df.value.columns) and df.value.columns[0] == first_column)
 
 
+def by_label(widgets, label: str):  # type: ignore[no-untyped-def]
+    """The one widget with this label (widgets keyed by dataset or query have generated keys)."""
+    found = [w for w in widgets if w.label == label]
+    assert len(found) == 1, [w.label for w in widgets]
+    return found[0]
+
+
+def picker(at: AppTest):  # type: ignore[no-untyped-def]
+    """The explorer's query picker (its key carries the dataset it belongs to)."""
+    found = [s for s in at.selectbox if str(s.key).startswith("w_q.")]
+    assert len(found) == 1, [s.key for s in at.selectbox]
+    return found[0]
+
+
+def save_label(at: AppTest) -> None:
+    at.button[[b.label for b in at.button].index("Save label")].click().run()
+
+
 def _charts(at: AppTest) -> int:
     return len(at.get("plotly_chart"))
 
@@ -50,9 +68,9 @@ def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:
     at.selectbox(key="w_system").set_value("bm25").run()
     dataset = load_demo("clinical-evidence")
     qid = list(dataset.queries)[2]
-    at.selectbox(key="w_q").set_value(qid).run()
+    picker(at).set_value(qid).run()
     assert not at.exception
-    assert at.selectbox(key="w_q").value == qid
+    assert picker(at).value == qid
 
     run = run_system(dataset, "bm25")
     gold = frame(at, "document")
@@ -72,11 +90,11 @@ def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:
 def test_previous_and_next_move_through_the_queries() -> None:
     at = open_app("explorer")
     ids = list(load_demo("clinical-evidence").queries)
-    first = at.selectbox(key="w_q").value
+    first = picker(at).value
     at.button[[b.label for b in at.button].index("Next ▶")].click().run()
-    assert at.selectbox(key="w_q").value == ids[(ids.index(first) + 1) % len(ids)]
+    assert picker(at).value == ids[(ids.index(first) + 1) % len(ids)]
     at.button[[b.label for b in at.button].index("◀ Previous")].click().run()
-    assert at.selectbox(key="w_q").value == first
+    assert picker(at).value == first
 
 
 def test_hyde_toggle_adds_rewritten_ranks() -> None:
@@ -90,7 +108,7 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
     hyde_run = run_system(dataset, f"bm25+{rewrite[0]}:{rewrite[1]}")
     changed = 0
     for qid in dataset.queries:
-        at.selectbox(key="w_q").set_value(qid).run()
+        picker(at).set_value(qid).run()
         gold = frame(at, "document")
         expected = [str(hyde_run.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
         assert list(gold["with rewrite"]) == expected
@@ -100,7 +118,7 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
     # The retrieved panel can show either ranking, and says which one it shows.
     assert "Retrieved top 10 (original query)" in [h.value for h in at.subheader]
     at.radio(key="w_ranking").set_value("rewritten query").run()
-    qid = at.selectbox(key="w_q").value
+    qid = picker(at).value
     assert list(frame(at, "rank")["document"]) == [d for d, _ in hyde_run.top(qid, 10)]
 
 
@@ -123,7 +141,7 @@ def test_deep_link_restores_the_selection() -> None:
     at = open_app("explorer", source="demo", task="clinical-case", systems=["bm25", "minilm"], system="minilm", q=qid)
     assert at.selectbox(key="w_task").value == "clinical-case"
     assert at.selectbox(key="w_system").value == "minilm"
-    assert at.selectbox(key="w_q").value == qid
+    assert picker(at).value == qid
     assert at.query_params["q"] == qid and at.query_params["system"] == "minilm"
 
 
@@ -132,7 +150,8 @@ def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) ->
     (tmp_path / "corpus.jsonl").write_text('{"id": "d", "text": "doc"}\n')
     (tmp_path / "qrels.jsonl").write_text('{"q_id": "1", "p_id": "d", "score": 1}\n')
     at = open_app(source="local", folder=str(tmp_path))
-    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.error)
+    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.sidebar.error)
+    assert any(md(f"{tmp_path / 'query.jsonl'}:2: malformed JSON") in e.value for e in at.main.error)  # where one looks
     at.radio(key="w_source").set_value("demo").run()
     assert not at.exception and not at.error
 
@@ -184,10 +203,10 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     qid = list(dataset.queries)[1]
     at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
     trap = run_system(dataset, "bm25").top(qid, 1)[0][0]
-    at.selectbox(key="w_label_type").set_value("lexical_trap")
-    at.selectbox(key="w_label_doc").set_value(trap)
-    at.text_area(key="w_label_note").input("shares the murmur words, different disease")
-    at.text_input(key="w_label_annotator").input("Dr. Test")
+    by_label(at.selectbox, "Failure type").set_value("lexical_trap")
+    by_label(at.selectbox, "Document").set_value(trap)
+    by_label(at.text_area, "Note").input("shares the murmur words, different disease")
+    at.text_input(key="w_annotator").input("Dr. Test")
     at.button[[b.label for b in at.button].index("Save label")].click().run()
     assert not at.exception
     assert [s.value for s in at.success] == [f"Saved: Lexical trap on {md(trap)}"]
@@ -207,19 +226,177 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     assert "shares the murmur words" in AnnotationStore().csv_text()
 
 
-def test_an_unjudged_relevant_label_changes_the_reevaluation() -> None:
+def test_an_unjudged_relevant_label_is_proposed_then_accepted_by_a_reviewer() -> None:
+    """Proposed → accepted: the addition changes the re-evaluation only after a reviewer accepts it,
+    and the reviewer's name and time are recorded."""
+    from r2med_core.annotations import AnnotationStore
+
     dataset = load_demo("clinical-evidence")
     qid = list(dataset.queries)[1]
-    top = run_system(dataset, "bm25").top(qid, 1)[0][0]
-    at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
-    at.selectbox(key="w_label_type").set_value("relevant_unjudged")
-    at.selectbox(key="w_label_doc").set_value(top)
-    at.text_input(key="w_label_annotator").input("Dr. Test")
-    at.button[[b.label for b in at.button].index("Save label")].click().run()
+    run = run_system(dataset, "bm25")
+    top = next(doc for doc, _ in run.top(qid, 10) if doc not in dataset.positives(qid))
+    at = open_app("explorer", task="clinical-evidence", systems=["bm25"], system="bm25", q=qid)
+    by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
+    by_label(at.selectbox, "Document").set_value(top)
+    at.text_input(key="w_annotator").input("Dr. Test")
+    save_label(at)
+    assert not at.exception
+    assert any("as a proposal for review" in s.value for s in at.success)
+    (stored,) = AnnotationStore().list()
+    assert (stored.status, stored.system, stored.rank) == ("proposed", "bm25", run.rank_of(qid, top))
+
     at.switch_page("views/annotations.py").run()
+    assert not at.exception
+    assert any("1 proposed addition(s) await review" in c.value for c in at.caption)
+    assert not any("qrels" in df.value.columns for df in at.dataframe)  # nothing accepted: nothing re-evaluated
+    assert at.text_input(key="w_annotator").value == "Dr. Test"  # the name is kept for the session
+    at.button(key=f"w_accept_{stored.id}").click().run()
+    assert not at.exception
+    accepted = AnnotationStore().get(stored.id)
+    assert (accepted.status, accepted.reviewer) == ("accepted", "Dr. Test") and accepted.reviewed_at
+    assert any("Uses the 1 accepted addition(s)" in c.value for c in at.caption)
     rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns)
     bm25 = rows[rows["system"] == "BM25 (R2MED official)"].set_index("qrels")
-    assert bm25.loc["with additions", "MRR"] > bm25.loc["original qrels", "MRR"]
+    assert bm25.loc["with additions", "nDCG@10"] > bm25.loc["original qrels", "nDCG@10"]
+
+
+def test_no_default_failure_type_and_a_failed_save_keeps_the_note() -> None:
+    from r2med_core.annotations import AnnotationStore
+
+    at = open_app("explorer", task="clinical-evidence", system="bm25")
+    kind = by_label(at.selectbox, "Failure type")
+    assert kind.value is None  # the user chooses; nothing is preselected
+    by_label(at.text_area, "Note").input("a careful note")
+    save_label(at)  # no type, no name
+    assert not at.exception and len(AnnotationStore()) == 0
+    assert any("choose a failure type" in e.value for e in at.error)
+    assert by_label(at.text_area, "Note").value == "a careful note"
+    by_label(at.selectbox, "Failure type").set_value("missing_reasoning_step")
+    save_label(at)  # still no name
+    assert any("type your name" in e.value for e in at.error) and len(AnnotationStore()) == 0
+    assert by_label(at.text_area, "Note").value == "a careful note"
+    at.text_input(key="w_annotator").input("Dr. Who")
+    save_label(at)
+    assert [a.note for a in AnnotationStore().list()] == ["a careful note"]
+    assert by_label(at.text_area, "Note").value == ""  # cleared only after a successful save
+    assert at.text_input(key="w_annotator").value == "Dr. Who"  # the name stays
+
+
+def test_relevant_but_unjudged_is_refused_on_a_gold_document() -> None:
+    from r2med_core.annotations import AnnotationStore
+
+    dataset = load_demo("clinical-evidence")
+    qid = list(dataset.queries)[1]
+    gold_doc, grade = next(iter(dataset.positives(qid).items()))
+    at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
+    by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
+    by_label(at.selectbox, "Document").set_value(gold_doc)
+    at.text_input(key="w_annotator").input("Dr. Test")
+    save_label(at)
+    assert not at.exception and len(AnnotationStore()) == 0
+    assert any(md(f"already judged relevant (grade {grade})") in e.value for e in at.error)
+
+
+def test_switching_task_keeps_picker_body_and_label_in_agreement() -> None:
+    from r2med_core.annotations import AnnotationStore
+    from r2med_core.explore import shorten
+
+    at = open_app("explorer", task="clinical-evidence", system="bm25", q="2")
+    at.selectbox(key="w_task").set_value("clinical-case").run()
+    assert not at.exception
+    case = load_demo("clinical-case")
+    query = picker(at)
+    qid = query.value
+    assert query.options[query.index] == f"{qid} · {shorten(case.queries[qid], 110)}"  # the picker's text …
+    assert f"**Query {md(qid)}**" in [m.value for m in at.markdown]  # … the body …
+    by_label(at.selectbox, "Failure type").set_value("missing_reasoning_step")
+    at.text_input(key="w_annotator").input("Dr. Test")
+    save_label(at)
+    (stored,) = AnnotationStore().list()
+    assert (stored.task, stored.query_id) == ("clinical-case", qid)  # … and the label agree
+
+
+def test_the_label_records_the_ranking_shown_with_its_rank() -> None:
+    from r2med_core.annotations import AnnotationStore
+
+    dataset = load_demo("clinical-evidence")
+    qid = list(dataset.queries)[1]
+    at = open_app("explorer", task="clinical-evidence", systems=["bm25"], system="bm25", q=qid)
+    at.toggle(key="w_rewrite_on").set_value(True).run()
+    hyde = rewritten = at.selectbox(key="w_rewrite").value
+    original = run_system(dataset, "bm25")
+    doc = original.top(qid, 3)[2][0]
+    by_label(at.selectbox, "Failure type").set_value("lexical_trap")
+    by_label(at.selectbox, "Document").set_value(doc)
+    at.text_input(key="w_annotator").input("Dr. Test")
+    save_label(at)  # the original ranking is shown
+    at.radio(key="w_ranking").set_value("rewritten query").run()
+    rewritten_run = run_system(dataset, f"bm25+{rewritten}")
+    doc2 = rewritten_run.top(qid, 1)[0][0]
+    by_label(at.selectbox, "Failure type").set_value("lexical_trap")
+    by_label(at.selectbox, "Document").set_value(doc2)
+    save_label(at)
+    first, second = AnnotationStore().list()
+    assert (first.system, first.rank) == ("bm25", 3)
+    assert (second.system, second.rank) == (f"bm25+{hyde}", 1)
+
+
+def test_next_and_previous_follow_the_filters() -> None:
+    from r2med_core import evaluate
+    from r2med_core.explore import filter_queries, query_table
+
+    dataset = load_demo("clinical-case")
+    run = run_system(dataset, "bm25")
+    table = query_table(dataset, evaluate(run, dataset.qrels), run)
+    failures = list(filter_queries(table, failures_only=True)["query_id"])
+    assert len(failures) >= 3 and failures != list(table["query_id"]), "the demo needs bm25 failures here"
+    start = next(q for q in table["query_id"] if q not in failures)
+    at = open_app("explorer", task="clinical-case", systems=["bm25"], system="bm25", q=start)
+    at.checkbox(key="w_fail").check().run()
+    assert at.query_params["fail"] == "1"  # the filter is in the deep link
+    seen = []
+    for _ in range(len(failures) + 1):
+        at.button(key="w_next").click().run()
+        seen.append(picker(at).value)
+    assert seen == [*failures, failures[0]]  # only the failures, in order, wrapping round
+    at.button(key="w_prev").click().run()
+    assert picker(at).value == failures[-1]
+    at.select_slider(key="w_depth").set_value(20).run()
+    assert at.query_params["depth"] == "20"
+    assert "Retrieved top 20" in [h.value for h in at.subheader]
+
+
+def test_systems_survive_a_source_switch_and_empty_selections_never_raise() -> None:
+    at = open_app("compare", systems=["bm25", "bm25s"])
+    at.radio(key="w_source").set_value("local").run()
+    at.radio(key="w_source").set_value("demo").run()
+    assert not at.exception
+    assert at.multiselect(key="w_systems").value == ["bm25", "bm25s"]
+    at.toggle(key="w_rewrite_on").set_value(True).run()
+    at.multiselect(key="w_systems").set_value([]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    for page in ["explorer", "compare", "metrics", "leaderboard", "rewriting", "whatif", "annotations", "overview"]:
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+
+
+def test_removing_the_last_compared_system_leaves_an_explained_empty_state() -> None:
+    at = open_app("compare", systems=["bm25", "bm25s"])
+    assert len(at.multiselect(key="w_compare").value) == 2
+    at.multiselect(key="w_compare").set_value([]).run()
+    assert not at.exception
+    assert at.multiselect(key="w_compare").value == []  # no snapping back to the defaults
+    assert any("Pick at least two systems" in i.value for i in at.info)
+    at.run()
+    assert at.multiselect(key="w_compare").value == []
+
+
+def test_every_page_writes_its_state_to_the_address() -> None:
+    at = open_app("whatif")
+    assert at.query_params["task"] == "clinical-evidence" and at.query_params["source"] == "demo"
+    at.selectbox(key="w_task").set_value("clinical-case").run()
+    at.switch_page("views/annotations.py").run()
+    assert at.query_params["task"] == "clinical-case"
 
 
 def test_what_if_returns_results_from_each_system_and_puts_the_query_in_the_url() -> None:
@@ -308,7 +485,7 @@ def test_reranked_ranks_in_the_explorer(tmp_path: Path) -> None:
     at = open_app("explorer", task="clinical-evidence", system="bm25", rerank=model)
     assert not at.exception and not at.warning
     dataset = load_demo("clinical-evidence")
-    qid = at.selectbox(key="w_q").value
+    qid = picker(at).value
     expected = rerank(run_system(dataset, "bm25"), dataset, model, 10)
     gold = frame(at, "document")
     assert list(gold["after rerank"]) == [str(expected.rank_of(qid, d) or "not in top 100") for d in gold["document"]]

@@ -286,11 +286,11 @@ def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: P
     qid = judged_ids[1]
     page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25&q={qid}")
     settle(page, "Retrieved top 10")
-    assert page.get_by_text("Hypothetical document").count() == 0
+    assert page.get_by_text("Hypothetical document · ").count() == 0  # (the glossary names HyDE too)
     assert page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite").count() == 0
 
     page.locator('[data-testid="stSidebar"]').get_by_text("HyDE / rewrite on").click()
-    settle(page, "Hypothetical document")
+    settle(page, "Hypothetical document · ")
     assert_healthy(page)
     assert page.get_by_text(re.compile(r"Hypothetical document · hyde by")).first.is_visible()
     header = page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite")
@@ -335,3 +335,118 @@ def test_every_page_renders_and_is_screenshotted(page: Page, judged_ids: list[st
     heading = page.locator("h1").filter(has_text=title)
     assert heading.first.is_visible(), f"{name}: title {title!r} not shown"
     assert_healthy(page)
+
+
+# --------------------------------------------------------------------------- the triage loop
+
+
+def _choose(page: Page, label: str, option: str | re.Pattern[str]) -> None:
+    """Pick ``option`` in the selectbox named ``label``."""
+    for attempt in range(3):  # a rerun finishing just then can close the list: open it again
+        page.get_by_role("combobox", name=label).click()
+        choice = page.get_by_role("option", name=option).first
+        try:
+            choice.wait_for(state="visible", timeout=10_000)
+        except Exception:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+            continue
+        choice.click()
+        return
+
+
+def test_the_triage_loop_end_to_end(page: Page) -> None:
+    """Open the failures, step through them with Next and the J key, label a document as relevant but
+    unjudged, review and accept it on the Annotations page, and see the re-evaluation change."""
+    from r2med_core import evaluate
+    from r2med_core.annotations import reevaluate
+    from r2med_core.explore import filter_queries, query_table, shorten
+
+    task = "clinical-case"
+    dataset = load_demo(task)
+    run = run_system(dataset, "bm25")
+    table = query_table(dataset, evaluate(run, dataset.qrels), run)
+    failures = list(filter_queries(table, failures_only=True)["query_id"])
+    assert len(failures) >= 3
+
+    external: list[str] = []
+    page.on(
+        "request", lambda r: external.append(r.url) if urlparse(r.url).hostname not in ("127.0.0.1", None) else None
+    )
+    page.goto(f"/explorer?task={task}&systems=bm25&system=bm25")
+    settle(page, "Retrieved top 10")
+    assert_healthy(page)
+    assert query_param(page, "task") == [task]  # the page wrote its state to the address at once
+
+    # 1. Open the failures: the filter is in the link and the table stays open after the change.
+    page.get_by_text("nDCG@10 = 0", exact=True).click()
+    wait_for_param(page, "fail", "1")
+    settle(page, f"{len(failures)} of {len(table)} judged queries")
+    assert page.get_by_text("Search query text").is_visible(), "the All queries table closed after a change"
+    full_page_screenshot(page, "triage-1-failures")
+
+    # 2. Step through the filtered list: Next, then the J shortcut, then K back.
+    page.get_by_role("button", name=re.compile("Next")).click()
+    wait_for_param(page, "q", failures[0])
+    settle(page, f"Query {failures[0]}")
+    page.locator("h1").filter(has_text="Query explorer").click()  # focus the page, not a text field
+    page.keyboard.press("j")
+    wait_for_param(page, "q", failures[1])
+    settle(page, f"Query {failures[1]}")
+    qid = failures[1]
+    picker = page.get_by_role("combobox", name="Query")
+    assert picker.input_value() == f"{qid} · {shorten(dataset.queries[qid], 110)}"  # picker and body agree
+    assert page.get_by_text(f"1 of {len(failures)}").count() == 0
+    assert page.get_by_text(f"this query is 2 of {len(failures)} filtered queries").first.is_visible()
+
+    # 3. Label an unjudged document of the shown ranking as relevant.
+    doc, _ = next((d, s) for d, s in run.top(qid, 10) if d not in dataset.positives(qid))
+    _choose(page, "Failure type", "Relevant but unjudged")
+    _choose(page, "Document", re.compile(rf"^{re.escape(doc)}$"))
+    page.get_by_label("Note").fill("answers the question; never judged")
+    page.get_by_label("Your name").fill("Dr. Browser")
+    page.get_by_role("button", name="Save label").click()
+    settle(page, "as a proposal for review")
+    assert_healthy(page)
+    full_page_screenshot(page, "triage-2-labelled")
+
+    # 4. Review and accept it; the re-evaluation uses it and says so.
+    page.get_by_role("link", name="Annotations").click()
+    settle(page, "Review queue")
+    settle(page, "1 proposed addition(s) await review")
+    assert page.get_by_role("textbox", name="Your name").input_value() == "Dr. Browser"  # asked once per session
+    full_page_screenshot(page, "triage-3-queue")
+    page.get_by_role("button", name="Accept").click()
+    settle(page, "Uses the 1 accepted addition(s)")
+    assert_healthy(page)
+    original, extended = reevaluate(run, dataset.qrels, {qid: {doc: 1}}, task)
+    before, after = original.means["ndcg_at_10"], extended.means["ndcg_at_10"]
+    assert after > before
+    assert page.get_by_text(f"{before:.3f} → {after:.3f}").first.is_visible()
+    full_page_screenshot(page, "triage-4-accepted")
+    assert external == [], f"requests left this server: {external}"
+
+
+@pytest.mark.parametrize("width", [1024, 1280])
+def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[str], width: int) -> None:
+    """At 1024 and 1280 px the query table, its filters and the Compare p-value and Δ columns are in view."""
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25")
+    settle(page, "Retrieved top 10")
+    for text in ("nDCG@10 = 0", "Gold missed", "Search query text"):
+        label = page.get_by_text(text, exact=True).first
+        box = label.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= width, f"{text!r} is off screen at {width} px"
+        assert label.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), f"{text!r} is cut short at {width} px"
+    page.screenshot(path=str(SCREENSHOTS / f"explorer-{width}.png"))
+    page.goto(f"/compare?task={TASK}&{SYSTEMS}")
+    settle(page, "Largest gains")
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.locator("th", has_text="randomization p").first.wait_for(state="attached")
+    headers = [h.strip() for h in grid.locator("th").all_text_contents() if h.strip()]
+    # Δ and the p-values come right after the system name, so they are the first columns in view.
+    assert headers[:3] == ["system", "Δ", "randomization p"], headers
+    box = grid.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= width
+    page.screenshot(path=str(SCREENSHOTS / f"compare-{width}.png"))

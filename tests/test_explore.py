@@ -97,3 +97,49 @@ def test_gold_documents_missing_from_the_corpus_are_shown_not_fatal(tiny_r2med: 
     assert rows["ghost"].rank is None and rows["dka_0"].rank == 1
     table = query_table(ds, evaluate(run, ds.qrels), run)
     assert int(table.set_index("query_id").loc["q1", "gold_missed"]) == 2
+
+
+def test_highlighting_skips_filler_and_shows_words_as_written() -> None:
+    from r2med_core.explore import overlap
+
+    query = "A 67-year-old man presents with emergent intravenous dizziness. What is the most likely diagnosis?"
+    terms = query_terms(query)
+    html = highlight(query, terms)
+    for filler in ("A", "67", "year", "old", "man", "presents", "with", "What", "is", "the", "most", "likely"):
+        assert f"<mark>{filler}</mark>" not in html
+    assert "<mark>emergent</mark>" in html and "<mark>dizziness</mark>" in html
+    document = "Emergency intravenous fluids for the dizzy and old man; intravenous again."
+    # The words as the document writes them, once each — never stems such as "emerg" or "intraven".
+    assert overlap(document, terms) == ["dizzy", "Emergency", "intravenous"]
+
+
+def test_step_follows_the_filtered_list() -> None:
+    from r2med_core.explore import step
+
+    shown = ["q2", "q5", "q9"]
+    assert step(shown, "q5", 1) == "q9" and step(shown, "q9", 1) == "q2"  # wraps
+    assert step(shown, "q2", -1) == "q9"
+    assert step(shown, "q1", 1) == "q2" and step(shown, "q1", -1) == "q9"  # a hidden query: first / last
+    assert step([], "q1", 1) is None
+
+
+def test_verdict_and_axis_range() -> None:
+    from r2med_core.evaluation import PairedTest
+    from r2med_core.explore import axis_range, verdict
+
+    base = {"baseline": "a", "system": "b", "metric": "ndcg_at_10", "wins": 5, "ties": 1, "losses": 1}
+    better = PairedTest(
+        **base, mean_a=0.2, mean_b=0.3, t_pvalue=0.01, randomization_pvalue=0.004, randomization_pvalue_holm=0.012
+    )
+    assert verdict(better, "nDCG@10") == "significantly better on nDCG@10 (Δ +0.100, p = 0.012 after Holm)"
+    same = PairedTest(**base, mean_a=0.3, mean_b=0.28, t_pvalue=0.5, randomization_pvalue=0.41)
+    assert verdict(same, "nDCG@10") == "no significant difference on nDCG@10 (Δ -0.020, p = 0.41)"
+    low, high = axis_range([0.0, 0.1, 0.3])
+    assert low < 0 and 0.3 < high < 0.35  # fits the data, not a fixed 0–1
+    assert axis_range([]) == [0.0, 1.0]
+
+
+def test_retrieved_frame_has_a_text_preview(tiny_r2med: Path) -> None:
+    ds = load_r2med_dir(tiny_r2med)
+    frame = retrieved_frame(ds, _tiny_run(), "q1", k=5)
+    assert frame["preview"].iloc[0].startswith("Ketoacidosis causes an anion gap")

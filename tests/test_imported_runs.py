@@ -22,7 +22,7 @@ from r2med_core.imported_runs import (
 from r2med_core.runs import Run, format_trec
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
-from tests.test_app import frame, open_app
+from tests.test_app import frame, open_app, picker
 
 TASK = "clinical-evidence"
 
@@ -212,7 +212,7 @@ def test_uploaded_run_is_a_system_in_the_explorer_and_compare(dataset) -> None: 
     at.switch_page("views/explorer.py").run()
     at.selectbox(key="w_system").set_value("run:gpu-model").run()
     qid = list(dataset.queries)[3]
-    at.selectbox(key="w_q").set_value(qid).run()
+    picker(at).set_value(qid).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     gold = frame(at, "document")
     assert list(gold["rank"]) == [str(i) for i in range(1, len(dataset.positives(qid)) + 1)]

@@ -1,20 +1,31 @@
-"""Annotations: every failure label, counts per type, exports, import, and re-evaluation with the
-accepted "relevant but unjudged" additions.
+"""Annotations: the review queue (proposed judgement additions and disagreements, accept or reject),
+agreement between annotators, every label with counts per type, exports, import, and re-evaluation
+with the accepted "relevant but unjudged" additions.
 """
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
+import math
 
 import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from r2med_core.annotations import TAXONOMY, reevaluate
+from r2med_core.agreement import QueueItem, agreement, review_queue
+from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, reevaluate
+from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.explore import shorten
 from r2med_core.report import metric_label
+from r2med_core.settings import Settings, load_settings
 from views import state, ui
+
+QUEUE_PAGE = 20  # review items drawn at once
+ALL = "(all)"
+
+
+def _type_label(code: object) -> str:
+    return TAXONOMY[code].label if code in TAXONOMY else str(code)
 
 
 def _describe(row: pd.Series) -> str:
@@ -24,38 +35,208 @@ def _describe(row: pd.Series) -> str:
     )
 
 
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ValueError:
+        return Settings()
+
+
+def _reviewer() -> str | None:
+    name = state.view().annotator.strip()
+    if not name:
+        state.view().flash_error = "Type your name under 'Your name' first: reviews record who made them."
+        return None
+    return name
+
+
+def _review(annotation_id: int, accept: bool) -> None:
+    """Accept or reject one proposal (a button callback; the page then shows the result)."""
+    reviewer, v = _reviewer(), state.view()
+    if reviewer is None or store is None:
+        return
+    label = store.get(annotation_id)
+    judged = dataset.qrels if (label.dataset, label.task) == (dataset.source, dataset.name) else None
+    try:
+        store.review(annotation_id, accept, reviewer, qrels=judged)
+    except (ValueError, KeyError, AnnotationStoreError) as err:
+        v.flash_error = f"Not reviewed: {ui.md(err)}"
+        return
+    v.flash = f"{'Accepted' if accept else 'Rejected'} label #{annotation_id} as {ui.md(reviewer)}."
+
+
+def _keep(annotation_id: int) -> None:
+    """Settle a disagreement in favour of one label (the others are marked rejected, never deleted)."""
+    reviewer, v = _reviewer(), state.view()
+    if reviewer is None or store is None:
+        return
+    try:
+        store.adjudicate(annotation_id, reviewer)
+    except (ValueError, KeyError, AnnotationStoreError) as err:
+        v.flash_error = f"Not reviewed: {ui.md(err)}"
+        return
+    v.flash = f"Kept label #{annotation_id}; the other labels on it are marked rejected by {ui.md(reviewer)}."
+
+
+def _delete(annotation_id: int) -> None:
+    try:
+        store.delete(annotation_id)
+    except (KeyError, AnnotationStoreError) as err:
+        state.view().flash_error = f"Not deleted: {ui.md(err)}"
+        return
+    state.view().flash = f"Deleted label #{annotation_id}."
+
+
+def _label_line(a: Annotation) -> str:
+    where = f" at rank {a.rank}" if a.rank else ""
+    note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
+    return ui.md(f"{_type_label(a.failure_type)} by {a.annotator} · {a.system or 'no system'}{where}{note}")
+
+
+def _queue_item(item: QueueItem) -> None:
+    _, task, query_id, doc_id = item.unit
+    with st.container(border=True):
+        target = f"document {doc_id}" if doc_id is not None else "the whole query"
+        st.markdown(f"**{ui.md(item.kind.capitalize())}** · {ui.md(task)} · query {ui.md(query_id)} · {ui.md(target)}")
+        if task == dataset.name and query_id in dataset.queries:
+            st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
+        if item.kind == "proposed addition":
+            (label,) = item.labels
+            row = st.columns([6, 1, 1])
+            row[0].markdown(_label_line(label))
+            row[1].button("Accept", key=f"w_accept_{label.id}", on_click=_review, args=(label.id, True), type="primary")
+            row[2].button("Reject", key=f"w_reject_{label.id}", on_click=_review, args=(label.id, False))
+            return
+        for label in item.labels:
+            row = st.columns([6, 2])
+            row[0].markdown(_label_line(label))
+            row[1].button("Keep this one", key=f"w_keep_{label.id}", on_click=_keep, args=(label.id,))
+
+
 dataset = ui.current_dataset()
 store = ui.annotation_store()
+v = state.view()
 st.title("Annotations")
 if store is None:
     st.stop()
 st.caption(f"Stored in {ui.md(store.path)} (SQLite). Label queries and documents from the Query explorer.")
+state.show_flash()
 
-everything = store.to_dataframe()
-if everything.empty:
+# ------------------------------------------------------------------ rows that break a rule
+flagged = store.flagged()
+if flagged:
+    st.warning(
+        f"{len(flagged)} stored label(s) break a rule (written by another tool, an older version or by hand). "
+        "They are left out of the TREC export; delete them here, or fix them in a JSONL export and import it."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"id": a.id, "task": a.task, "query": a.query_id, "document": a.doc_id, "problem": "; ".join(p)}
+                for a, p in flagged
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    bad = st.selectbox("Flagged label", [a.id for a, _ in flagged], key="w_ann_flagged")
+    st.button("Delete the flagged label", key="w_ann_flag_delete", on_click=_delete, args=(bad,))
+
+# ------------------------------------------------------------------ who is reviewing
+st.text_input(
+    "Your name",
+    key=state.bound("annotator"),
+    on_change=state.store("annotator"),
+    placeholder="recorded with every review",
+    help="Asked once and kept for this session (also used when you label in the Query explorer).",
+)
+
+# ------------------------------------------------------------------ review queue
+everything = store.list()
+st.subheader("Review queue")
+st.caption(
+    "Proposed 'relevant but unjudged' additions count as judgements only once accepted here; where annotators "
+    "disagree, keep the label that is right (the others are marked rejected, never deleted)."
+)
+tasks = sorted({str(a.task) for a in everything})
+annotators = sorted({str(a.annotator) for a in everything})
+q1, q2 = st.columns(2)
+task_filter = q1.selectbox("Task", [ALL, *tasks], key="w_queue_task")
+who_filter = q2.selectbox("Annotator", [ALL, *annotators], key="w_queue_annotator")
+queue = review_queue(
+    everything,
+    task=None if task_filter == ALL else task_filter,
+    annotator=None if who_filter == ALL else who_filter,
+)
+if not queue:
+    st.caption("Nothing to review.")
+for item in queue[:QUEUE_PAGE]:
+    _queue_item(item)
+if len(queue) > QUEUE_PAGE:
+    st.caption(f"Showing the oldest {QUEUE_PAGE} of {len(queue)} items; the next appear as these are reviewed.")
+
+# ------------------------------------------------------------------ agreement
+st.subheader("Agreement between annotators")
+measured = agreement(everything)
+if not measured.pairs:
+    st.caption("Appears when two or more annotators label the same query or (query, document).")
+else:
+
+    def _kappa(value: float) -> str:
+        return "undefined" if math.isnan(value) else f"{value:.2f}"
+
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "annotators": f"{p.annotator_a} · {p.annotator_b}",
+                    "shared items": p.units,
+                    "same label": p.agreed,
+                    "Cohen's kappa": _kappa(p.kappa),
+                }
+                for p in measured.pairs
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    if measured.group is not None:
+        st.caption(
+            f"Fleiss' kappa over {measured.group.units} items labelled by {len(measured.group.annotators)} "
+            f"annotators ({ui.md(', '.join(measured.group.annotators))}): {_kappa(measured.group.kappa)}."
+        )
+    st.caption(
+        f"{measured.shared_units} items were labelled by two or more annotators. Kappa: 1 = full agreement, "
+        "0 = no more than chance; undefined when every label is the same type. Disagreements are in the queue."
+    )
+
+# ------------------------------------------------------------------ every label
+table = store.to_dataframe()
+if table.empty:
     st.info("No labels yet. Open the Query explorer, pick a query and use **Label a failure** under it.")
 else:
+    st.subheader("All labels")
     c = st.columns(4)
     filters = {
-        "task": c[0].multiselect("Task", sorted(everything["task"].unique()), key="w_ann_task"),
+        "task": c[0].multiselect("Task", sorted(map(str, table["task"].unique())), key="w_ann_task"),
         "failure_type": c[1].multiselect(
             "Failure type",
-            sorted(everything["failure_type"].unique()),
-            format_func=lambda code: TAXONOMY[code].label if code in TAXONOMY else code,
+            sorted(map(str, table["failure_type"].unique())),
+            format_func=_type_label,
             key="w_ann_type",
         ),
-        "system": c[2].multiselect("System", sorted(everything["system"].unique()), key="w_ann_system"),
-        "annotator": c[3].multiselect("Annotator", sorted(everything["annotator"].unique()), key="w_ann_by"),
+        "system": c[2].multiselect("System", sorted(map(str, table["system"].unique())), key="w_ann_system"),
+        "annotator": c[3].multiselect("Annotator", sorted(map(str, table["annotator"].unique())), key="w_ann_by"),
     }
-    shown = everything
+    shown = table
     for column, chosen in filters.items():
         if chosen:
-            shown = shown[shown[column].isin(chosen)]
+            shown = shown[shown[column].astype(str).isin(chosen)]
     left, right = st.columns([2, 1])
     with left:
         st.dataframe(shown, hide_index=True, width="stretch")
     with right:
-        counts = shown["failure_type"].map(lambda code: TAXONOMY[code].label if code in TAXONOMY else code)
+        counts = shown["failure_type"].map(_type_label)
         fig = px.bar(
             counts.value_counts().rename_axis("failure type").reset_index(name="labels"),
             x="labels",
@@ -65,23 +246,15 @@ else:
         fig.update_layout(yaxis={"categoryorder": "total ascending"}, height=320, margin={"l": 0, "r": 0})
         st.plotly_chart(fig, width="stretch", key="annotation_counts")
 
-    with st.expander("Review: accept or remove labels"):
+    with st.expander("Delete a label"):
         options = list(shown["id"])
         picked = st.selectbox(
             "Label", options, format_func=lambda i: _describe(shown.set_index("id").loc[i]), key="w_ann_pick"
         )
         if picked is not None:
-            row = shown.set_index("id").loc[picked]
-            b1, b2 = st.columns(2)
-            if row["failure_type"] == "relevant_unjudged":
-                wanted = not bool(row["accepted"])
-                if b1.button("Accept as a qrels addition" if wanted else "Un-accept", key="w_ann_accept"):
-                    store.set_accepted(int(picked), wanted)
-                    st.rerun()
-            if b2.button("Delete this label", key="w_ann_delete"):
-                store.delete(int(picked))
-                st.rerun()
+            st.button("Delete this label", key="w_ann_delete", on_click=_delete, args=(int(picked),))
 
+# ------------------------------------------------------------------ exchange
 st.subheader("Export and import")
 e = st.columns(3)
 e[0].download_button("All labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
@@ -95,32 +268,72 @@ e[2].download_button(
     mime="text/plain",
     help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
 )
-uploaded = st.file_uploader("Import labels exported as JSONL (merged; duplicates skipped)", type=["jsonl"])
+limit = _settings().upload_max_bytes
+uploaded = st.file_uploader(
+    f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 2**20:g} MB)",
+    type=["jsonl"],
+    max_upload_size=max(1, math.ceil(limit / 2**20)),
+    key="w_ann_upload",
+)
 if uploaded is not None and st.button("Import", key="w_ann_import"):
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / uploaded.name
-        path.write_bytes(uploaded.getvalue())
-        report = store.import_jsonl(path)
-    st.success(f"Imported {report.added} labels; {report.skipped_duplicates} duplicates skipped.")
-    for problem in report.errors[:20]:
-        st.error(ui.md(f"{uploaded.name}:{problem.line}: {problem.message}"))
+    shown_name = ui.md(uploaded.name)  # only ever shown, never used as a path
+    try:
+        if uploaded.size > limit:
+            raise DataError([])
+        report = store.import_jsonl_bytes(uploaded.getvalue(), uploaded.name, max_bytes=limit)
+    except DataError:
+        st.error(
+            f"{shown_name} is {uploaded.size / 2**20:.2f} MB, over the {limit / 2**20:.2f} MB upload limit "
+            "(R2MED_UPLOAD_MAX_MB). Split it, or ask the operator to raise the limit."
+        )
+    except AnnotationStoreError as err:
+        st.error(f"Import stopped: {ui.md(err)}. Labels imported before this are kept; importing again skips them.")
+    else:
+        st.success(
+            f"Imported {report.added} labels from {shown_name}; {report.skipped_duplicates} duplicates skipped"
+            + (f"; {len(report.errors)} line(s) could not be read (below)." if report.errors else ".")
+        )
+        for problem in report.errors[:20]:
+            st.error(ui.md(f"{uploaded.name}:{problem.line}: {problem.message}"))
+        if len(report.errors) > 20:
+            st.caption(f"… and {len(report.errors) - 20} more bad lines.")
 
+# ------------------------------------------------------------------ re-evaluation
 st.subheader(f"Re-evaluation on {ui.md(dataset.name)}")
 additions = store.qrels_additions(dataset.source, dataset.name)
 n_added = sum(len(docs) for docs in additions.values())
+n_proposed = sum(
+    1
+    for a in store.list(dataset=dataset.source, task=dataset.name, failure_type="relevant_unjudged")
+    if a.status == "proposed"
+)
+waiting = f" {n_proposed} proposed addition(s) await review and are not used." if n_proposed else ""
 if not n_added:
-    st.caption("No accepted 'relevant but unjudged' labels on this task yet: the extended qrels equal the original.")
+    st.caption(
+        "No accepted 'relevant but unjudged' labels on this task yet: the extended qrels equal the original." + waiting
+    )
 else:
-    st.caption(f"{n_added} accepted additions on {len(additions)} queries.")
+    st.caption(f"Uses the {n_added} accepted addition(s) on {len(additions)} queries, and only those." + waiting)
     rows = []
-    for name in state.systems_in_play():
+    cards = st.columns(4)
+    for position, name in enumerate(state.systems_in_play()):
         computed = ui.safe_results(dataset, name)
         if computed is None:
             continue
         original, extended = reevaluate(computed[0], dataset.qrels, additions, dataset.name)
+        before, after = original.means["ndcg_at_10"], extended.means["ndcg_at_10"]
+        cards[position % 4].metric(
+            f"{ui.system_label(name)} · nDCG@10",
+            f"{before:.3f} → {after:.3f}",
+            delta=f"{after - before:+.3f}",
+            help="Mean nDCG@10 with the original judgements → with the accepted additions.",
+        )
         for label, result in (("original qrels", original), ("with additions", extended)):
             rows.append(
                 {"system": ui.system_label(name), "qrels": label}
                 | {metric_label(m): result.means[m] for m in MAIN_METRICS}
             )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.caption("Choose systems in the sidebar to re-evaluate them.")

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from r2med_core.evaluation import ALL_METRICS, compare
-from r2med_core.explore import per_query_delta, shorten
+from r2med_core.explore import axis_range, per_query_delta, shorten, verdict
 from r2med_core.report import metric_label
 from views import state, ui
 
@@ -20,14 +20,17 @@ st.title("Compare systems")
 ui.demo_banner(dataset)
 
 options = state.systems_in_play()
-if not v.compare:
-    v.compare = options[:2] if not v.rewrite else [options[0], options[len(v.systems)]]
+if not options:
+    st.info("No systems are in play: choose some under **Systems in play** in the sidebar to compare them.")
+    st.stop()
+# Until the user chooses, compare the first two systems (with a rewrite on: the first system and its rewrite).
+defaults = options[:2] if not v.rewrite else [options[0], options[len(v.systems)]]
 c1, c2 = st.columns([3, 1])
 c1.multiselect(
     "Systems (the first is the baseline)",
     options,
     format_func=ui.system_label,
-    key=state.bound("compare", options),
+    key=state.bound("compare", options, defaults),
     on_change=state.store("compare"),
 )
 metric = c2.selectbox(
@@ -36,7 +39,10 @@ metric = c2.selectbox(
 name = metric_label(metric)
 chosen = st.session_state["w_compare"]
 if len(chosen) < 2:
-    st.info("Pick at least two systems. Switch HyDE on in the sidebar to compare each system with its rewrite.")
+    st.info(
+        "Pick at least two systems above: the first is the baseline, each other system is tested against it. "
+        "Switch HyDE on in the sidebar to compare each system with its rewrite."
+    )
     st.stop()
 
 computed = [ui.safe_results(dataset, name) for name in chosen]
@@ -47,26 +53,37 @@ baseline, others = results[0], results[1:]
 tests = compare(baseline, others, metric)
 
 st.subheader("Paired significance")
+for test, other in zip(tests, others):
+    st.markdown(f"**{ui.md(ui.system_label(other.run_name))}**: {ui.md(verdict(test, name))}.")
 rows = []
 for test, other in zip(tests, others):
-    row = {
-        "system": ui.system_label(other.run_name),
+    # Δ and the p-values first, so they stay in view on a narrow (1024 px) screen.
+    row = {"system": ui.system_label(other.run_name), "Δ": round(test.delta, 4)}
+    if test.t_pvalue_holm is not None:
+        row["randomization p (Holm)"] = test.randomization_pvalue_holm
+        row["t-test p (Holm)"] = test.t_pvalue_holm
+    row |= {
+        "randomization p": test.randomization_pvalue,
+        "t-test p": test.t_pvalue,
+        "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
         f"{name} baseline": round(test.mean_a, 4),
         f"{name} system": round(test.mean_b, 4),
-        "Δ": round(test.delta, 4),
-        "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
-        "t-test p": test.t_pvalue,
-        "randomization p": test.randomization_pvalue,
     }
-    if test.t_pvalue_holm is not None:
-        row["t-test p (Holm)"] = test.t_pvalue_holm
-        row["randomization p (Holm)"] = test.randomization_pvalue_holm
     rows.append(row)
-st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+st.dataframe(
+    pd.DataFrame(rows),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "system": st.column_config.TextColumn("system", width="medium"),
+        "Δ": st.column_config.NumberColumn("Δ", format="%+.4f", help=f"Mean {name}: system minus baseline."),
+    },
+)
 st.caption(
     f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
     "(10,000 sign flips) over the queries both systems were evaluated on"
     + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
+    + " The verdict uses the randomization test at p < 0.05."
 )
 
 for test, other in zip(tests, others):
@@ -85,17 +102,18 @@ for test, other in zip(tests, others):
             hover_name="query_id",
             labels={"a": f"{name} · baseline", "b": f"{name} · system"},
         )
+        span = axis_range(pd.concat([delta["a"], delta["b"]]))
         scatter.add_trace(
             go.Scatter(
-                x=[0, 1],
-                y=[0, 1],
+                x=span,
+                y=span,
                 mode="lines",
                 line={"dash": "dot", "color": "grey"},
                 showlegend=False,
                 hoverinfo="skip",
             )
         )
-        scatter.update_xaxes(range=[-0.02, 1.02]).update_yaxes(range=[-0.02, 1.02], scaleanchor="x")
+        scatter.update_xaxes(range=span).update_yaxes(range=span, scaleanchor="x")  # fits the data, square
         st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
     with right:
         fig = ui.delta_bars(dataset, delta, f"Δ {name}")

@@ -7,15 +7,18 @@ from __future__ import annotations
 import streamlit as st
 
 from r2med_core.explore import (
+    GLOSSARY,
     filter_queries,
     gold_frame,
     gold_rows,
     highlight,
     overlap,
+    preview,
     query_terms,
     rank_text,
     retrieved_frame,
     shared_with_gold,
+    step,
 )
 from r2med_core.report import metric_label
 from r2med_core.systems import queries_left_out, rewritten_name
@@ -23,8 +26,11 @@ from views import labels, state, ui
 
 dataset = ui.current_dataset()
 v = state.view()
+within = state.scope(ui.dataset_key(dataset))  # widgets whose options depend on the dataset are keyed by it
 st.title("Query explorer")
 ui.demo_banner(dataset)
+with st.expander("Glossary: gold, grade, HyDE, nDCG@10, recall@100"):
+    st.markdown("\n".join(f"- **{ui.md(word)}**: {ui.md(meaning)}" for word, meaning in GLOSSARY.items()))
 
 systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
 top = st.columns([3, 1])
@@ -32,17 +38,20 @@ top[0].selectbox(
     "System", systems, format_func=ui.system_label, key=state.bound("system", systems), on_change=state.store("system")
 )
 v.system = st.session_state["w_system"]
-depth = top[1].select_slider("Show top", options=[5, 10, 20, 50, 100], value=10, key="w_depth")
+DEPTHS = [5, 10, 20, 50, 100]
+depth = top[1].select_slider(
+    "Show top", options=DEPTHS, key=state.bound("depth", DEPTHS, 10), on_change=state.store("depth")
+)
 
 computed = ui.safe_results(dataset, v.system)
 if computed is None:
     st.stop()
 run, results = computed
 rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
-labelled_system = rewritten_name(v.system, v.rewrite)  # the system whose ranking the user looks at last
 rewritten = None
-if rewrite and labelled_system != v.system:  # an imported run has no variant on the rewrite
-    computed_rw = ui.safe_results(dataset, labelled_system)
+rewritten_system = rewritten_name(v.system, v.rewrite)
+if rewrite and rewritten_system != v.system:  # an imported run has no variant on the rewrite
+    computed_rw = ui.safe_results(dataset, rewritten_system)
     rewritten = computed_rw[0] if computed_rw else None
     rewritten_results = computed_rw[1] if computed_rw else None
     if left_out := queries_left_out(dataset, rewrite):
@@ -53,24 +62,45 @@ if rewrite and labelled_system != v.system:  # an imported run has no variant on
 
 # ------------------------------------------------------------------ the query table
 table = ui.get_query_table(dataset, v.system, results, run)
+picker_key = state.widget_key("q", within)
+table_key = state.widget_key("all_queries", within)
+# Open when the session starts without a chosen query; after that it stays as the user left it (a filter
+# change or a picked query never closes it).
 with st.expander(
     f"All queries · mean nDCG@10 {results.means['ndcg_at_10']:.3f} · recall@100 {results.means['recall_at_100']:.3f}",
-    expanded=not v.q,
+    expanded=bool(st.session_state.get(table_key, not v.q)),
+    key=table_key,
+    on_change="rerun",
 ):
-    f1, f2, f3 = st.columns([1, 1, 2])
-    failures = f1.checkbox("nDCG@10 = 0 only", key="w_fail")
-    missed = f2.checkbox("A gold document missed (not in top 100)", key="w_missed")
-    search = f3.text_input("Search query text", key="w_search", placeholder="e.g. troponin")
-    shown = filter_queries(table, failures_only=failures, missed_gold=missed, search=search)
-    st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it")
+    f1, f2, f3 = st.columns([1.4, 1.2, 2])
+    f1.checkbox(
+        "nDCG@10 = 0",
+        key=state.bound("fail"),
+        on_change=state.store("fail"),
+        help="Only failures: queries with no gold document in the top 10.",
+    )
+    f2.checkbox(
+        "Gold missed",
+        key=state.bound("missed"),
+        on_change=state.store("missed"),
+        help="Only queries with a gold document outside the top 100 (not retrieved at all).",
+    )
+    f3.text_input(
+        "Search query text",
+        key=state.bound("search"),
+        on_change=state.store("search"),
+        placeholder="e.g. troponin, or a query id",
+    )
+    shown = filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search)
+    st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it · Next/Previous follow filters")
     shown_ids = list(shown["query_id"])
 
     def _picked() -> None:
         """Open the query whose row was clicked (ids as shown when the click happened)."""
-        rows = st.session_state["w_table"].selection.rows
+        rows = st.session_state[state.widget_key("table", within)].selection.rows
         if rows:
             v.q = shown_ids[rows[0]]
-            st.session_state["w_q"] = v.q
+            st.session_state[picker_key] = v.q
 
     st.dataframe(
         shown,
@@ -78,11 +108,23 @@ with st.expander(
         width="stretch",
         on_select=_picked,
         selection_mode="single-row",
-        key="w_table",
+        key=state.widget_key("table", within),
+        # The scores first and the query text last, so the numbers stay in view on a narrow screen.
+        column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank", "query"],
         column_config={
-            "ndcg_at_10": st.column_config.ProgressColumn("nDCG@10", min_value=0.0, max_value=1.0, format="%.3f"),
-            "recall_at_100": st.column_config.ProgressColumn("recall@100", min_value=0.0, max_value=1.0, format="%.3f"),
-            "best_gold_rank": st.column_config.NumberColumn("best gold rank"),
+            "query_id": st.column_config.TextColumn("id", width=60),
+            "query": st.column_config.TextColumn("query"),
+            "ndcg_at_10": st.column_config.ProgressColumn(
+                "nDCG@10", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["nDCG@10"]
+            ),
+            "recall_at_100": st.column_config.ProgressColumn(
+                "recall@100", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["recall@100"]
+            ),
+            "gold": st.column_config.NumberColumn("gold", width=50, help=GLOSSARY["gold"]),
+            "gold_missed": st.column_config.NumberColumn("missed", width=60, help="Gold documents not in the top 100."),
+            "best_gold_rank": st.column_config.NumberColumn(
+                "best rank", width=75, help="Rank of the best-placed gold document."
+            ),
         },
     )
 # ------------------------------------------------------------------ the selected query
@@ -92,26 +134,32 @@ if not query_ids:
     st.stop()
 if v.q not in query_ids:
     v.q = query_ids[0]
+filtered = bool(v.fail or v.missed or v.search.strip())
+walk = [q for q in shown_ids if q in query_ids] if filtered else query_ids  # what Next/Previous step through
 
 
 def _step(offset: int) -> None:
-    position = (query_ids.index(v.q) + offset) % len(query_ids)
-    v.q = query_ids[position]
-    st.session_state["w_q"] = v.q
+    target = step(walk, v.q, offset)
+    if target is not None:
+        v.q = target
+        st.session_state[picker_key] = v.q
 
 
 nav = st.columns([1, 6, 1])
-nav[0].button("◀ Previous", on_click=_step, args=(-1,), width="stretch")
+nav[0].button("◀ Previous", on_click=_step, args=(-1,), width="stretch", shortcut="K", disabled=not walk, key="w_prev")
 nav[1].selectbox(
     "Query",
     query_ids,
-    key=state.bound("q", query_ids),
-    on_change=state.store("q"),
+    key=state.bound("q", query_ids, within=within),
+    on_change=state.store("q", within),
     label_visibility="collapsed",
     format_func=ui.query_labels(dataset).__getitem__,
 )
-nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch")
-qid = v.q = st.session_state["w_q"]
+nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch", shortcut="J", disabled=not walk, key="w_next")
+qid = v.q = st.session_state[picker_key]
+if filtered:
+    where = f"{walk.index(qid) + 1} of {len(walk)}" if qid in walk else f"not among the {len(walk)}"
+    st.caption(f"Filtered: this query is {where} filtered queries; Next (J) and Previous (K) step through them.")
 
 terms = query_terms(dataset.queries[qid])
 bridge = shared_with_gold(dataset, qid)
@@ -141,8 +189,18 @@ if with_rewrite is not None:
 m = st.columns(4)
 for col, metric in zip(m, ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
     value = float(per_query[metric]) if per_query is not None else 0.0
-    change = float(with_rewrite[metric]) - value if with_rewrite is not None else 0.0
-    col.metric(metric_label(metric), f"{value:.3f}", delta=f"{change:+.3f}" if abs(change) > 5e-4 else None)
+    help_text = GLOSSARY.get(metric_label(metric).replace("Recall", "recall"))
+    if with_rewrite is None:
+        col.metric(metric_label(metric), f"{value:.3f}", help=help_text)
+        continue
+    after = float(with_rewrite[metric])
+    change = after - value
+    col.metric(
+        metric_label(metric),
+        f"{value:.3f} → {after:.3f}",  # without → with the rewrite, both shown plainly
+        delta=f"{change:+.3f}" if abs(change) > 5e-4 else None,
+        help=help_text,
+    )
 
 if rewritten is not None:
     method, llm = rewrite
@@ -162,19 +220,21 @@ gold = gold_rows(dataset, run, qid, rewritten, reranked)
 left, right = st.columns(2)
 with left:
     st.subheader(f"Gold documents ({len(gold)})")
+    st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
     st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
     for row in gold:
         label = f"{row.doc_id} · grade {row.grade} · {rank_text(row.rank)}"
         if rewritten is not None:
             label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
         tags = labels.label_tags(query_labels, row.doc_id)
+        text = dataset.corpus.get(row.doc_id)
         with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
-            text = dataset.corpus.get(row.doc_id)
             if text is None:
                 st.caption("Not in the corpus: the qrels name this document, but no system can retrieve it.")
                 continue
-            st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
+            st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+        st.caption(ui.md(preview(text)))
 with right:
     rankings = {"original query": run}
     if rewritten is not None:
@@ -193,24 +253,27 @@ with right:
         grade = dataset.positives(qid).get(doc)
         mark = f" · ✓ gold (grade {grade})" if grade else ""
         tags = labels.label_tags(query_labels, doc)
+        text = dataset.corpus.get(doc, "")
         with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
-            text = dataset.corpus.get(doc, "")
-            st.caption("shared terms: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
+            st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+        st.caption(ui.md(preview(text)))
 
 # ------------------------------------------------------------------ labelling
 st.divider()
 documents = list(dict.fromkeys([*(row.doc_id for row in gold), *(d for d, _ in shown_run.top(qid, depth))]))
-labels.label_form(dataset, qid, labelled_system, documents)
+labels.label_form(dataset, qid, shown_run, documents, state.scope(within, qid))
 if query_labels:
     st.dataframe(
         [
             {
                 "document": a.doc_id or "(query)",
                 "failure": a.failure_type,
+                "status": labels.status_of(a),
                 "note": a.note,
                 "by": a.annotator,
                 "system": a.system,
+                "rank": a.rank,
                 "when": a.created_at[:16],
             }
             for a in query_labels

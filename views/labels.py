@@ -2,55 +2,96 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.annotations import TAXONOMY, Annotation
+from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
+from r2med_core.runs import Run
 from views import ui
-from views.state import view
+from views.state import bound, show_flash, view, widget_key
+
+WHOLE_QUERY = "(the whole query)"
 
 
-def label_form(dataset: Dataset, query_id: str, system: str, documents: list[str]) -> None:
-    """Label this query, or one of its documents, with a failure type (stored at once, never lost)."""
-    v = view()
+def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str) -> None:
+    """Label this query, or one of its documents, with a failure type.
+
+    The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
+    saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
+    included) and the document's rank in it. Nothing typed is lost: a failed save keeps the form as it
+    was and says why; the annotator's name is asked once and kept for the session.
+    """
     store = ui.annotation_store()
     if store is None:
         return
-    codes = list(TAXONOMY)
-    whole = "(the whole query)"
-    if v.flash:
-        st.success(v.flash)
-        v.flash = ""
-    with st.form(f"label_{query_id}", clear_on_submit=True):
+    show_flash()
+    keys = {name: widget_key(f"label_{name}", within) for name in ("type", "doc", "note")}
+    with st.form(widget_key("label_form", within), clear_on_submit=False):
         st.markdown("**Label a failure**")
         c1, c2 = st.columns(2)
-        code = c1.selectbox(
-            "Failure type", codes, format_func=lambda c: TAXONOMY[c].label, help=_taxonomy_help(), key="w_label_type"
+        c1.selectbox(
+            "Failure type",
+            list(TAXONOMY),
+            index=None,
+            placeholder="Choose a failure type",
+            format_func=lambda c: TAXONOMY[c].label,
+            help=_taxonomy_help(),
+            key=keys["type"],
         )
-        target = c2.selectbox("Document", [whole, *documents], key="w_label_doc")
-        note = st.text_area("Note", placeholder="What went wrong? (free text)", key="w_label_note")
-        name = st.text_input("Your name", value=v.annotator, key="w_label_annotator")
-        if not st.form_submit_button("Save label"):
-            return
-    v.annotator = name.strip()
-    try:
-        store.add(
-            Annotation(
-                dataset=dataset.source,
-                task=dataset.name,
-                query_id=query_id,
-                doc_id=None if target == whole else target,
-                system=system,
-                failure_type=code,
-                note=note,
-                annotator=v.annotator,
-            )
+        c2.selectbox("Document", [WHOLE_QUERY, *documents], key=keys["doc"])
+        st.text_area("Note", placeholder="What went wrong? (free text)", key=keys["note"])
+        st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
+        st.caption(
+            f"Recorded with the ranking shown: {ui.md(ui.system_label(ranking.name))}. "
+            "'Relevant but unjudged' is saved as a proposal; it counts as a judgement once a reviewer accepts "
+            "it on the Annotations page."
         )
-    except ValueError as err:
-        st.error(f"Not saved: {ui.md(err)}")
+        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys))
+
+
+def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -> None:
+    """The form's submit callback (it runs before the page): validate, store, and say what happened."""
+    v = view()
+    values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
+    v.annotator = str(st.session_state.get(widget_key("annotator")) or "").strip()
+    code, target = values["type"], values["doc"]
+    doc_id = None if target in (None, WHOLE_QUERY) else str(target)
+    if code is None:
+        v.flash_error = "Not saved: choose a failure type. Your note is kept."
         return
-    v.flash = f"Saved: {TAXONOMY[code].label}" + ("" if target == whole else f" on {ui.md(target)}")
-    st.rerun()  # so every panel shows the new label
+    if not v.annotator:
+        v.flash_error = "Not saved: type your name under 'Your name' (asked once per session). Your note is kept."
+        return
+    store = ui.annotation_store()
+    if store is None:
+        v.flash_error = "Not saved: the annotation store is unavailable. Your note is kept."
+        return
+    try:
+        annotation = Annotation(
+            dataset=dataset.source,
+            task=dataset.name,
+            query_id=query_id,
+            doc_id=doc_id,
+            system=ranking.name,
+            rank=ranking.rank_of(query_id, doc_id) if doc_id is not None else None,
+            failure_type=code,
+            note=str(values["note"] or ""),
+            annotator=v.annotator,
+        )
+        check_unjudged(annotation, dataset.qrels)
+        store.add(annotation)
+    except (ValueError, AnnotationStoreError) as err:
+        v.flash_error = f"Not saved: {ui.md(err)}. Your note is kept."
+        return
+    st.session_state[keys["note"]] = ""
+    st.session_state[keys["type"]] = None
+    what = TAXONOMY[code].label + ("" if doc_id is None else f" on {ui.md(doc_id)}")
+    if code == "relevant_unjudged":
+        v.flash = f"Saved: {what}, as a proposal for review on the Annotations page."
+    else:
+        v.flash = f"Saved: {what}"
 
 
 def _taxonomy_help() -> str:
@@ -62,9 +103,17 @@ def labels_for(dataset: Dataset, query_id: str) -> list[Annotation]:
     return [] if store is None else store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)
 
 
+def status_of(annotation: Annotation) -> str:
+    """The review state as shown: proposed, accepted (by whom) or rejected (by whom)."""
+    status = annotation.status
+    return f"{status} by {annotation.reviewer}" if annotation.reviewer else status
+
+
 def label_tags(labels: list[Annotation], doc_id: str | None) -> str:
-    """A short "🏷 type (annotator)" summary of the labels on one document (or the query itself)."""
+    """A short "🏷 type (status)" summary of the labels on one document (or the query itself)."""
     mine = [a for a in labels if a.doc_id == doc_id]
     return " · ".join(
-        f"🏷 {TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type}" for a in mine
+        f"🏷 {TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type}"
+        + (f" ({a.status})" if a.failure_type == "relevant_unjudged" else "")
+        for a in mine
     )

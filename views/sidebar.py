@@ -107,16 +107,17 @@ def _sidebar_dataset(v: View) -> Dataset | None:
             )
             if not st.button(f"Download {task.hf_id}", key="w_download"):
                 return None
+    v.source_error = ""
     try:
         dataset = ui.current_dataset()
     except DataError as err:
-        st.error(
-            "This folder cannot be loaded. Fix these and the app reloads it:\n\n"
-            + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
+        v.source_error = "This folder cannot be loaded. Fix these and the app reloads it:\n\n" + "\n".join(
+            f"- {ui.md(p)}" for p in err.problems[:20]
         )
-        return None
     except DownloadError as err:
-        st.error(ui.md(err))
+        v.source_error = ui.md(err)
+    if v.source_error:
+        st.error(v.source_error)  # the main area shows it too (streamlit_app.py), where the user looks
         return None
     st.caption(f"{len(dataset.queries)} queries · {len(dataset.corpus):,} documents")
     return dataset

@@ -6,6 +6,7 @@ forgets the state of widgets a page does not draw), and a copied address restore
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,13 +32,19 @@ class View:
     rewrite: str = ""  # "hyde:<llm>" when a rewrite is switched on, else ""
     system: str = ""  # the explorer's system
     q: str = ""  # the explorer's query
-    compare: list[str] = field(default_factory=list)
+    fail: bool = False  # the explorer's filters: nDCG@10 = 0 only, a gold document missed, text search
+    missed: bool = False
+    search: str = ""
+    depth: int = 10  # the explorer's "Show top"
+    compare: list[str] | None = None  # None: not chosen yet (defaults apply); []: the user removed them all
     ask: str = ""  # the what-if page's typed query
     ask_systems: list[str] = field(default_factory=list)  # … and the systems it is run through
     rerank: str = ""  # cross-encoder preset or model id ("" = no reranking)
     rerank_k: int = 10
     annotator: str = ""  # kept for the session, never put in the URL
     flash: str = ""  # a confirmation to show once after a rerun
+    flash_error: str = ""  # … or why an action failed (what the user typed is kept)
+    source_error: str = ""  # why the data source did not load, shown in the main area too
     llm_url: str = ""  # live LLM endpoint: session only, never in the URL
     llm_model: str = ""
     llm_key: str = ""  # typed in a password field; never logged, cached or put in a URL
@@ -45,7 +52,18 @@ class View:
     llm_max_tokens: int = 512
 
     _LISTS = ("systems", "extra", "compare", "ask_systems")
-    _PRIVATE = ("annotator", "flash", "llm_url", "llm_model", "llm_key", "llm_temperature", "llm_max_tokens")
+    _PRIVATE = (
+        "annotator",
+        "flash",
+        "flash_error",
+        "source_error",
+        "llm_url",
+        "llm_model",
+        "llm_key",
+        "llm_temperature",
+        "llm_max_tokens",
+    )
+    _ALWAYS = ("source", "task", "systems")  # written even at their defaults, so a reload never guesses
 
     @classmethod
     def from_params(cls, params: Any) -> View:
@@ -59,18 +77,27 @@ class View:
                     setattr(view, name, [v for v in values if v])
             elif params.get(name):
                 value = params.get(name)
-                if isinstance(getattr(view, name), int):
+                if isinstance(getattr(view, name), bool):
+                    value = value.strip().lower() in ("1", "true", "yes", "on")
+                elif isinstance(getattr(view, name), int):
                     value = int(value) if value.isdigit() else getattr(view, name)
                 setattr(view, name, value)
         return view
 
     def to_params(self) -> dict[str, Any]:
         defaults = View()
-        return {
-            k: v
-            for k, v in asdict(self).items()
-            if k not in self._PRIVATE and v != getattr(defaults, k) and v not in ("", [])
-        }
+        params: dict[str, Any] = {}
+        for k, v in asdict(self).items():
+            if k in self._PRIVATE or v is None or (k == "task" and self.source == "local"):
+                continue
+            if k == "compare" and v == []:
+                params[k] = [""]  # "compare=": the user removed every system (not "use the defaults")
+            elif isinstance(v, bool):
+                if v:
+                    params[k] = "1"
+            elif (v != getattr(defaults, k) or k in self._ALWAYS) and v not in ("", []):
+                params[k] = v
+        return params
 
 
 def view() -> View:
@@ -90,35 +117,57 @@ def sync_url() -> None:
         st.query_params.from_dict(params)
 
 
-def bound(name: str, options: Sequence[Any] | None = None, default: Any = None) -> str:
-    """Seed widget ``w_<name>`` from the view, and return its key.
+def scope(*parts: object) -> str:
+    """A short stable tag for what a widget's options depend on (a dataset, a query): widgets keyed
+    with it are new widgets when that changes, so a stale selection can never be shown or saved."""
+    return hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()[:10]
+
+
+def widget_key(name: str, within: str = "") -> str:
+    return f"w_{name}.{within}" if within else f"w_{name}"
+
+
+def bound(name: str, options: Sequence[Any] | None = None, default: Any = None, within: str = "") -> str:
+    """Seed widget ``w_<name>`` (``w_<name>.<within>`` with a ``scope``) from the view, and return its key.
 
     A value that is not among ``options`` (a stale deep link, another source's task) falls back to
     ``default`` or the first option, and the view is corrected too, so the URL never lies.
     """
-    key = f"w_{name}"
+    key = widget_key(name, within)
     wanted = getattr(view(), name)
     if options is None:
         value = wanted
-    elif isinstance(wanted, list):
-        value = [v for v in wanted if v in options]
+    elif isinstance(wanted, list) or (wanted is None and isinstance(default, list)):
+        value = [v for v in (wanted if wanted is not None else default) if v in options]
     elif wanted in options:
         value = wanted
     else:
         value = default if default in options else (options[0] if options else None)
     setattr(view(), name, value)
-    if st.session_state.get(key) != value:
-        st.session_state[key] = value
+    # Set every run, not only when it differs: a widget with the same key on another page (another widget
+    # id) would otherwise start from its default instead of the view's value.
+    st.session_state[key] = value
     return key
 
 
-def store(name: str) -> Callable[[], None]:
-    """An on_change callback copying widget ``w_<name>`` into the view."""
+def store(name: str, within: str = "") -> Callable[[], None]:
+    """An on_change callback copying widget ``w_<name>`` (or its scoped key) into the view."""
 
     def callback() -> None:
-        setattr(view(), name, st.session_state[f"w_{name}"])
+        setattr(view(), name, st.session_state[widget_key(name, within)])
 
     return callback
+
+
+def show_flash() -> None:
+    """Show, once, the confirmation or the failure an action (a button callback) left in the view."""
+    v = view()
+    if v.flash:
+        st.success(v.flash)
+        v.flash = ""
+    if v.flash_error:
+        st.error(v.flash_error)
+        v.flash_error = ""
 
 
 def systems_in_play(include_rewrites: bool = True) -> list[str]:
