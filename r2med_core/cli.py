@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .cache import atomic_write_text
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
-from .evaluation import MAIN_METRICS, evaluate
+from .evaluation import MAIN_METRICS, evaluate, published_metrics_note
 from .generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
@@ -28,14 +28,22 @@ from .generation import (
     rewrite_file,
     save_rewrites,
 )
-from .hub import DownloadError, download_task, load_hf
+from .hub import DownloadError, ModelUnavailable, download_task, load_hf
 from .imported_runs import read_run_file
 from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
 from .rerank import RerankerUnavailable, rerank, rerank_label
 from .runs import safe_name, write_trec
 from .settings import load_settings
-from .systems import SpecError, SystemSpec, parse_system, queries_left_out, run_system
+from .systems import (
+    SpecError,
+    SystemSpec,
+    dense_instruction_notes,
+    parse_system,
+    published_kind,
+    queries_left_out,
+    run_system,
+)
 from .tasks import TASKS, get_task
 
 DATA_ENV = "R2MED_DATA_DIR"
@@ -135,10 +143,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         label = spec.label
     print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
-    for line in [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines()]:
+    notes = [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines()]
+    for line in [*notes, *dense_instruction_notes(dataset, spec)]:
         print(f"note: {line}")
     for metric in MAIN_METRICS:
         print(f"  {metric:<16} {results.means[metric]:.4f}")
+    published = published_metrics_note("reranker" if args.rerank else published_kind(spec) or "")
+    if published:
+        print(f"note: {published} ({name}.json holds them all)")
     print(f"wrote {out / (name + '.trec')} and {out / (name + '.json')}")
     return 0
 
@@ -352,7 +364,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in err.problems[:50]:
             print(f"error: {problem}", file=sys.stderr)
         return 1
-    except (SpecError, DownloadError, UsageError, KeyError, OSError, GenerationError, RerankerUnavailable) as err:
+    except (
+        SpecError,
+        DownloadError,
+        UsageError,
+        KeyError,
+        OSError,
+        GenerationError,
+        RerankerUnavailable,
+        ModelUnavailable,
+    ) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2

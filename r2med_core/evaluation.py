@@ -2,7 +2,10 @@
 
 All metric values come from pytrec_eval with the benchmark's measures; we only rename keys
 (``ndcg_cut_10`` → ``ndcg_at_10``) and average over the queries pytrec_eval returns — the ones
-present in both the run and the qrels — as the benchmark does.
+present in both the run and the qrels — as the benchmark does. The benchmark scored BM25 and
+rerankers at k = 1, 10, 25, 50, 100 + MRR and dense retrievers (through BEIR) at k = 1, 3, 5, 10,
+100 without MRR; every system here gets the union, and :func:`published_metrics` says which of
+them the paper published for a kind of system. A value at a shared cutoff is the same either way.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from scipy import stats
 
 from .runs import Run
 
-CUTOFFS: tuple[int, ...] = (1, 10, 25, 50, 100)
+#: The union of the benchmark's cutoffs: pytrec_eval's (1, 10, 25, 50, 100) and BEIR's (1, 3, 5, 10, 100).
+CUTOFFS: tuple[int, ...] = (1, 3, 5, 10, 25, 50, 100)
 OFFICIAL_MEASURES: frozenset[str] = frozenset(
     {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("ndcg_cut", "map_cut", "recall", "P")} | {"recip_rank"}
 )
@@ -31,6 +35,38 @@ ALL_METRICS: tuple[str, ...] = (
     *tuple(f"{name}_{k}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at") for k in CUTOFFS),
     "mrr",
 )
+
+
+#: The cutoffs (and MRR) the paper published per kind of system.
+_PUBLISHED: dict[str, tuple[tuple[int, ...], bool]] = {
+    "dense": ((1, 3, 5, 10, 100), False),
+    "bm25": ((1, 10, 25, 50, 100), True),
+    "reranker": ((1, 10, 25, 50, 100), True),
+}
+
+
+def published_metrics(kind: str) -> tuple[str, ...]:
+    """The metrics the R2MED paper published for a kind of system ("dense", "bm25", "reranker");
+    empty for kinds it has no numbers for (fusion, imported runs). A rewrite keeps its retriever's kind."""
+    if kind not in _PUBLISHED:
+        return ()
+    cutoffs, mrr = _PUBLISHED[kind]
+    names = tuple(f"{family}_{k}" for family in _NAMES.values() for k in cutoffs)
+    return (*names, "mrr") if mrr else names
+
+
+def published_metrics_note(kind: str) -> str | None:
+    """One sentence for the user next to a comparison with the paper: which metrics it published."""
+    if kind not in _PUBLISHED:
+        return None
+    cutoffs, mrr = _PUBLISHED[kind]
+    what = {"dense": "dense retrievers", "bm25": "BM25", "reranker": "rerankers"}[kind]
+    scorer = "BEIR" if kind == "dense" else "pytrec_eval"
+    return (
+        f"For {what} the paper published nDCG, MAP, Recall and P at {', '.join(map(str, cutoffs))}"
+        f"{' and MRR' if mrr else ' (no MRR)'}, scored through {scorer}; the other metrics shown are "
+        "computed the same way but were not published."
+    )
 
 
 def metric_name(pytrec_key: str) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "PUBLISHED_TASKS",
     "RERANKER_NAMES",
     "RETRIEVER_NAMES",
+    "SYSTEM_KINDS",
     "Setting",
     "leaderboard",
     "load_published",
@@ -46,6 +47,14 @@ Kind = Literal["retriever", "rewrite", "reranker"]
 #: Setting kinds: a first-stage retriever alone, a query rewrite (GAR) + retriever, or a reranker
 #: over a retriever's top ``top_k``.
 KINDS: tuple[str, ...] = ("retriever", "rewrite", "reranker")
+
+#: The kinds of system (as ``evaluation.published_metrics`` names them) each setting kind holds:
+#: their published metric sets differ (BM25 and rerankers through pytrec_eval, dense through BEIR).
+SYSTEM_KINDS: dict[str, tuple[str, ...]] = {
+    "retriever": ("bm25", "dense"),
+    "rewrite": ("bm25", "dense"),
+    "reranker": ("reranker",),
+}
 
 #: The eight R2MED tasks, in the paper's order.
 PUBLISHED_TASKS: tuple[str, ...] = (
@@ -329,11 +338,11 @@ def published_score(setting: Setting | str, task: str, metric: str) -> float | N
     return None if value is None else float(value)
 
 
-#: Local system names (see ``systems.py``) whose paper counterpart is a published retriever.
+#: Local system names (see ``systems.py``) whose paper counterpart is a published retriever: the
+#: dense presets share the paper's names and configuration (``medcpt-dual`` and MiniLM have no
+#: counterpart), and the old preset names are still accepted in URLs.
 _LOCAL_TO_PUBLISHED: dict[str, str] = {
-    "bm25": "bm25",
-    "contriever": "contriever",
-    "medcpt": "medcpt",
+    **{name: name for name in RETRIEVER_NAMES if name != "voyage"},  # voyage-3: no preset here
     "bge-large": "bge",
     "e5-mistral": "e5",
     "sfr-mistral": "sfr",

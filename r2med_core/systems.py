@@ -21,12 +21,12 @@ from .data import Dataset
 from .imported_runs import RUN_PREFIX, is_run_name, load_run, run_digest
 from .progress import Progress, report
 from .retrieval.bm25 import BM25Retriever
-from .retrieval.dense import GENERIC_INSTRUCTION, PRESETS, DenseModel, DenseRetriever, resolve_model
+from .retrieval.dense import PRESETS, DenseModel, DenseRetriever, canonical_preset, instruction_note, resolve_model
 from .retrieval.fusion import reciprocal_rank_fusion
 from .retrieval.tokenize import ANALYZER_VERSION
 from .rewrite import bm25_query, dense_query
 from .runs import Ranking, Run
-from .tasks import FAMILY_INSTRUCTIONS, REWRITE_METHODS
+from .tasks import REWRITE_METHODS, task_instructions
 
 #: Bump when retrieval code changes what a cached run would contain.
 RUN_FORMAT_VERSION = 1
@@ -96,6 +96,16 @@ class SystemSpec:
         return self.with_rewrite(None)
 
 
+def published_kind(spec: SystemSpec | str) -> str | None:
+    """The kind whose published metric set applies to a system ("bm25" or "dense"; a rewrite keeps its
+    retriever's kind), None for fusions and names that are not systems, which it has no numbers for."""
+    try:
+        spec = parse_system(spec) if isinstance(spec, str) else spec
+    except SpecError:
+        return None
+    return spec.kind if spec.kind in ("bm25", "dense") else None
+
+
 def rewritten_name(system: str, rewrite: str) -> str:
     """The canonical name of ``system`` run on the ``"METHOD:LLM"`` rewrite (``""``: the system itself)."""
     if not rewrite:
@@ -145,8 +155,8 @@ def parse_system(text: str) -> SystemSpec:
         return SystemSpec("bm25", text, rewrite)
     if text.startswith("dense:") and len(text) > 6:
         return SystemSpec("dense", text[6:], rewrite)
-    if text in PRESETS:
-        return SystemSpec("dense", text, rewrite)
+    if canonical_preset(text):
+        return SystemSpec("dense", str(canonical_preset(text)), rewrite)
     raise SpecError(
         f"unknown system {text!r}: use bm25, bm25s, bm25-okapi, a dense preset "
         f"({', '.join(PRESETS)}), dense:<model id or path>, run:<name> (an imported run) or rrf(A,B,...), "
@@ -175,9 +185,21 @@ def bm25_retriever(dataset: Dataset, alias: str, progress: Progress | None = Non
 
 
 def _dense_model(dataset: Dataset, model_name: str) -> DenseModel:
-    """The model as it runs on this dataset: prompts filled with the task family's instruction."""
-    instruction = FAMILY_INSTRUCTIONS[dataset.family] if dataset.family else GENERIC_INSTRUCTION
-    return resolve_model(model_name).with_instruction(instruction)
+    """The model as it runs on this dataset: prompts filled with the benchmark's instructions for an
+    R2MED task, or this app's generic instruction elsewhere (see ``dense_instruction_notes``)."""
+    return resolve_model(model_name).with_instruction(task_instructions(dataset.name))
+
+
+def dense_instruction_notes(dataset: Dataset, system: SystemSpec | str) -> list[str]:
+    """For each instruction model in ``system``, a note when it runs with this app's generic instruction
+    (the dataset is not an R2MED task), for the UI to show next to its numbers."""
+    try:
+        spec = parse_system(system) if isinstance(system, str) else system
+    except SpecError:
+        return []
+    members = spec.members if spec.kind == "fusion" else (spec,)
+    notes = [note for m in members if m.kind == "dense" and (note := instruction_note(dataset.name, m.name))]
+    return list(dict.fromkeys(notes))
 
 
 def dense_retriever(dataset: Dataset, model_name: str, progress: Progress | None = None) -> DenseRetriever:
@@ -231,7 +253,9 @@ def bm25_queries(dataset: Dataset, rewrite: tuple[str, str] | None) -> dict[str,
 def dense_query_vectors(
     retriever: DenseRetriever, dataset: Dataset, rewrite: tuple[str, str] | None, progress: Progress | None = None
 ) -> np.ndarray:
-    """Query embeddings; with a rewrite, query2doc encodes one joined text, others average two."""
+    """Query embeddings as the benchmark makes them; with a rewrite, query2doc encodes one joined text
+    and the others average the query's and the generated text's embeddings (the instruction on the
+    query half only, or on both for Instructor, NV-Embed and GritLM); cosine follows at search."""
     qids = list(dataset.queries)
     if rewrite is None:
         return retriever.encode([dataset.queries[q] for q in qids], "query", progress)
@@ -242,13 +266,7 @@ def dense_query_vectors(
         else (dataset.queries[q],)
         for q in qids
     ]
-    flat = [text for plan in plans for text in plan]
-    vectors = retriever.encode(flat, "query", progress)
-    out, position = [], 0
-    for plan in plans:
-        out.append(vectors[position : position + len(plan)].mean(axis=0))
-        position += len(plan)
-    return np.vstack(out).astype(np.float32)
+    return retriever.encode_queries(plans, progress)
 
 
 # --------------------------------------------------------------------------- running
@@ -305,7 +323,7 @@ def _compute(dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | No
         # with a rewrite, only the queries it holds, with its query text (the benchmark's rule)
         retrieved = replace(dataset, queries=queries) if spec.rewrite else dataset
         vectors = dense_query_vectors(dense, retrieved, spec.rewrite, _scaled(progress, 0.9, 1.0))
-        rankings = dense.search_vectors(vectors, k)
+        rankings = dense.search_vectors(vectors, k, query_ids=qids)  # ignore_identical_ids, as BEIR
     report(progress, 1.0, f"{spec.label}: done")
     return Run(str(spec), dict(zip(qids, rankings)), time.perf_counter() - started)
 
@@ -395,5 +413,4 @@ def search_text(
         query = bm25_query(*spec.rewrite, text, hy_doc) if spec.rewrite else text
         return retriever.search([query], k)[0]
     texts = dense_query(*spec.rewrite, text, hy_doc).texts if spec.rewrite else (text,)
-    vector = retriever.encode(list(texts), "query").mean(axis=0, keepdims=True)
-    return retriever.search_vectors(vector, k)[0]
+    return retriever.search_vectors(retriever.encode_queries([texts]), k)[0]

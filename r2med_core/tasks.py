@@ -1,7 +1,8 @@
 """The eight R2MED tasks and their three families.
 
-One place for task names, Hugging Face ids, published sizes and the per-family instructions that
-instruction-following dense models use, so the CLI, the loaders and the app never disagree.
+One place for task names, Hugging Face ids, published sizes and the per-task instructions that
+instruction-following dense models use (the benchmark's exact strings), so the CLI, the loaders
+and the app never disagree.
 """
 
 from __future__ import annotations
@@ -18,21 +19,74 @@ class Family(StrEnum):
     CLINICAL_CASE = "Clinical case retrieval"
 
 
-#: What an instruction-following retriever is told to look for, per family (written for this project).
-FAMILY_INSTRUCTIONS: dict[Family, str] = {
-    Family.QA_REFERENCE: (
-        "Given a biology or medical-science question, retrieve passages that explain the "
-        "mechanism or concept an expert answer would rely on"
+@dataclass(frozen=True)
+class TaskInstructions:
+    """What instruction-following dense models are told for one task, as the R2MED code words it.
+
+    ``task`` is the sentence e5/SFR/NV-Embed ("Instruct: …\nQuery: "), BMRetriever ("…\nQuery: ")
+    and GritLM ("<|user|>\n…\n<|embed|>\n") wrap; Instructor has its own query and document
+    sentences. ``official`` is False for the generic instruction this app uses on other datasets.
+    """
+
+    task: str
+    instructor_query: str
+    instructor_doc: str
+    official: bool = True
+
+
+def _r2med(task: str, instructor_query: str, instructor_doc: str) -> TaskInstructions:
+    return TaskInstructions(task, instructor_query, instructor_doc)
+
+
+_POST = "Given a {} post, retrieve relevant passages that help answer the post"
+_EXAM = _r2med(
+    "Given a Medical Exam, retrieve relevant passages that help answer the exam",
+    "Represent the Medical Exam for retrieving relevant paragraphs that help answer the exam: ",
+    "Represent the Medical paragraph for retrieval: ",
+)
+_SIMILAR_CASE = _r2med(
+    "Given a Clinical Case, retrieve similar cases that help diagnose the case",
+    "Represent the Clinical Case for retrieving similar cases that help diagnose the case: ",
+    "Represent the Clinical Case for retrieval: ",
+)
+
+#: The benchmark's per-task instructions (exact strings), keyed by the public task name.
+TASK_INSTRUCTIONS: dict[str, TaskInstructions] = {
+    **{
+        task: _r2med(
+            _POST.format(subject),
+            f"Represent the {subject} post for retrieving relevant paragraphs: ",
+            f"Represent the {subject} paragraph for retrieval: ",
+        )
+        for task, subject in (
+            ("Biology", "Biology"),
+            ("Bioinformatics", "Bioinformatics"),
+            ("Medical-Sciences", "Medical Science"),
+        )
+    },
+    "MedXpertQA-Exam": _EXAM,
+    "MedQA-Diag": _EXAM,
+    "PMC-Treatment": _r2med(
+        "Given a Clinical Case, retrieve relevant passages that help answer the case",
+        "Represent the Clinical Case for retrieving relevant paragraphs that help answer the case: ",
+        "Represent the Medical paragraph for retrieval: ",
     ),
-    Family.CLINICAL_EVIDENCE: (
-        "Given a clinical vignette, infer the underlying diagnosis or clinical decision and "
-        "retrieve textbook or guideline passages that support it"
-    ),
-    Family.CLINICAL_CASE: (
-        "Given a patient case summary, infer the likely diagnosis and retrieve other case "
-        "reports with the same diagnosis"
-    ),
+    "PMC-Clinical": _SIMILAR_CASE,
+    "IIYi-Clinical": _SIMILAR_CASE,
 }
+
+#: This app's own instruction for datasets that are not R2MED tasks (demo, local, BEIR folders).
+GENERIC_INSTRUCTIONS = TaskInstructions(
+    "Given a medical question, retrieve relevant passages that help answer the question",
+    "Represent the medical question for retrieving relevant paragraphs: ",
+    "Represent the medical paragraph for retrieval: ",
+    official=False,
+)
+
+
+def task_instructions(dataset_name: str) -> TaskInstructions:
+    """The benchmark's instructions for an R2MED task (exact name), else this app's generic one."""
+    return TASK_INSTRUCTIONS.get(dataset_name, GENERIC_INSTRUCTIONS)
 
 
 @dataclass(frozen=True)
@@ -51,8 +105,9 @@ class TaskInfo:
         return f"R2MED/{self.name}"
 
     @property
-    def instruction(self) -> str:
-        return FAMILY_INSTRUCTIONS[self.family]
+    def instructions(self) -> TaskInstructions:
+        """The benchmark's query/document instructions for this task."""
+        return TASK_INSTRUCTIONS[self.name]
 
 
 TASKS: dict[str, TaskInfo] = {

@@ -406,7 +406,7 @@ def test_what_if_returns_results_from_each_system_and_puts_the_query_in_the_url(
     ).run()
     assert not at.exception and not at.error
     headers = [s.value for s in at.subheader]
-    assert "BM25 (R2MED official)" in headers and "MiniLM-L6-v2 (offline)" in headers
+    assert "BM25 (R2MED official)" in headers and "MiniLM-L6-v2 (offline; not a paper model)" in headers
     assert sum(e.label.startswith("#1 · ") for e in at.expander) == 2
     assert at.query_params["ask"].startswith("young athlete")
     assert at.query_params["ask_systems"] == ["bm25", "minilm"]  # a shared link runs the same systems

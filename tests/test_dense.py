@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from r2med_core import systems
 from r2med_core.cache import entry_path
 from r2med_core.data import load_r2med_dir
-from r2med_core.retrieval.dense import PRESETS, DenseRetriever, resolve_model
+from r2med_core.retrieval.dense import PRESETS, DenseModel, DenseRetriever, resolve_model
 from r2med_core.systems import dense_retriever, run_system
+from r2med_core.tasks import task_instructions
 
 from .conftest import TINY_CORPUS, write_jsonl
 
@@ -81,11 +83,15 @@ def test_truncated_cache_file_is_detected_and_rebuilt(tiny_r2med: Path, encode_c
 
 def test_prompts_are_part_of_the_cache_key() -> None:
     plain = DenseRetriever(PRESETS["minilm"]).cache_key("abc")
-    prompted = DenseRetriever(PRESETS["minilm"].with_instruction("x")).cache_key("abc")
+    prompted = DenseRetriever(PRESETS["minilm"].with_instruction(task_instructions("Biology"))).cache_key("abc")
     assert plain == prompted  # MiniLM has no prompt: the instruction does not apply
-    bge = PRESETS["bge-large"]
+    bge = PRESETS["bge"]
     assert DenseRetriever(bge).cache_key("abc") != DenseRetriever(replace(bge, query_prompt="other: ")).cache_key("abc")
     assert DenseRetriever(bge).cache_key("abc") != DenseRetriever(replace(bge, max_length=128)).cache_key("abc")
+    e5 = PRESETS["e5"]
+    biology = DenseRetriever(e5.with_instruction(task_instructions("Biology"))).cache_key("abc")
+    exam = DenseRetriever(e5.with_instruction(task_instructions("MedQA-Diag"))).cache_key("abc")
+    assert biology != exam
     assert resolve_model("some/model-id").query_model == "some/model-id"
 
 
@@ -101,3 +107,165 @@ def test_dense_hyde_is_the_mean_of_query_and_hypothetical_document(tiny_r2med: P
     assert [s for _, s in run.top("q1")] == pytest.approx([s for _, s in expected], abs=1e-5)
     # q3 has no hypothetical document: as in the benchmark, it is not retrieved with the rewrite.
     assert "q3" not in run.rankings and "q3" in run_system(ds, "minilm").rankings
+
+
+# --------------------------------------------------------------------------- mechanics with tiny models
+
+TINY_VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    *"asthma wheeze airway lung heart chest pain troponin gout urate joint insulin fluids query".split(),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer BERT with a 19-word vocabulary, saved as a local model folder."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = BertTokenizerFast(vocab={word: i for i, word in enumerate(TINY_VOCAB)})
+    assert tokenizer("asthma wheeze")["input_ids"] == [2, 5, 6, 3]  # real words, not [UNK]
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(TINY_VOCAB),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=512,
+    )
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+def _cls(folder: Path, first: str, second: str | None = None) -> np.ndarray:
+    """The raw [CLS] vector, computed with transformers directly (independent of our encoder)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder)
+    batch = (
+        tokenizer(first, second, return_tensors="pt") if second is not None else tokenizer(first, return_tensors="pt")
+    )
+    with torch.no_grad():
+        return model(**batch).last_hidden_state[0, 0].numpy()
+
+
+DOCS = {
+    "d1": "asthma wheeze airway",
+    "d2": "chest pain troponin heart",
+    "d3": "gout urate joint",
+    "d4": "insulin fluids",
+}
+
+
+def test_scores_are_cosine_when_the_model_does_not_normalise(tiny_bert: Path) -> None:
+    model = DenseModel("tiny", str(tiny_bert), pooling="cls", max_length=64, normalize=False)
+    retriever = DenseRetriever(model)
+    retriever.index_corpus(list(DOCS), list(DOCS.values()), "tiny-corpus")
+    [ranking] = retriever.search(["asthma lung"], k=4)
+    raw_docs = {d: _cls(tiny_bert, text) for d, text in DOCS.items()}
+    raw_query = _cls(tiny_bert, "asthma lung")
+    assert not np.allclose([np.linalg.norm(v) for v in raw_docs.values()], 1.0, atol=1e-2)  # not unit length
+    cosine = {d: float(raw_query @ v / np.linalg.norm(raw_query) / np.linalg.norm(v)) for d, v in raw_docs.items()}
+    assert [d for d, _ in ranking] == sorted(cosine, key=lambda d: -cosine[d])
+    assert [s for _, s in ranking] == pytest.approx([cosine[d] for d, _ in ranking], abs=1e-4)
+    dot = {d: float(raw_query @ v) for d, v in raw_docs.items()}
+    assert [s for _, s in ranking] != pytest.approx([dot[d] for d, _ in ranking], abs=1e-4)
+
+
+def test_medcpt_encodes_documents_as_the_pair_empty_title_and_text(tiny_bert: Path) -> None:
+    medcpt = replace(PRESETS["medcpt"], query_model=str(tiny_bert))
+    retriever = DenseRetriever(medcpt)
+    [doc] = retriever.encode(["asthma wheeze"], "doc")
+    pair = _cls(tiny_bert, "", "asthma wheeze")  # [CLS] [SEP] asthma wheeze [SEP], text in segment 1
+    single = _cls(tiny_bert, "asthma wheeze")
+    assert doc == pytest.approx(pair / np.linalg.norm(pair), abs=1e-5)
+    assert not np.allclose(doc, single / np.linalg.norm(single), atol=1e-3)
+    [query] = retriever.encode(["asthma wheeze"], "query")  # queries are plain text, raw CLS
+    assert query == pytest.approx(single, abs=1e-5)
+
+
+class RecordingEncoder:
+    """Stands in for a model: records each (prompt, input) it is asked to encode; returns fixed vectors."""
+
+    def __init__(self, vectors: dict[str, list[float]] | None = None) -> None:
+        self.seen: list[tuple[str, object]] = []
+        self.vectors = vectors or {}
+
+    def encode(self, inputs, prompt: str = "", **_: object) -> np.ndarray:  # type: ignore[no-untyped-def]
+        self.seen.extend((prompt, item) for item in inputs)
+        rows = []
+        for item in inputs:
+            text = item if isinstance(item, str) else item[1]
+            rows.append(self.vectors.get(text, [float(len(text)), 1.0, 0.0]))
+        return np.asarray(rows, dtype=np.float32)
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> RecordingEncoder:
+    encoder = RecordingEncoder()
+    monkeypatch.setattr(DenseRetriever, "_encoder", lambda self, which: encoder)
+    return encoder
+
+
+QUERY_ONLY = ("bge", "e5", "sfr", "medcpt", "contriever", "bmr-410m", "bmr-2b", "bmr-7b")
+BOTH_HALVES = ("inst-l", "inst-xl", "nv", "grit")
+
+
+@pytest.mark.parametrize("preset", QUERY_ONLY + BOTH_HALVES)
+def test_the_instruction_lands_on_the_right_halves_of_a_rewrite(
+    preset: str, tiny_r2med: Path, recorder: RecordingEncoder
+) -> None:
+    dataset = replace(load_r2med_dir(tiny_r2med), name="Biology")
+    retriever = DenseRetriever(systems._dense_model(dataset, preset))
+    prompt = retriever.model.query_prompt
+    systems.dense_query_vectors(retriever, dataset, ("hyde", "toy-llm"))
+    q1, hy1 = dataset.queries["q1"], dataset.rewrites["hyde", "toy-llm"]["q1"]
+    assert (prompt, q1) in recorder.seen
+    assert (prompt if preset in BOTH_HALVES else "", hy1) in recorder.seen
+    if prompt:  # the generated half is never encoded both ways
+        assert ("" if preset in BOTH_HALVES else prompt, hy1) not in recorder.seen
+
+
+def test_query2doc_is_one_instructed_text(tiny_r2med: Path, recorder: RecordingEncoder) -> None:
+    base = replace(load_r2med_dir(tiny_r2med), name="Biology")
+    dataset = replace(base, rewrites={("query2doc", "toy"): {"q1": "Insulin and fluids."}})
+    retriever = DenseRetriever(systems._dense_model(dataset, "e5"))
+    systems.dense_query_vectors(retriever, dataset, ("query2doc", "toy"))
+    expected = (retriever.model.query_prompt, dataset.queries["q1"] + "[SEP]Insulin and fluids.")
+    assert expected in recorder.seen
+    assert retriever.model.query_prompt.startswith("Instruct: Given a Biology post")
+
+
+def test_two_halves_are_averaged_as_the_model_outputs_them(recorder: RecordingEncoder) -> None:
+    recorder.vectors = {"the query": [3.0, 0.0, 0.0], "the answer": [0.0, 1.0, 0.0]}
+    raw = DenseRetriever(PRESETS["contriever"]).encode_queries([("the query", "the answer")])
+    assert raw[0] == pytest.approx([1.5, 0.5, 0.0])  # Contriever's raw vectors, averaged
+    unit = DenseRetriever(PRESETS["bge"]).encode_queries([("the query", "the answer")])
+    assert unit[0] == pytest.approx([0.5, 0.5, 0.0])  # bge normalises each first
+
+
+def _with_self_document(root: Path) -> Path:
+    corpus = [*TINY_CORPUS, {"id": "q1", "text": "How is diabetic ketoacidosis treated?"}]
+    write_jsonl(root / "corpus.jsonl", corpus)
+    return root
+
+
+def test_a_document_with_the_query_id_is_never_retrieved(tiny_r2med: Path) -> None:
+    dataset = load_r2med_dir(_with_self_document(tiny_r2med))
+    retriever = dense_retriever(dataset, "minilm")
+    [plain] = retriever.search([dataset.queries["q1"]], k=3)
+    assert plain[0][0] == "q1"  # the document that repeats the query is its best match …
+    run = run_system(dataset, "minilm", k=3)
+    assert "q1" not in [d for d, _ in run.top("q1")]  # … but never retrieved for it (ignore_identical_ids)
+    assert len(run.top("q1")) == 3
+    [deeper] = retriever.search([dataset.queries["q1"]], k=4)
+    assert [d for d, _ in run.top("q1")] == [d for d, _ in deeper if d != "q1"]  # the next one moves up
+    assert "q1" in [d for d, _ in run_system(dataset, "minilm", k=6).top("q2")]  # other queries still see it

@@ -12,7 +12,17 @@ import pytrec_eval
 
 from r2med_core.cli import main
 from r2med_core.data import load_dir
-from r2med_core.evaluation import ALL_METRICS, Results, compare, evaluate, holm, metric_name, paired_test
+from r2med_core.evaluation import (
+    ALL_METRICS,
+    Results,
+    compare,
+    evaluate,
+    holm,
+    metric_name,
+    paired_test,
+    published_metrics,
+    published_metrics_note,
+)
 from r2med_core.runs import Run, read_trec
 
 from .conftest import write_jsonl
@@ -56,6 +66,34 @@ def test_every_number_equals_pytrec_eval(seed: int) -> None:
         expected = sum(v[key] for v in direct.values()) / len(direct)
         assert results.means[metric_name(key)] == pytest.approx(expected, abs=1e-12)
     assert set(results.means) == set(ALL_METRICS)
+
+
+#: What the benchmark's dense evaluation (BEIR) asks pytrec_eval for.
+BEIR_MEASURES = {"ndcg_cut.1,3,5,10,100", "map_cut.1,3,5,10,100", "recall.1,3,5,10,100", "P.1,3,5,10,100"}
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_dense_cutoffs_equal_the_beir_measure_set(seed: int) -> None:
+    """Every system gets the union: @3 and @5 as BEIR computes them, shared cutoffs unchanged."""
+    run, qrels = _random_case(seed)
+    results = evaluate(run, qrels)
+    direct = pytrec_eval.RelevanceEvaluator(qrels, BEIR_MEASURES).evaluate(run.truncated(100).as_score_dict())
+    for key in next(iter(direct.values())):
+        expected = sum(v[key] for v in direct.values()) / len(direct)
+        assert results.means[metric_name(key)] == pytest.approx(expected, abs=1e-12)
+    assert {"ndcg_at_3", "map_at_5", "recall_at_3", "precision_at_5", "ndcg_at_25", "mrr"} <= set(results.means)
+
+
+def test_which_metrics_the_paper_published_per_kind_of_system() -> None:
+    dense = published_metrics("dense")
+    assert "ndcg_at_3" in dense and "precision_at_5" in dense and "recall_at_100" in dense
+    assert "mrr" not in dense and "ndcg_at_25" not in dense
+    bm25 = published_metrics("bm25")
+    assert "mrr" in bm25 and "map_at_50" in bm25 and "ndcg_at_3" not in bm25
+    assert published_metrics("reranker") == bm25
+    assert set(dense) | set(bm25) == set(ALL_METRICS)
+    assert published_metrics("fusion") == () and published_metrics_note("fusion") is None
+    assert "1, 3, 5, 10, 100 (no MRR)" in str(published_metrics_note("dense"))
 
 
 def test_only_judged_and_retrieved_queries_are_averaged() -> None:

@@ -24,7 +24,7 @@ from r2med_core.systems import SpecError, bm25_retriever, parse_system, run_syst
         "bm25+hyde:gpt4",
         "rrf(bm25,minilm)",
         "rrf(bm25+hyde:gpt4,minilm+query2doc:qwen-7b)",
-        "bge-large+lamer:gpt4",
+        "bge+lamer:gpt4",
     ],
 )
 def test_names_round_trip(name: str) -> None:
@@ -105,17 +105,15 @@ def test_progress_is_reported(tiny_r2med: Path) -> None:
 
 
 def test_run_key_follows_the_instruction_the_model_runs_with(tiny_r2med: Path) -> None:
-    """A family change fills an instruction model's prompt differently: its cached run must not be reused."""
+    """Another task fills an instruction model's prompt differently: its cached run must not be reused."""
     from dataclasses import replace
 
-    from r2med_core.tasks import Family
-
-    qa = replace(load_r2med_dir(tiny_r2med), family=Family.QA_REFERENCE)
-    case = replace(qa, family=Family.CLINICAL_CASE)
-    e5 = parse_system("e5-mistral")  # its query prompt holds {instruction}
-    assert systems._run_key(qa, e5, 100) != systems._run_key(case, e5, 100)
-    minilm = parse_system("minilm")  # no prompt: the family changes nothing
-    assert systems._run_key(qa, minilm, 100) == systems._run_key(case, minilm, 100)
+    biology = replace(load_r2med_dir(tiny_r2med), name="Biology")
+    exam = replace(biology, name="MedQA-Diag")
+    e5 = parse_system("e5")  # its query prompt holds {instruction}
+    assert systems._run_key(biology, e5, 100) != systems._run_key(exam, e5, 100)
+    minilm = parse_system("minilm")  # no prompt: the task changes nothing
+    assert systems._run_key(biology, minilm, 100) == systems._run_key(exam, minilm, 100)
 
 
 def test_rewritten_name() -> None:

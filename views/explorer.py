@@ -21,7 +21,7 @@ from r2med_core.explore import (
     step,
 )
 from r2med_core.report import metric_label
-from r2med_core.systems import queries_left_out, rewritten_name
+from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
 from views import labels, state, ui
 
 dataset = ui.current_dataset()
@@ -47,6 +47,8 @@ computed = ui.safe_results(dataset, v.system)
 if computed is None:
     st.stop()
 run, results = computed
+for note in dense_instruction_notes(dataset, v.system):
+    st.caption(ui.md(note))
 rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
 rewritten = None
 rewritten_system = rewritten_name(v.system, v.rewrite)

@@ -5,9 +5,19 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from r2med_core.published import ATTRIBUTION, KINDS, METRICS, PUBLISHED_TASKS, leaderboard, published_key_for
+from r2med_core.evaluation import published_metrics, published_metrics_note
+from r2med_core.published import (
+    ATTRIBUTION,
+    KINDS,
+    METRICS,
+    PUBLISHED_TASKS,
+    SYSTEM_KINDS,
+    leaderboard,
+    published_key_for,
+)
 from r2med_core.published import published_score as paper_score
 from r2med_core.report import metric_label
+from r2med_core.systems import published_kind
 from views import runs, state, ui
 
 dataset = ui.current_dataset()
@@ -33,6 +43,8 @@ st.caption(
     "Avg is the mean over the 8 tasks, shown only where all 8 were published. Blank cells: the "
     "authors did not publish that metric for that setting."
 )
+for system_kind in SYSTEM_KINDS[kind]:
+    st.caption(str(published_metrics_note(system_kind)))
 
 st.subheader(f"Your runs on {ui.md(dataset.name)}")
 if dataset.name not in PUBLISHED_TASKS:
@@ -43,6 +55,7 @@ if dataset.name not in PUBLISHED_TASKS:
     )
 published_task = dataset.name in PUBLISHED_TASKS
 rows = []
+local_kinds: list[str] = []
 for name in state.systems_in_play():
     computed = ui.safe_results(dataset, name)
     if computed is None:
@@ -53,18 +66,25 @@ for name in state.systems_in_play():
         f"local {metric_label(metric)}": round(local, 4),
         "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
     }
+    system_kind = published_kind(name)
+    if system_kind and system_kind not in local_kinds:
+        local_kinds.append(system_kind)
     if published_task:
         key = published_key_for(name)
         paper = paper_score(key, dataset.name, metric) if key else None
         gap = None if paper is None else local - paper
         row["published"] = paper
         row["gap"] = None if gap is None else round(gap, 4)
-        if paper is None:
+        if key and system_kind and metric not in published_metrics(system_kind):
+            row["flag"] = "the paper did not publish this metric for this kind of system"
+        elif paper is None:
             row["flag"] = "no published counterpart"
         else:
             row["flag"] = "⚠ differs from the paper" if abs(gap) > 0.01 else "✓ matches"
     rows.append(row)
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+for system_kind in local_kinds:
+    st.caption(str(published_metrics_note(system_kind)))
 if published_task:
     st.caption(
         "A gap over 0.01 is flagged: it usually means a different model revision, tokenizer or corpus copy. "

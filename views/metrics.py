@@ -10,6 +10,7 @@ import streamlit as st
 from r2med_core.evaluation import ALL_METRICS, CUTOFFS, MAIN_METRICS
 from r2med_core.report import curves_table, means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
+from r2med_core.systems import dense_instruction_notes
 from views import state, ui
 
 dataset = ui.current_dataset()
@@ -26,6 +27,8 @@ runs = {name: c[0] for name, c in computed.items() if c is not None}
 if not results:
     st.stop()
 labels = {name: ui.system_label(name) for name in results}
+for note in dict.fromkeys(note for name in results for note in dense_instruction_notes(dataset, name)):
+    st.caption(ui.md(note))
 
 means = means_table(list(results.values()), labels)
 st.subheader("Official metrics")

@@ -33,7 +33,7 @@ from r2med_core.generation import (
     live_rewrite_options,
     live_rewrites,
 )
-from r2med_core.hub import cached_task, download_task, load_snapshot
+from r2med_core.hub import ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.progress import Progress
 from r2med_core.rerank import RerankerUnavailable, rerank
 from r2med_core.stats import DatasetSummary, LengthHistogram, dataset_summary, length_histogram
@@ -176,6 +176,8 @@ def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
         return get_run(dataset, system), get_results(dataset, system)
     except SpecError as err:
         st.error(md(err))
+    except ModelUnavailable as err:  # its message says what to install, set or download
+        st.error(f"{md(system_label(system))} could not run: {md(err)}")
     except Exception as err:
         st.error(
             f"{md(system_label(system))} could not run: {type(err).__name__}: {md(err)}. "

@@ -1,13 +1,18 @@
-"""Dense retrieval with sentence-transformers encoders and an exact FAISS inner-product index.
+"""Dense retrieval: the R2MED paper's dense models configured as it ran them, over an exact index.
 
-A ``DenseModel`` says how to encode (model ids, prompts, pooling, max length); presets cover the
-open models the R2MED paper evaluates. Document embeddings are cached on disk as a FAISS
-``IndexFlatIP`` keyed by corpus digest + everything that changes an embedding, so the second use
-of a model on a task never re-encodes the corpus.
+A ``DenseModel`` says how to encode (model ids, prompts, pooling, max length, pair inputs); the
+presets are the paper's models with its exact per-task instructions. Scores are cosine
+similarities for every model, as the benchmark scores them through BEIR: document vectors are
+stored L2-normalised and each query vector is normalised at search time (after any averaging of
+a rewrite's two halves). A document whose id equals the query id is never retrieved (BEIR's
+``ignore_identical_ids``). Document embeddings are cached on disk as a FAISS ``IndexFlatIP``
+keyed by corpus digest + everything that changes an embedding.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -18,21 +23,32 @@ from typing import Any
 import numpy as np
 
 from ..cache import cached
-from ..hub import check_model_reachable
+from ..hub import ModelUnavailable, check_model_reachable
 from ..progress import Progress, report
+from ..tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
 
-#: What instruction-following presets are told when the dataset has no R2MED family.
-GENERIC_INSTRUCTION = "Given a medical question, retrieve passages that answer it"
+#: Backends: how a model is loaded and called.
+BACKENDS: tuple[str, ...] = ("sentence-transformers", "gritlm", "nv-embed", "openai")
+
+
+class DenseModelUnavailable(ModelUnavailable):
+    """A dense model cannot run here (missing package, remote code not allowed, no API key); the
+    message says what to install or set."""
 
 
 @dataclass(frozen=True)
 class DenseModel:
     """How to turn queries and documents into vectors.
 
-    ``query_prompt`` / ``doc_prompt`` are prefixes; ``{instruction}`` in them is replaced by the task
-    family's instruction. ``doc_model`` is set for dual encoders (MedCPT). ``pooling`` overrides the
-    model's own pooling ("cls", "mean", "lasttoken"); ``normalize`` False keeps raw inner products
-    (Contriever, as the benchmark runs it).
+    ``query_prompt`` / ``doc_prompt`` are prefixes whose placeholders ``{instruction}``,
+    ``{instructor_query}`` and ``{instructor_doc}`` are filled with a task's instructions.
+    ``doc_model`` is set for dual encoders. ``pooling`` overrides the model's own pooling ("cls",
+    "mean", "lasttoken"); ``max_length`` is the document side's (and the query side's unless
+    ``query_max_length`` is set). ``normalize`` is the model's own convention (L2-normalise each
+    embedding): it matters only where two query embeddings are averaged — search is cosine anyway.
+    ``doc_pair`` tokenises documents as the pair ("", text). ``instruct_all_parts`` puts the query
+    instruction on both halves of a rewritten query (else on the original query only).
+    ``pool_prompt`` False leaves the prompt's tokens out of the pooling (Instructor).
     """
 
     name: str
@@ -42,17 +58,32 @@ class DenseModel:
     doc_prompt: str = ""
     pooling: str | None = None
     max_length: int | None = None
+    query_max_length: int | None = None
     normalize: bool = True
+    doc_pair: bool = False
+    instruct_all_parts: bool = False
+    pool_prompt: bool = True
+    backend: str = "sentence-transformers"
     revision: str | None = None
     trust_remote_code: bool = False
     label: str = ""
 
-    def with_instruction(self, instruction: str) -> DenseModel:
-        return replace(
-            self,
-            query_prompt=self.query_prompt.replace("{instruction}", instruction),
-            doc_prompt=self.doc_prompt.replace("{instruction}", instruction),
-        )
+    @property
+    def instructed(self) -> bool:
+        """True when the prompts depend on the task (filled by :meth:`with_instruction`)."""
+        return "{" in self.query_prompt + self.doc_prompt
+
+    def with_instruction(self, instructions: TaskInstructions) -> DenseModel:
+        """The model with a task's instructions filled into its prompts."""
+
+        def fill(prompt: str) -> str:
+            return (
+                prompt.replace("{instruction}", instructions.task)
+                .replace("{instructor_query}", instructions.instructor_query)
+                .replace("{instructor_doc}", instructions.instructor_doc)
+            )
+
+        return replace(self, query_prompt=fill(self.query_prompt), doc_prompt=fill(self.doc_prompt))
 
 
 def offline_model_path() -> str:
@@ -63,14 +94,77 @@ def offline_model_path() -> str:
 
 
 _E5_STYLE = "Instruct: {instruction}\nQuery: "
+_BMR_QUERY = "{instruction}\nQuery: "
+_BMR_DOC = "Represent this passage\npassage: "
+_GRIT_QUERY = "<|user|>\n{instruction}\n<|embed|>\n"
+_GRIT_DOC = "<|embed|>\n"
 
+
+def _instructor(name: str, size: str) -> DenseModel:
+    return DenseModel(
+        name,
+        f"hkunlp/instructor-{size}",
+        query_prompt="{instructor_query}",
+        doc_prompt="{instructor_doc}",
+        instruct_all_parts=True,
+        pool_prompt=False,
+        label=f"Instructor-{size}",
+    )
+
+
+def _bmretriever(name: str, size: str, max_length: int) -> DenseModel:
+    return DenseModel(
+        name,
+        f"BMRetriever/BMRetriever-{size}",
+        query_prompt=_BMR_QUERY,
+        doc_prompt=_BMR_DOC,
+        pooling="lasttoken",
+        max_length=max_length,
+        label=f"BMRetriever-{size}" + (" (GPU advised)" if size != "410M" else ""),
+    )
+
+
+#: The paper's dense retrievers as it ran them (names as its results folders spell them), MedCPT as
+#: its authors meant it, and the offline MiniLM.
 PRESETS: dict[str, DenseModel] = {
     p.name: p
     for p in (
-        DenseModel("minilm", "offline:all-MiniLM-L6-v2", label="MiniLM-L6-v2 (offline)"),
-        DenseModel("contriever", "facebook/contriever", pooling="mean", normalize=False, label="Contriever"),
+        DenseModel("minilm", "offline:all-MiniLM-L6-v2", label="MiniLM-L6-v2 (offline; not a paper model)"),
         DenseModel(
-            "bge-large",
+            "contriever",
+            "facebook/contriever-msmarco",
+            pooling="mean",
+            max_length=512,
+            normalize=False,
+            label="Contriever (msmarco)",
+        ),
+        DenseModel(
+            "medcpt",
+            "ncbi/MedCPT-Article-Encoder",
+            pooling="cls",
+            max_length=512,
+            normalize=False,
+            doc_pair=True,
+            label="MedCPT (article encoder for both sides, as R2MED ran it)",
+        ),
+        DenseModel(
+            "medcpt-dual",
+            "ncbi/MedCPT-Query-Encoder",
+            doc_model="ncbi/MedCPT-Article-Encoder",
+            pooling="cls",
+            max_length=512,
+            query_max_length=64,
+            normalize=False,
+            doc_pair=True,
+            label="MedCPT query + article encoders (as its authors intended; not the paper's setting)",
+        ),
+        _instructor("inst-l", "large"),
+        _instructor("inst-xl", "xl"),
+        _bmretriever("bmr-410m", "410M", 512),
+        _bmretriever("bmr-2b", "2B", 1024),
+        _bmretriever("bmr-7b", "7B", 2048),
+        DenseModel(
+            "bge",
             "BAAI/bge-large-en-v1.5",
             query_prompt="Represent this sentence for searching relevant passages: ",
             pooling="cls",
@@ -78,40 +172,92 @@ PRESETS: dict[str, DenseModel] = {
             label="bge-large-en-v1.5",
         ),
         DenseModel(
-            "medcpt",
-            "ncbi/MedCPT-Query-Encoder",
-            doc_model="ncbi/MedCPT-Article-Encoder",
-            pooling="cls",
-            max_length=512,
-            normalize=False,
-            label="MedCPT (query + article encoders)",
-        ),
-        DenseModel(
-            "e5-large-v2", "intfloat/e5-large-v2", query_prompt="query: ", doc_prompt="passage: ", label="e5-large-v2"
-        ),
-        DenseModel(
-            "e5-mistral",
+            "e5",
             "intfloat/e5-mistral-7b-instruct",
             query_prompt=_E5_STYLE,
-            max_length=512,
+            max_length=2048,
             label="e5-mistral-7b-instruct (GPU advised)",
         ),
         DenseModel(
-            "sfr-mistral",
+            "grit",
+            "GritLM/GritLM-7B",
+            query_prompt=_GRIT_QUERY,
+            doc_prompt=_GRIT_DOC,
+            max_length=2048,
+            query_max_length=512,
+            instruct_all_parts=True,
+            backend="gritlm",
+            label="GritLM-7B (GPU advised)",
+        ),
+        DenseModel(
+            "sfr",
             "Salesforce/SFR-Embedding-Mistral",
             query_prompt=_E5_STYLE,
-            max_length=512,
+            max_length=2048,
             label="SFR-Embedding-Mistral (GPU advised)",
+        ),
+        DenseModel(
+            "nv",
+            "nvidia/NV-Embed-v2",
+            query_prompt=_E5_STYLE,
+            max_length=4096,
+            normalize=False,
+            instruct_all_parts=True,
+            backend="nv-embed",
+            trust_remote_code=True,
+            label="NV-Embed-v2 (GPU advised)",
+        ),
+        DenseModel(
+            "openai",
+            "text-embedding-3-large",
+            max_length=6000,
+            normalize=False,
+            backend="openai",
+            label="text-embedding-3-large (OpenAI API)",
+        ),
+        DenseModel(
+            "e5-large-v2",
+            "intfloat/e5-large-v2",
+            query_prompt="query: ",
+            doc_prompt="passage: ",
+            label="e5-large-v2 (not a paper model)",
         ),
     )
 }
 
+#: Earlier preset names, still accepted (old URLs, scripts): each maps to its canonical preset.
+ALIASES: dict[str, str] = {"bge-large": "bge", "e5-mistral": "e5", "sfr-mistral": "sfr"}
+
+
+def canonical_preset(name: str) -> str | None:
+    """The preset a name (or an old alias) stands for, or None."""
+    name = ALIASES.get(name, name)
+    return name if name in PRESETS else None
+
 
 def resolve_model(spec: str) -> DenseModel:
-    """A preset name, or any sentence-transformers model id / local path as a plain model."""
-    if spec in PRESETS:
-        return PRESETS[spec]
+    """A preset name (or alias), or any sentence-transformers model id / local path as a plain model."""
+    preset = canonical_preset(spec)
+    if preset is not None:
+        return PRESETS[preset]
     return DenseModel(name=spec, query_model=spec, label=spec)
+
+
+def instruction_note(dataset_name: str, model: str) -> str | None:
+    """What to tell the user when an instruction model runs on a dataset that is not an R2MED task.
+
+    The benchmark's instructions exist only for its eight tasks; elsewhere this app's generic
+    instruction is used, so the numbers are not the paper's configuration. None when nothing to say.
+    """
+    dense = resolve_model(model)
+    if not dense.instructed or task_instructions(dataset_name).official:
+        return None
+    filled = dense.with_instruction(GENERIC_INSTRUCTIONS)
+    shown = filled.query_prompt.strip() or filled.doc_prompt.strip()
+    return (
+        f"{dataset_name} is not an R2MED task, so {dense.label or dense.name} uses this app's generic "
+        f"instruction ({shown!r}), not one of the paper's per-task instructions."
+    )
 
 
 def _model_location(model_id: str) -> str:
@@ -162,8 +308,144 @@ def load_encoder(
     return model
 
 
+# --------------------------------------------------------------------------- other backends
+
+
+def _require(package: str, model: DenseModel, advice: str) -> None:
+    """Raise a clear DenseModelUnavailable when an optional package a preset needs is missing."""
+    if importlib.util.find_spec(package) is None:
+        raise DenseModelUnavailable(
+            f"{model.label or model.name} needs the {package!r} package, which is not installed: {advice}"
+        )
+
+
+def _check_remote_code(model: DenseModel) -> None:
+    """Code from a hub repository runs on this server only when the operator allows it."""
+    from ..settings import load_settings
+
+    if model.trust_remote_code and not load_settings().trust_remote_code:
+        raise DenseModelUnavailable(
+            f"{model.label or model.name} runs code from its Hugging Face repository ({model.query_model}, "
+            "trust_remote_code). The operator must allow that: set R2MED_TRUST_REMOTE_CODE=1 before starting "
+            "the app or the command."
+        )
+
+
+class _GritLMEncoder:
+    """GritLM-7B in the gritlm package's embedding mode: mean pooling without the instruction's
+    tokens, L2-normalised (the package's defaults)."""
+
+    def __init__(self, model_id: str) -> None:
+        from gritlm import GritLM
+
+        self.model = GritLM(model_id, torch_dtype="auto", mode="embedding")
+
+    def encode(self, texts: list[str], *, prompt: str, max_length: int | None, batch_size: int) -> np.ndarray:
+        vectors = self.model.encode(texts, instruction=prompt, max_length=max_length or 2048, batch_size=batch_size)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class _NVEmbedEncoder:
+    """NV-Embed-v2 through its own ``encode`` (the repository's code, loaded with trust_remote_code)."""
+
+    def __init__(self, model_id: str, revision: str | None) -> None:
+        from transformers import AutoModel
+
+        self.model = AutoModel.from_pretrained(model_id, trust_remote_code=True, revision=revision)
+        self.model.eval()
+
+    def encode(self, texts: list[str], *, prompt: str, max_length: int | None, batch_size: int) -> np.ndarray:
+        import torch
+
+        parts = []
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                batch = texts[start : start + batch_size]
+                vectors = self.model.encode(batch, instruction=prompt, max_length=max_length or 4096)
+                parts.append(vectors.float().cpu().numpy())
+        return np.vstack(parts) if parts else np.zeros((0, 4096), dtype=np.float32)
+
+
+def openai_endpoint() -> str:
+    """The embeddings server: the operator's ``OPENAI_BASE_URL``, else OpenAI's (never a visitor's)."""
+    return (os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+
+
+def _truncate_tokens(text: str, limit: int | None) -> str:
+    """Cut to ``limit`` cl100k tokens as the benchmark did, when tiktoken can do it; else unchanged."""
+    if not limit:
+        return text
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding("cl100k_base")
+    except Exception:  # not installed, or its vocabulary file cannot be fetched offline
+        return text
+    tokens = encoding.encode(text, disallowed_special=())
+    return text if len(tokens) <= limit else encoding.decode(tokens[:limit])
+
+
+class _OpenAIEncoder:
+    """An embeddings endpoint through the openai client; the key comes from ``OPENAI_API_KEY`` only.
+
+    The key is used for requests and nothing else: not in messages, cache keys or files.
+    """
+
+    def __init__(self, model_id: str) -> None:
+        from openai import OpenAI
+
+        self.key = os.environ.get("OPENAI_API_KEY") or ""
+        if not self.key:
+            raise DenseModelUnavailable(
+                f"{model_id} is an API model: set OPENAI_API_KEY in the server's environment (and "
+                "OPENAI_BASE_URL for an OpenAI-compatible embeddings server) before starting it."
+            )
+        self.model_id = model_id
+        self.client = OpenAI(api_key=self.key, base_url=openai_endpoint(), max_retries=3, timeout=120)
+
+    def encode(self, texts: list[str], *, prompt: str, max_length: int | None, batch_size: int) -> np.ndarray:
+        inputs = [_truncate_tokens(prompt + t, max_length) or " " for t in texts]  # the API rejects ""
+        vectors: list[list[float]] = []
+        for start in range(0, len(inputs), 64):
+            try:
+                response = self.client.embeddings.create(model=self.model_id, input=inputs[start : start + 64])
+            except Exception as err:
+                message = " ".join(str(err).split())[:200].replace(self.key, "***")
+                raise DenseModelUnavailable(
+                    f"{openai_endpoint()} could not embed with {self.model_id} ({type(err).__name__}: {message})"
+                ) from None
+            vectors.extend(item.embedding for item in sorted(response.data, key=lambda item: item.index))
+        return np.asarray(vectors, dtype=np.float32).reshape(len(inputs), -1)
+
+
+@lru_cache(maxsize=2)
+def _load_backend(model: DenseModel, model_id: str) -> Any:
+    """Load a model that does not run through sentence-transformers, with a clear error when it cannot."""
+    if model.backend == "openai":
+        _require("openai", model, "pip install openai")
+        return _OpenAIEncoder(model_id)
+    if model.backend == "gritlm":
+        _require("gritlm", model, "pip install gritlm (a GPU is advised for a 7B model)")
+    _check_remote_code(model)
+    check_model_reachable(model_id)
+    try:
+        return _GritLMEncoder(model_id) if model.backend == "gritlm" else _NVEmbedEncoder(model_id, model.revision)
+    except Exception as err:
+        cause = " ".join(str(err).split())[:200]
+        raise DenseModelUnavailable(
+            f"{model.label or model.name} could not be loaded ({type(err).__name__}: {cause}). It needs the "
+            "packages its model card lists (NV-Embed-v2's own code pins a transformers version) and a GPU."
+        ) from None
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Unit-length rows (zero rows stay zero), so an inner product is a cosine similarity."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
 class DenseRetriever:
-    """Encode a corpus once (cached), then search queries with FAISS ``IndexFlatIP``."""
+    """Encode a corpus once (cached), then rank documents by cosine similarity to each query."""
 
     def __init__(self, model: DenseModel, batch_size: int = 32) -> None:
         self.model = model
@@ -172,48 +454,105 @@ class DenseRetriever:
         self.doc_ids: list[str] = []
 
     # -- encoding
+    def _max_length(self, which: str) -> int | None:
+        if which == "query" and self.model.query_max_length is not None:
+            return self.model.query_max_length
+        return self.model.max_length
+
     def _encoder(self, which: str) -> Any:
         model_id = self.model.doc_model if which == "doc" and self.model.doc_model else self.model.query_model
-        return load_encoder(
-            model_id, self.model.pooling, self.model.max_length, self.model.revision, self.model.trust_remote_code
+        if self.model.backend != "sentence-transformers":
+            return _load_backend(self.model, model_id)
+        _check_remote_code(self.model)
+        encoder = load_encoder(
+            model_id, self.model.pooling, self._max_length(which), self.model.revision, self.model.trust_remote_code
         )
+        if not self.model.pool_prompt:
+            if not hasattr(encoder, "set_pooling_include_prompt"):
+                raise DenseModelUnavailable(
+                    f"{self.model.label or self.model.name} needs a sentence-transformers that can leave the "
+                    "instruction out of the pooling (Instructor models): pip install -U sentence-transformers"
+                )
+            encoder.set_pooling_include_prompt(False)
+        return encoder
 
-    def encode(self, texts: Sequence[str], which: str = "query", progress: Progress | None = None) -> np.ndarray:
-        """Encode with the query or document side (prompt prefix, pooling, normalisation applied)."""
-        prompt = self.model.query_prompt if which == "query" else self.model.doc_prompt
+    def _encode_batch(self, encoder: Any, texts: list[str], which: str, prompt: str) -> np.ndarray:
+        """One batch through the model: the prompt as a prefix, documents as ("", text) pairs if asked."""
+        if self.model.backend != "sentence-transformers":
+            return encoder.encode(texts, prompt=prompt, max_length=self._max_length(which), batch_size=self.batch_size)
+        inputs: list[Any] = [("", t) for t in texts] if which == "doc" and self.model.doc_pair else texts
+        vectors = encoder.encode(
+            inputs,
+            prompt=prompt,  # "" (not None) so a model's saved default prompt never slips in
+            batch_size=self.batch_size,
+            normalize_embeddings=False,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def encode(
+        self, texts: Sequence[str], which: str = "query", progress: Progress | None = None, *, instructed: bool = True
+    ) -> np.ndarray:
+        """Encode one side as the model's configuration says (prompt, pair inputs, its own normalisation).
+
+        Documents always come back unit-length (the index scores cosine). ``instructed=False`` encodes
+        queries without the query prompt (the generated half of a rewrite, for most presets).
+        """
+        if which == "query":
+            prompt = self.model.query_prompt if instructed else ""
+        else:
+            prompt = self.model.doc_prompt
         encoder = self._encoder(which)
+        side = "queries" if which == "query" else "documents"
         chunk = max(self.batch_size * 8, 1)
         parts: list[np.ndarray] = []
         for start in range(0, len(texts), chunk):
-            batch = [prompt + t for t in texts[start : start + chunk]]
-            parts.append(
-                encoder.encode(
-                    batch,
-                    batch_size=self.batch_size,
-                    normalize_embeddings=self.model.normalize,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                ).astype(np.float32)
-            )
+            batch = list(texts[start : start + chunk])
+            parts.append(self._encode_batch(encoder, batch, which, prompt))
             report(
                 progress,
                 (start + len(batch)) / max(len(texts), 1),
-                f"Encoding {which}s with {self.model.label or self.model.name}: {start + len(batch)}/{len(texts)}",
+                f"Encoding {side} with {self.model.label or self.model.name}: {start + len(batch)}/{len(texts)}",
             )
         if not parts:
-            dim = encoder.get_embedding_dimension()
-            return np.zeros((0, dim), dtype=np.float32)
-        return np.vstack(parts)
+            dim = encoder.get_embedding_dimension() if hasattr(encoder, "get_embedding_dimension") else 0
+            return np.zeros((0, dim or 0), dtype=np.float32)
+        vectors = np.vstack(parts).astype(np.float32)
+        return l2_normalize(vectors) if which == "doc" or self.model.normalize else vectors
+
+    def encode_queries(self, parts: Sequence[Sequence[str]], progress: Progress | None = None) -> np.ndarray:
+        """One vector per query from its parts (the query, then any generated text), as R2MED does.
+
+        The first part carries the query instruction; later parts carry it only for models that put it
+        on both halves (Instructor, NV-Embed, GritLM). A query's parts' embeddings are averaged; the
+        mean is normalised at search time (cosine).
+        """
+        firsts = [plan[0] for plan in parts]
+        rest = [(i, text) for i, plan in enumerate(parts) for text in plan[1:]]
+        vectors = self.encode(firsts, "query", progress)
+        if not rest:
+            return vectors
+        extra = self.encode([t for _, t in rest], "query", instructed=self.model.instruct_all_parts)
+        sums, counts = vectors.astype(np.float64), np.ones(len(parts))
+        for (i, _), vector in zip(rest, extra):
+            sums[i] += vector
+            counts[i] += 1
+        return (sums / counts[:, None]).astype(np.float32)
 
     def cache_key(self, corpus_fingerprint: str) -> dict[str, Any]:
         model = asdict(self.model)
         model.pop("label", None)
-        return {
+        key = {
             "corpus": corpus_fingerprint,
             "model": model,
             "query_revision": model_revision(self.model.query_model, self.model.revision),
             "doc_revision": model_revision(self.model.doc_model or self.model.query_model, self.model.revision),
+            "similarity": "cosine",
         }
+        if self.model.backend == "openai":
+            key["endpoint"] = openai_endpoint()  # the server, never the key
+        return key
 
     # -- indexing
     def index_corpus(
@@ -238,27 +577,38 @@ class DenseRetriever:
 
         self.index, self.doc_ids = cached("dense", self.cache_key(corpus_fingerprint), build, load)
 
-    def search_vectors(self, vectors: np.ndarray, k: int = 100) -> list[list[tuple[str, float]]]:
-        """Exact top-k by inner product for each query vector (ties keep corpus order).
+    def search_vectors(
+        self, vectors: np.ndarray, k: int = 100, query_ids: Sequence[str] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """Exact top-k by cosine similarity for each query vector (ties keep corpus order).
 
-        Scores come from one BLAS matrix product over the vectors the FAISS ``IndexFlatIP`` holds
-        (read in place, no copy): measured here, FAISS's own flat search with k=100 was about 3x
-        slower than this (see benchmarks/bench_dense.py).
+        Query vectors are L2-normalised here (the index holds unit document vectors). With
+        ``query_ids``, a document whose id equals its query's id is never returned (BEIR's
+        ``ignore_identical_ids``, as the benchmark scores dense runs). Scores come from one BLAS
+        matrix product over the vectors the FAISS ``IndexFlatIP`` holds (read in place, no copy):
+        measured here, FAISS's own flat search with k=100 was about 3x slower (benchmarks/bench_dense.py).
         """
         if self.index is None:
             raise RuntimeError("index_corpus() must run before search")
-        k = min(k, len(self.doc_ids))
-        if len(vectors) == 0 or k == 0:
+        if query_ids is not None and len(query_ids) != len(vectors):
+            raise ValueError("query_ids must give one id per query vector")
+        wanted = min(k, len(self.doc_ids))
+        if len(vectors) == 0 or wanted == 0:
             return [[] for _ in range(len(vectors))]
+        depth = min(wanted + (query_ids is not None), len(self.doc_ids))  # one spare for an identical id
         matrix = self._matrix()
-        queries = np.ascontiguousarray(vectors, dtype=np.float32)
+        queries = l2_normalize(np.ascontiguousarray(vectors, dtype=np.float32))
         out: list[list[tuple[str, float]]] = []
         for start in range(0, len(queries), 256):  # bounds memory: 256 x corpus floats at a time
             scores = queries[start : start + 256] @ matrix.T
-            for row in scores:
-                top = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
+            for offset, row in enumerate(scores):
+                top = np.argpartition(-row, depth - 1)[:depth] if depth < len(row) else np.arange(len(row))
                 order = top[np.lexsort((top, -row[top]))]
-                out.append([(self.doc_ids[p], float(row[p])) for p in order])
+                ranking = [(self.doc_ids[p], float(row[p])) for p in order]
+                if query_ids is not None:
+                    own = query_ids[start + offset]
+                    ranking = [(doc, score) for doc, score in ranking if doc != own]
+                out.append(ranking[:wanted])
         return out
 
     def _matrix(self) -> np.ndarray:
@@ -269,6 +619,11 @@ class DenseRetriever:
         return faiss.rev_swig_ptr(self.index.get_xb(), n * dim).reshape(n, dim)
 
     def search(
-        self, queries: Sequence[str], k: int = 100, progress: Progress | None = None
+        self,
+        queries: Sequence[str],
+        k: int = 100,
+        progress: Progress | None = None,
+        query_ids: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        return self.search_vectors(self.encode(queries, "query", progress), k)
+        """Encode ``queries`` (with the query prompt) and rank the corpus for each."""
+        return self.search_vectors(self.encode(queries, "query", progress), k, query_ids)
