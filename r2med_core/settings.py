@@ -14,6 +14,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_UPLOAD_MAX_MB`` | largest upload accepted (annotations, runs) | 50 |
 | ``R2MED_CACHE_MAX_GB`` | size cap of the disk cache (least recently used entries evicted) | no cap |
 | ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
+| ``R2MED_LLM_REPLY_MAX_MB`` | largest LLM reply accepted (a larger one fails its query) | 1 |
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class Settings:
     upload_max_mb: float = 50.0
     cache_max_gb: float | None = None
     runs_dir: Path | None = None
+    llm_reply_max_mb: float = 1.0
+
+    @property
+    def llm_reply_max_bytes(self) -> int:
+        return int(self.llm_reply_max_mb * 1024 * 1024)
 
     @property
     def upload_max_bytes(self) -> int:
@@ -83,4 +89,5 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         upload_max_mb=_number(env.get("R2MED_UPLOAD_MAX_MB"), "R2MED_UPLOAD_MAX_MB", 50.0) or 50.0,
         cache_max_gb=_number(env.get("R2MED_CACHE_MAX_GB"), "R2MED_CACHE_MAX_GB", None),
         runs_dir=runs_dir,
+        llm_reply_max_mb=_number(env.get("R2MED_LLM_REPLY_MAX_MB"), "R2MED_LLM_REPLY_MAX_MB", 1.0) or 1.0,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..cache import cached
-from ..hub import check_model_reachable
+from ..hub import ModelUnavailable, check_model_reachable
 from ..progress import Progress, report
 
 #: What instruction-following presets are told when the dataset has no R2MED family.
@@ -147,16 +147,24 @@ def load_encoder(
 
     location = _model_location(model_id)
     check_model_reachable(location)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        if pooling is None:
-            model = SentenceTransformer(location, device="cpu", revision=revision, trust_remote_code=trust_remote_code)
-        else:
-            from sentence_transformers.sentence_transformer import modules
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if pooling is None:
+                model = SentenceTransformer(
+                    location, device="cpu", revision=revision, trust_remote_code=trust_remote_code
+                )
+            else:
+                from sentence_transformers.sentence_transformer import modules
 
-            transformer = modules.Transformer(location, max_seq_length=max_length)
-            pool = modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
-            model = SentenceTransformer(modules=[transformer, pool], device="cpu")
+                transformer = modules.Transformer(location, max_seq_length=max_length)
+                pool = modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
+                model = SentenceTransformer(modules=[transformer, pool], device="cpu")
+    except Exception as err:  # not a model folder, a broken download, an unknown architecture …
+        cause = " ".join(str(err).split())[:160]
+        raise ModelUnavailable(
+            f"{model_id} could not be loaded as a sentence-transformers model ({type(err).__name__}: {cause})"
+        ) from None
     if max_length is not None:
         model.max_seq_length = max_length
     return model
