@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,19 +11,11 @@ import pytest
 from r2med_core.systems import SpecError, parse_system
 
 from ..conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl
+from ..test_cli import cli
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def cli(*args: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "r2med_core", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "R2MED_CACHE_DIR": str(cache), **env},
-    )
+def eval_bm25(data_dir: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return cli("eval", "--retriever", "bm25", "--data-dir", str(data_dir), "--output-dir", str(out))
 
 
 def assert_clean_error(done: subprocess.CompletedProcess[str], code: int, *expected: str) -> None:
@@ -37,17 +27,17 @@ def assert_clean_error(done: subprocess.CompletedProcess[str], code: int, *expec
 
 
 @pytest.mark.parametrize("model", ["dense:r2med-tests/no-such-model", "dense:/etc"])
-def test_a_dense_model_that_cannot_be_had_is_one_error_line(model: str, tmp_path: Path, _isolated_cache: Path):
+def test_a_dense_model_that_cannot_be_had_is_one_error_line(model: str, tmp_path: Path):
     done = cli(
         "eval", "--retriever", model, "--demo", "clinical-case", "--output-dir", str(tmp_path),
-        cache=_isolated_cache, HF_HUB_OFFLINE="1",
+        env={"HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     name = model.removeprefix("dense:")
     assert_clean_error(done, 2, f"error: {name} ")
     assert len([line for line in done.stderr.splitlines() if line.startswith("error:")]) == 1
 
 
-def test_hostile_data_files_are_reported_with_file_and_line(tmp_path: Path, _isolated_cache: Path) -> None:
+def test_hostile_data_files_are_reported_with_file_and_line(tmp_path: Path) -> None:
     """Deep nesting, an integer of 5000 digits and a lone surrogate, each on its own line of its own file."""
     root = tmp_path / "hostile"
     write_jsonl(root / "corpus.jsonl", TINY_CORPUS)
@@ -60,7 +50,7 @@ def test_hostile_data_files_are_reported_with_file_and_line(tmp_path: Path, _iso
     with (root / "qrels.jsonl").open("a") as handle:
         handle.write('{"q_id": "q1", "p_id": "gout_0", "score": ' + "9" * 5000 + "}\n")
 
-    checked = cli("validate", "--data-dir", str(root), cache=_isolated_cache)
+    checked = cli("validate", "--data-dir", str(root))
     assert_clean_error(
         checked,
         1,
@@ -68,47 +58,27 @@ def test_hostile_data_files_are_reported_with_file_and_line(tmp_path: Path, _iso
         f"{root / 'query.jsonl'}:4: malformed JSON: nested too deeply",
         f"{root / 'qrels.jsonl'}:4: malformed JSON: Exceeds the limit (4300 digits)",
     )
-    evaluated = cli(
-        "eval",
-        "--retriever",
-        "bm25",
-        "--data-dir",
-        str(root),
-        "--output-dir",
-        str(tmp_path / "o"),
-        cache=_isolated_cache,
-    )
+    evaluated = eval_bm25(root, tmp_path / "o")
     assert_clean_error(evaluated, 1, f"{root / 'corpus.jsonl'}:6:")
 
 
-def test_deeply_nested_metadata_is_a_data_error(tiny_r2med: Path, tmp_path: Path, _isolated_cache: Path) -> None:
+def test_deeply_nested_metadata_is_a_data_error(tiny_r2med: Path, tmp_path: Path) -> None:
     (tiny_r2med / "metadata.json").write_text("{\n" + '"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    done = cli(
-        "eval",
-        "--retriever",
-        "bm25",
-        "--data-dir",
-        str(tiny_r2med),
-        "--output-dir",
-        str(tmp_path / "o"),
-        cache=_isolated_cache,
-    )
+    done = eval_bm25(tiny_r2med, tmp_path / "o")
     assert_clean_error(done, 1, f"{tiny_r2med / 'metadata.json'}: bad metadata: malformed JSON: nested too deeply")
 
 
-def test_a_deeply_nested_rrf_is_refused(tmp_path: Path, _isolated_cache: Path) -> None:
+def test_a_deeply_nested_rrf_is_refused(tmp_path: Path) -> None:
     nested = "rrf(" * 5000 + "bm25,bm25s" + ")" * 5000
     with pytest.raises(SpecError, match="nest"):
         parse_system(nested)
     assert str(parse_system("rrf(rrf(bm25,bm25s),bm25-okapi)")) == "rrf(rrf(bm25,bm25s),bm25-okapi)"
-    done = cli(
-        "eval", "--retriever", nested, "--demo", "clinical-case", "--output-dir", str(tmp_path), cache=_isolated_cache
-    )
+    done = cli("eval", "--retriever", nested, "--demo", "clinical-case", "--output-dir", str(tmp_path))
     assert_clean_error(done, 2, "error: rrf(...) may nest at most")
 
 
 @pytest.mark.parametrize("k", ["0", "-5"])
-def test_top_k_must_be_positive(k: str, tmp_path: Path, _isolated_cache: Path) -> None:
+def test_top_k_must_be_positive(k: str, tmp_path: Path) -> None:
     done = cli(
         "eval",
         "--retriever",
@@ -119,7 +89,6 @@ def test_top_k_must_be_positive(k: str, tmp_path: Path, _isolated_cache: Path) -
         k,
         "--output-dir",
         str(tmp_path),
-        cache=_isolated_cache,
     )
     assert_clean_error(done, 2, "argument --top-k: must be at least 1")
     assert not list(tmp_path.iterdir())

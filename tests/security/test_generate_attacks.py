@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,16 +15,19 @@ from typing import Any
 
 import pytest
 
+from r2med_core import generation as gen
 from r2med_core import load_demo
 from r2med_core.generation import Endpoint, generate_rewrites
+
+from ..test_cli import cli
+from ..test_generation import _choice
 
 ROOT = Path(__file__).resolve().parents[2]
 TICK = 0.25  # seconds between two dribbled bytes
 
 
 def _completion(content: str) -> bytes:
-    choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-    body = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+    body = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": [_choice(content)]}
     return json.dumps(body).encode()
 
 
@@ -94,6 +95,9 @@ class HostileLLM:
 
 @pytest.fixture
 def demo():
+    import openai  # noqa: F401  (imported before any timing: it takes seconds on a busy machine)
+
+    getattr(gen, "_ssl_context", lambda: None)()
     return load_demo("clinical-case")
 
 
@@ -145,34 +149,22 @@ def test_an_oversized_reply_fails_its_query_and_writes_nothing(demo, monkeypatch
     assert allowed.generated == 1 and len(next(iter(allowed.texts.values()))) == 5 << 20
 
 
-def cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    def normal_umask() -> None:
-        os.umask(0o022)
-
-    return subprocess.run(
-        [sys.executable, "-m", "r2med_core", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "R2MED_CACHE_DIR": str(cache), "OPENAI_API_KEY": ""},
-        preexec_fn=normal_umask,
-    )
-
-
-def test_generated_and_evaluated_files_get_normal_permissions(tmp_path: Path, _isolated_cache: Path) -> None:
-    with HostileLLM("ok") as server:
-        out = tmp_path / "hyde.jsonl"
-        done = cli(
-            "generate", "--method", "hyde", "--demo", "clinical-case", "--model", "m", "--base-url", server.url,
-            "--output", str(out), "--limit", "2", cache=_isolated_cache,
-        )  # fmt: skip
+def test_generated_and_evaluated_files_get_normal_permissions(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)  # the child processes inherit it
+    try:
+        with HostileLLM("ok") as server:
+            out = tmp_path / "hyde.jsonl"
+            done = cli(
+                "generate", "--method", "hyde", "--demo", "clinical-case", "--model", "m", "--base-url", server.url,
+                "--output", str(out), "--limit", "2", env={"OPENAI_API_KEY": ""},
+            )  # fmt: skip
+        evaluated = cli(
+            "eval", "--retriever", "bm25", "--demo", "clinical-case", "--output-dir", str(tmp_path / "runs")
+        )
+    finally:
+        os.umask(old_umask)
     assert done.returncode == 0, done.stderr
     assert out.stat().st_mode & 0o777 == 0o644
-    evaluated = cli(
-        "eval", "--retriever", "bm25", "--demo", "clinical-case", "--output-dir", str(tmp_path / "runs"),
-        cache=_isolated_cache,
-    )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr
     for written in (tmp_path / "runs").iterdir():
         assert written.stat().st_mode & 0o777 == 0o644, written
@@ -215,8 +207,8 @@ def test_generate_usage_mistakes_exit_2_with_a_clear_message(option: str, value:
     assert f"error: argument {option}: " in err and value in err
 
 
-def test_a_negative_timeout_is_a_usage_error_in_a_real_process(_isolated_cache: Path) -> None:
-    done = cli(*GENERATE, "--timeout", "-5", cache=_isolated_cache)
+def test_a_negative_timeout_is_a_usage_error_in_a_real_process() -> None:
+    done = cli(*GENERATE, "--timeout", "-5")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "error: argument --timeout: must be a finite number > 0, got '-5'" in done.stderr
     assert "Traceback" not in done.stderr and "malformed response" not in done.stderr + done.stdout
