@@ -247,7 +247,7 @@ def _cache_get(key: str) -> str | None:
     try:
         payload = json.loads(_entry(key).read_text(encoding="utf-8"))
         text = payload["hy_doc"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return text if isinstance(text, str) and text.strip() else None
 
@@ -867,7 +867,7 @@ def _record_set(
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         if meta.get("endpoint") == identity:
             merged = {**(live_rewrites(dataset, method, llm_name) or {}), **texts}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         pass
     save_rewrites(merged, dataset, folder / REWRITE_FILE)
     atomic_write_text(folder / "meta.json", json.dumps({"endpoint": identity, "queries": len(merged)}, indent=1))
@@ -893,7 +893,7 @@ def live_rewrites(dataset: Dataset, method: str, llm_name: str) -> dict[str, str
     try:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         texts = {str(row["id"]): row["hy_doc"] for row in rows if isinstance(row.get("hy_doc"), str)}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return {qid: text for qid, text in texts.items() if qid in dataset.queries} or None
 

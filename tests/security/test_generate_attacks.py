@@ -212,3 +212,15 @@ def test_a_negative_timeout_is_a_usage_error_in_a_real_process() -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert "error: argument --timeout: must be a finite number > 0, got '-5'" in done.stderr
     assert "Traceback" not in done.stderr and "malformed response" not in done.stderr + done.stdout
+
+
+def test_a_planted_deeply_nested_reply_in_the_cache_is_a_miss_not_a_crash(demo, _isolated_cache: Path) -> None:
+    with HostileLLM("ok") as server:
+        first = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), llm_name="w")
+        assert first.generated == 1
+        [reply] = (_isolated_cache / "generations" / "replies").rglob("*.json")
+        reply.write_text('{"hy_doc": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        for recorded in (_isolated_cache / "generations" / "sets").rglob("*.jsonl"):
+            recorded.write_text('{"id": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+        again = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), llm_name="w")
+    assert again.generated == 1 and again.texts == first.texts
