@@ -327,14 +327,12 @@ class _Budget:
     deadline: float
     max_bytes: int
     received: int = 0
-    expired: bool = False
     too_large: bool = False
 
     def remaining(self, timeout: float | None) -> float:
         """The socket timeout to use now: the caller's, cut to what is left of the deadline."""
         left = self.deadline - time.monotonic()
         if left <= 0:
-            self.expired = True
             import httpcore2
 
             raise httpcore2.ReadTimeout("the request's total deadline passed")
@@ -353,7 +351,8 @@ def _deadline_transport() -> Any:
 
     httpx's timeouts bound each read; a server sending a byte every second never trips them. Every
     read, write and connect here is given at most what is left of the request's deadline, and the
-    bytes read are counted, so a dribbling or endless reply fails on time.
+    bytes read are counted, so a dribbling or endless reply fails on time. (It connects directly:
+    ``HTTPS_PROXY`` and friends are not used.)
     """
     import httpcore2
     import httpx2
@@ -366,11 +365,7 @@ def _deadline_transport() -> Any:
             budget = _budget()
             if budget is None:
                 return self.inner.read(max_bytes, timeout)
-            try:
-                data = self.inner.read(max_bytes, budget.remaining(timeout))
-            except httpcore2.ReadTimeout:
-                budget.expired = budget.expired or time.monotonic() >= budget.deadline
-                raise
+            data = self.inner.read(max_bytes, budget.remaining(timeout))
             budget.received += len(data)
             if budget.received > budget.max_bytes:
                 budget.too_large = True
