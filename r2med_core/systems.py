@@ -324,7 +324,7 @@ def _compute(dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | No
         vectors = dense_query_vectors(dense, retrieved, spec.rewrite, _scaled(progress, 0.9, 1.0))
         rankings = dense.search_vectors(vectors, k)
         hy_docs = dataset.rewrites.get(spec.rewrite, {}) if spec.rewrite else {}
-        blank = [not dataset.queries[q].strip() and not hy_docs.get(q, "").strip() for q in qids]
+        blank = [not queries[q].strip() and not hy_docs.get(q, "").strip() for q in qids]
         rankings = [[] if empty else ranking for ranking, empty in zip(rankings, blank)]
     report(progress, 1.0, f"{spec.label}: done")
     return Run(str(spec), dict(zip(qids, rankings)), time.perf_counter() - started)
