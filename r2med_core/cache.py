@@ -4,6 +4,15 @@ Every entry is a folder named by a fingerprint of everything that produced it (c
 system parameters, model revision …). It is built in a temporary folder and renamed into place,
 so a crash never leaves a half-written entry; a manifest of file sizes and SHA-256 digests is
 checked on load, so a truncated or damaged file is detected and the entry rebuilt.
+
+Whoever can write the cache folder must not be able to make a loader hang, crash or serve the
+wrong data, so an entry is trusted only when its manifest is a small regular file of the right
+shape, it records the very key that was asked for, and it lists exactly the regular files of the
+folder (no symlinks, no devices, nothing outside). Loaders never unpickle.
+
+``R2MED_CACHE_MAX_GB`` caps the cache: after a build, least recently used entries are evicted
+(loading an entry marks it used), never one that a live process is loading or building (it holds
+a lease file under ``.leases/``). Build folders left by killed processes are swept away.
 """
 
 from __future__ import annotations
@@ -11,10 +20,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
+import stat
 import tempfile
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +36,14 @@ T = TypeVar("T")
 
 MANIFEST = "manifest.json"
 CACHE_ENV = "R2MED_CACHE_DIR"
+LEASES = ".leases"
+#: A build folder whose process is gone is removed once it is this old (seconds).
+STALE_BUILD_SECONDS = 10 * 60
+#: A build folder made on another host (a shared cache volume) is removed only this old.
+STALE_FOREIGN_SECONDS = 24 * 3600
+_MANIFEST_MAX_BYTES = 16 << 20
+_HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+_BUILD_NAME = re.compile(r"^\.build-[0-9a-f]+-([0-9a-f]{8})-(\d+)-")
 
 
 def cache_root() -> Path:
@@ -41,11 +63,26 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:24]
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would race other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a file so readers see the old content or the new, never a partial one."""
+    """Write a file so readers see the old content or the new, never a partial one.
+
+    The file gets the permissions any new file would (``0666 & ~umask``), not mkstemp's 0600.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -60,32 +97,105 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+# --------------------------------------------------------------------------- integrity
+
+
+def _open_regular(path: Path) -> int:
+    """Open a regular file for reading; a symlink, FIFO or device raises OSError (never blocks)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return fd
+
+
 def _digest(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with os.fdopen(_open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _write_manifest(folder: Path, key: dict[str, Any]) -> None:
-    files = {
-        str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _digest(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
-    }
-    (folder / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1, default=str), encoding="utf-8")
+def _listing(folder: Path) -> dict[str, int] | None:
+    """``{relative path: size}`` of every file under ``folder``; None if anything is not a plain file or folder."""
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        return None
+    files: dict[str, int] = {}
+    for parent, dirs, names in os.walk(folder, followlinks=False):
+        for name in dirs:
+            if not stat.S_ISDIR(os.lstat(os.path.join(parent, name)).st_mode):
+                return None  # a symlink to a folder
+        for name in names:
+            full = os.path.join(parent, name)
+            info = os.lstat(full)
+            if not stat.S_ISREG(info.st_mode):
+                return None  # a symlink, FIFO, socket or device
+            files[Path(os.path.relpath(full, folder)).as_posix()] = info.st_size
+    return files
 
 
-def is_intact(folder: Path) -> bool:
-    """True when every file in the manifest exists with its recorded size and digest."""
+def _normalized(key: dict[str, Any]) -> Any:
+    """The key as it reads back from the manifest (tuples → lists, odd values → str)."""
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
+def _read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest when it is a small regular file of the expected shape, else None."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        for name, info in manifest["files"].items():
-            path = folder / name
-            if path.stat().st_size != info["size"] or _digest(path) != info["sha256"]:
+        with os.fdopen(_open_regular(folder / MANIFEST), "rb") as handle:
+            raw = handle.read(_MANIFEST_MAX_BYTES + 1)
+        if len(raw) > _MANIFEST_MAX_BYTES:
+            return None
+        manifest = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return None
+    for name, info in manifest["files"].items():
+        if not (
+            isinstance(info, dict)
+            and type(info.get("size")) is int
+            and info["size"] >= 0
+            and isinstance(info.get("sha256"), str)
+            and name != MANIFEST
+        ):
+            return None
+    return manifest
+
+
+def _write_manifest(folder: Path, kind: str, key: dict[str, Any]) -> None:
+    listing = _listing(folder) or {}
+    files = {name: {"size": size, "sha256": _digest(folder / name)} for name, size in sorted(listing.items())}
+    payload = {"kind": kind, "key": key, "files": files}
+    (folder / MANIFEST).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+
+
+def is_intact(folder: Path, key: dict[str, Any] | None = None, kind: str | None = None) -> bool:
+    """True when the manifest lists exactly the folder's files, each with its recorded size and digest.
+
+    With ``key`` (and ``kind``), the manifest must also record that key: an entry copied or renamed
+    under another entry's name is never served.
+    """
+    try:
+        manifest = _read_manifest(folder)
+        if manifest is None:
+            return False
+        if key is not None and manifest.get("key") != _normalized(key):
+            return False
+        if kind is not None and manifest.get("kind") != kind:
+            return False
+        listing = _listing(folder)
+        if listing is None or listing.pop(MANIFEST, None) is None:
+            return False
+        files: dict[str, dict[str, Any]] = manifest["files"]
+        if set(listing) != set(files):
+            return False
+        for name, info in files.items():
+            if listing[name] != info["size"] or _digest(folder / name) != info["sha256"]:
                 return False
-    except (OSError, ValueError, KeyError, TypeError):
+    except OSError:
         return False
     return True
 
@@ -97,14 +207,183 @@ def entry_path(kind: str, key: dict[str, Any]) -> Path:
 
 def _discard(folder: Path) -> None:
     """Move a damaged entry aside first (atomic), then delete it."""
-    if not folder.exists():
+    if not os.path.lexists(folder):
         return
     trash = folder.with_name(f".trash-{folder.name}-{uuid.uuid4().hex[:8]}")
     try:
         os.replace(folder, trash)
     except OSError:
         return
-    shutil.rmtree(trash, ignore_errors=True)
+    if trash.is_symlink() or not trash.is_dir():
+        trash.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- leases, sweeping, eviction
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return pid > 0
+
+
+@contextmanager
+def _lease(folder: Path) -> Iterator[None]:
+    """Mark an entry in use by this process while it is loaded or built (eviction skips it)."""
+    leases = folder.parent.parent / LEASES
+    path: Path | None = leases / f"{folder.parent.name}.{folder.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    try:
+        leases.mkdir(parents=True, exist_ok=True)
+        path.touch()  # type: ignore[union-attr]
+    except OSError:
+        path = None
+    try:
+        yield
+    finally:
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+
+@contextmanager
+def in_use(kind: str, key: dict[str, Any]) -> Iterator[Path]:
+    """Hold an entry (its folder is yielded) so no process evicts it meanwhile, e.g. while reading it lazily."""
+    folder = entry_path(kind, key)
+    with _lease(folder):
+        yield folder
+
+
+def entries_in_use(root: Path | None = None) -> set[tuple[str, str]]:
+    """``(kind, entry name)`` of every entry a live process holds a lease on (dead leases are removed)."""
+    leases = (root or cache_root()) / LEASES
+    held: set[tuple[str, str]] = set()
+    try:
+        names = [p for p in leases.iterdir()]
+    except OSError:
+        return held
+    for lease in names:
+        parts = lease.name.rsplit(".", 4)
+        if len(parts) != 5 or not parts[3].isdigit():
+            continue
+        kind, name, host, pid = parts[0], parts[1], parts[2], int(parts[3])
+        if host != _HOST:
+            try:
+                fresh = time.time() - lease.stat().st_mtime < STALE_FOREIGN_SECONDS
+            except OSError:
+                continue
+            if fresh:
+                held.add((kind, name))
+            continue
+        if _pid_alive(pid):
+            held.add((kind, name))
+        else:
+            lease.unlink(missing_ok=True)
+    return held
+
+
+def sweep_builds(kind_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove build folders of processes that died mid-build, and leftover trash; returns what went."""
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        children = list(kind_dir.iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        if child.name.startswith(".trash-"):
+            stale = True
+        elif child.name.startswith(".build-"):
+            try:
+                age = now - child.lstat().st_mtime
+            except OSError:
+                continue
+            match = _BUILD_NAME.match(child.name)
+            if match and match.group(1) == _HOST:
+                stale = age > STALE_BUILD_SECONDS and not _pid_alive(int(match.group(2)))
+            else:  # another host's build, or an old-style name without a pid
+                stale = age > (STALE_FOREIGN_SECONDS if match else STALE_BUILD_SECONDS)
+        else:
+            continue
+        if stale:
+            if child.is_symlink() or not child.is_dir():
+                child.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
+
+
+def _cap_bytes() -> int | None:
+    from .settings import load_settings
+
+    try:
+        cap = load_settings().cache_max_gb
+    except ValueError:
+        return None  # the app and CLI report a bad setting; the cache just stays uncapped
+    return None if cap is None else int(cap * (1 << 30))
+
+
+def _entries(root: Path) -> list[tuple[float, int, Path]]:
+    """``(last used, size, folder)`` of every cache entry (a folder holding a manifest)."""
+    found: list[tuple[float, int, Path]] = []
+    try:
+        kinds = [p for p in root.iterdir() if not p.name.startswith(".") and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return found
+    for kind_dir in kinds:
+        try:
+            children = list(kind_dir.iterdir())
+        except OSError:
+            continue
+        for entry in children:
+            if entry.name.startswith(".") or not (entry / MANIFEST).is_file():
+                continue
+            try:
+                listing = _listing(entry)
+                used = entry.lstat().st_mtime
+            except OSError:
+                continue
+            found.append((used, sum((listing or {}).values()), entry))
+    return found
+
+
+def enforce_cap(root: Path | None = None, cap_bytes: int | None = None) -> list[Path]:
+    """Evict least recently used entries until the cache fits ``R2MED_CACHE_MAX_GB``; returns the evicted.
+
+    Entries a live process holds a lease on are never evicted, even if the cache stays over the cap.
+    """
+    root = root or cache_root()
+    cap = _cap_bytes() if cap_bytes is None else cap_bytes
+    if cap is None:
+        return []
+    entries = _entries(root)
+    total = sum(size for _, size, _ in entries)
+    if total <= cap:
+        return []
+    held = entries_in_use(root)
+    evicted: list[Path] = []
+    for _, size, entry in sorted(entries, key=lambda e: e[0]):
+        if total <= cap:
+            break
+        if (entry.parent.name, entry.name) in held:
+            continue
+        _discard(entry)
+        evicted.append(entry)
+        total -= size
+    return evicted
+
+
+def _touch(folder: Path) -> None:
+    """Record a use (the folder's mtime), for least-recently-used eviction."""
+    try:
+        os.utime(folder)
+    except OSError:
+        pass
 
 
 def cached(kind: str, key: dict[str, Any], build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
@@ -114,24 +393,32 @@ def cached(kind: str, key: dict[str, Any], build: Callable[[Path], None], load: 
     raise on damage, which triggers one rebuild.
     """
     folder = entry_path(kind, key)
-    if folder.is_dir() and is_intact(folder):
+    with _lease(folder):
+        if folder.is_dir() and is_intact(folder, key, kind):
+            try:
+                value = load(folder)
+            except Exception:
+                pass
+            else:
+                _touch(folder)
+                return value
+        _discard(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        sweep_builds(folder.parent)
+        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".build-{folder.name}-{_HOST}-{os.getpid()}-"))
         try:
-            return load(folder)
-        except Exception:
-            pass
-    _discard(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".build-{folder.name}-"))
-    try:
-        build(staging)
-        _write_manifest(staging, key)
-        try:
-            os.replace(staging, folder)
-        except OSError:
-            # Another process finished the same entry first; theirs is as good as ours.
-            if not (folder.is_dir() and is_intact(folder)):
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return load(folder)
+            build(staging)
+            _write_manifest(staging, kind, key)
+            try:
+                os.replace(staging, folder)
+            except OSError:
+                # Another process finished the same entry first; theirs is as good as ours.
+                if not (folder.is_dir() and is_intact(folder, key, kind)):
+                    raise
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        value = load(folder)
+        _touch(folder)
+        enforce_cap(folder.parent.parent)
+        return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +52,36 @@ DATA_ENV = "R2MED_DATA_DIR"
 
 class UsageError(Exception):
     """A command line that cannot be carried out; the message says how to fix it."""
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer ≥ ``low`` (argparse then exits 2 with the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _finite(low: float, *, strict: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number > ``low`` (``strict``) or ≥ ``low``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"must be a finite number {'>' if strict else '≥'} {low:g}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _tqdm_progress() -> tuple[Progress, Callable[[], None]]:
@@ -119,8 +150,6 @@ def _left_out_notes(dataset: Dataset, spec: SystemSpec) -> list[str]:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     spec = parse_system(args.retriever + (f"+{args.rewrite}" if args.rewrite else ""))
-    if args.rerank_k < 1:
-        raise UsageError("--rerank-k must be at least 1 (the benchmark reranks the top 10 or 100)")
     progress, close = _tqdm_progress()
     try:
         dataset = _load(args, progress)
@@ -143,7 +172,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         label = spec.label
     print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
-    notes = [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines()]
+    notes = [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines(), *results.notes]
     for line in [*notes, *dense_instruction_notes(dataset, spec)]:
         print(f"note: {line}")
     for metric in MAIN_METRICS:
@@ -161,6 +190,8 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     for warning in imported.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     results = evaluate(imported.run.truncated(args.top_k), dataset.qrels, dataset_name=dataset.name)
+    for line in results.notes:
+        print(f"note: {line}", file=sys.stderr)
     print(json.dumps(results.to_json(), indent=2))
     return 0
 
@@ -224,8 +255,6 @@ def _prompts(args: argparse.Namespace) -> Prompts:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 1:
-        raise UsageError("--limit must be at least 1")
     endpoint = _endpoint(args)
     llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
     prompts = _prompts(args)
@@ -278,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_source(ev)
     ev.add_argument("--rewrite", help="METHOD:LLM, a precomputed rewrite (e.g. hyde:gpt4)")
-    ev.add_argument("--top-k", type=int, default=100)
+    ev.add_argument("--top-k", type=_int_at_least(1), default=100, help="documents per query (default 100)")
     ev.add_argument("--output-dir", required=True, type=Path)
     ev.add_argument("--run-name")
     ev.add_argument(
@@ -286,7 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help="rerank the top k with a cross-encoder: bge-reranker, monobert, a hub id or path",
     )
-    ev.add_argument("--rerank-k", type=int, default=10, metavar="K", help="how many to rerank (benchmark: 10 or 100)")
+    ev.add_argument(
+        "--rerank-k", type=_int_at_least(1), default=10, metavar="K", help="how many to rerank (benchmark: 10 or 100)"
+    )
     ev.add_argument(
         "--rerank-keep-tail",
         action="store_true",
@@ -309,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--base-url", help="an OpenAI-compatible server (default: $OPENAI_BASE_URL, else OpenAI)")
     ge.add_argument("--llm-name", help="the rewrite's name, as in --rewrite METHOD:NAME (default: from --model)")
     ge.add_argument("--output", type=Path, help="a folder (default: rewrites/<task>) or a .jsonl file")
-    ge.add_argument("--limit", type=int, help="only the first N queries")
+    ge.add_argument("--limit", type=_int_at_least(1), help="only the first N queries")
     ge.add_argument("--first-stage", default="bm25", help="lamer: the system whose top 10 go into the prompt")
     ge.add_argument(
         "--prompts",
@@ -325,15 +356,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ge.add_argument(
         "--temperature",
-        type=float,
+        type=_finite(0.0, strict=False),
         default=None,
         help="default: the benchmark's (0.7, seed 42; GPT-4o / o3-mini class 0.8 with top_p 0.8)",
     )
-    ge.add_argument("--top-p", type=float, default=None, help="default: the benchmark's (see --temperature)")
-    ge.add_argument("--max-tokens", type=int, default=512)
-    ge.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one reply")
-    ge.add_argument("--max-retries", type=int, default=5, help="retries of rate-limited or failed requests")
-    ge.add_argument("--workers", type=int, default=1, help="requests in flight at once")
+    ge.add_argument(
+        "--top-p", type=_finite(0.0, strict=True), default=None, help="default: the benchmark's (see --temperature)"
+    )
+    ge.add_argument("--max-tokens", type=_int_at_least(1), default=512)
+    ge.add_argument(
+        "--timeout", type=_finite(0.0, strict=True), default=60.0, help="seconds one request may take in all"
+    )
+    ge.add_argument(
+        "--max-retries", type=_int_at_least(0), default=5, help="retries of rate-limited or failed requests"
+    )
+    ge.add_argument("--workers", type=_int_at_least(1), default=1, help="requests in flight at once")
     ge.set_defaults(handler=cmd_generate)
 
     er = commands.add_parser(
@@ -342,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         "save_predictions) or a kit's result folder holding one",
     )
     er.add_argument("--run", required=True, type=Path)
-    er.add_argument("--top-k", type=int, default=100, help="evaluate the top k per query (benchmark: 100)")
+    er.add_argument("--top-k", type=_int_at_least(1), default=100, help="evaluate the top k per query (benchmark: 100)")
     _add_source(er)
     er.set_defaults(handler=cmd_evaluate_run)
 
@@ -377,3 +414,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2
+    except Exception as err:  # a bug, not bad input: still one line, never a traceback
+        print(f"error: unexpected {type(err).__name__}: {' '.join(str(err).split())[:300]}", file=sys.stderr)
+        return 1

@@ -164,6 +164,65 @@ class Dataset:
 # --------------------------------------------------------------------------- reading files
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The largest relevance grade accepted (R2MED uses 0-2; a huge grade would zero every metric).
+MAX_GRADE = 100
+
+
+def _parse_json(data: bytes) -> Any:
+    """``json.loads`` whose every failure is a ValueError with a message a user can act on.
+
+    Beyond malformed JSON: nesting deep enough to exhaust the recursion limit, integers of
+    thousands of digits, and lone surrogates (``"\\ud800"``), which are not Unicode text and crash
+    every later encode.
+    """
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 text (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        where = f"column {err.colno}" if err.lineno == 1 else f"line {err.lineno}, column {err.colno}"
+        raise ValueError(f"malformed JSON: {err.msg} ({where})") from None
+    except RecursionError:
+        raise ValueError("malformed JSON: nested too deeply") from None
+    except ValueError as err:  # e.g. an integer beyond Python's int-string limit
+        raise ValueError(f"malformed JSON: {' '.join(str(err).split(';')[0].split())}") from None
+    if _SURROGATE_ESCAPE.search(data) and _has_lone_surrogate(obj):
+        raise ValueError("invalid text: a lone surrogate escape (e.g. \\ud800) is not a Unicode character")
+    return obj
+
+
+def _has_lone_surrogate(obj: Any) -> bool:
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _id_problem(name: str, value: str) -> str | None:
+    """Why an id cannot be used (None when it can): TREC run and qrels files split on whitespace."""
+    if value == "":
+        return f'"{name}" must be a non-empty string'
+    if any(char.isspace() for char in value):
+        return f'"{name}" {value!r} contains whitespace, which TREC run and qrels files cannot hold'
+    return None
+
+
+def _grade_problem(grade: int) -> str | None:
+    if 0 <= grade <= MAX_GRADE:
+        return None
+    return f"relevance grade {grade} is outside 0-{MAX_GRADE}"
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, object)`` for each non-blank line; collect problems as DataError."""
     problems: list[Problem] = []
@@ -173,12 +232,9 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            problems.append(Problem(str(path), number, f"not UTF-8 text (byte {err.start})"))
-            continue
-        except json.JSONDecodeError as err:
-            problems.append(Problem(str(path), number, f"malformed JSON: {err.msg} (column {err.colno})"))
+            obj = _parse_json(line)
+        except ValueError as err:
+            problems.append(Problem(str(path), number, str(err)))
             continue
         if not isinstance(obj, dict):
             problems.append(Problem(str(path), number, "expected a JSON object per line"))
@@ -192,9 +248,10 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes without a leading UTF-8 byte-order mark (it would rename the first id)."""
     if not path.is_file():
         raise DataError([Problem(str(path), None, "file not found")])
-    return path.read_bytes()
+    return path.read_bytes().removeprefix(b"\xef\xbb\xbf")
 
 
 def _as_id(value: Any) -> str | None:
@@ -218,8 +275,12 @@ def _read_texts(path: Path, id_field: str, text_fields: tuple[str, ...]) -> tupl
         if raw_id is None:
             problems.append(Problem(str(path), number, f'missing field "{id_field}"'))
             continue
-        if item_id is None or item_id == "":
+        if item_id is None:
             problems.append(Problem(str(path), number, f'"{id_field}" must be a non-empty string'))
+            continue
+        wrong_id = _id_problem(id_field, item_id)
+        if wrong_id:
+            problems.append(Problem(str(path), number, wrong_id))
             continue
         required = text_fields[-1]
         if required not in obj:
@@ -257,9 +318,16 @@ def _read_qrels_jsonl(path: Path) -> list[tuple[int, str, str, int]]:
         if qid is None or did is None:
             problems.append(Problem(str(path), number, '"q_id" and "p_id" must be strings'))
             continue
+        wrong_id = _id_problem("q_id", qid) or _id_problem("p_id", did)
+        if wrong_id:
+            problems.append(Problem(str(path), number, wrong_id))
+            continue
         grade = _as_grade(score)
         if grade is None:
             problems.append(Problem(str(path), number, f'"score" must be an integer grade, got {score!r}'))
+            continue
+        if _grade_problem(grade):
+            problems.append(Problem(str(path), number, str(_grade_problem(grade))))
             continue
         out.append((number, qid, did, grade))
     if problems:
@@ -307,7 +375,10 @@ def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
         if grade is None:
             if number == 1 and not out:  # a header such as "query-id corpus-id score"
                 continue
-            problems.append(Problem(str(path), number, f"relevance must be an integer, got {rel!r}"))
+            problems.append(Problem(str(path), number, f"relevance must be an integer, got {rel[:40]!r}"))
+            continue
+        if _grade_problem(grade):
+            problems.append(Problem(str(path), number, str(_grade_problem(grade))))
             continue
         out.append((number, qid, did, grade))
     if not out and not problems:
@@ -551,7 +622,7 @@ def _read_metadata(root: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataError([Problem(str(path), getattr(err, "lineno", None), f"malformed metadata: {err}")]) from None
+        meta = _parse_json(_read_bytes(path))
+    except ValueError as err:
+        raise DataError([Problem(str(path), None, f"bad metadata: {err}")]) from None
     return meta if isinstance(meta, dict) else {}

@@ -88,6 +88,9 @@ class Results:
     n_evaluated: int
     n_skipped: int
     seconds: float
+    #: Things that change how to read the numbers (no query matched the judgements, queries that
+    #: retrieved nothing …): the CLI prints them as ``note:`` lines and the app shows them.
+    notes: tuple[str, ...] = ()
 
     def to_json(self, digits: int = 5) -> dict[str, Any]:
         """The benchmark's results file: dataset_name, model_name, evaluation_time, test."""
@@ -124,6 +127,7 @@ def evaluate(
     means = {name: float(per_query[name].mean()) if len(per_query) else 0.0 for name in ALL_METRICS}
     judged = {qid for qid, grades in qrels.items() if grades}
     elapsed = time.perf_counter() - started if seconds is None else seconds
+    notes = _notes(run, judged)
     return Results(
         dataset_name=dataset_name,
         run_name=run.name,
@@ -132,7 +136,25 @@ def evaluate(
         n_evaluated=len(per_query),
         n_skipped=len(judged - set(per_query.index)) + len(set(run.rankings) - judged),
         seconds=elapsed,
+        notes=notes,
     )
+
+
+def _notes(run: Run, judged: set[str]) -> tuple[str, ...]:
+    """Why the numbers may not mean what they seem: a run of another dataset, empty rankings."""
+    notes: list[str] = []
+    if run.rankings and judged and not judged & set(run.rankings):
+        notes.append(
+            f"none of the run's {len(run.rankings)} query ids matches a judged query, so every metric is 0: "
+            "check that the run was made on this dataset"
+        )
+    empty = sum(1 for qid, ranking in run.rankings.items() if not ranking and qid in judged)
+    if empty:
+        notes.append(
+            f"{empty} judged quer{'y' if empty == 1 else 'ies'} had no searchable terms and retrieved nothing: "
+            "scored 0 on every metric and counted in the averages"
+        )
+    return tuple(notes)
 
 
 # --------------------------------------------------------------------------- comparisons

@@ -247,7 +247,7 @@ def _cache_get(key: str) -> str | None:
     try:
         payload = json.loads(_entry(key).read_text(encoding="utf-8"))
         text = payload["hy_doc"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return text if isinstance(text, str) and text.strip() else None
 
@@ -313,8 +313,115 @@ def _server_message(err: Any) -> str:
     return " ".join(str(getattr(err, "message", err)).split())[:200]
 
 
+# --------------------------------------------------------------------------- a deadline per request
+
+#: The largest reply accepted from a server (bytes, headers included), unless the operator sets
+#: ``R2MED_LLM_REPLY_MAX_MB``: a HyDE document is a few kB; a 50 MB reply is an attack or a bug.
+DEFAULT_REPLY_MAX_BYTES = 1 << 20
+
+
+@dataclass
+class _Budget:
+    """What one request may still spend: time until ``deadline`` (monotonic) and reply bytes."""
+
+    deadline: float
+    max_bytes: int
+    received: int = 0
+    too_large: bool = False
+
+    def remaining(self, timeout: float | None) -> float:
+        """The socket timeout to use now: the caller's, cut to what is left of the deadline."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            import httpcore2
+
+            raise httpcore2.ReadTimeout("the request's total deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+
+_CURRENT = threading.local()  # the _Budget of the request this thread is making (httpx sync I/O runs here)
+
+
+def _budget() -> _Budget | None:
+    return getattr(_CURRENT, "budget", None)
+
+
+def _deadline_transport() -> Any:
+    """An httpx transport whose sockets honour the current request's total deadline and byte cap.
+
+    httpx's timeouts bound each read; a server sending a byte every second never trips them. Every
+    read, write and connect here is given at most what is left of the request's deadline, and the
+    bytes read are counted, so a dribbling or endless reply fails on time. (It connects directly:
+    ``HTTPS_PROXY`` and friends are not used.)
+    """
+    import httpcore2
+    import httpx2
+
+    class Stream(httpcore2.NetworkStream):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            budget = _budget()
+            if budget is None:
+                return self.inner.read(max_bytes, timeout)
+            data = self.inner.read(max_bytes, budget.remaining(timeout))
+            budget.received += len(data)
+            if budget.received > budget.max_bytes:
+                budget.too_large = True
+                raise httpcore2.ReadError(f"reply larger than {budget.max_bytes} bytes")
+            return data
+
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            budget = _budget()
+            self.inner.write(buffer, budget.remaining(timeout) if budget else timeout)
+
+        def close(self) -> None:
+            self.inner.close()
+
+        def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+            budget = _budget()
+            return Stream(
+                self.inner.start_tls(ssl_context, server_hostname, budget.remaining(timeout) if budget else timeout)
+            )
+
+        def get_extra_info(self, info: str) -> Any:
+            return self.inner.get_extra_info(info)
+
+    class Backend(httpcore2.SyncBackend):
+        def connect_tcp(self, host: str, port: int, timeout: float | None = None, **kwargs: Any) -> Any:
+            budget = _budget()
+            return Stream(super().connect_tcp(host, port, budget.remaining(timeout) if budget else timeout, **kwargs))
+
+    ssl_context = _ssl_context()
+    transport = httpx2.HTTPTransport(verify=ssl_context)
+    transport._pool = httpcore2.ConnectionPool(ssl_context=ssl_context, network_backend=Backend())
+    return transport
+
+
+@lru_cache(maxsize=1)
+def _ssl_context() -> Any:
+    """httpx's default verifying context, made once (loading the CA bundle takes a few 100 ms)."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
+
+
+def _reply_cap() -> int:
+    from .settings import load_settings
+
+    try:
+        return load_settings().llm_reply_max_bytes
+    except ValueError:
+        return DEFAULT_REPLY_MAX_BYTES
+
+
 class _OpenAIBackend:
-    """chat.completions through the official client, with our own bounded retries (client's are off)."""
+    """chat.completions through the official client, with our own bounded retries (client's are off).
+
+    ``endpoint.timeout`` is a total deadline per request (connecting, sending and the whole reply),
+    and replies larger than ``R2MED_LLM_REPLY_MAX_MB`` fail their query.
+    """
 
     def __init__(
         self,
@@ -334,12 +441,14 @@ class _OpenAIBackend:
         self.max_delay = max_delay
         self.sleep = sleep
         self.token_limit = "max_tokens"
+        self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
         self.client = openai.OpenAI(
             base_url=endpoint.url,
             api_key=endpoint.api_key or "no-key",
             timeout=endpoint.timeout,
             max_retries=0,
+            http_client=openai.DefaultHttpxClient(transport=_deadline_transport()),
         )
 
     def _delay(self, attempt: int) -> float:
@@ -358,6 +467,8 @@ class _OpenAIBackend:
         attempt = 0
         while True:
             delay = self._delay(attempt)
+            budget = _Budget(time.monotonic() + self.endpoint.timeout, self.max_reply_bytes)
+            _CURRENT.budget = budget
             try:
                 response = self.client.chat.completions.create(
                     model=model,
@@ -399,6 +510,11 @@ class _OpenAIBackend:
                         batch=True,
                     ) from None
             except openai.APIConnectionError as err:
+                if budget.too_large:
+                    raise _Failure(
+                        f"{url} sent a reply larger than {self.max_reply_bytes / (1 << 20):g} MB; this query is "
+                        "skipped (the operator can raise R2MED_LLM_REPLY_MAX_MB)"
+                    ) from None
                 if attempt >= reach_retries:
                     cause = " ".join(str(err.__cause__ or err).split())[:160]
                     raise _Failure(f"could not reach {url}: {cause}", batch=True) from None
@@ -420,6 +536,8 @@ class _OpenAIBackend:
                 raise _Failure(f"request to {url} failed: {type(err).__name__}: {str(err)[:160]}") from None
             else:
                 return _reply_text(response, url)
+            finally:
+                _CURRENT.budget = None
             self.sleep(delay)
             attempt += 1
 
@@ -744,7 +862,7 @@ def _record_set(
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         if meta.get("endpoint") == identity:
             merged = {**(live_rewrites(dataset, method, llm_name) or {}), **texts}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         pass
     save_rewrites(merged, dataset, folder / REWRITE_FILE)
     atomic_write_text(folder / "meta.json", json.dumps({"endpoint": identity, "queries": len(merged)}, indent=1))
@@ -770,7 +888,7 @@ def live_rewrites(dataset: Dataset, method: str, llm_name: str) -> dict[str, str
     try:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         texts = {str(row["id"]): row["hy_doc"] for row in rows if isinstance(row.get("hy_doc"), str)}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return {qid: text for qid, text in texts.items() if qid in dataset.queries} or None
 

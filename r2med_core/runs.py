@@ -6,6 +6,7 @@ elsewhere (say, a 7B retriever on a GPU cluster) be imported and explored like l
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,8 +55,33 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+=,-]+", "_", name).strip("_") or "run"
 
 
+def _unwritable_ids(run: Run) -> list[Problem]:
+    """Ids a TREC file cannot hold (its columns are split on whitespace), and scores it cannot rank."""
+    where = f"run {run.name}"
+    problems: list[Problem] = []
+    for qid, ranking in run.rankings.items():
+        if not qid or any(c.isspace() for c in qid):
+            problems.append(Problem(where, None, f"query id {qid!r} is empty or contains whitespace"))
+        for doc, score in ranking:
+            if not doc or any(c.isspace() for c in doc):
+                message = f"document id {doc!r} (query {qid!r}) is empty or contains whitespace"
+                problems.append(Problem(where, None, message))
+            elif not math.isfinite(score):
+                problems.append(Problem(where, None, f"document {doc!r} (query {qid!r}) has score {score}"))
+        if len(problems) >= 20:
+            break
+    return problems
+
+
 def format_trec(run: Run, tag: str | None = None) -> str:
-    """TREC run text: ``qid Q0 docid rank score tag`` per line."""
+    """TREC run text: ``qid Q0 docid rank score tag`` per line.
+
+    Raises DataError when an id contains whitespace or a score is not finite: the file would not
+    read back as the same run.
+    """
+    problems = _unwritable_ids(run)
+    if problems:
+        raise DataError(problems)
     tag = safe_name(tag or run.name)
     lines = [
         f"{qid} Q0 {doc} {rank} {score:.6f} {tag}"
@@ -86,6 +112,7 @@ def parse_trec(data: bytes, label: str, name: str, keep: Callable[[str, str, int
     problems: list[Problem] = []
     rows: dict[str, list[tuple[float, int, str]]] = {}
     seen: set[tuple[str, str]] = set()
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark would rename the first query
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
             line = raw.decode("utf-8").strip()
@@ -104,9 +131,11 @@ def parse_trec(data: bytes, label: str, name: str, keep: Callable[[str, str, int
         try:
             rank_value, score_value = int(rank), float(score)
         except ValueError:
-            problems.append(
-                Problem(label, number, f"rank must be an integer and score a number, got {rank!r} {score!r}")
-            )
+            message = f"rank must be an integer and score a number, got {rank[:40]!r} {score[:40]!r}"
+            problems.append(Problem(label, number, message))
+            continue
+        if not math.isfinite(score_value):
+            problems.append(Problem(label, number, f"score must be a finite number, got {score[:40]!r}"))
             continue
         if (qid, doc) in seen:
             problems.append(Problem(label, number, f"document {doc!r} listed twice for query {qid!r}"))

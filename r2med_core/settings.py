@@ -15,6 +15,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_CACHE_MAX_GB`` | size cap of the disk cache (least recently used entries evicted) | no cap |
 | ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
 | ``R2MED_TRUST_REMOTE_CODE`` | ``1``: presets that run their hub repository's own code (NV-Embed-v2) may load | off |
+| ``R2MED_LLM_REPLY_MAX_MB`` | largest LLM reply accepted (a larger one fails its query) | 1 |
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class Settings:
     cache_max_gb: float | None = None
     runs_dir: Path | None = None
     trust_remote_code: bool = False
+    llm_reply_max_mb: float = 1.0
+
+    @property
+    def llm_reply_max_bytes(self) -> int:
+        return int(self.llm_reply_max_mb * 1024 * 1024)
 
     @property
     def upload_max_bytes(self) -> int:
@@ -86,4 +92,5 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         cache_max_gb=_number(env.get("R2MED_CACHE_MAX_GB"), "R2MED_CACHE_MAX_GB", None),
         runs_dir=runs_dir,
         trust_remote_code=env.get("R2MED_TRUST_REMOTE_CODE", "").strip().lower() in _TRUE,
+        llm_reply_max_mb=_number(env.get("R2MED_LLM_REPLY_MAX_MB"), "R2MED_LLM_REPLY_MAX_MB", 1.0) or 1.0,
     )

@@ -29,7 +29,7 @@ from .runs import Ranking, Run
 from .tasks import REWRITE_METHODS, task_instructions
 
 #: Bump when retrieval code changes what a cached run would contain.
-RUN_FORMAT_VERSION = 1
+RUN_FORMAT_VERSION = 2
 
 BM25_ENGINES: dict[str, str] = {"bm25": "official", "bm25s": "bm25s", "bm25-okapi": "okapi"}
 BM25_LABELS: dict[str, str] = {
@@ -127,9 +127,23 @@ def _split_top_level(text: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
+#: How deeply ``rrf(...)`` may nest (``rrf(rrf(a,b),c)`` is 2): names come from URLs too.
+MAX_FUSION_DEPTH = 3
+
+
+def _nesting(text: str) -> int:
+    deepest = depth = 0
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def parse_system(text: str) -> SystemSpec:
     """Parse a system name; raises ``SpecError`` with the accepted forms."""
     text = text.strip()
+    if _nesting(text) > MAX_FUSION_DEPTH:
+        raise SpecError(f"rrf(...) may nest at most {MAX_FUSION_DEPTH} levels deep")
     if text.startswith("rrf(") and text.endswith(")"):
         members = tuple(parse_system(part) for part in _split_top_level(text[4:-1]))
         if len(members) < 2:
@@ -318,12 +332,18 @@ def _compute(dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | No
         retriever = bm25_retriever(dataset, spec.name, _scaled(progress, 0.0, 0.8))
         texts = bm25_queries(dataset, spec.rewrite)
         rankings = retriever.search([texts[q] for q in qids], k)
+        # No query term in the corpus: the engine pads with zero-score documents in corpus order
+        # (as the official run does), which on a small corpus "finds" everything; retrieve nothing.
+        rankings = [ranking if ranking and ranking[0][1] > 0 else [] for ranking in rankings]
     else:
         dense = dense_retriever(dataset, spec.name, _scaled(progress, 0.0, 0.9))
         # with a rewrite, only the queries it holds, with its query text (the benchmark's rule)
         retrieved = replace(dataset, queries=queries) if spec.rewrite else dataset
         vectors = dense_query_vectors(dense, retrieved, spec.rewrite, _scaled(progress, 0.9, 1.0))
         rankings = dense.search_vectors(vectors, k, query_ids=qids)  # ignore_identical_ids, as BEIR
+        hy_docs = dataset.rewrites.get(spec.rewrite, {}) if spec.rewrite else {}
+        blank = [not queries[q].strip() and not hy_docs.get(q, "").strip() for q in qids]
+        rankings = [[] if empty else ranking for ranking, empty in zip(rankings, blank)]
     report(progress, 1.0, f"{spec.label}: done")
     return Run(str(spec), dict(zip(qids, rankings)), time.perf_counter() - started)
 

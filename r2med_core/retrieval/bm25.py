@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import pickle
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +48,9 @@ ENGINES: dict[str, str] = {
 }
 
 _FORMAT_VERSION = 1
-_META, _DOC_IDS, _VOCAB, _MATRIX, _OKAPI = "meta.json", "doc_ids.json", "vocab.json", "matrix.npz", "okapi.pkl"
+_META, _DOC_IDS, _VOCAB, _MATRIX = "meta.json", "doc_ids.json", "vocab.json", "matrix.npz"
+#: okapi: the documents' tokens (never a pickle: loading a cache must not run code), rebuilt on load.
+_TOKENS = "okapi_tokens.npz"
 
 
 def _scaled(progress: Progress | None, start: float, end: float) -> Progress | None:
@@ -175,6 +176,7 @@ class BM25Retriever:
         self._by_term: sparse.csr_matrix | None = None  # terms × documents, float64, for search
         # okapi
         self._okapi: BM25Okapi | None = None
+        self._okapi_tokens: list[list[str]] = []
 
     # --- description -------------------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class BM25Retriever:
 
             tokens = tokenize_many(texts, progress=_scaled(progress, 0.0, 0.7))
             report(progress, 0.7, "Building rank_bm25 index")
+            self._okapi_tokens = tokens  # what save() stores: the engine is rebuilt from it on load
             has_tokens = any(tokens)  # rank_bm25 divides by zero on an empty corpus
             self._okapi = BM25Okapi(tokens, k1=self.k1, b=self.b) if has_tokens else None
         self._indexed = True
@@ -360,8 +363,7 @@ class BM25Retriever:
         (directory / _META).write_text(json.dumps(meta), encoding="utf-8")
         (directory / _DOC_IDS).write_text(json.dumps(self._doc_ids, ensure_ascii=False), encoding="utf-8")
         if self.engine == "okapi":
-            with open(directory / _OKAPI, "wb") as fh:
-                pickle.dump(self._okapi, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            self._save_okapi(directory)
             return
         terms = [""] * len(self._vocab)
         for term, term_id in self._vocab.items():
@@ -383,13 +385,7 @@ class BM25Retriever:
             raise ValueError("doc_ids.json does not match meta.json")
         self._doc_ids = [str(d) for d in doc_ids]
         if self.engine == "okapi":
-            from rank_bm25 import BM25Okapi
-
-            with open(directory / _OKAPI, "rb") as fh:
-                okapi = pickle.load(fh)
-            if okapi is not None and (not isinstance(okapi, BM25Okapi) or okapi.corpus_size != len(doc_ids)):
-                raise ValueError("okapi.pkl does not match meta.json")
-            self._okapi = okapi
+            self._load_okapi(directory)
             self._indexed = True
             return self
         terms = json.loads((directory / _VOCAB).read_text(encoding="utf-8"))
@@ -415,3 +411,36 @@ class BM25Retriever:
         self._set_matrix(data, indices, indptr)
         self._indexed = True
         return self
+
+    def _save_okapi(self, directory: pathlib.Path) -> None:
+        """rank_bm25's engine as plain arrays: a vocabulary and each document's token ids."""
+        corpus = self._okapi_tokens
+        vocab: dict[str, int] = {}
+        ids = [vocab.setdefault(token, len(vocab)) for tokens in corpus for token in tokens]
+        offsets = np.cumsum([0, *map(len, corpus)], dtype=np.int64)
+        (directory / _VOCAB).write_text(json.dumps(list(vocab), ensure_ascii=False), encoding="utf-8")
+        with open(directory / _TOKENS, "wb") as fh:
+            np.savez(fh, ids=np.asarray(ids, dtype=np.int64), offsets=offsets)
+
+    def _load_okapi(self, directory: pathlib.Path) -> None:
+        """Rebuild rank_bm25's engine from the saved tokens (cheap next to tokenizing the corpus)."""
+        from rank_bm25 import BM25Okapi
+
+        terms = json.loads((directory / _VOCAB).read_text(encoding="utf-8"))
+        if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+            raise ValueError("vocab.json is not a list of terms")
+        with np.load(directory / _TOKENS, allow_pickle=False) as arrays:
+            ids, offsets = arrays["ids"], arrays["offsets"]
+        n_docs = len(self._doc_ids)
+        if (
+            ids.ndim != 1
+            or offsets.ndim != 1
+            or len(offsets) != n_docs + 1
+            or (n_docs and (offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0)))
+            or (len(ids) and (ids.min() < 0 or ids.max() >= len(terms)))
+        ):
+            raise ValueError(f"{_TOKENS} is inconsistent")
+        words = np.asarray(terms, dtype=object)[ids] if len(ids) else np.empty(0, dtype=object)
+        corpus = [words[offsets[i] : offsets[i + 1]].tolist() for i in range(n_docs)]
+        self._okapi_tokens = corpus
+        self._okapi = BM25Okapi(corpus, k1=self.k1, b=self.b) if any(corpus) else None

@@ -293,16 +293,24 @@ def load_encoder(
 
     location = _model_location(model_id)
     check_model_reachable(location)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        if pooling is None:
-            model = SentenceTransformer(location, device="cpu", revision=revision, trust_remote_code=trust_remote_code)
-        else:
-            from sentence_transformers.sentence_transformer import modules
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if pooling is None:
+                model = SentenceTransformer(
+                    location, device="cpu", revision=revision, trust_remote_code=trust_remote_code
+                )
+            else:
+                from sentence_transformers.sentence_transformer import modules
 
-            transformer = modules.Transformer(location, max_seq_length=max_length)
-            pool = modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
-            model = SentenceTransformer(modules=[transformer, pool], device="cpu")
+                transformer = modules.Transformer(location, max_seq_length=max_length)
+                pool = modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
+                model = SentenceTransformer(modules=[transformer, pool], device="cpu")
+    except Exception as err:  # not a model folder, a broken download, an unknown architecture …
+        cause = " ".join(str(err).split())[:160]
+        raise ModelUnavailable(
+            f"{model_id} could not be loaded as a sentence-transformers model ({type(err).__name__}: {cause})"
+        ) from None
     if max_length is not None:
         model.max_seq_length = max_length
     return model
