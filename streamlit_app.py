@@ -33,6 +33,12 @@ PAGES = [
 page = st.navigation(PAGES)
 state.view()  # read the deep link before any widget is drawn
 ui.style()
+if ui.read_only():
+    st.info(
+        "**Read-only demo.** Browse every page; saving labels, uploads, live LLMs, local folders and new "
+        "models are switched off on this server.",
+        icon=":material/lock:",
+    )
 dataset = sidebar.sidebar()
 if dataset is None:
     state.sync_url()

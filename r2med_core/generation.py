@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+from urllib.parse import urlsplit
 from weakref import WeakKeyDictionary
 
 from .cache import atomic_write_text, cache_root, fingerprint
@@ -86,6 +87,17 @@ class Endpoint:
     timeout: float = 60.0
     top_p: float | None = None
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # A password in the URL would end up in messages, cache metadata and files: refuse it, unrepeated.
+        try:
+            netloc = urlsplit(self.base_url.strip()).netloc if self.base_url else ""
+        except ValueError:
+            raise GenerationError("the base URL is not a valid URL") from None
+        if "@" in netloc:
+            raise GenerationError(
+                "the base URL must not contain a user name or password; pass the key as the API key instead"
+            )
 
     @classmethod
     def from_env(
@@ -787,6 +799,7 @@ def _run_jobs(
                     consecutive += 1
                 else:
                     consecutive = 0
+                    text = _redact(text, getattr(endpoint, "api_key", None))  # a reply echoing the key
                     _cache_put(key, text, endpoint, result.method)
                     result.texts[qid] = text
                     result.generated += 1

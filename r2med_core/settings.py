@@ -9,13 +9,17 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 |---|---|---|
 | ``R2MED_DATA_ROOTS`` | folders (os.pathsep-separated) where local datasets may open | ./data, $R2MED_DATA_DIR |
 | ``R2MED_DATA_DIR`` | one folder holding a sub-folder per R2MED task | unset |
-| ``R2MED_ALLOW_MODELS`` | model ids / paths (comma-separated, ``*``: any) visitors may name beyond presets | none |
+| ``R2MED_ALLOW_MODELS`` | model ids / paths (comma-separated; ``*``: any hub id, not a path) visitors may name | none |
+| ``R2MED_LLM_ENDPOINTS`` | more base URLs (comma-separated; a list in secrets) that get the operator's key | none |
 | ``R2MED_DEMO_MODE`` | ``1``: read-only public demo (no labels, uploads, live LLM, local folders, new models) | off |
 | ``R2MED_UPLOAD_MAX_MB`` | largest upload accepted (annotations, runs) | 50 |
 | ``R2MED_CACHE_MAX_GB`` | size cap of the disk cache (least recently used entries evicted) | no cap |
 | ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
 | ``R2MED_TRUST_REMOTE_CODE`` | ``1``: presets that run their hub repository's own code (NV-Embed-v2) may load | off |
 | ``R2MED_LLM_REPLY_MAX_MB`` | largest LLM reply accepted (a larger one fails its query) | 1 |
+
+The operator's LLM key is ``OPENAI_API_KEY`` and its server ``OPENAI_BASE_URL`` (environment or
+secrets); ``r2med_core.endpoints`` decides where that key may go.
 """
 
 from __future__ import annotations
@@ -45,14 +49,33 @@ class Settings:
     @property
     def llm_reply_max_bytes(self) -> int:
         return int(self.llm_reply_max_mb * 1024 * 1024)
+    llm_endpoints: tuple[str, ...] = ()
 
     @property
     def upload_max_bytes(self) -> int:
         return int(self.upload_max_mb * 1024 * 1024)
 
     def model_allowed(self, model: str) -> bool:
-        """True when the operator lets visitors name this model id or path (presets are always allowed)."""
-        return "*" in self.allow_models or model in self.allow_models
+        """True when the operator lets visitors name this model id or path (presets are checked by the caller).
+
+        Nothing is allowed in demo mode. ``*`` allows any hub id but never a path on this machine:
+        a path must be listed exactly, so a URL can never make the server open a folder of its choosing.
+        """
+        if self.demo_mode or not model.strip():
+            return False
+        if model in self.allow_models:
+            return True
+        return "*" in self.allow_models and not _looks_like_path(model)
+
+
+def _looks_like_path(model: str) -> bool:
+    """A local path rather than a hub id (``org/name``): absolute, relative, home, or present on disk."""
+    if model.startswith(("/", ".", "~", "\\")) or "\\" in model or ":" in model or model.count("/") > 1:
+        return True
+    try:
+        return Path(model).expanduser().exists()
+    except (OSError, ValueError):
+        return True
 
 
 def _number(value: str | None, name: str, default: float | None) -> float | None:
@@ -83,6 +106,7 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         roots = (Path.cwd() / "data", *((data_dir,) if data_dir else ()))
     allow = tuple(m.strip() for m in env.get("R2MED_ALLOW_MODELS", "").split(",") if m.strip())
     runs_dir = Path(env["R2MED_RUNS_DIR"]).expanduser() if env.get("R2MED_RUNS_DIR", "").strip() else None
+    endpoints = _endpoints(env.get("R2MED_LLM_ENDPOINTS"), (extra or {}).get("R2MED_LLM_ENDPOINTS"))
     return Settings(
         data_roots=roots,
         data_dir=data_dir,
@@ -93,4 +117,18 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         runs_dir=runs_dir,
         trust_remote_code=env.get("R2MED_TRUST_REMOTE_CODE", "").strip().lower() in _TRUE,
         llm_reply_max_mb=_number(env.get("R2MED_LLM_REPLY_MAX_MB"), "R2MED_LLM_REPLY_MAX_MB", 1.0) or 1.0,
+        llm_endpoints=endpoints,
     )
+
+
+def _endpoints(from_env: str | None, from_secrets: object) -> tuple[str, ...]:
+    """``R2MED_LLM_ENDPOINTS``: comma-separated in the environment, a list (or a string) in secrets."""
+    if from_env is not None and from_env.strip():
+        values: list[object] = list(from_env.split(","))
+    elif isinstance(from_secrets, str):
+        values = list(from_secrets.split(","))
+    elif isinstance(from_secrets, (list, tuple)):
+        values = list(from_secrets)
+    else:
+        values = []
+    return tuple(str(v).strip() for v in values if str(v).strip())

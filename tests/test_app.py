@@ -145,7 +145,8 @@ def test_deep_link_restores_the_selection() -> None:
     assert at.query_params["q"] == qid and at.query_params["system"] == "minilm"
 
 
-def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path) -> None:
+def test_bad_local_folder_shows_an_error_and_the_app_stays_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_DATA_ROOTS", str(tmp_path))  # local folders open only under the operator's roots
     (tmp_path / "query.jsonl").write_text('{"id": "1", "text": "ok"}\n{broken\n')
     (tmp_path / "corpus.jsonl").write_text('{"id": "d", "text": "doc"}\n')
     (tmp_path / "qrels.jsonl").write_text('{"q_id": "1", "p_id": "d", "score": 1}\n')
@@ -182,7 +183,8 @@ def test_hugging_face_source_uses_the_cache_and_asks_before_downloading(
     assert any(md("could not get R2MED/MedQA-Diag") in e.value for e in at.error)
 
 
-def test_adding_a_model_and_a_fusion_from_the_sidebar() -> None:
+def test_adding_a_model_and_a_fusion_from_the_sidebar(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_ALLOW_MODELS", "/no/such/model")  # the operator allows this path
     at = open_app("metrics", systems=["bm25", "bm25s"])
     at.button(key="w_add_fusion").click().run()
     assert "rrf(bm25,bm25s)" in at.multiselect(key="w_systems").value
@@ -476,12 +478,13 @@ def test_an_unavailable_reranker_is_explained_and_the_explorer_still_works() -> 
     assert any(s.value.startswith("Gold documents") for s in at.subheader)
 
 
-def test_reranked_ranks_in_the_explorer(tmp_path: Path) -> None:
+def test_reranked_ranks_in_the_explorer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from r2med_core.rerank import rerank
 
     from .test_rerank import build_cross_encoder
 
     model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
+    monkeypatch.setenv("R2MED_ALLOW_MODELS", model)  # a path from a link runs only when the operator allows it
     at = open_app("explorer", task="clinical-evidence", system="bm25", rerank=model)
     assert not at.exception and not at.warning
     dataset = load_demo("clinical-evidence")
@@ -493,7 +496,7 @@ def test_reranked_ranks_in_the_explorer(tmp_path: Path) -> None:
     assert list(frame(at, "rank")["document"]) == [d for d, _ in expected.top(qid, 10)]
 
 
-def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path) -> None:
+def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Text from a local dataset is escaped everywhere it is shown: no markup, no formatting, no links."""
     from .conftest import write_jsonl
 
@@ -508,6 +511,7 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path) ->
     )
     write_jsonl(root / "query.jsonl", [{"id": "<b>q</b>", "text": "<img src=x onerror=alert(1)> chest pain"}])
     write_jsonl(root / "qrels.jsonl", [{"q_id": "<b>q</b>", "p_id": evil_doc, "score": 1}])
+    monkeypatch.setenv("R2MED_DATA_ROOTS", str(tmp_path))
     at = open_app("explorer", source="local", folder=str(root), systems=["bm25"])
     assert not at.exception and not at.error
     html = " ".join(str(h.proto.body) for h in at.get("html"))

@@ -43,6 +43,9 @@ def _settings() -> Settings:
 
 
 def _reviewer() -> str | None:
+    if ui.read_only():
+        state.view().flash_error = "Reviewing is off in this read-only demo."
+        return None
     name = state.view().annotator.strip()
     if not name:
         state.view().flash_error = "Type your name under 'Your name' first: reviews record who made them."
@@ -79,6 +82,8 @@ def _keep(annotation_id: int) -> None:
 
 
 def _delete(annotation_id: int) -> None:
+    if ui.read_only():
+        return
     try:
         store.delete(annotation_id)
     except (KeyError, AnnotationStoreError) as err:
@@ -252,7 +257,8 @@ else:
             "Label", options, format_func=lambda i: _describe(shown.set_index("id").loc[i]), key="w_ann_pick"
         )
         if picked is not None:
-            st.button("Delete this label", key="w_ann_delete", on_click=_delete, args=(int(picked),))
+            if not ui.read_only():
+                st.button("Delete this label", key="w_ann_delete", on_click=_delete, args=(int(picked),))
 
 # ------------------------------------------------------------------ exchange
 st.subheader("Export and import")
@@ -268,12 +274,18 @@ e[2].download_button(
     mime="text/plain",
     help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
 )
+if ui.read_only():
+    st.caption("Importing labels is off in this read-only demo.")
 limit = _settings().upload_max_bytes
-uploaded = st.file_uploader(
-    f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 2**20:g} MB)",
-    type=["jsonl"],
-    max_upload_size=max(1, math.ceil(limit / 2**20)),
-    key="w_ann_upload",
+uploaded = (
+    None
+    if ui.read_only()
+    else st.file_uploader(
+        f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 2**20:g} MB)",
+        type=["jsonl"],
+        max_upload_size=max(1, math.ceil(limit / 2**20)),
+        key="w_ann_upload",
+    )
 )
 if uploaded is not None and st.button("Import", key="w_ann_import"):
     shown_name = ui.md(uploaded.name)  # only ever shown, never used as a path

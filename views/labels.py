@@ -23,6 +23,9 @@ def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[st
     included) and the document's rank in it. Nothing typed is lost: a failed save keeps the form as it
     was and says why; the annotator's name is asked once and kept for the session.
     """
+    if ui.read_only():
+        st.caption("Labelling is off in this read-only demo.")
+        return
     store = ui.annotation_store()
     if store is None:
         return

@@ -98,6 +98,9 @@ else:
 
 # ------------------------------------------------------------------ live generation
 st.subheader("Generate rewrites with an LLM")
+if ui.read_only():
+    st.info("Generating rewrites is off in this read-only demo.")
+    st.stop()
 endpoint = ui.live_endpoint()
 c1, c2, c3 = st.columns(3)
 gen_method = c1.selectbox("Method", GENERATION_METHODS, key="w_gen_method")

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset
+from r2med_core.access import model_refusal, reranker_refusal, vet_link_systems
 from r2med_core.generation import live_rewrite_options
 from r2med_core.hub import DownloadError, cached_task
 from r2med_core.rerank import RERANKER_PRESETS
 from r2med_core.retrieval.dense import PRESETS
+from r2med_core.roots import NOT_ALLOWED, allowed_folder
 from views import runs, ui
 from views.state import View, bound, store, view
 
@@ -30,11 +30,12 @@ def sidebar() -> Dataset | None:
     v = view()
     with st.sidebar:
         st.header("Data")
+        sources = [s for s in SOURCES if s != "local"] if ui.read_only() else list(SOURCES)
         st.radio(
             "Source",
-            list(SOURCES),
+            sources,
             format_func=SOURCES.get,
-            key=bound("source", list(SOURCES)),
+            key=bound("source", sources),
             on_change=store("source"),
             horizontal=True,
         )
@@ -42,6 +43,7 @@ def sidebar() -> Dataset | None:
         if dataset is None:
             return None
         st.header("Systems")
+        _vet_link(v, runs.offered(dataset))
         options = list(dict.fromkeys([*BASE_SYSTEMS, *runs.offered(dataset), *v.extra]))
         st.multiselect(
             "Systems in play",
@@ -51,14 +53,9 @@ def sidebar() -> Dataset | None:
             on_change=store("systems"),
             help="Every page compares these. Indexes are cached on disk.",
         )
-        with st.expander("Add a model or a fusion"):
-            typed = st.text_input(
-                "sentence-transformers model id or local path",
-                key="w_new_model",
-                placeholder="e.g. BAAI/bge-small-en-v1.5 or /models/my-encoder",
-            )
-            if st.button("Add model", disabled=not typed.strip(), key="w_add_model"):
-                _add_system(f"dense:{typed.strip()}")
+        with st.expander("Add a model or a fusion" if not ui.read_only() else "Add a fusion"):
+            if not ui.read_only():
+                _add_model_field()
             plain = [s for s in v.systems if not s.startswith("rrf(")]
             if st.button(
                 "Add RRF fusion of the selected systems",
@@ -70,6 +67,44 @@ def sidebar() -> Dataset | None:
         runs.runs_section(dataset)
         _sidebar_rewrite(v, dataset)
     return dataset
+
+
+def _add_model_field() -> None:
+    """A dense model by id or path: only a preset or one the operator allows (R2MED_ALLOW_MODELS)."""
+    typed = st.text_input(
+        "sentence-transformers model id or local path",
+        key="w_new_model",
+        placeholder="e.g. BAAI/bge-small-en-v1.5 or /models/my-encoder",
+        help="Presets and the models the server's operator allows (R2MED_ALLOW_MODELS).",
+    )
+    if st.button("Add model", disabled=not typed.strip(), key="w_add_model"):
+        model = typed.strip()
+        reason = model_refusal(model, ui.settings())
+        if reason:
+            st.error(f"Not added: {ui.md(reason)}.")
+        else:
+            _add_system(f"dense:{model}")
+
+
+def _vet_link(v: View, imported: list[str]) -> None:
+    """Models and fusions named by a link run only if allowed (r2med_core.access); the rest are dropped
+    and listed in a note that stays for the session."""
+    settings = ui.settings()
+    offered = [*BASE_SYSTEMS, *imported]
+    named = [*v.extra, *(s for s in v.systems if s not in offered and s not in v.extra)]
+    vetted = vet_link_systems(named, settings, offered)
+    v.extra = [name for name in v.extra if name in vetted.kept] + [name for name in vetted.kept if name not in v.extra]
+    notes = vetted.notes
+    refused_reranker = reranker_refusal(v.rerank, settings)
+    if refused_reranker:
+        notes = [*notes, f"reranker {v.rerank}: {refused_reranker}"]
+        v.rerank = ""
+    if notes:
+        st.session_state["refused"] = list(dict.fromkeys([*st.session_state.get("refused", []), *notes]))
+    if st.session_state.get("refused"):
+        st.warning(
+            "Not run (named by the link or typed): " + "; ".join(ui.md(n) for n in st.session_state["refused"][:10])
+        )
 
 
 def _add_system(name: str) -> None:
@@ -84,17 +119,7 @@ def _sidebar_dataset(v: View) -> Dataset | None:
     if v.source == "demo":
         st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=store("task"))
     elif v.source == "local":
-        st.text_input(
-            "Folder (R2MED or BEIR layout)",
-            key=bound("folder"),
-            on_change=store("folder"),
-            placeholder="/data/R2MED/Biology",
-        )
-        if not v.folder.strip():
-            st.info(
-                "Type the path of a folder holding corpus.jsonl, query.jsonl and qrels (R2MED layout) "
-                "or corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR layout)."
-            )
+        if not _sidebar_folder(v):
             return None
     else:
         tasks = list(TASKS)
@@ -105,6 +130,9 @@ def _sidebar_dataset(v: View) -> Dataset | None:
                 f"{task.hf_id} ({task.n_documents:,} documents) is not in your Hugging Face cache yet. "
                 "It is downloaded once; set HF_HUB_OFFLINE=1 to use only what is cached."
             )
+            if ui.read_only():
+                st.caption("This read-only demo downloads nothing: choose a task that is on the server.")
+                return None
             if not st.button(f"Download {task.hf_id}", key="w_download"):
                 return None
     v.source_error = ""
@@ -121,6 +149,48 @@ def _sidebar_dataset(v: View) -> Dataset | None:
         return None
     st.caption(f"{len(dataset.queries)} queries · {len(dataset.corpus):,} documents")
     return dataset
+
+
+def _sidebar_folder(v: View) -> bool:
+    """Pick a dataset folder found under the operator's data roots, or type one; True when one is chosen
+    that may be opened. Anything else gets the one neutral message (``roots.NOT_ALLOWED``)."""
+    found = {str(f.path): f.label for f in ui.dataset_folders()}
+    current = v.folder.strip()
+    allowed = allowed_folder(current, ui.settings().data_roots) if current else None
+    options = list(dict.fromkeys([*found, *([str(allowed)] if allowed else [])]))
+    picked = str(allowed) if allowed else None
+    if st.session_state.get("w_folder") != picked:
+        st.session_state["w_folder"] = picked
+    st.selectbox(
+        "Dataset folder",
+        options,
+        format_func=lambda path: found.get(path, path),
+        key="w_folder",
+        on_change=store("folder"),
+        placeholder="Choose a dataset folder" if options else "No dataset folders on this server",
+    )
+    st.text_input(
+        "… or a folder path (R2MED or BEIR layout) under the server's data folders",
+        key="w_folder_typed",
+        on_change=_typed_folder,
+        placeholder="/data/R2MED/Biology",
+    )
+    if current and allowed is None:
+        st.error(NOT_ALLOWED)
+        return False
+    if not current:
+        st.info(
+            "Choose a folder holding corpus.jsonl, query.jsonl and qrels (R2MED layout) or corpus.jsonl, "
+            "queries.jsonl and qrels/test.tsv (BEIR layout). The server's operator decides which folders "
+            "are offered (R2MED_DATA_ROOTS)."
+        )
+        return False
+    return True
+
+
+def _typed_folder() -> None:
+    view().folder = st.session_state["w_folder_typed"].strip()
+    st.session_state["w_folder_typed"] = ""
 
 
 def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
@@ -152,15 +222,23 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
             v.rewrite = st.session_state["w_rewrite"]
         else:
             v.rewrite = ""
+    if not ui.read_only():
+        _sidebar_llm(v)
+    _sidebar_rerank(v)
+
+
+def _sidebar_llm(v: View) -> None:
     with st.expander("Live LLM endpoint"):
         st.caption(
-            "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this session."
+            "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this session. "
+            "The server's own key (if it has one) is sent only to the server's own endpoint: leave Base URL "
+            "empty to use it."
         )
         st.text_input(
             "Base URL",
             key=bound("llm_url"),
             on_change=store("llm_url"),
-            placeholder=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+            placeholder="empty: this server's endpoint",
         )
         st.text_input("Model", key=bound("llm_model"), on_change=store("llm_model"), placeholder="e.g. gpt-4o-mini")
         st.text_input(
@@ -168,15 +246,21 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
             type="password",
             key=bound("llm_key"),
             on_change=store("llm_key"),
-            help="Or set OPENAI_API_KEY (environment or .streamlit/secrets.toml).",
+            help="Leave empty to use the server's own key, which is sent only to the server's own endpoint.",
         )
         c1, c2 = st.columns(2)
         c1.number_input(
             "Temperature", 0.0, 2.0, step=0.1, key=bound("llm_temperature"), on_change=store("llm_temperature")
         )
         c2.number_input("Max tokens", 32, 4096, step=32, key=bound("llm_max_tokens"), on_change=store("llm_max_tokens"))
-        if ui.env_api_key() and not v.llm_key:
-            st.caption("Using the OPENAI_API_KEY from the environment / secrets.")
+        resolved = ui.live_llm()
+        if resolved.endpoint is not None:
+            st.caption(f"Key in use: **{resolved.credential_source}**")
+        if resolved.note:
+            st.warning(resolved.note)
+
+
+def _sidebar_rerank(v: View) -> None:
     st.header("Reranking")
     presets = ["", *RERANKER_PRESETS]
     choices = list(dict.fromkeys([*presets, v.rerank]))
@@ -186,7 +270,8 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
         format_func=lambda m: "none" if not m else m,
         key=bound("rerank", choices),
         on_change=store("rerank"),
-        help="Downloaded from the Hugging Face hub on first use; any cross-encoder id works in the URL (rerank=…).",
+        help="Downloaded from the Hugging Face hub on first use; other cross-encoders only if the server's "
+        "operator allows them (R2MED_ALLOW_MODELS).",
     )
     if v.rerank:
         st.radio("k", [10, 100], key=bound("rerank_k", [10, 100]), on_change=store("rerank_k"), horizontal=True)

@@ -6,7 +6,6 @@ only render; the view state is in ``state.py``, the sidebar in ``sidebar.py``.
 from __future__ import annotations
 
 import gc
-import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,12 +17,14 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_core import DEMO_TASKS, TASKS, Dataset, Results, Run, evaluate, load_demo, load_dir
+from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
 from r2med_core.annotations import (
     AnnotationStore,
     AnnotationStoreError,
     default_store_path,
 )
+from r2med_core.data import Problem
+from r2med_core.endpoints import OperatorLLM, Resolved, operator_llm, resolve_endpoint
 from r2med_core.explore import query_table, shorten
 from r2med_core.fidelity import fidelity
 from r2med_core.generation import (
@@ -33,9 +34,11 @@ from r2med_core.generation import (
     live_rewrite_options,
     live_rewrites,
 )
-from r2med_core.hub import ModelUnavailable, cached_task, download_task, load_snapshot
+from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.progress import Progress
 from r2med_core.rerank import RerankerUnavailable, rerank
+from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
+from r2med_core.settings import Settings, load_settings
 from r2med_core.stats import DatasetSummary, LengthHistogram, dataset_summary, length_histogram
 from r2med_core.systems import SpecError, parse_system, run_system
 from views.state import view
@@ -63,12 +66,9 @@ def searches_text(name: str) -> bool:
 # --------------------------------------------------------------------------- cached core calls
 
 
-def _folder_signature(folder: str) -> tuple:
-    """Sizes and times of the files a load reads, so an edited folder is reloaded."""
-    root = Path(folder).expanduser()
-    if not root.is_dir():
-        return ()
-    return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*.js*") if p.is_file()))
+def _folder_signature(folder: Path) -> tuple:
+    """Sizes and times of the files a load reads, so an edited folder is reloaded (no disk walk)."""
+    return folder_signature(folder)
 
 
 @st.cache_resource(show_spinner="Loading the dataset (once per server) …", max_entries=8)
@@ -208,44 +208,87 @@ def _with_live(key: str, recorded: tuple, signature: tuple, _base: Dataset) -> D
 
 
 def _base_dataset() -> Dataset:
-    """The dataset the view names (a cache hit after the sidebar loaded it)."""
+    """The dataset the view names (a cache hit after the sidebar loaded it). A local folder opens
+    only inside the operator's data roots (``r2med_core.roots``); otherwise a neutral DataError."""
     v = view()
     if v.source == "demo":
         return _load("demo", v.task if v.task in DEMO_TASKS else DEMO_TASKS[0], ())
     if v.source == "local":
-        folder = v.folder.strip()
-        return _load("local", folder, _folder_signature(folder))
+        folder = allowed_folder(v.folder, settings().data_roots) if not read_only() else None
+        if folder is None:
+            raise DataError([Problem("folder", None, NOT_ALLOWED)])
+        return _load("local", str(folder), _folder_signature(folder))
     task = v.task if v.task in TASKS else next(iter(TASKS))
     folder = cached_task(task)
     if folder is None:
+        if read_only():
+            raise DownloadError(f"R2MED/{task} is not on this server, and this read-only demo downloads nothing.")
         folder = with_progress(f"Downloading R2MED/{task}", lambda progress: download_task(task, progress=progress))
     return _load("hf", task, (task, str(folder)))
 
 
-def env_api_key() -> str | None:
-    """OPENAI_API_KEY from the environment or .streamlit/secrets.toml (None when neither has one)."""
-    key = os.environ.get("OPENAI_API_KEY")
-    if key:
-        return key
+@st.cache_data(show_spinner=False, ttl=60, max_entries=4)
+def _discovered(roots: tuple[str, ...]) -> list[DatasetFolder]:
+    return discover(Path(r) for r in roots)
+
+
+def dataset_folders() -> list[DatasetFolder]:
+    """Dataset folders under the operator's data roots (looked for at most once a minute, bounded)."""
+    return _discovered(tuple(str(r) for r in settings().data_roots))
+
+
+def _secrets() -> dict[str, Any]:
+    """``.streamlit/secrets.toml`` as a dict (empty when there is none)."""
     try:
-        return st.secrets.get("OPENAI_API_KEY")
+        return st.secrets.to_dict()
     except Exception:
-        return None
+        return {}
 
 
-def live_endpoint() -> Endpoint | None:
-    """The live endpoint the user configured (model required), or None."""
+def settings() -> Settings:
+    """The operator's settings (environment, then secrets); a bad value stops the app with its name."""
+    try:
+        return load_settings(extra=_secrets())
+    except ValueError as err:
+        st.error(f"The server is misconfigured: {md(err)}. The operator must fix this setting.")
+        st.stop()
+        raise  # st.stop() raises; this keeps type checkers honest
+
+
+def read_only() -> bool:
+    """True in demo mode: no labels written, no uploads, no live LLM, no local folders, no new models."""
+    return settings().demo_mode
+
+
+def env_api_key() -> str | None:
+    """The operator's OPENAI_API_KEY (environment, then .streamlit/secrets.toml), None when unset.
+    It only ever goes to the operator's endpoints (``r2med_core.endpoints``)."""
+    return operator().api_key
+
+
+def operator() -> OperatorLLM:
+    return operator_llm(settings(), secrets=_secrets())
+
+
+def live_llm() -> Resolved:
+    """The live endpoint the visitor's sidebar settings lead to, which key it carries, and a note."""
     v = view()
-    if not v.llm_model.strip():
-        return None
-    return Endpoint(
-        base_url=v.llm_url.strip() or os.environ.get("OPENAI_BASE_URL") or None,
-        model=v.llm_model.strip(),
-        api_key=v.llm_key or env_api_key(),
+    if read_only():
+        return Resolved(None, note="Live LLMs are off in this read-only demo.")
+    return resolve_endpoint(
+        v.llm_url,
+        v.llm_key,
+        v.llm_model,
+        operator(),
         temperature=float(v.llm_temperature),
         max_tokens=int(v.llm_max_tokens),
         timeout=60.0,
     )
+
+
+def live_endpoint() -> Endpoint | None:
+    """The live endpoint the user configured (model required), or None."""
+    return live_llm().endpoint
 
 
 def get_reranked(dataset: Dataset, system: str) -> Run | None:

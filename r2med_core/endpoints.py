@@ -1,0 +1,154 @@
+"""Where the operator's LLM key may go: the endpoint policy of a shared server.
+
+The operator (whoever starts the server) may set ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL`` in the
+environment or ``.streamlit/secrets.toml``, and list more servers in ``R2MED_LLM_ENDPOINTS``. A
+visitor may type a base URL, a model and a key in the app. The rule: **the operator's key is only
+ever sent to an endpoint the operator configured** (OpenAI's own when no base URL is configured); a
+visitor's own URL gets only a key the visitor typed. A URL carrying credentials
+(``https://user:pass@host``) is refused, and the refusal never repeats the URL, so a password typed
+there is never shown, logged or stored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .generation import OPENAI_DEFAULT_URL, Endpoint
+from .settings import Settings
+
+#: What ``Resolved.credential_source`` says; shown in the app, never the key itself.
+OPERATOR_KEY = "operator key"
+VISITOR_KEY = "your key"
+NO_KEY = "no key"
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class EndpointError(ValueError):
+    """A base URL that cannot be used; the message never contains the URL."""
+
+
+def normalize_url(url: str) -> str:
+    """The canonical form of an http(s) base URL (lower-case scheme and host, no default port, no
+    trailing slash), so ``HTTPS://Host:443/v1/`` and ``https://host/v1`` are the same server.
+
+    Raises ``EndpointError`` for anything else — including a URL with a user name or password,
+    which is refused rather than stripped so the person who typed it knows it was not used.
+    """
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise EndpointError("the base URL is not a valid http(s) URL") from None
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise EndpointError(
+            "the base URL must not contain a user name or password (it was not used and is not kept); "
+            "put the key in the API key field instead"
+        )
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise EndpointError("the base URL must start with http:// or https:// and name a server")
+    if any(ch.isspace() for ch in text):
+        raise EndpointError("the base URL must not contain spaces")
+    host = parts.hostname.lower()
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
+@dataclass(frozen=True)
+class OperatorLLM:
+    """The operator's endpoints (normalized; the first is the default) and key (never shown)."""
+
+    endpoints: tuple[str, ...] = (OPENAI_DEFAULT_URL,)
+    api_key: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def default_url(self) -> str:
+        return self.endpoints[0]
+
+    def owns(self, url: str) -> bool:
+        """True when ``url`` (already normalized) is one of the operator's endpoints."""
+        return url in self.endpoints
+
+
+def operator_llm(
+    settings: Settings, environ: Mapping[str, str] | None = None, secrets: Mapping[str, object] | None = None
+) -> OperatorLLM:
+    """The operator's LLM configuration from the environment, then secrets (the environment wins).
+
+    A configured URL that cannot be used is left out (never reported with its text); when nothing
+    usable is configured, OpenAI's own endpoint is the operator's.
+    """
+    env = os.environ if environ is None else environ
+    found = secrets or {}
+
+    def value(name: str) -> str | None:
+        text = env.get(name) or found.get(name)
+        return str(text).strip() if isinstance(text, str) and str(text).strip() else None
+
+    urls: list[str] = []
+    for url in (value("OPENAI_BASE_URL"), *settings.llm_endpoints):
+        if url:
+            try:
+                urls.append(normalize_url(url))
+            except EndpointError:
+                continue
+    endpoints = tuple(dict.fromkeys(urls)) or (OPENAI_DEFAULT_URL,)
+    return OperatorLLM(endpoints=endpoints, api_key=value("OPENAI_API_KEY"))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The endpoint to use (None: none usable), whose key it carries, and a note for the visitor."""
+
+    endpoint: Endpoint | None
+    credential_source: str = NO_KEY
+    note: str | None = None
+
+
+def resolve_endpoint(
+    visitor_url: str,
+    visitor_key: str,
+    model: str,
+    operator: OperatorLLM,
+    **sampling: Any,
+) -> Resolved:
+    """The endpoint a visitor's settings lead to, following the key rule in the module docstring.
+
+    No URL typed: the operator's default endpoint, with the visitor's key if typed, else the
+    operator's. A URL typed: the visitor's key if typed; the operator's key only when the URL is one
+    of the operator's endpoints; otherwise no key at all. ``sampling`` (temperature, max_tokens,
+    timeout …) goes to the ``Endpoint`` as given.
+    """
+    model = model.strip()
+    visitor_key = visitor_key.strip()
+    if not model:
+        return Resolved(None)
+    if visitor_url.strip():
+        try:
+            url = normalize_url(visitor_url)
+        except EndpointError as err:
+            return Resolved(None, NO_KEY, f"Base URL not used: {err}.")
+    else:
+        url = operator.default_url
+    note = None
+    if visitor_key:
+        key, source = visitor_key, VISITOR_KEY
+    elif operator.owns(url) and operator.api_key:
+        key, source = operator.api_key, OPERATOR_KEY
+    else:
+        key, source = None, NO_KEY
+        if operator.api_key:
+            note = (
+                "This base URL is not one the server's operator configured, so the server's key is not sent "
+                "to it; type your own key if it needs one."
+            )
+    endpoint = Endpoint(base_url=url, model=model, api_key=key, **sampling)
+    return Resolved(endpoint, source, note)
