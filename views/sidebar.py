@@ -160,11 +160,12 @@ def _sidebar_folder(v: View) -> bool:
     options = list(dict.fromkeys([*found, *([str(allowed)] if allowed else [])]))
     picked = str(allowed) if allowed else None
     if st.session_state.get("w_folder") != picked:
-        st.session_state["w_folder"] = picked
+        st.session_state.pop("w_folder", None)  # so the widget starts from the view (a deep link)
     st.selectbox(
         "Dataset folder",
         options,
         format_func=lambda path: found.get(path, path),
+        index=options.index(picked) if picked else None,
         key="w_folder",
         on_change=store("folder"),
         placeholder="Choose a dataset folder" if options else "No dataset folders on this server",

@@ -1,0 +1,164 @@
+"""Issue 9 item 1: the operator's API key goes only to the operator's endpoints, never to a URL a
+visitor types; credentials in a URL are refused unrepeated; a reply echoing a key is redacted before
+it is cached or written. Real local HTTP servers record the Authorization header they receive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r2med_core import load_demo
+from r2med_core.endpoints import (
+    NO_KEY,
+    OPERATOR_KEY,
+    VISITOR_KEY,
+    EndpointError,
+    normalize_url,
+    operator_llm,
+    resolve_endpoint,
+)
+from r2med_core.generation import generate_rewrites, hypothetical_document, save_rewrites
+from r2med_core.settings import load_settings
+
+from ..test_app import open_app
+from ..test_cli import cli
+from ..test_generation import FakeLLM
+from ._app import shown_text
+
+OPERATOR_SECRET = "sk-operator-SECRET-0f9e8d7c6b5a"
+VISITOR_SECRET = "sk-visitor-own-1a2b3c"
+ASK = "why do fingertips wrinkle in water"
+
+
+def _keys_seen(server: FakeLLM) -> list[str | None]:
+    return [r["auth"] for r in server.requests]
+
+
+def _operator(env: dict[str, str]):  # type: ignore[no-untyped-def]
+    return operator_llm(load_settings(env), environ=env)
+
+
+def test_core_never_sends_the_operator_key_to_a_visitor_url() -> None:
+    demo = load_demo("qa-reference")
+    with FakeLLM() as operator_server, FakeLLM() as visitor_server:
+        env = {"OPENAI_API_KEY": OPERATOR_SECRET, "OPENAI_BASE_URL": operator_server.url}
+        operator = _operator(env)
+
+        typed = resolve_endpoint(visitor_server.url, "", "fake-gpt", operator)
+        assert typed.credential_source == NO_KEY and typed.note and OPERATOR_SECRET not in typed.note
+        text, problem = hypothetical_document(demo, ASK, typed.endpoint)
+        assert text and problem is None
+        assert visitor_server.requests, "the visitor's server was asked"
+        assert all(OPERATOR_SECRET not in (auth or "") for auth in _keys_seen(visitor_server))
+
+        own = resolve_endpoint(visitor_server.url, VISITOR_SECRET, "fake-gpt", operator)
+        assert own.credential_source == VISITOR_KEY
+        hypothetical_document(demo, ASK + "?", own.endpoint)
+        assert _keys_seen(visitor_server)[-1] == f"Bearer {VISITOR_SECRET}"
+
+        # Left empty, the URL is the operator's, and the operator's key goes there (and only there).
+        default = resolve_endpoint("", "", "fake-gpt", operator)
+        assert default.credential_source == OPERATOR_KEY
+        hypothetical_document(demo, ASK, default.endpoint)
+        assert _keys_seen(operator_server) == [f"Bearer {OPERATOR_SECRET}"]
+        # The same server spelled differently is still the operator's.
+        spelled = operator_server.url.replace("127.0.0.1", "127.0.0.1:").replace("::", ":") + "/"
+        assert resolve_endpoint(spelled.upper().replace("/V1/", "/v1/"), "", "m", operator).credential_source == (
+            OPERATOR_KEY
+        )
+    assert OPERATOR_SECRET not in repr(operator) + repr(default.endpoint)
+
+
+def test_operator_endpoint_list_from_secrets_and_openai_default() -> None:
+    nothing = _operator({"OPENAI_API_KEY": OPERATOR_SECRET})
+    assert nothing.endpoints == ("https://api.openai.com/v1",)
+    assert resolve_endpoint("https://api.openai.com/v1/", "", "gpt", nothing).credential_source == OPERATOR_KEY
+    assert resolve_endpoint("https://api.openai.com.evil.example/v1", "", "gpt", nothing).credential_source == NO_KEY
+
+    secrets = {"OPENAI_API_KEY": OPERATOR_SECRET, "R2MED_LLM_ENDPOINTS": ["http://vllm.lab:8000/v1", "http://b/v1"]}
+    listed = operator_llm(load_settings({}, extra=secrets), environ={}, secrets=secrets)
+    assert listed.endpoints == ("http://vllm.lab:8000/v1", "http://b/v1")
+    assert resolve_endpoint("http://B/v1", "", "m", listed).endpoint.api_key == OPERATOR_SECRET
+    assert resolve_endpoint("http://vllm.lab:8001/v1", "", "m", listed).endpoint.api_key is None
+
+
+@pytest.mark.parametrize(
+    "url", ["https://alice:pa55word@api.example/v1", "http://pa55word@127.0.0.1:9/v1", "http://u:pa55word@[::1]/v1"]
+)
+def test_credentials_in_a_url_are_refused_without_repeating_them(url: str) -> None:
+    with pytest.raises(EndpointError) as err:
+        normalize_url(url)
+    assert "pa55word" not in str(err.value)
+    resolved = resolve_endpoint(url, VISITOR_SECRET, "m", _operator({}))
+    assert resolved.endpoint is None and "pa55word" not in (resolved.note or "")
+
+
+def test_the_app_sends_the_operator_key_only_to_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Operator key in the environment, visitor types their own URL and turns HyDE on (What-if page):
+    the visitor's server never sees the operator key, the sidebar says "no key", nothing shows the key."""
+    with FakeLLM() as operator_server, FakeLLM() as visitor_server:
+        monkeypatch.setenv("OPENAI_API_KEY", OPERATOR_SECRET)
+        monkeypatch.setenv("OPENAI_BASE_URL", operator_server.url)
+        at = open_app("whatif", task="qa-reference", systems=["bm25"], ask=ASK)
+        at.text_input(key="w_llm_url").input(visitor_server.url).run()
+        at.text_input(key="w_llm_model").input("fake-gpt").run()
+        at.toggle(key="w_whatif_hyde").set_value(True).run()
+        assert not at.exception
+        assert any("Hypothetical document" in m.value for m in at.markdown)
+        assert len(visitor_server.requests) == 1
+        assert OPERATOR_SECRET not in (visitor_server.requests[0]["auth"] or "")
+        assert any("Key in use: **no key**" in c.value for c in at.sidebar.caption)
+        assert any("not sent" in w.value for w in at.sidebar.warning)
+        assert OPERATOR_SECRET not in shown_text(at)
+
+        # Base URL left empty: the operator's endpoint, with the operator's key.
+        at.text_input(key="w_llm_url").input("").run()
+        assert not at.exception
+        assert [r["auth"] for r in operator_server.requests] == [f"Bearer {OPERATOR_SECRET}"]
+        assert any("Key in use: **operator key**" in c.value for c in at.sidebar.caption)
+        assert OPERATOR_SECRET not in shown_text(at)
+        assert len(visitor_server.requests) == 1
+
+
+def test_credentials_typed_in_the_base_url_are_never_shown_sent_or_stored(
+    monkeypatch: pytest.MonkeyPatch, _isolated_cache: Path
+) -> None:
+    with FakeLLM() as server:
+        url = server.url.replace("http://", "http://alice:pa55word@")
+        at = open_app("rewriting", task="qa-reference", systems=["bm25"])
+        at.text_input(key="w_llm_url").input(url).run()
+        at.text_input(key="w_llm_model").input("fake-gpt").run()
+        assert not at.exception
+        assert any("must not contain a user name or password" in w.value for w in at.sidebar.warning)
+        assert "pa55word" not in shown_text(at).replace(url, "")  # only the visitor's own field holds it
+        assert not [b for b in at.button if b.key == "w_gen_start"]  # nothing to start with that URL
+        assert not server.requests
+    stored = [p for p in _isolated_cache.rglob("*") if p.is_file() and b"pa55word" in p.read_bytes()]
+    assert not stored
+
+
+def test_cli_refuses_credentials_in_the_base_url_without_printing_them() -> None:
+    done = cli(
+        "generate", "--method", "hyde", "--demo", "qa-reference", "--model", "m",
+        "--base-url", "http://alice:pa55word@127.0.0.1:9/v1",
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "must not contain a user name or password" in done.stderr
+    assert "pa55word" not in done.stdout + done.stderr
+
+
+def test_a_reply_that_echoes_the_key_is_redacted_before_it_is_cached_or_written(
+    tmp_path: Path, _isolated_cache: Path
+) -> None:
+    demo = load_demo("qa-reference")
+    echo = {text: f"Sure. Your key is {VISITOR_SECRET}; now the passage." for text in demo.queries.values()}
+    with FakeLLM(echo) as server:
+        endpoint = resolve_endpoint(server.url, VISITOR_SECRET, "fake-gpt", _operator({})).endpoint
+        report = generate_rewrites(demo, "hyde", endpoint, llm_name="echo")
+        assert report.generated == len(demo.queries)
+    assert all(VISITOR_SECRET not in text and "***" in text for text in report.texts.values())
+    written = save_rewrites(report.texts, demo, tmp_path / "query_with_hydoc.jsonl")
+    files = [p for p in [*_isolated_cache.rglob("*"), written] if p.is_file()]
+    assert len(files) > len(demo.queries)  # every reply, the recorded set and the written file
+    assert not [p for p in files if VISITOR_SECRET.encode() in p.read_bytes()]
