@@ -14,8 +14,10 @@ APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
 PAGES = ["overview", "explorer", "compare", "metrics", "leaderboard"]
 
 
-def open_app(page: str | None = None, **params: str | list[str]) -> AppTest:
+def open_app(page: str | None = None, secrets: dict | None = None, **params: str | list[str]) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in (secrets or {}).items():  # as if in .streamlit/secrets.toml
+        at.secrets[name] = value
     for name, value in params.items():
         at.query_params[name] = value
     at.run()

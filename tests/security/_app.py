@@ -14,19 +14,3 @@ def shown_text(at: AppTest) -> str:
     parts += [str(widget.placeholder) for widget in at.text_input]
     parts.append(str(at.query_params))
     return "\n".join(parts)
-
-
-def open_with_secrets(secrets: dict, page: str | None = None, **params: str | list[str]) -> AppTest:
-    """``open_app`` with a ``.streamlit/secrets.toml`` (the operator's other way to configure)."""
-    from ..test_app import APP
-
-    at = AppTest.from_file(APP, default_timeout=300)
-    for name, value in secrets.items():
-        at.secrets[name] = value
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    if page:
-        at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at

@@ -90,10 +90,8 @@ def test_no_local_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_the_flag_can_come_from_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ._app import open_with_secrets
-
     monkeypatch.delenv("R2MED_DEMO_MODE")
-    at = open_with_secrets({"R2MED_DEMO_MODE": True}, "explorer")
+    at = open_app("explorer", secrets={"R2MED_DEMO_MODE": True})
     assert _banner(at) and not [b for b in at.button if b.label == "Save label"]
     assert load_settings({}, extra={"R2MED_DEMO_MODE": True}).demo_mode
     assert not load_settings({}, extra={"R2MED_DEMO_MODE": False}).demo_mode

@@ -24,7 +24,7 @@ from r2med_core.settings import load_settings
 from ..test_app import open_app
 from ..test_cli import cli
 from ..test_generation import FakeLLM
-from ._app import open_with_secrets, shown_text
+from ._app import shown_text
 
 OPERATOR_SECRET = "sk-operator-SECRET-0f9e8d7c6b5a"
 VISITOR_SECRET = "sk-visitor-own-1a2b3c"
@@ -126,7 +126,7 @@ def test_endpoints_listed_in_secrets_get_the_operator_key_from_secrets(monkeypat
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with FakeLLM() as listed, FakeLLM() as other:
         secrets = {"OPENAI_API_KEY": OPERATOR_SECRET, "R2MED_LLM_ENDPOINTS": [listed.url]}
-        at = open_with_secrets(secrets, "whatif", task="qa-reference", systems=["bm25"], ask=ASK)
+        at = open_app("whatif", secrets=secrets, task="qa-reference", systems=["bm25"], ask=ASK)
         at.text_input(key="w_llm_model").input("fake-gpt").run()
         at.text_input(key="w_llm_url").input(listed.url + "/").run()
         at.toggle(key="w_whatif_hyde").set_value(True).run()
