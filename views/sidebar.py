@@ -97,7 +97,7 @@ def _vet_link(v: View, imported: list[str]) -> None:
     notes = vetted.notes
     refused_reranker = reranker_refusal(v.rerank, settings)
     if refused_reranker:
-        notes = [*notes, f"reranker {v.rerank}: {refused_reranker}"]
+        notes = [*notes, f"reranker {v.rerank[:80]}: {refused_reranker}"]
         v.rerank = ""
     if notes:
         st.session_state["refused"] = list(dict.fromkeys([*st.session_state.get("refused", []), *notes]))
