@@ -14,6 +14,10 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_UPLOAD_MAX_MB`` | largest upload accepted (annotations, runs) | 50 |
 | ``R2MED_CACHE_MAX_GB`` | size cap of the disk cache (least recently used entries evicted) | no cap |
 | ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
+| ``R2MED_DEVICE`` | where models encode: ``auto`` (CUDA, then Apple MPS, then CPU), ``cpu``, ``cuda``, ``mps`` | auto |
+| ``R2MED_ENCODE_BACKEND`` | ``torch``, or an opt-in faster CPU backend: ``onnx``, ``onnx-int8``, ``openvino`` | torch |
+| ``R2MED_SWEEP_DIR`` | the ``--output-dir`` of a ``sweep``, whose grid the Leaderboard shows | unset |
+| ``R2MED_COMPUTE_SECONDS`` | work estimated longer than this waits for a click on "Compute" | 2 |
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _TRUE = ("1", "true", "yes", "on")
+#: sentence-transformers backends the encoder can use (``onnx-int8``: dynamically quantised ONNX).
+ENCODE_BACKENDS = ("torch", "onnx", "onnx-int8", "openvino")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class Settings:
     upload_max_mb: float = 50.0
     cache_max_gb: float | None = None
     runs_dir: Path | None = None
+    device: str = "auto"
+    encode_backend: str = "torch"
+    sweep_dir: Path | None = None
+    compute_seconds: float = 2.0
 
     @property
     def upload_max_bytes(self) -> int:
@@ -75,6 +85,10 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         roots = (Path.cwd() / "data", *((data_dir,) if data_dir else ()))
     allow = tuple(m.strip() for m in env.get("R2MED_ALLOW_MODELS", "").split(",") if m.strip())
     runs_dir = Path(env["R2MED_RUNS_DIR"]).expanduser() if env.get("R2MED_RUNS_DIR", "").strip() else None
+    sweep_dir = Path(env["R2MED_SWEEP_DIR"]).expanduser() if env.get("R2MED_SWEEP_DIR", "").strip() else None
+    backend = env.get("R2MED_ENCODE_BACKEND", "").strip().lower() or "torch"
+    if backend not in ENCODE_BACKENDS:
+        raise ValueError(f"R2MED_ENCODE_BACKEND must be one of {', '.join(ENCODE_BACKENDS)}, got {backend!r}")
     return Settings(
         data_roots=roots,
         data_dir=data_dir,
@@ -83,4 +97,8 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         upload_max_mb=_number(env.get("R2MED_UPLOAD_MAX_MB"), "R2MED_UPLOAD_MAX_MB", 50.0) or 50.0,
         cache_max_gb=_number(env.get("R2MED_CACHE_MAX_GB"), "R2MED_CACHE_MAX_GB", None),
         runs_dir=runs_dir,
+        device=env.get("R2MED_DEVICE", "").strip().lower() or "auto",
+        encode_backend=backend,
+        sweep_dir=sweep_dir,
+        compute_seconds=_number(env.get("R2MED_COMPUTE_SECONDS"), "R2MED_COMPUTE_SECONDS", 2.0) or 2.0,
     )
