@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cache import entry_path
+from .cache import entry_path, fingerprint
 from .data import Dataset
 from .encoding import Cancelled, EncodeStatus, docs_per_s, finished_docs, format_seconds, record_throughput
 from .encoding import status as encoding_status
 from .retrieval.dense import DenseRetriever
-from .systems import SystemSpec, _dense_model, _run_key, bm25_index_key, parse_system
+from .systems import SystemSpec, _dense_model, _run_key, bm25_index_key, parse_system, rewritten_texts
 
 __all__ = [
     "REGISTRY",
@@ -174,8 +174,9 @@ class JobRegistry:
 REGISTRY = JobRegistry()
 
 
-def run_job_key(dataset: Dataset, system: str) -> tuple:
-    return ("run", dataset.fingerprint, str(parse_system(system)))
+def run_job_key(dataset: Dataset, system: str, k: int = 100) -> tuple[str, str]:
+    """The key of the job computing this run: the run's own cache key, so the same work is one job."""
+    return ("run", fingerprint("runs", _run_key(dataset, parse_system(system), k)))
 
 
 def start_run(dataset: Dataset, system: str, k: int = 100) -> Job:
@@ -192,7 +193,7 @@ def start_run(dataset: Dataset, system: str, k: int = 100) -> Job:
         finally:
             watcher.stop()
 
-    return REGISTRY.start(run_job_key(dataset, system), spec.label, work)
+    return REGISTRY.start(run_job_key(dataset, system, k), spec.label, work)
 
 
 class _EncodingWatcher(threading.Thread):
@@ -216,10 +217,15 @@ class _EncodingWatcher(threading.Thread):
 # --------------------------------------------------------------------------- costs
 
 
-def _dense_members(spec: SystemSpec) -> list[SystemSpec]:
+def _leaves(spec: SystemSpec) -> list[SystemSpec]:
+    """The single systems a (possibly fused) system runs."""
     if spec.kind == "fusion":
-        return [m for member in spec.members for m in _dense_members(member)]
-    return [spec] if spec.kind == "dense" else []
+        return [m for member in spec.members for m in _leaves(member)]
+    return [spec]
+
+
+def _dense_members(spec: SystemSpec) -> list[SystemSpec]:
+    return [m for m in _leaves(spec) if m.kind == "dense"]
 
 
 def _dense_key(dataset: Dataset, spec: SystemSpec) -> dict[str, Any]:
@@ -241,6 +247,9 @@ RERANK_PAIRS_PER_S = 6.0
 def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> float:
     """How long computing the system's run would take here (0 when it is on disk already)."""
     spec = parse_system(system) if isinstance(system, str) else system
+    for member in _leaves(spec):
+        if member.rewrite:
+            rewritten_texts(dataset, member.rewrite)  # SpecError: the dataset has no such rewrite
     if is_computed(dataset, spec, k):
         return 0.0
     n_docs, n_queries = len(dataset.corpus), len(dataset.queries)

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElementKey
 
 from r2med_core import DEMO_TASKS, TASKS, Dataset, Results, Run, evaluate, load_demo, load_dir
 from r2med_core.annotations import (
@@ -33,8 +34,10 @@ from r2med_core.generation import (
     live_rewrites,
 )
 from r2med_core.hub import cached_task, download_task, load_snapshot
+from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, run_job_key, start_run
 from r2med_core.progress import Progress
 from r2med_core.rerank import RerankerUnavailable, rerank
+from r2med_core.settings import load_settings
 from r2med_core.systems import SpecError, parse_system, run_system
 from views.state import view
 
@@ -110,7 +113,10 @@ def _results(key: str, system: str, name: str, _run_value: Run, _qrels: dict) ->
 
 
 def get_run(dataset: Dataset, system: str) -> Run:
-    """The system's run on the dataset, with a progress bar while indexes are built or encoded."""
+    """The system's run on the dataset, with a progress bar while indexes are built or encoded.
+
+    Pages reach this through ``safe_results``, which first makes sure the work is cached or cheap.
+    """
     return _remembered(
         ("run", dataset_key(dataset), system),
         lambda: with_progress(system_label(system), lambda progress: run_system(dataset, system, progress=progress)),
@@ -121,9 +127,23 @@ def get_results(dataset: Dataset, system: str) -> Results:
     return _results(dataset_key(dataset), system, dataset.name, get_run(dataset, system), dataset.qrels)
 
 
+def is_ready(dataset: Dataset, system: str) -> bool:
+    """True when the run can be shown now: in memory, on disk, or cheap (under the operator's threshold).
+
+    A URL may select only such systems; anything longer waits for a click on "Compute".
+    """
+    if ("run", dataset_key(dataset), system) in _memo():
+        return True
+    return estimate_seconds(dataset, system) <= load_settings().compute_seconds
+
+
 def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
-    """Run and evaluate, or show what went wrong (e.g. a model that needs a download) and return None."""
+    """Run and evaluate, or return None after showing why not: a "Compute (≈ time)" button or the
+    progress of the background job for work that is not cached, or what went wrong."""
     try:
+        if not is_ready(dataset, system):
+            compute_panel(dataset, system)
+            return None
         return get_run(dataset, system), get_results(dataset, system)
     except SpecError as err:
         st.error(md(err))
@@ -133,6 +153,57 @@ def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
             "Models other than the offline MiniLM are downloaded from the Hugging Face hub on first use."
         )
     return None
+
+
+def compute_panel(dataset: Dataset, system: str) -> None:
+    """The button that starts a system's background job, or the job's live progress and Cancel.
+
+    The job belongs to the server, not the session: every visitor who opens the same system sees
+    the same progress, and a finished job's run is in the disk cache for all of them.
+    """
+    key = run_job_key(dataset, system)
+    job = REGISTRY.get(key)
+    label = md(system_label(system))
+    try:
+        if job is not None and job.state == "running":
+            job_progress(key)
+            return
+        if job is not None and job.state == "failed":
+            st.error(f"{label} failed: {md(job.error)}")
+        seconds = estimate_seconds(dataset, system)
+        resumed = " (resumes where it stopped)" if job is not None and job.state == "cancelled" else ""
+        with st.container(border=True):
+            st.markdown(f"**{label}** is not computed on this task yet.")
+            if st.button(f"Compute (≈ {format_seconds(seconds)}){resumed}", key=f"compute:{system}", type="primary"):
+                start_run(dataset, system)
+                job_progress(key)
+    except (StreamlitDuplicateElementKey, StreamlitDuplicateElementId):
+        pass  # the same system's panel is already on this page
+
+
+@st.fragment(run_every=1.0)
+def job_progress(key: tuple) -> None:
+    """A background job's progress (documents/s and ETA when it encodes), redrawn every second on its
+    own; when the job ends the whole page reruns and shows the result."""
+    status = REGISTRY.status(key)
+    if status is None:
+        return
+    if status.finished:
+        st.rerun()
+    with st.container(border=True):
+        st.markdown(f"**Computing {md(status.label)}** — other pages stay usable meanwhile.")
+        st.progress(min(max(status.fraction, 0.0), 1.0), text=shorten(status.message, 120))
+        facts = []
+        if status.done is not None and status.total:
+            facts.append(f"{status.done:,} / {status.total:,} documents")
+        if status.docs_per_s:
+            facts.append(f"{status.docs_per_s:,.1f} documents/s")
+        if status.eta_seconds is not None:
+            facts.append(f"ETA {format_seconds(status.eta_seconds)}")
+        if facts:
+            st.caption(" · ".join(facts))
+        if st.button("Cancel", key=f"cancel:{'|'.join(key)}"):
+            REGISTRY.cancel(key)
 
 
 # --------------------------------------------------------------------------- sidebar
