@@ -217,15 +217,15 @@ class _EncodingWatcher(threading.Thread):
 # --------------------------------------------------------------------------- costs
 
 
-def _leaves(spec: SystemSpec) -> list[SystemSpec]:
+def leaf_systems(spec: SystemSpec) -> list[SystemSpec]:
     """The single systems a (possibly fused) system runs."""
     if spec.kind == "fusion":
-        return [m for member in spec.members for m in _leaves(member)]
+        return [m for member in spec.members for m in leaf_systems(member)]
     return [spec]
 
 
 def _dense_members(spec: SystemSpec) -> list[SystemSpec]:
-    return [m for m in _leaves(spec) if m.kind == "dense"]
+    return [m for m in leaf_systems(spec) if m.kind == "dense"]
 
 
 def _dense_key(dataset: Dataset, spec: SystemSpec) -> dict[str, Any]:
@@ -247,7 +247,7 @@ RERANK_PAIRS_PER_S = 6.0
 def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> float:
     """How long computing the system's run would take here (0 when it is on disk already)."""
     spec = parse_system(system) if isinstance(system, str) else system
-    for member in _leaves(spec):
+    for member in leaf_systems(spec):
         if member.rewrite:
             rewritten_texts(dataset, member.rewrite)  # SpecError: the dataset has no such rewrite
     if is_computed(dataset, spec, k):

@@ -8,6 +8,7 @@ import streamlit as st
 from r2med_core.published import ATTRIBUTION, KINDS, METRICS, PUBLISHED_TASKS, leaderboard, published_key_for
 from r2med_core.published import published_score as paper_score
 from r2med_core.report import metric_label
+from r2med_core.sweep import read_grid, sweep_table
 from views import state, ui
 
 dataset = ui.current_dataset()
@@ -70,3 +71,16 @@ if published_task:
         "A gap over 0.01 is flagged: it usually means a different model revision, tokenizer or corpus copy. "
         "Systems without a published counterpart (MiniLM, bm25s, fusions …) have no paper number."
     )
+
+sweep_dir = ui.load_settings().sweep_dir
+if sweep_dir is not None:
+    st.subheader("Sweep results")
+    grid_rows, grid_notes = read_grid(sweep_dir)
+    for note in grid_notes:
+        st.warning(ui.md(note))
+    if grid_rows:
+        st.dataframe(sweep_table(grid_rows, metric, ui.system_label), hide_index=True, width="stretch")
+        st.caption(
+            f"{metric_label(metric)} of every cell of the sweep the operator ran "
+            "(`python -m r2med_core sweep`, locally or on Ray), one row per task."
+        )

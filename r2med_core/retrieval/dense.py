@@ -170,7 +170,7 @@ def load_encoder(
         if backend != "torch":
             from ..backends import load_accelerated
 
-            model = load_accelerated(location, backend, device=device)
+            model = load_accelerated(location, backend, device=device, pooling=pooling)
         elif pooling is None:
             model = SentenceTransformer(
                 location,
