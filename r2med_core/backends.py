@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,8 @@ def _export(model: Any, target: Path, int8: bool) -> None:
 
     wrapper = Hidden(transformer.auto_model).eval()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer notes about shapes that are dynamic axes here
         fp32 = Path(tmp) / "model.onnx"
         with torch.no_grad():
             torch.onnx.export(

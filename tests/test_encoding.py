@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import zlib
 from pathlib import Path
@@ -152,3 +153,129 @@ def test_minilm_index_resumes_after_an_interruption_and_matches_an_uninterrupted
 @pytest.fixture
 def cache_dir(_isolated_cache: Path) -> Path:
     return _isolated_cache
+
+
+# --------------------------------------------------------------------------- portable embeddings
+
+
+def _archive(path: Path, members: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+    return path
+
+
+def test_encode_then_export_and_import_moves_embeddings_to_another_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from r2med_core.cli import main
+
+    assert main(["encode", "--demo", "clinical-case", "--model", "minilm", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "cache entry: " in printed and "108 documents encoded on cpu" in printed
+    archive = tmp_path / "embeddings.tar.gz"
+    assert main(["export", "--output", str(archive), "--demo", "clinical-case"]) == 0
+
+    other = tmp_path / "laptop-cache"
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(other))
+    assert main(["import", str(archive)]) == 0
+    assert "imported 1 entries" in capsys.readouterr().out
+    assert main(["import", str(archive)]) == 0  # importing twice changes nothing
+    assert "1 already present" in capsys.readouterr().out
+
+    import r2med_core.retrieval.dense as dense
+
+    def no_encoding(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the imported entry should have been used")
+
+    monkeypatch.setattr(dense, "encode_corpus", no_encoding)
+    dataset = load_demo("clinical-case")
+    from r2med_core.systems import dense_retriever
+
+    retriever = dense_retriever(dataset, "minilm")
+    assert len(retriever.doc_ids) == len(dataset.corpus)
+
+
+def test_an_archive_cannot_write_outside_the_cache_or_smuggle_a_wrong_entry(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from r2med_core.cli import main
+    from r2med_core.portable import entries, export_entries
+    from r2med_core.systems import run_system
+
+    outside = tmp_path / "outside.txt"
+    for name in ["../outside.txt", "/tmp/outside.txt", "runs/../../outside.txt", "runs/x", "elsewhere/e/f"]:
+        bad = _archive(tmp_path / "bad.tar.gz", {name: b"owned"})
+        assert main(["import", str(bad)]) == 1
+        assert not outside.exists()
+    linked = _archive(tmp_path / "link.tar.gz", {}, {"runs/abc/run.json": "/etc/passwd"})
+    assert main(["import", str(linked)]) == 1
+    assert "not a regular file" in capsys.readouterr().err
+
+    run_system(load_demo("clinical-case"), "bm25")
+    good = tmp_path / "good.tar.gz"
+    export_entries(entries(("runs",)), good)
+    import tarfile
+
+    with tarfile.open(good) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    entry = next(iter(members)).split("/")[1]
+    renamed = {name.replace(entry, "0" * len(entry)): data for name, data in members.items()}
+    tampered = {n: (d[:20] + b" " + d[21:] if n.endswith("run.json") else d) for n, d in members.items()}
+    for archive in (_archive(tmp_path / "renamed.tar.gz", renamed), _archive(tmp_path / "tampered.tar.gz", tampered)):
+        import shutil
+
+        shutil.rmtree(cache_dir / "runs", ignore_errors=True)
+        assert main(["import", str(archive)]) == 1
+        assert not (cache_dir / "runs").exists() or not any((cache_dir / "runs").iterdir())
+    err = capsys.readouterr().err
+    assert "does not match the key" in err and "differ from the manifest" in err
+    assert main(["import", str(tmp_path / "missing.tar.gz")]) == 2
+    assert main(["encode", "--demo", "clinical-case", "--model", "minilm", "--device", "tpu"]) == 2
+
+
+# --------------------------------------------------------------------------- hardware and backends
+
+
+def test_the_device_is_detected_and_an_absent_one_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2med_core import hardware
+
+    monkeypatch.setattr(hardware, "_cuda_available", lambda: False)
+    monkeypatch.setattr(hardware, "_mps_available", lambda: False)
+    assert hardware.detect("auto") == hardware.Hardware("cpu", fp16=False, batch_size=32)
+    with pytest.raises(hardware.DeviceError, match="not available here"):
+        hardware.resolve_device("cuda")
+    with pytest.raises(hardware.DeviceError, match="unknown device"):
+        hardware.resolve_device("tpu")
+    monkeypatch.setattr(hardware, "_cuda_available", lambda: True)
+    assert hardware.resolve_device("auto") == "cuda"
+    assert hardware.batch_size_for("cuda", free_bytes=8 * 1024**3) == 128  # batches grow with free memory
+    assert hardware.batch_size_for("cuda", free_bytes=0) == 8
+    monkeypatch.setenv("R2MED_DEVICE", "cpu")
+    assert DenseRetriever(PRESETS["minilm"]).hardware.device == "cpu"  # the operator's setting wins
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+def test_the_onnx_backend_ranks_like_torch_and_is_its_own_cache_entry() -> None:
+    dataset = load_demo("qa-reference")
+    texts, queries = list(dataset.corpus.values()), list(dataset.queries.values())
+    torch_side = DenseRetriever(PRESETS["minilm"])
+    onnx_side = DenseRetriever(PRESETS["minilm"], backend="onnx")
+    a, b = torch_side.encode(texts, "doc"), onnx_side.encode(texts, "doc")
+    assert a.shape == b.shape
+    assert np.min(np.sum(a * b, axis=1)) > 0.999  # same vectors up to float error
+    qa, qb = torch_side.encode(queries, "query"), onnx_side.encode(queries, "query")
+    top_a = np.argsort(-(qa @ a.T), axis=1)[:, :10]
+    top_b = np.argsort(-(qb @ b.T), axis=1)[:, :10]
+    assert np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top_a, top_b)]) >= 0.95
+    assert torch_side.cache_key("c") != onnx_side.cache_key("c")

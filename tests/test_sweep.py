@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from r2med_core import load_demo
+from r2med_core import load_demo, load_dir
 from r2med_core.cli import main
 from r2med_core.runs import read_trec
 from r2med_core.sweep import read_grid, sweep
@@ -99,16 +99,16 @@ def test_a_damaged_sweep_summary_is_reported_not_trusted(tmp_path: Path) -> None
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is optional (requirements-scale.txt)")
 def test_a_sweep_on_a_local_ray_writes_the_same_files_as_a_local_sweep(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_r2med: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
 
     import r2med_core.encoding as encoding
     from r2med_core.distributed import connect, ray_cells
 
-    monkeypatch.setattr(encoding, "CHUNK_DOCS", 32)  # several chunks, so several Ray Data batches
-    datasets = {"clinical-case": load_demo("clinical-case")}
-    grid = (["bm25", "minilm", "rrf(bm25,minilm)"], ["hyde:demo-writer"])
+    monkeypatch.setattr(encoding, "CHUNK_DOCS", 2)  # several chunks, so several Ray Data batches
+    datasets = {"tiny": load_dir(tiny_r2med)}
+    grid = (["bm25", "minilm", "rrf(bm25,minilm)"], ["hyde:toy-llm"])
     local = sweep(datasets, *grid, tmp_path / "local")
 
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path / "ray-cache"))  # nothing reused from the local run
