@@ -150,6 +150,10 @@ class JobRegistry:
     def get(self, key: tuple) -> Job | None:
         return self._jobs.get(key)
 
+    def jobs(self) -> list[Job]:
+        """Every job this process knows (running and finished)."""
+        return list(self._jobs.values())
+
     def status(self, key: tuple) -> JobStatus | None:
         job = self._jobs.get(key)
         return None if job is None else job.status()

@@ -144,9 +144,10 @@ def test_minilm_index_resumes_after_an_interruption_and_matches_an_uninterrupted
         encoding.CHUNK_DOCS = original
     assert not chunk_folder(key).exists()  # the chunks became the final entry
     resumed = retriever._matrix().copy()
-    direct = retriever.encode(texts, "doc")
-    assert resumed.shape == direct.shape
-    assert np.allclose(resumed, direct, atol=1e-5)
+    assert resumed.shape[0] == len(texts)
+    sample = list(range(0, len(texts), 7))  # rows from every chunk, checked against a direct encoding
+    direct = retriever.encode([texts[i] for i in sample], "doc")
+    assert np.allclose(resumed[sample], direct, atol=1e-5)
     assert measured_docs_per_s("minilm", "cpu") is not None or len(texts) - done < 64
 
 
@@ -268,7 +269,7 @@ def test_the_device_is_detected_and_an_absent_one_is_a_clear_error(monkeypatch: 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
 def test_the_onnx_backend_ranks_like_torch_and_is_its_own_cache_entry() -> None:
     dataset = load_demo("qa-reference")
-    texts, queries = list(dataset.corpus.values()), list(dataset.queries.values())
+    texts, queries = list(dataset.corpus.values())[:48], list(dataset.queries.values())
     torch_side = DenseRetriever(PRESETS["minilm"])
     onnx_side = DenseRetriever(PRESETS["minilm"], backend="onnx")
     a, b = torch_side.encode(texts, "doc"), onnx_side.encode(texts, "doc")

@@ -124,3 +124,24 @@ def test_a_url_naming_slow_systems_starts_nothing_until_compute_is_clicked(_isol
     means = next(df.value for df in at.dataframe if "nDCG@10" in df.value.columns)
     assert len(means) == 2
     assert not [b for b in at.button if b.label.startswith("Compute (≈")]
+
+
+def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(tmp_path: Path) -> None:
+    from .test_rerank import build_cross_encoder
+
+    model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in {"task": TASK, "system": "bm25", "rerank": model}.items():
+        at.query_params[name] = value
+    at.run()
+    at.switch_page("views/explorer.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
+    assert "after rerank" not in gold.columns  # nothing reranked yet
+    button = next(b for b in at.button if b.label.startswith("Rerank with"))
+    button.click().run()
+    job = next(j for j in REGISTRY.jobs() if j.key[0] == "rerank" and j.label.endswith(model))
+    assert job.wait(600) and job.state == "done", job.error
+    at.run()
+    gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
+    assert "after rerank" in gold.columns

@@ -24,6 +24,7 @@ from r2med_core.annotations import (
     AnnotationStoreError,
     default_store_path,
 )
+from r2med_core.cache import entry_path, fingerprint
 from r2med_core.explore import shorten
 from r2med_core.fidelity import fidelity
 from r2med_core.generation import (
@@ -34,9 +35,9 @@ from r2med_core.generation import (
     live_rewrites,
 )
 from r2med_core.hub import cached_task, download_task, load_snapshot
-from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, run_job_key, start_run
+from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
 from r2med_core.progress import Progress
-from r2med_core.rerank import RerankerUnavailable, rerank
+from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.settings import load_settings
 from r2med_core.systems import SpecError, parse_system, run_system
 from views.state import view
@@ -284,11 +285,41 @@ def get_reranked(dataset: Dataset, system: str) -> Run | None:
         except RerankerUnavailable as err:
             return err
 
-    outcome = _remembered(("rerank", dataset_key(dataset), system, v.rerank, v.rerank_k), attempt)
+    memo_key = ("rerank", dataset_key(dataset), system, v.rerank, v.rerank_k)
+    if memo_key not in _memo() and not _rerank_ready(dataset, system, v.rerank, v.rerank_k):
+        return None
+    outcome = _remembered(memo_key, attempt)
     if isinstance(outcome, RerankerUnavailable):
         st.warning(f"Reranking is off: {md(outcome)}")
         return None
     return outcome
+
+
+def _rerank_ready(dataset: Dataset, system: str, model: str, k: int) -> bool:
+    """True when a reranking is on disk or cheap; otherwise its Compute button / job progress is shown."""
+    if not is_ready(dataset, system):
+        return False
+    run = get_run(dataset, system)
+    try:
+        key = rerank_key(run, dataset, model, k)
+    except RerankerUnavailable:
+        return True  # the attempt explains why reranking is off
+    seconds = 0.0 if entry_path("rerank", key).is_dir() else rerank_seconds(len(run.rankings), k)
+    if seconds <= load_settings().compute_seconds:
+        return True
+    job_key = ("rerank", fingerprint("rerank", key))
+    job = REGISTRY.get(job_key)
+    if job is not None and job.state == "running":
+        job_progress(job_key)
+        return False
+    if job is not None and job.state == "failed":
+        st.error(f"Reranking failed: {md(job.error)}")
+    if st.button(f"Rerank with {md(model)} (≈ {format_seconds(seconds)})", key=f"rerank:{system}", type="primary"):
+        REGISTRY.start(
+            job_key, f"reranking with {model}", lambda job: rerank(run, dataset, model, k, progress=job.progress)
+        )
+        job_progress(job_key)
+    return False
 
 
 @st.cache_resource(show_spinner=False)
