@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cache import atomic_write_text, cache_root, entry_path
+from .cache import cache_root, entry_path
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
 from .evaluation import MAIN_METRICS, evaluate
 from .generation import (
@@ -35,8 +35,9 @@ from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
 from .rerank import RerankerUnavailable, rerank, rerank_label
 from .retrieval.dense import PRESETS
-from .runs import read_trec, safe_name, write_trec
+from .runs import read_trec, safe_name
 from .settings import ENCODE_BACKENDS, load_settings
+from .sweep import write_outputs
 from .systems import SpecError, SystemSpec, parse_system, queries_left_out, run_system
 from .tasks import TASKS, get_task
 
@@ -127,11 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name, seconds=run.seconds)
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_trec(run, out / f"{name}.trec", tag=name)
-    payload = results.to_json()
-    payload["model_name"] = name
-    atomic_write_text(out / f"{name}.json", json.dumps(payload, indent=2) + "\n")
+    write_outputs(run, results, out, name)  # the same files a sweep writes per cell
     if args.rerank:
         label = f"{spec.label} → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"
     else:
