@@ -95,7 +95,16 @@ def test_a_dense_job_reports_docs_per_second_and_eta_and_resumes_after_cancel(
     assert resumed.result.rankings == run_system(dataset, "minilm").rankings
 
 
+def _fresh_server() -> None:
+    """Forget what earlier AppTests of this process kept in memory (a new server starts empty)."""
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
 def test_a_url_naming_slow_systems_starts_nothing_until_compute_is_clicked(_isolated_cache: Path) -> None:
+    _fresh_server()
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["task"] = TASK
     at.query_params["systems"] = ["bm25-okapi", "minilm"]
@@ -130,6 +139,7 @@ def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(tmp
     from .test_rerank import build_cross_encoder
 
     model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
+    _fresh_server()
     at = AppTest.from_file(APP, default_timeout=300)
     for name, value in {"task": TASK, "system": "bm25", "rerank": model}.items():
         at.query_params[name] = value
