@@ -13,8 +13,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from .cache import atomic_write_text
+from .cache import cache_root, entry_path
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
 from .evaluation import MAIN_METRICS, evaluate, published_metrics_note
 from .generation import (
@@ -29,13 +30,16 @@ from .generation import (
     rewrite_file,
     save_rewrites,
 )
+from .hardware import DeviceError
 from .hub import DownloadError, ModelUnavailable, download_task, load_hf
 from .imported_runs import read_run_file
 from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
 from .rerank import RerankerUnavailable, rerank, rerank_label
-from .runs import safe_name, write_trec
-from .settings import load_settings
+from .retrieval.dense import PRESETS
+from .runs import safe_name
+from .settings import ENCODE_BACKENDS, load_settings
+from .sweep import write_outputs
 from .systems import (
     SpecError,
     SystemSpec,
@@ -162,11 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name, seconds=run.seconds)
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_trec(run, out / f"{name}.trec", tag=name)
-    payload = results.to_json()
-    payload["model_name"] = name
-    atomic_write_text(out / f"{name}.json", json.dumps(payload, indent=2) + "\n")
+    write_outputs(run, results, out, name)  # the same files a sweep writes per cell
     if args.rerank:
         label = f"{spec.label} → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"
     else:
@@ -295,6 +295,168 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eta_bar(unit: str = "docs") -> tuple[Progress, Callable[[], None]]:
+    """A tqdm bar whose remaining time comes from the fraction of work done (characters for encoding)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=1000, file=sys.stderr, bar_format="{desc} {bar} {percentage:3.0f}% [{elapsed}<{remaining}]")
+
+    def progress(fraction: float, message: str) -> None:
+        bar.set_description_str(message[:90])
+        bar.update(int(fraction * 1000) - bar.n)
+
+    return progress, bar.close
+
+
+def _ray(args: argparse.Namespace) -> Any:
+    """A Ray connection when --ray was given (with an ADDRESS, or a new local instance), else None."""
+    if args.ray is None:
+        return None
+    from .distributed import RayUnavailable, connect
+
+    try:
+        return connect(args.ray or None)
+    except RayUnavailable as err:
+        raise UsageError(str(err)) from None
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    from .backends import BackendUnavailable
+    from .distributed import encode_on_ray
+    from .hardware import detect
+    from .retrieval.dense import DenseRetriever
+    from .systems import _dense_model
+
+    spec = parse_system(args.model if ":" in args.model or args.model in PRESETS else f"dense:{args.model}")
+    if spec.kind != "dense" or spec.rewrite:
+        raise UsageError(f"--model must be a dense model (a preset: {', '.join(PRESETS)}, or a model id or path)")
+    try:
+        hardware = detect(args.device)
+    except DeviceError as err:
+        raise UsageError(str(err)) from None
+    ray = _ray(args)
+    progress, close = _eta_bar()
+    try:
+        dataset = _load(args, progress)
+        if ray is not None:
+            retriever = encode_on_ray(
+                ray, dataset, spec.name, device=args.device, backend=args.backend, progress=progress
+            )
+        else:
+            retriever = DenseRetriever(
+                _dense_model(dataset, spec.name), batch_size=args.batch_size, device=args.device, backend=args.backend
+            )
+            retriever.index_corpus(list(dataset.corpus), list(dataset.corpus.values()), dataset.fingerprint, progress)
+    except BackendUnavailable as err:
+        raise UsageError(str(err)) from None
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again to resume (finished chunks are cached)", file=sys.stderr)
+        return 130
+    finally:
+        close()
+    key = retriever.cache_key(dataset.fingerprint)
+    where = "a Ray cluster" if ray is not None else f"{hardware.device}{' fp16' if hardware.fp16 else ''}"
+    print(f"{dataset.name} · {spec.label}: {len(dataset.corpus)} documents encoded on {where}")
+    print(f"cache entry: {entry_path('dense', key)}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .portable import KINDS, entries, export_entries
+
+    kinds = KINDS if args.kind == "all" else (args.kind,)
+    corpus = _load(args).fingerprint if (args.task or args.data_dir or args.demo) else None
+    folders = entries(kinds, corpus)
+    if not folders:
+        print(f"error: no {args.kind} cache entries to export in {cache_root()}", file=sys.stderr)
+        return 1
+    count = export_entries(folders, args.output)
+    print(f"wrote {args.output} ({count} entries)")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .portable import ArchiveError, import_entries
+
+    if not args.archive.is_file():
+        raise UsageError(f"{args.archive}: no such file")
+    try:
+        report = import_entries(args.archive)
+    except ArchiveError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for line in report.rejected:
+        print(f"error: {line}", file=sys.stderr)
+    print(
+        f"imported {len(report.added)} entries, {len(report.skipped)} already present, {len(report.rejected)} rejected"
+    )
+    return 1 if report.rejected else 0
+
+
+def _sweep_datasets(args: argparse.Namespace) -> dict[str, Dataset]:
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.demo:
+        wanted = list(DEMO_TASKS) if [n.lower() for n in names] == ["all"] else names
+        unknown = [n for n in wanted if n not in DEMO_TASKS]
+        if unknown:
+            raise UsageError(f"unknown demo task(s) {', '.join(unknown)}: use {', '.join(DEMO_TASKS)} or All")
+        return {name: load_demo(name) for name in wanted}
+    wanted = list(TASKS) if [n.lower() for n in names] == ["all"] else [get_task(n).name for n in names]
+    out = {}
+    for name in wanted:
+        out[name] = _load(argparse.Namespace(demo=None, data_dir=None, task=name, hf=args.hf))
+    return out
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import local_cells, sweep
+
+    if args.top_k < 1:
+        raise UsageError("--top-k must be at least 1")
+    retrievers = [r.strip() for r in _split_systems(args.retrievers) if r.strip()]
+    rewrites = [r.strip() for r in (args.rewrites or "").split(",") if r.strip()]
+    for rewrite in rewrites:
+        if ":" not in rewrite:
+            raise UsageError(f"--rewrites: {rewrite!r} is not METHOD:LLM (e.g. hyde:gpt4)")
+    datasets = _sweep_datasets(args)
+    ray = _ray(args)
+    runner = local_cells
+    if ray is not None:
+        from .distributed import ray_cells
+
+        runner = ray_cells(ray)
+    progress, close = _eta_bar()
+    try:
+        result = sweep(
+            datasets, retrievers, rewrites, args.output_dir, top_k=args.top_k, runner=runner, progress=progress
+        )
+    finally:
+        close()
+    for note in result.notes:
+        print(f"note: {note}")
+    for row in result.rows:
+        print(
+            f"{row['task']:<20} {row['system']:<36} "
+            f"nDCG@10 {row['ndcg_at_10']:.4f}  recall@100 {row['recall_at_100']:.4f}"
+        )
+    print(f"wrote {len(result.rows)} runs and results to {args.output_dir} (grid: {args.output_dir / 'sweep.json'})")
+    return 0
+
+
+def _split_systems(text: str) -> list[str]:
+    """Comma-separated systems; commas inside rrf(...) stay with their system."""
+    from .systems import _split_top_level
+
+    return _split_top_level(text)
+
+
+def _add_hardware(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default=None, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps")
+    parser.add_argument(
+        "--backend", default=None, choices=ENCODE_BACKENDS, help="torch, or a faster CPU backend (see README: Speed)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m r2med_core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -390,6 +552,39 @@ def build_parser() -> argparse.ArgumentParser:
     dl = commands.add_parser("download", help="fetch tasks from the Hugging Face hub into the HF cache")
     dl.add_argument("--task", required=True, help="a task name or All")
     dl.set_defaults(handler=cmd_download)
+
+    en = commands.add_parser("encode", help="encode a corpus with a dense model into the cache (resumable)")
+    en.add_argument("--model", required=True, help=f"a preset ({', '.join(PRESETS)}) or a model id or path")
+    _add_source(en)
+    _add_hardware(en)
+    en.add_argument("--batch-size", type=int, help="texts per batch (default: by device memory)")
+    en.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="encode on a Ray cluster (none: local Ray)")
+    en.set_defaults(handler=cmd_encode)
+
+    ex = commands.add_parser("export", help="pack cache entries (with their manifests) into a tar.gz")
+    ex.add_argument("--output", required=True, type=Path, help="the archive to write, e.g. embeddings.tar.gz")
+    ex.add_argument("--kind", default="dense", choices=("dense", "bm25", "runs", "rerank", "all"))
+    only = ex.add_mutually_exclusive_group()
+    only.add_argument("--task", help="only entries built on this task's corpus")
+    only.add_argument("--data-dir", type=Path, help="only entries built on this folder's corpus")
+    only.add_argument("--demo", choices=DEMO_TASKS, help="only entries built on this demo task's corpus")
+    ex.add_argument("--hf", action="store_true", help="with --task: load it from the Hugging Face hub")
+    ex.set_defaults(handler=cmd_export)
+
+    im = commands.add_parser("import", help="add the entries of an exported archive to the cache (checked)")
+    im.add_argument("archive", type=Path)
+    im.set_defaults(handler=cmd_import)
+
+    sw = commands.add_parser("sweep", help="evaluate a grid of tasks x retrievers x rewrites, locally or on Ray")
+    sw.add_argument("--tasks", required=True, help="All, or comma-separated task names")
+    sw.add_argument("--retrievers", required=True, help="comma-separated systems, e.g. bm25,minilm,e5-mistral")
+    sw.add_argument("--rewrites", default="", help="comma-separated METHOD:LLM rewrites, e.g. hyde:gpt4,lamer:gpt4")
+    sw.add_argument("--demo", action="store_true", help="the embedded demo tasks instead of R2MED")
+    sw.add_argument("--hf", action="store_true", help="load R2MED tasks from the Hugging Face hub")
+    sw.add_argument("--top-k", type=int, default=100)
+    sw.add_argument("--output-dir", required=True, type=Path)
+    sw.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="run on a Ray cluster (none: local Ray)")
+    sw.set_defaults(handler=cmd_sweep)
     return parser
 
 

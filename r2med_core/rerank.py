@@ -245,6 +245,22 @@ def rerank_label(model: str, k: int, keep_tail: bool = False) -> str:
     return label + (" + first-stage tail (not the benchmark's)" if keep_tail else "")
 
 
+def rerank_key(
+    run: Run, dataset: Dataset, model: str, k: int = 10, max_length: int | None = MAX_LENGTH
+) -> dict[str, Any]:
+    """The disk-cache key of a reranking (so a caller can ask whether it is computed already)."""
+    location = resolve_reranker(model)
+    return {
+        "model": location,
+        "revision": model_revision(location),
+        "k": k,
+        "max_length": RANKLLAMA_MAX_LENGTH if model == "rankllama" else max_length,
+        "corpus": dataset.fingerprint,
+        "pairs": fingerprint(_pairs(run, dataset, k)),
+        "version": RERANK_FORMAT_VERSION,
+    }
+
+
 def rerank(
     run: Run,
     dataset: Dataset,
@@ -266,17 +282,8 @@ def rerank(
     """
     if k < 1:
         raise ValueError("k must be at least 1")
-    location = resolve_reranker(model)
     pairs = _pairs(run, dataset, k)
-    key = {
-        "model": location,
-        "revision": model_revision(location),
-        "k": k,
-        "max_length": RANKLLAMA_MAX_LENGTH if model == "rankllama" else max_length,
-        "corpus": dataset.fingerprint,
-        "pairs": fingerprint(pairs),
-        "version": RERANK_FORMAT_VERSION,
-    }
+    key = rerank_key(run, dataset, model, k, max_length)  # raises RerankerUnavailable first
 
     def build(folder: Path) -> None:
         started = time.perf_counter()

@@ -20,6 +20,10 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 
 The operator's LLM key is ``OPENAI_API_KEY`` and its server ``OPENAI_BASE_URL`` (environment or
 secrets); ``r2med_core.endpoints`` decides where that key may go.
+| ``R2MED_DEVICE`` | where models encode: ``auto`` (CUDA, then Apple MPS, then CPU), ``cpu``, ``cuda``, ``mps`` | auto |
+| ``R2MED_ENCODE_BACKEND`` | ``torch``, or an opt-in faster CPU backend: ``onnx``, ``onnx-int8``, ``openvino`` | torch |
+| ``R2MED_SWEEP_DIR`` | the ``--output-dir`` of a ``sweep``, whose grid the Leaderboard shows | unset |
+| ``R2MED_COMPUTE_SECONDS`` | work estimated longer than this waits for a click on "Compute" | 2 |
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _TRUE = ("1", "true", "yes", "on")
+#: sentence-transformers backends the encoder can use (``onnx-int8``: dynamically quantised ONNX).
+ENCODE_BACKENDS = ("torch", "onnx", "onnx-int8", "openvino")
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,10 @@ class Settings:
     def llm_reply_max_bytes(self) -> int:
         return int(self.llm_reply_max_mb * 1024 * 1024)
     llm_endpoints: tuple[str, ...] = ()
+    device: str = "auto"
+    encode_backend: str = "torch"
+    sweep_dir: Path | None = None
+    compute_seconds: float = 2.0
 
     @property
     def upload_max_bytes(self) -> int:
@@ -107,6 +117,10 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
     allow = tuple(m.strip() for m in env.get("R2MED_ALLOW_MODELS", "").split(",") if m.strip())
     runs_dir = Path(env["R2MED_RUNS_DIR"]).expanduser() if env.get("R2MED_RUNS_DIR", "").strip() else None
     endpoints = _endpoints(env.get("R2MED_LLM_ENDPOINTS"), (extra or {}).get("R2MED_LLM_ENDPOINTS"))
+    sweep_dir = Path(env["R2MED_SWEEP_DIR"]).expanduser() if env.get("R2MED_SWEEP_DIR", "").strip() else None
+    backend = env.get("R2MED_ENCODE_BACKEND", "").strip().lower() or "torch"
+    if backend not in ENCODE_BACKENDS:
+        raise ValueError(f"R2MED_ENCODE_BACKEND must be one of {', '.join(ENCODE_BACKENDS)}, got {backend!r}")
     return Settings(
         data_roots=roots,
         data_dir=data_dir,
@@ -118,6 +132,10 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         trust_remote_code=env.get("R2MED_TRUST_REMOTE_CODE", "").strip().lower() in _TRUE,
         llm_reply_max_mb=_number(env.get("R2MED_LLM_REPLY_MAX_MB"), "R2MED_LLM_REPLY_MAX_MB", 1.0) or 1.0,
         llm_endpoints=endpoints,
+        device=env.get("R2MED_DEVICE", "").strip().lower() or "auto",
+        encode_backend=backend,
+        sweep_dir=sweep_dir,
+        compute_seconds=_number(env.get("R2MED_COMPUTE_SECONDS"), "R2MED_COMPUTE_SECONDS", 2.0) or 2.0,
     )
 
 

@@ -181,15 +181,20 @@ def parse_system(text: str) -> SystemSpec:
 # --------------------------------------------------------------------------- retrievers
 
 
-def bm25_retriever(dataset: Dataset, alias: str, progress: Progress | None = None) -> BM25Retriever:
-    """The BM25 index of a corpus, from the disk cache when it was built before."""
-    retriever = BM25Retriever(engine=BM25_ENGINES[alias])
-    key = {
+def bm25_index_key(dataset: Dataset, alias: str) -> dict[str, Any]:
+    """The disk-cache key of a corpus's BM25 index (so callers can ask whether it is built)."""
+    return {
         "corpus": dataset.fingerprint,
-        "params": retriever.params,
+        "params": BM25Retriever(engine=BM25_ENGINES[alias]).params,
         "analyzer": ANALYZER_VERSION,
         "version": RUN_FORMAT_VERSION,
     }
+
+
+def bm25_retriever(dataset: Dataset, alias: str, progress: Progress | None = None) -> BM25Retriever:
+    """The BM25 index of a corpus, from the disk cache when it was built before."""
+    retriever = BM25Retriever(engine=BM25_ENGINES[alias])
+    key = bm25_index_key(dataset, alias)
 
     def build(folder: Path) -> None:
         retriever.index(list(dataset.corpus), list(dataset.corpus.values()), progress)

@@ -14,6 +14,13 @@ APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
 PAGES = ["overview", "explorer", "compare", "metrics", "leaderboard"]
 
 
+@pytest.fixture(autouse=True)
+def _compute_without_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about what pages show, so the server may compute anything by itself; gating
+    (a URL computes only what is cheap, the rest waits for "Compute") is tested in test_jobs.py."""
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+
+
 def open_app(page: str | None = None, secrets: dict | None = None, **params: str | list[str]) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=300)
     for name, value in (secrets or {}).items():  # as if in .streamlit/secrets.toml

@@ -102,6 +102,7 @@ def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "R2MED_CACHE_DIR": str(work / "cache"),
         "R2MED_DATA_HOME": str(work / "data"),
         "HF_HUB_OFFLINE": "1",  # the demo needs only the offline MiniLM
+        "R2MED_COMPUTE_SECONDS": "100000",  # pages render everything; Compute gating is tested in test_jobs.py
         "PYTHONUNBUFFERED": "1",
     }
     log_path = work / "streamlit.log"

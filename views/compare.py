@@ -45,10 +45,10 @@ if len(chosen) < 2:
     )
     st.stop()
 
-computed = [ui.safe_results(dataset, name) for name in chosen]
-if any(c is None for c in computed):
+computed = [c for c in (ui.safe_results(dataset, name) for name in chosen) if c is not None]
+if len(computed) < 2:
     st.stop()
-results = [c[1] for c in computed]
+results = [c[1] for c in computed]  # the systems not computed yet show a Compute button above
 baseline, others = results[0], results[1:]
 tests = compare(baseline, others, metric)
 

@@ -17,6 +17,7 @@ from r2med_core.published import (
 )
 from r2med_core.published import published_score as paper_score
 from r2med_core.report import metric_label
+from r2med_core.sweep import read_grid, sweep_table
 from r2med_core.systems import published_kind
 from views import runs, state, ui
 
@@ -114,3 +115,16 @@ else:
             )
     st.dataframe(pd.DataFrame(scored), hide_index=True, width="stretch")
     st.caption("Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements.")
+
+sweep_dir = ui.load_settings().sweep_dir
+if sweep_dir is not None:
+    st.subheader("Sweep results")
+    grid_rows, grid_notes = read_grid(sweep_dir)
+    for note in grid_notes:
+        st.warning(ui.md(note))
+    if grid_rows:
+        st.dataframe(sweep_table(grid_rows, metric, ui.system_label), hide_index=True, width="stretch")
+        st.caption(
+            f"{metric_label(metric)} of every cell of the sweep the operator ran "
+            "(`python -m r2med_core sweep`, locally or on Ray), one row per task."
+        )

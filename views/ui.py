@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElementKey
 
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
 from r2med_core.annotations import (
@@ -23,6 +24,7 @@ from r2med_core.annotations import (
     AnnotationStoreError,
     default_store_path,
 )
+from r2med_core.cache import entry_path, fingerprint
 from r2med_core.data import Problem
 from r2med_core.endpoints import OperatorLLM, Resolved, operator_llm, resolve_endpoint
 from r2med_core.explore import query_table, shorten
@@ -35,8 +37,9 @@ from r2med_core.generation import (
     live_rewrites,
 )
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
+from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
 from r2med_core.progress import Progress
-from r2med_core.rerank import RerankerUnavailable, rerank
+from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
 from r2med_core.stats import DatasetSummary, LengthHistogram, dataset_summary, length_histogram
@@ -139,7 +142,10 @@ def _results(key: str, system: str, name: str, _run_value: Run, _qrels: dict) ->
 
 
 def get_run(dataset: Dataset, system: str) -> Run:
-    """The system's run on the dataset, with a progress bar while indexes are built or encoded."""
+    """The system's run on the dataset, with a progress bar while indexes are built or encoded.
+
+    Pages reach this through ``safe_results``, which first makes sure the work is cached or cheap.
+    """
     return _remembered(
         ("run", dataset_key(dataset), system),
         lambda: with_progress(system_label(system), lambda progress: run_system(dataset, system, progress=progress)),
@@ -170,9 +176,23 @@ def get_results(dataset: Dataset, system: str) -> Results:
     return _results(dataset_key(dataset), system, dataset.name, get_run(dataset, system), dataset.qrels)
 
 
+def is_ready(dataset: Dataset, system: str) -> bool:
+    """True when the run can be shown now: in memory, on disk, or cheap (under the operator's threshold).
+
+    A URL may select only such systems; anything longer waits for a click on "Compute".
+    """
+    if ("run", dataset_key(dataset), system) in _memo():
+        return True
+    return estimate_seconds(dataset, system) <= load_settings().compute_seconds
+
+
 def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
-    """Run and evaluate, or show what went wrong (e.g. a model that needs a download) and return None."""
+    """Run and evaluate, or return None after showing why not: a "Compute (≈ time)" button or the
+    progress of the background job for work that is not cached, or what went wrong."""
     try:
+        if not is_ready(dataset, system):
+            compute_panel(dataset, system)
+            return None
         return get_run(dataset, system), get_results(dataset, system)
     except SpecError as err:
         st.error(md(err))
@@ -184,6 +204,57 @@ def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
             "Models other than the offline MiniLM are downloaded from the Hugging Face hub on first use."
         )
     return None
+
+
+def compute_panel(dataset: Dataset, system: str) -> None:
+    """The button that starts a system's background job, or the job's live progress and Cancel.
+
+    The job belongs to the server, not the session: every visitor who opens the same system sees
+    the same progress, and a finished job's run is in the disk cache for all of them.
+    """
+    key = run_job_key(dataset, system)
+    job = REGISTRY.get(key)
+    label = md(system_label(system))
+    try:
+        if job is not None and job.state == "running":
+            job_progress(key)
+            return
+        if job is not None and job.state == "failed":
+            st.error(f"{label} failed: {md(job.error)}")
+        seconds = estimate_seconds(dataset, system)
+        resumed = " (resumes where it stopped)" if job is not None and job.state == "cancelled" else ""
+        with st.container(border=True):
+            st.markdown(f"**{label}** is not computed on this task yet.")
+            if st.button(f"Compute (≈ {format_seconds(seconds)}){resumed}", key=f"compute:{system}", type="primary"):
+                start_run(dataset, system)
+                job_progress(key)
+    except (StreamlitDuplicateElementKey, StreamlitDuplicateElementId):
+        pass  # the same system's panel is already on this page
+
+
+@st.fragment(run_every=1.0)
+def job_progress(key: tuple) -> None:
+    """A background job's progress (documents/s and ETA when it encodes), redrawn every second on its
+    own; when the job ends the whole page reruns and shows the result."""
+    status = REGISTRY.status(key)
+    if status is None:
+        return
+    if status.finished:
+        st.rerun()
+    with st.container(border=True):
+        st.markdown(f"**Computing {md(status.label)}** — other pages stay usable meanwhile.")
+        st.progress(min(max(status.fraction, 0.0), 1.0), text=shorten(status.message, 120))
+        facts = []
+        if status.done is not None and status.total:
+            facts.append(f"{status.done:,} / {status.total:,} documents")
+        if status.docs_per_s:
+            facts.append(f"{status.docs_per_s:,.1f} documents/s")
+        if status.eta_seconds is not None:
+            facts.append(f"ETA {format_seconds(status.eta_seconds)}")
+        if facts:
+            st.caption(" · ".join(facts))
+        if st.button("Cancel", key=f"cancel:{'|'.join(key)}"):
+            REGISTRY.cancel(key)
 
 
 # --------------------------------------------------------------------------- sidebar
@@ -307,11 +378,41 @@ def get_reranked(dataset: Dataset, system: str) -> Run | None:
         except RerankerUnavailable as err:
             return err
 
-    outcome = _remembered(("rerank", dataset_key(dataset), system, v.rerank, v.rerank_k), attempt)
+    memo_key = ("rerank", dataset_key(dataset), system, v.rerank, v.rerank_k)
+    if memo_key not in _memo() and not _rerank_ready(dataset, system, v.rerank, v.rerank_k):
+        return None
+    outcome = _remembered(memo_key, attempt)
     if isinstance(outcome, RerankerUnavailable):
         st.warning(f"Reranking is off: {md(outcome)}")
         return None
     return outcome
+
+
+def _rerank_ready(dataset: Dataset, system: str, model: str, k: int) -> bool:
+    """True when a reranking is on disk or cheap; otherwise its Compute button / job progress is shown."""
+    if not is_ready(dataset, system):
+        return False
+    run = get_run(dataset, system)
+    try:
+        key = rerank_key(run, dataset, model, k)
+    except RerankerUnavailable:
+        return True  # the attempt explains why reranking is off
+    seconds = 0.0 if entry_path("rerank", key).is_dir() else rerank_seconds(len(run.rankings), k)
+    if seconds <= load_settings().compute_seconds:
+        return True
+    job_key = ("rerank", fingerprint("rerank", key))
+    job = REGISTRY.get(job_key)
+    if job is not None and job.state == "running":
+        job_progress(job_key)
+        return False
+    if job is not None and job.state == "failed":
+        st.error(f"Reranking failed: {md(job.error)}")
+    if st.button(f"Rerank with {md(model)} (≈ {format_seconds(seconds)})", key=f"rerank:{system}", type="primary"):
+        REGISTRY.start(
+            job_key, f"reranking with {model}", lambda job: rerank(run, dataset, model, k, progress=job.progress)
+        )
+        job_progress(job_key)
+    return False
 
 
 @st.cache_resource(show_spinner=False)

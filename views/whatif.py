@@ -78,6 +78,9 @@ for name in chosen:
     spec = parse_system(name)
     if hy_doc is not None:
         spec = spec.with_rewrite(("hyde", default_llm_name(endpoint.model)))
+    if not ui.is_ready(dataset, str(spec.base)):  # its index is not built yet: a background job builds it
+        ui.compute_panel(dataset, str(spec.base))
+        continue
     try:
         rankings[name] = ui.with_progress(
             ui.system_label(name),

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..cache import cached
+from ..encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
+from ..hardware import detect
 from ..hub import ModelUnavailable, check_model_reachable
 from ..progress import Progress, report
 from ..tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
@@ -286,26 +288,50 @@ def model_revision(model_id: str, revision: str | None = None) -> str:
 
 @lru_cache(maxsize=4)
 def load_encoder(
-    model_id: str, pooling: str | None, max_length: int | None, revision: str | None, trust_remote_code: bool
+    model_id: str,
+    pooling: str | None,
+    max_length: int | None,
+    revision: str | None,
+    trust_remote_code: bool,
+    device: str = "cpu",
+    fp16: bool = False,
+    backend: str = "torch",
 ) -> Any:
-    """Load a SentenceTransformer once per process (models are large; the app keeps them too)."""
+    """Load a SentenceTransformer once per process (models are large; the app keeps them too).
+
+    ``device`` is where it runs, ``fp16`` halves the weights (GPU only), ``backend`` is
+    sentence-transformers' "torch", "onnx" or "openvino" (see ``r2med_core.backends``).
+    """
     from sentence_transformers import SentenceTransformer
 
     location = _model_location(model_id)
     check_model_reachable(location)
     try:
+        model_kwargs: dict[str, Any] = {}
+        if fp16 and backend == "torch":
+            import torch
+
+            model_kwargs["torch_dtype"] = torch.float16
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            if pooling is None:
+            if backend != "torch":
+                from ..backends import load_accelerated
+
+                model = load_accelerated(location, backend, device=device, pooling=pooling)
+            elif pooling is None:
                 model = SentenceTransformer(
-                    location, device="cpu", revision=revision, trust_remote_code=trust_remote_code
+                    location,
+                    device=device,
+                    revision=revision,
+                    trust_remote_code=trust_remote_code,
+                    model_kwargs=model_kwargs or None,
                 )
             else:
                 from sentence_transformers.sentence_transformer import modules
 
-                transformer = modules.Transformer(location, max_seq_length=max_length)
+                transformer = modules.Transformer(location, max_seq_length=max_length, model_args=model_kwargs)
                 pool = modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
-                model = SentenceTransformer(modules=[transformer, pool], device="cpu")
+                model = SentenceTransformer(modules=[transformer, pool], device=device)
     except Exception as err:  # not a model folder, a broken download, an unknown architecture …
         cause = " ".join(str(err).split())[:160]
         raise ModelUnavailable(
@@ -455,9 +481,16 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 class DenseRetriever:
     """Encode a corpus once (cached), then rank documents by cosine similarity to each query."""
 
-    def __init__(self, model: DenseModel, batch_size: int = 32) -> None:
+    def __init__(
+        self, model: DenseModel, batch_size: int | None = None, device: str | None = None, backend: str | None = None
+    ) -> None:
+        from ..settings import load_settings
+
+        settings = load_settings()
         self.model = model
-        self.batch_size = batch_size
+        self.hardware = detect(device or settings.device)
+        self.batch_size = batch_size or self.hardware.batch_size
+        self.backend = backend or settings.encode_backend
         self.index: Any = None
         self.doc_ids: list[str] = []
 
@@ -473,7 +506,14 @@ class DenseRetriever:
             return _load_backend(self.model, model_id)
         _check_remote_code(self.model)
         encoder = load_encoder(
-            model_id, self.model.pooling, self._max_length(which), self.model.revision, self.model.trust_remote_code
+            model_id,
+            self.model.pooling,
+            self._max_length(which),
+            self.model.revision,
+            self.model.trust_remote_code,
+            device=self.hardware.device,
+            fp16=self.hardware.fp16,
+            backend=self.backend,
         )
         if not self.model.pool_prompt:
             if not hasattr(encoder, "set_pooling_include_prompt"):
@@ -560,17 +600,44 @@ class DenseRetriever:
         }
         if self.model.backend == "openai":
             key["endpoint"] = openai_endpoint()  # the server, never the key
+        # Device and fp16 are left out on purpose (their vectors agree to ~1e-3, so embeddings made on
+        # a GPU serve a CPU machine); a different backend (ONNX int8 …) is a different model.
+        if self.backend != "torch":
+            key["backend"] = self.backend
         return key
 
     # -- indexing
     def index_corpus(
-        self, doc_ids: Sequence[str], texts: Sequence[str], corpus_fingerprint: str, progress: Progress | None = None
+        self,
+        doc_ids: Sequence[str],
+        texts: Sequence[str],
+        corpus_fingerprint: str,
+        progress: Progress | None = None,
+        encode_chunks: Any = None,
     ) -> None:
-        """Build or load (from the disk cache) the FAISS index of the corpus."""
+        """Build or load (from the disk cache) the FAISS index of the corpus.
+
+        Encoding goes through ``r2med_core.encoding`` in resumable chunks; ``encode_chunks`` lets the
+        Ray path encode those chunks on a cluster.
+        """
         import faiss
 
+        key = self.cache_key(corpus_fingerprint)
+
         def build(folder: Path) -> None:
-            vectors = self.encode(texts, "doc", progress)
+            if texts:
+                vectors = encode_corpus(
+                    lambda batch: self.encode(batch, "doc"),
+                    texts,
+                    key,
+                    max_chars=self._max_chars(),
+                    progress=progress,
+                    label=f"Encoding documents with {self.model.label or self.model.name}",
+                    encode_chunks=encode_chunks,
+                    on_speed=lambda speed: record_throughput(self.model.name, self.hardware.device, speed),
+                )
+            else:
+                vectors = self.encode([], "doc")
             index = faiss.IndexFlatIP(vectors.shape[1])
             index.add(vectors)
             faiss.write_index(index, str(folder / "index.faiss"))
@@ -583,7 +650,12 @@ class DenseRetriever:
                 raise ValueError("cached index does not match the corpus")
             return index, ids
 
-        self.index, self.doc_ids = cached("dense", self.cache_key(corpus_fingerprint), build, load)
+        self.index, self.doc_ids = cached("dense", key, build, load)
+        discard_chunks(key)
+
+    def _max_chars(self) -> int:
+        """Roughly how many characters of a document the model reads (the rest is truncated)."""
+        return (self.model.max_length or 512) * CHARS_PER_TOKEN
 
     def search_vectors(
         self, vectors: np.ndarray, k: int = 100, query_ids: Sequence[str] | None = None

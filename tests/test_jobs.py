@@ -1,0 +1,157 @@
+"""Background jobs and compute gating: a URL selects only what is computed or cheap; long work runs in a
+shared background job with progress, docs/s, ETA and Cancel, and resumes after a cancel or a crash."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from r2med_core import load_demo, run_system
+from r2med_core.jobs import REGISTRY, JobRegistry, estimate_seconds, is_computed, run_job_key, start_run
+from r2med_core.systems import SpecError
+
+APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+TASK = "clinical-case"
+
+
+def test_one_job_per_key_with_progress_cancel_and_failure() -> None:
+    registry = JobRegistry()
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def work(job):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        for i in range(1000):
+            job.progress(i / 1000, f"step {i}")
+            gate.wait(0.01)
+        return "finished"
+
+    first = registry.start(("k",), "slow", work)
+    second = registry.start(("k",), "slow", work)
+    assert second is first  # a second visitor joins the running job
+    time.sleep(0.3)
+    status = registry.status(("k",))
+    assert status is not None and status.state == "running" and 0 < status.fraction < 1
+    assert status.message.startswith("step")
+    assert registry.cancel(("k",))
+    assert first.wait(10) and first.state == "cancelled"
+    assert len(calls) == 1
+
+    def broken(job):  # type: ignore[no-untyped-def]
+        raise ValueError("bad input in corpus.jsonl:3")
+
+    failed = registry.start(("bad",), "broken", broken)
+    assert failed.wait(10)
+    assert failed.state == "failed" and "corpus.jsonl:3" in registry.status(("bad",)).error
+
+    again = registry.start(("k",), "slow", lambda job: "quick")  # a finished key can start again
+    assert again is not first and again.wait(10) and again.result == "quick"
+
+
+def test_estimates_say_what_is_cheap_and_what_needs_a_click() -> None:
+    dataset = load_demo(TASK)
+    assert not is_computed(dataset, "bm25")
+    assert estimate_seconds(dataset, "bm25") < 2  # 100 documents: cheap, a URL may start it
+    assert estimate_seconds(dataset, "minilm") > 2  # a model to load and a corpus to encode
+    assert estimate_seconds(dataset, "rrf(bm25,minilm)") > estimate_seconds(dataset, "minilm")
+    run_system(dataset, "bm25")
+    assert is_computed(dataset, "bm25") and estimate_seconds(dataset, "bm25") == 0.0
+    with pytest.raises(SpecError):
+        estimate_seconds(dataset, "bm25+hyde:no-such-llm")
+
+
+def test_a_dense_job_reports_docs_per_second_and_eta_and_resumes_after_cancel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import r2med_core.encoding as encoding
+
+    monkeypatch.setattr(encoding, "CHUNK_DOCS", 8)
+    dataset = load_demo(TASK)
+    cold = estimate_seconds(dataset, "minilm")
+    job = start_run(dataset, "minilm")
+    assert REGISTRY.get(run_job_key(dataset, "minilm")) is job
+    seen = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and job.state == "running":
+        status = job.status()
+        if status.done and status.docs_per_s and status.eta_seconds is not None:
+            seen = status
+            break
+        time.sleep(0.2)
+    assert seen is not None, "no documents/s and ETA while encoding"
+    assert 0 < seen.done < seen.total == len(dataset.corpus)
+    REGISTRY.cancel(job.key)
+    assert job.wait(120) and job.state == "cancelled"
+    assert not is_computed(dataset, "minilm")
+    assert estimate_seconds(dataset, "minilm") < cold  # the finished chunks count
+
+    resumed = start_run(dataset, "minilm")
+    assert resumed.wait(600) and resumed.state == "done", resumed.error
+    assert is_computed(dataset, "minilm")
+    assert resumed.result.rankings == run_system(dataset, "minilm").rankings
+
+
+def _fresh_server() -> None:
+    """Forget what earlier AppTests of this process kept in memory (a new server starts empty)."""
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+def test_a_url_naming_slow_systems_starts_nothing_until_compute_is_clicked(_isolated_cache: Path) -> None:
+    _fresh_server()
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params["task"] = TASK
+    at.query_params["systems"] = ["bm25-okapi", "minilm"]
+    at.run()
+    at.switch_page("views/metrics.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+
+    def dense_entries() -> list[Path]:
+        return [p for kind in ("dense", "dense-chunks") for p in (_isolated_cache / kind).glob("*")]
+
+    assert dense_entries() == []  # no encoding started by opening a link
+    buttons = [b for b in at.button if b.label.startswith("Compute (≈")]
+    assert len(buttons) == 1 and "minilm" in buttons[0].key
+    assert not is_computed(load_demo(TASK), "minilm")
+    means = next(df.value for df in at.dataframe if "nDCG@10" in df.value.columns)
+    assert len(means) == 1  # the cheap system is shown meanwhile
+
+    buttons[0].click().run()
+    job = REGISTRY.get(run_job_key(load_demo(TASK), "minilm"))
+    assert job is not None
+    assert at.get("progress") or job.state != "running"  # the progress of the job, not a frozen page
+    assert any(b.label == "Cancel" for b in at.button) or job.state != "running"
+    assert job.wait(600) and job.state == "done", job.error
+    at.run()
+    assert not at.exception
+    means = next(df.value for df in at.dataframe if "nDCG@10" in df.value.columns)
+    assert len(means) == 2
+    assert not [b for b in at.button if b.label.startswith("Compute (≈")]
+
+
+def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(tmp_path: Path) -> None:
+    from .test_rerank import build_cross_encoder
+
+    model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
+    _fresh_server()
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in {"task": TASK, "system": "bm25", "rerank": model}.items():
+        at.query_params[name] = value
+    at.run()
+    at.switch_page("views/explorer.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
+    assert "after rerank" not in gold.columns  # nothing reranked yet
+    button = next(b for b in at.button if b.label.startswith("Rerank with"))
+    button.click().run()
+    job = next(j for j in REGISTRY.jobs() if j.key[0] == "rerank" and j.label.endswith(model))
+    assert job.wait(600) and job.state == "done", job.error
+    at.run()
+    gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
+    assert "after rerank" in gold.columns

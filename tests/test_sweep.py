@@ -1,0 +1,137 @@
+"""The sweep: a grid of tasks x retrievers x rewrites written like `eval` writes one run; the Ray path
+writes the same files; the Leaderboard shows the grid."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from r2med_core import load_demo, load_dir
+from r2med_core.cli import main
+from r2med_core.runs import read_trec
+from r2med_core.sweep import read_grid, sweep
+
+APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+
+
+def _outputs(folder: Path) -> dict[str, object]:
+    """Every TREC file's text and every results file's metrics (evaluation_time is wall-clock, left out)."""
+    found: dict[str, object] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.suffix == ".trec":
+            found[str(path.relative_to(folder))] = path.read_text(encoding="utf-8")
+        elif path.suffix == ".json" and path.name != "sweep.json":
+            payload = json.loads(path.read_text(encoding="utf-8"))
+            found[str(path.relative_to(folder))] = (payload["dataset_name"], payload["model_name"], payload["test"])
+    return found
+
+
+def test_the_sweep_command_writes_every_cell_like_eval_does(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "grid"
+    grid = ["--retrievers", "bm25,bm25s", "--rewrites", "hyde:demo-writer,hyde:none"]
+    code = main(["sweep", "--demo", "--tasks", "All", *grid, "--output-dir", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "no hyde:none rewrite" in printed  # a missing rewrite is a note, the rest runs
+    files = _outputs(out)
+    assert len([f for f in files if f.endswith(".trec")]) == 3 * 2 * 2
+    eval_dir = tmp_path / "eval"
+    assert (
+        main(
+            [
+                "eval",
+                "--retriever",
+                "bm25",
+                "--rewrite",
+                "hyde:demo-writer",
+                "--demo",
+                "clinical-case",
+                "--output-dir",
+                str(eval_dir),
+            ]
+        )
+        == 0
+    )
+    assert (out / "clinical-case" / "bm25+hyde_demo-writer.trec").read_text() == (
+        eval_dir / "bm25+hyde_demo-writer.trec"
+    ).read_text()
+    rows, notes = read_grid(out)
+    assert not notes and len(rows) == 12
+    assert {r["task"] for r in rows} == {"clinical-case", "clinical-evidence", "qa-reference"}
+    run = read_trec(out / "qa-reference" / "bm25s.trec")
+    assert len(run.rankings) == len(load_demo("qa-reference").queries)
+
+
+def test_sweep_usage_mistakes_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["sweep", "--demo", "--tasks", "nope", "--retrievers", "bm25", "--output-dir", str(tmp_path)]) == 2
+    assert main(["sweep", "--demo", "--tasks", "All", "--retrievers", "bm99", "--output-dir", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "sweep",
+                "--demo",
+                "--tasks",
+                "All",
+                "--retrievers",
+                "bm25",
+                "--rewrites",
+                "hyde",
+                "--output-dir",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err.count("error: ") == 3
+
+
+def test_a_damaged_sweep_summary_is_reported_not_trusted(tmp_path: Path) -> None:
+    (tmp_path / "sweep.json").write_text('{"cells": [{"task": "t", "system": "bm25"}, 5]}')
+    rows, notes = read_grid(tmp_path)
+    assert rows == [] and len(notes) == 2
+    (tmp_path / "sweep.json").write_text("[" * 100_000)
+    assert read_grid(tmp_path)[0] == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is optional (requirements-scale.txt)")
+def test_a_sweep_on_a_local_ray_writes_the_same_files_as_a_local_sweep(
+    tiny_r2med: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    import r2med_core.encoding as encoding
+    from r2med_core.distributed import connect, ray_cells
+
+    monkeypatch.setattr(encoding, "CHUNK_DOCS", 2)  # several chunks, so several Ray Data batches
+    datasets = {"tiny": load_dir(tiny_r2med)}
+    grid = (["bm25", "minilm", "rrf(bm25,minilm)"], ["hyde:toy-llm"])
+    local = sweep(datasets, *grid, tmp_path / "local")
+
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path / "ray-cache"))  # nothing reused from the local run
+    ray_session = connect(None, num_cpus=2)
+    try:
+        distributed = sweep(datasets, *grid, tmp_path / "ray", runner=ray_cells(ray_session))
+    finally:
+        ray.shutdown()
+    assert [r["system"] for r in distributed.rows] == [r["system"] for r in local.rows]
+    assert len(local.rows) == 6
+    assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "local")
+    assert list((tmp_path / "ray-cache" / "dense").iterdir())  # the encoding landed in the cache
+
+
+def test_the_leaderboard_shows_the_operators_sweep_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "grid"
+    assert main(["sweep", "--demo", "--tasks", "All", "--retrievers", "bm25,bm25s", "--output-dir", str(out)]) == 0
+    monkeypatch.setenv("R2MED_SWEEP_DIR", str(out))
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page("views/leaderboard.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(h.value.startswith("Sweep") for h in at.subheader)
+    grid = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["task"])
+    assert list(grid["task"]) == ["clinical-case", "clinical-evidence", "qa-reference"]
+    assert {"BM25 (R2MED official)", "BM25 (bm25s default tokenizer)"} <= set(grid.columns)
