@@ -536,3 +536,21 @@ def test_leaderboard_marks_local_settings_that_are_not_the_benchmarks() -> None:
     settings = dict(zip(local["system"], local["setting"]))
     assert settings["BM25 (R2MED official)"] == "benchmark's"
     assert settings["BM25 (bm25s default tokenizer)"].startswith("≠ benchmark: bm25s's own tokenizer")
+
+
+def test_explorer_and_metrics_say_when_a_query_had_nothing_to_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query of stop words retrieves nothing and scores 0: the pages say so next to the numbers."""
+    from .conftest import write_jsonl
+
+    root = tmp_path / "stopwords"
+    write_jsonl(root / "corpus.jsonl", [{"id": f"d{i}", "text": f"troponin chest pain case {i}"} for i in range(5)])
+    write_jsonl(root / "query.jsonl", [{"id": "q1", "text": "the of and"}, {"id": "q2", "text": "chest pain"}])
+    qrels = [{"q_id": "q1", "p_id": "d0", "score": 1}, {"q_id": "q2", "p_id": "d1", "score": 1}]
+    write_jsonl(root / "qrels.jsonl", qrels)
+    monkeypatch.setenv("R2MED_DATA_ROOTS", str(tmp_path))
+    for page in ("explorer", "metrics"):
+        at = open_app(page, source="local", folder=str(root), systems=["bm25"])
+        captions = " ".join(c.value for c in at.caption)
+        assert "had no searchable terms and retrieved nothing" in captions, page

@@ -47,7 +47,7 @@ computed = ui.safe_results(dataset, v.system)
 if computed is None:
     st.stop()
 run, results = computed
-for note in dense_instruction_notes(dataset, v.system):
+for note in [*dense_instruction_notes(dataset, v.system), *results.notes]:
     st.caption(ui.md(note))
 rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
 rewritten = None

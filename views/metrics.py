@@ -29,6 +29,9 @@ if not results:
 labels = {name: ui.system_label(name) for name in results}
 for note in dict.fromkeys(note for name in results for note in dense_instruction_notes(dataset, name)):
     st.caption(ui.md(note))
+for name, result in results.items():  # what the numbers need said: no judged query matched, empty queries …
+    for note in result.notes:
+        st.caption(f"{ui.md(labels[name])}: {ui.md(note)}")
 
 means = means_table(list(results.values()), labels)
 st.subheader("Official metrics")
