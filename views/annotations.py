@@ -109,13 +109,24 @@ def _queue_item(item: QueueItem) -> None:
             (label,) = item.labels
             row = st.columns([6, 1, 1])
             row[0].markdown(_label_line(label))
-            row[1].button("Accept", key=f"w_accept_{label.id}", on_click=_review, args=(label.id, True), type="primary")
-            row[2].button("Reject", key=f"w_reject_{label.id}", on_click=_review, args=(label.id, False))
+            row[1].button(
+                "Accept",
+                key=f"w_accept_{label.id}",
+                on_click=_review,
+                args=(label.id, True),
+                type="primary",
+                disabled=ui.read_only(),
+            )
+            row[2].button(
+                "Reject", key=f"w_reject_{label.id}", on_click=_review, args=(label.id, False), disabled=ui.read_only()
+            )
             return
         for label in item.labels:
             row = st.columns([6, 2])
             row[0].markdown(_label_line(label))
-            row[1].button("Keep this one", key=f"w_keep_{label.id}", on_click=_keep, args=(label.id,))
+            row[1].button(
+                "Keep this one", key=f"w_keep_{label.id}", on_click=_keep, args=(label.id,), disabled=ui.read_only()
+            )
 
 
 dataset = ui.current_dataset()
@@ -145,7 +156,13 @@ if flagged:
         width="stretch",
     )
     bad = st.selectbox("Flagged label", [a.id for a, _ in flagged], key="w_ann_flagged")
-    st.button("Delete the flagged label", key="w_ann_flag_delete", on_click=_delete, args=(bad,))
+    st.button(
+        "Delete the flagged label",
+        key="w_ann_flag_delete",
+        on_click=_delete,
+        args=(bad,),
+        disabled=ui.read_only(),
+    )
 
 # ------------------------------------------------------------------ who is reviewing
 st.text_input(

@@ -96,3 +96,26 @@ def test_the_flag_can_come_from_secrets(monkeypatch: pytest.MonkeyPatch) -> None
     assert load_settings({}, extra={"R2MED_DEMO_MODE": True}).demo_mode
     assert not load_settings({}, extra={"R2MED_DEMO_MODE": False}).demo_mode
     assert load_settings({"R2MED_DEMO_MODE": "0"}, extra={"R2MED_DEMO_MODE": True}).demo_mode is False
+
+
+def test_review_buttons_are_disabled_in_the_demo() -> None:
+    """A visitor of the public demo sees the review queue but can accept, reject or delete nothing."""
+    dataset = load_demo("clinical-evidence")
+    qid = next(q for q in dataset.queries if dataset.positives(q))
+    unjudged = next(d for d in dataset.corpus if d not in dataset.qrels.get(qid, {}))
+    AnnotationStore().add(
+        Annotation(
+            dataset="demo:clinical-evidence",
+            task="clinical-evidence",
+            query_id=qid,
+            doc_id=unjudged,
+            system="bm25",
+            failure_type="relevant_unjudged",
+            annotator="op",
+        )
+    )
+    at = open_app("annotations", task="clinical-evidence")
+    assert not at.exception
+    review = [b for b in at.button if b.label in ("Accept", "Reject")]
+    assert review and all(b.disabled for b in review)
+    assert AnnotationStore().list()[0].status == "proposed"
