@@ -37,7 +37,7 @@ from .settings import Settings, load_settings
 RUN_PREFIX = "run:"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TREC_SUFFIXES = (".trec", ".txt", ".run", ".tsv")
-JSON_SUFFIXES = (".json",)
+JSON_SUFFIXES = (".json", ".jsonl")  # .jsonl: the R2MED kit's top-k files
 #: Unknown document ids reported one by one (the rest are counted).
 MAX_DOC_WARNINGS = 20
 UPLOADS = "uploaded"
@@ -93,7 +93,8 @@ def parse_run(data: bytes, label: str, name: str, dataset: Dataset | None = None
     """
     stripped = data.lstrip()
     if stripped.startswith(b"{"):
-        scores = _json_scores(data, label)
+        kit = _kit_topk(data, label)
+        scores = kit if kit is not None else _json_scores(data, label)
         return _from_scores(scores, label, name, dataset)
     warnings: list[Problem] = []
     unknown_docs = _DocWarnings(label)
@@ -143,14 +144,67 @@ class _DocWarnings:
         return [*self.first, total]
 
 
+def _json_line(text: str, label: str, line: int | None) -> Any:
+    """One JSON document; every way it can be unreadable (syntax, depth, huge numbers) is a DataError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        where = line if line is not None else err.lineno
+        raise DataError([Problem(label, where, f"malformed JSON: {err.msg} (column {err.colno})")]) from None
+    except (ValueError, RecursionError) as err:  # nesting too deep, integers of thousands of digits
+        raise DataError([Problem(label, line, f"unreadable JSON: {type(err).__name__}")]) from None
+
+
+def _kit_topk(data: bytes, label: str) -> dict[str, dict[str, float]] | None:
+    """The R2MED kit's top-k file, JSON lines ``{"id": qid, "topk_pid": [[doc id, score], …]}``, as
+    scores; None when the data is not in that shape. Its ``label_location`` files (only the rank of
+    each gold document) hold no ranking and are refused with a message saying so."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = [(n, raw) for n, raw in enumerate(text.splitlines(), start=1) if raw.strip()]
+    if not lines:
+        return None
+    try:
+        first = json.loads(lines[0][1])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(first, dict) or "id" not in first:
+        return None
+    if "label_location" in first and "topk_pid" not in first:
+        raise DataError(
+            [Problem(label, 1, "a label_location file holds only the ranks of gold documents, not a ranking: "
+                     "save the kit's top-k documents (topk_pid) or a TREC run instead")]
+        )
+    if "topk_pid" not in first:
+        return None
+    scores: dict[str, dict[str, float]] = {}
+    problems: list[Problem] = []
+    for number, raw in lines:
+        row = _json_line(raw, label, number)
+        pairs = row.get("topk_pid") if isinstance(row, dict) else None
+        ok = isinstance(pairs, list) and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[1], (int, float)) and not isinstance(p[1], bool)
+            for p in pairs
+        )
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or not ok:
+            problems.append(Problem(label, number, 'expected {"id": query id, "topk_pid": [[document id, score], …]}'))
+            if len(problems) >= MAX_DOC_WARNINGS:
+                break
+            continue
+        scores[str(row["id"])] = {str(doc): float(score) for doc, score in pairs}
+    if problems:
+        raise DataError(problems)
+    return scores
+
+
 def _json_scores(data: bytes, label: str) -> dict[str, dict[str, float]]:
     """``{qid: {docid: score}}`` from score JSON (MTEB predictions, kit score files, generic)."""
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = _json_line(data.decode("utf-8"), label, None)
     except UnicodeDecodeError as err:
         raise DataError([Problem(label, None, f"not UTF-8 text (byte {err.start})")]) from None
-    except json.JSONDecodeError as err:
-        raise DataError([Problem(label, err.lineno, f"malformed JSON: {err.msg} (column {err.colno})")]) from None
     obj = _unwrap(obj)
     if not isinstance(obj, dict) or not obj:
         raise DataError([Problem(label, None, "expected a JSON object {query id: {document id: score}}")])
@@ -237,9 +291,12 @@ def _score_file_in(folder: Path, label: str) -> Path:
         if candidate.suffix.lower() in TREC_SUFFIXES:
             return candidate
         try:
-            if _is_scores(_unwrap(json.loads(candidate.read_text(encoding="utf-8")))):
+            if candidate.suffix.lower() == ".jsonl":
+                if _kit_topk(candidate.read_bytes(), label) is not None:
+                    return candidate
+            elif _is_scores(_unwrap(json.loads(candidate.read_text(encoding="utf-8")))):
                 return candidate
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, ValueError, RecursionError, DataError):
             continue
     raise DataError([Problem(label, None, "no TREC run or {query id: {document id: score}} JSON file found")])
 

@@ -248,3 +248,27 @@ def test_a_path_in_the_url_reads_nothing() -> None:
     assert at.selectbox(key="w_system").value == "bm25"
     assert "run:../../etc/passwd" not in at.multiselect(key="w_systems").value
     assert not any("passwd" in option for option in at.multiselect(key="w_systems").options)
+
+
+def test_the_r2med_kits_topk_files_load_and_its_gold_rank_files_are_refused(tmp_path: Path, dataset) -> None:  # type: ignore[no-untyped-def]
+    """The kit writes JSON lines {"id", "topk_pid": [[doc, score], …]} per retriever and task, and
+    {"id", "label_location": [[gold doc, rank], …]} files that hold no ranking."""
+    expected = _shuffled_run(dataset)
+    rows = [{"id": qid, "topk_pid": [[d, s] for d, s in r]} for qid, r in expected.rankings.items()]
+    folder = tmp_path / "hyde-gpt4" / "bm25"
+    folder.mkdir(parents=True)
+    (folder / "Biology_topk.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gold_ranks = [{"id": qid, "label_location": [[d, 3] for d in dataset.positives(qid)]} for qid in dataset.queries]
+    (folder / "Biology_pos_label_location.jsonl").write_text("".join(json.dumps(r) + "\n" for r in gold_ranks))
+
+    imported = read_run_file(folder, dataset, "run:kit")
+    assert _scores(imported.run) == _scores(expected)
+    assert evaluate(imported.run, dataset.qrels).means == evaluate(expected, dataset.qrels).means
+
+    with pytest.raises(DataError, match="holds only the ranks of gold documents"):
+        read_run_file(folder / "Biology_pos_label_location.jsonl", dataset)
+    broken = b'{"id": "1", "topk_pid": [["d1", 1.0]]}\n{"id": "2", "topk_pid": "oops"}\n'
+    with pytest.raises(DataError, match=r"kit\.jsonl:2: expected"):
+        parse_run(broken, "kit.jsonl", "run:kit", dataset)
+    with pytest.raises(DataError, match="unreadable JSON"):
+        parse_run(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "deep.json", "run:deep", dataset)
