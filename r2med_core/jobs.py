@@ -254,6 +254,8 @@ def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -
     for member in leaf_systems(spec):
         if member.rewrite:
             rewritten_texts(dataset, member.rewrite)  # SpecError: the dataset has no such rewrite
+    if spec.kind == "run":
+        return 0.1  # an imported run is read from its file, never computed
     if is_computed(dataset, spec, k):
         return 0.0
     n_docs, n_queries = len(dataset.corpus), len(dataset.queries)

@@ -135,10 +135,13 @@ def test_a_url_naming_slow_systems_starts_nothing_until_compute_is_clicked(_isol
     assert not [b for b in at.button if b.label.startswith("Compute (≈")]
 
 
-def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(tmp_path: Path) -> None:
+def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from .test_rerank import build_cross_encoder
 
     model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
+    monkeypatch.setenv("R2MED_ALLOW_MODELS", model)  # a link names a local model only if the operator allows it
     _fresh_server()
     at = AppTest.from_file(APP, default_timeout=300)
     for name, value in {"task": TASK, "system": "bm25", "rerank": model}.items():
