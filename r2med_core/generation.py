@@ -37,6 +37,7 @@ from .prompts import (
     EXPLORER_PROMPTS,
     GENERATION_METHODS,
     LAMER_PASSAGES,
+    OFFICIAL_MAX_TOKENS,
     OFFICIAL_PROMPTS,
     GenerationError,
     Prompts,
@@ -49,7 +50,7 @@ from .tasks import REWRITE_METHODS, Family
 
 #: Bump when a prompt's wording changes: cached generations of the old wording are then not reused.
 #: (Cache keys also hold the prompt set, official or explorer, and the query2doc examples' digest.)
-PROMPT_VERSION = "r2med-explorer-prompts-2"
+PROMPT_VERSION = "r2med-explorer-prompts-3"  # 3: Biology query2doc "that help"
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 _LLM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -83,8 +84,8 @@ class Endpoint:
     model: str
     api_key: str | None = field(default=None, repr=False, compare=False)
     temperature: float | None = None
-    max_tokens: int = 512
-    timeout: float = 60.0
+    max_tokens: int = OFFICIAL_MAX_TOKENS
+    timeout: float = 300.0  # long enough for a reasoning model to fill the benchmark's token budget
     top_p: float | None = None
     seed: int | None = None
 

@@ -178,7 +178,7 @@ def test_generates_through_the_protocol_and_a_second_run_makes_no_request(demo, 
     request = llm.requests[0]
     assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
     body = request["body"]
-    assert body["model"] == "fake-model" and body["max_tokens"] == 512
+    assert body["model"] == "fake-model" and body["max_tokens"] == 10240  # the benchmark's budget
     assert (body["temperature"], body["seed"], "top_p" in body) == (0.7, 42, False)  # the benchmark's, open model
     assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
     first_query = next(iter(demo.queries.values()))
@@ -294,8 +294,8 @@ def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> No
     assert result.complete and len(llm.requests) == 3
     assert [("max_tokens" in r["body"], r["body"].get("max_completion_tokens")) for r in llm.requests] == [
         (True, None),
-        (False, 512),
-        (False, 512),
+        (False, 10240),
+        (False, 10240),
     ]
     llm.script = [(400, {}, {"error": {"message": "context length exceeded"}})]
     failed = generate_rewrites(demo, "hyde", endpoint(llm, max_tokens=9), query_ids=list(demo.queries)[:2], **fast())
@@ -446,6 +446,8 @@ def test_official_prompts_are_the_benchmarks_per_task() -> None:
     for task, template in (("Biology", LAMER_BIOLOGY), ("MedQA-Diag", LAMER_EXAM), ("IIYi-Clinical", LAMER_CASE)):
         user = build_messages("lamer", query, None, passages, task=task)[1]["content"]
         assert user == template.replace("{TEXT}", query).replace("{PASSAGE}", formatted)
+    biology = build_messages("query2doc", query, None, task="Biology")[1]["content"]
+    assert biology == f"Write a passage that help answer the Biology post.\n\nPost: {query}\nPassage: "  # sic
     zero = build_messages("query2doc", query, None, task="Bioinformatics")[1]["content"]
     assert zero == f"Write a passage to help answer the Bioinformatics post.\n\nPost: {query}\nPassage: "
     shots = Prompts("official", (("*", "Post: p1\nPassage: d1"),))
