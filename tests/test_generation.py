@@ -82,7 +82,10 @@ class FakeLLM:
         body = handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
         with self.lock:
             payload = json.loads(body)
-            self.requests.append({"path": handler.path, "auth": handler.headers.get("Authorization"), "body": payload})
+            headers = {name.lower(): value for name, value in handler.headers.items()}
+            self.requests.append(
+                {"path": handler.path, "auth": headers.get("authorization"), "headers": headers, "body": payload}
+            )
             action = self.script.pop(0) if self.script else ("ok",)
         if handler.path != "/v1/chat/completions":
             action = (404, {}, {"error": {"message": "no such route"}})
@@ -285,6 +288,24 @@ def test_server_errors_are_retried_with_backoff(demo, llm: FakeLLM) -> None:
     llm.script = [(500, {}, {"error": {"message": "boom"}}), (503, {}, {"error": {"message": "busy"}})]
     result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, base_delay=0.1)
     assert result.complete and sleeps == [0.1, 0.2] and len(llm.requests) == len(demo.queries) + 2
+
+
+def test_the_servers_openai_environment_never_reaches_the_endpoint(
+    demo, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPENAI_ORG_ID / OPENAI_PROJECT_ID / OPENAI_CUSTOM_HEADERS are the operator's: the openai client
+    would add them to every request, including to a base URL a visitor typed."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-OPERATOR")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-OPERATOR")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Operator-Token: tok-OPERATOR\nAuthorization: Bearer sk-OPERATOR")
+    visitor = endpoint(llm, api_key="sk-visitor")
+    assert generate_rewrites(demo, "hyde", visitor, query_ids=list(demo.queries)[:1], **fast()).complete
+    sent = llm.requests[-1]["headers"]
+    assert "OPERATOR" not in json.dumps(sent)
+    assert not {"openai-organization", "openai-project", "x-operator-token"} & set(sent)
+    assert sent["authorization"] == "Bearer sk-visitor"
+    keyless = generate_rewrites(demo, "hyde", endpoint(llm, api_key=None), query_ids=list(demo.queries)[1:2])
+    assert keyless.complete and "OPERATOR" not in json.dumps(llm.requests[-1]["headers"])
 
 
 def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> None:
