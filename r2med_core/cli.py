@@ -35,6 +35,7 @@ from .hub import DownloadError, ModelUnavailable, download_task, load_hf
 from .imported_runs import read_run_file
 from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
+from .provenance import ProvenanceError, comparability, read_results_file, run_provenance
 from .rerank import RerankerUnavailable, rerank, rerank_label
 from .retrieval.dense import PRESETS
 from .runs import safe_name
@@ -107,6 +108,10 @@ def _add_source(parser: argparse.ArgumentParser, *, demo: bool = True) -> None:
     if demo:
         source.add_argument("--demo", choices=DEMO_TASKS, help="an embedded demo task")
     parser.add_argument("--hf", action="store_true", help="with --task: download from the Hugging Face hub")
+    parser.add_argument(
+        "--revision",
+        help="with --hf: the hub commit (or 'main') to load; default: the task's pinned commit (as MTEB pins it)",
+    )
 
 
 def _task_dir(task: str) -> Path | None:
@@ -130,7 +135,7 @@ def _load(args: argparse.Namespace, progress: Progress | None = None) -> Dataset
             f"no local copy of {info.name}: add --hf to load it from the Hugging Face hub, pass "
             f"--data-dir, or set {DATA_ENV} to a folder holding {info.name}/"
         )
-    return load_hf(info.name, progress=progress)
+    return load_hf(info.name, revision=getattr(args, "revision", None), progress=progress)
 
 
 def _rewrites_of(spec: SystemSpec) -> list[tuple[str, str]]:
@@ -167,7 +172,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name, depth=depth, seconds=run.seconds)
     out = Path(args.output_dir)
-    write_outputs(run, results, out, name)  # the same files a sweep writes per cell
+    record = run_provenance(dataset, str(spec), reranker=args.rerank, wall_seconds=run.seconds)
+    write_outputs(run, results, out, name, record)  # the same files a sweep writes per cell
     if args.rerank:
         label = f"{spec.label} → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"
     else:
@@ -183,7 +189,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     published = published_metrics_note("reranker" if args.rerank else published_kind(spec) or "")
     if published:
         print(f"note: {published} ({name}.json holds them all)")
-    print(f"wrote {out / (name + '.trec')} and {out / (name + '.json')}")
+    print(f"wrote {out / (name + '.trec')}, {out / (name + '.json')} and its provenance ({name}.provenance.json)")
     return 0
 
 
@@ -196,6 +202,22 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
     for line in results.notes:
         print(f"note: {line}", file=sys.stderr)
     print(json.dumps(results.to_json(), indent=2))
+    return 0
+
+
+def cmd_compare_results(args: argparse.Namespace) -> int:
+    try:
+        files = [read_results_file(path) for path in args.files]
+    except ProvenanceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    width = max(len(f.model_name) for f in files)
+    print(f"{'run':<{width}}  " + "  ".join(f"{m:>14}" for m in MAIN_METRICS))
+    for item in files:
+        cells = (f"{item.means[m]:>14.4f}" if m in item.means else f"{'–':>14}" for m in MAIN_METRICS)
+        print(f"{item.model_name:<{width}}  " + "  ".join(cells))
+    for line in comparability(files):
+        print(f"warning: not directly comparable: {line}")
     return 0
 
 
@@ -555,6 +577,13 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--top-k", type=_int_at_least(1), default=100, help="evaluate the top k per query (benchmark: 100)")
     _add_source(er)
     er.set_defaults(handler=cmd_evaluate_run)
+
+    cr = commands.add_parser(
+        "compare-results",
+        help="results JSON files side by side (made here or elsewhere), flagging where their provenance differs",
+    )
+    cr.add_argument("files", nargs="+", type=Path, metavar="NAME.json")
+    cr.set_defaults(handler=cmd_compare_results)
 
     va = commands.add_parser("validate", help="check a dataset folder; exit 1 with file:line messages")
     _add_source(va, demo=False)

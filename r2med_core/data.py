@@ -118,6 +118,9 @@ class Dataset:
     meta: dict[str, Any] = field(default_factory=dict)
     report: LoadReport = field(default_factory=LoadReport)
     rewrite_queries: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: The exact source revision where there is one (a Hugging Face dataset commit); local folders
+    #: are identified by ``fingerprint`` and ``content_digest`` instead.
+    revision: str | None = None
 
     @cached_property
     def fingerprint(self) -> str:

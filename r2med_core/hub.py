@@ -6,6 +6,9 @@ This is the exact library call a user makes online (``huggingface_hub.snapshot_d
 
 from __future__ import annotations
 
+import os
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,9 @@ HUB_PATTERNS: tuple[str, ...] = (
     "metadata.json",
     *tuple(f"{method}/*/query_with_hydoc.jsonl" for method in REWRITE_METHODS),
 )
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 class DownloadError(RuntimeError):
@@ -56,11 +62,33 @@ def _snapshot(hf_id: str, revision: str | None, cache_dir: str | Path | None, **
     return Path(folder)
 
 
+#: ``main`` (the newest files of every task) or ``Task=commit,Task=commit`` to override the pins.
+REVISION_ENV = "R2MED_HF_REVISION"
+
+
+def task_revision(task: str, override: str | None = None) -> str:
+    """The hub revision a task loads: ``override``, else ``$R2MED_HF_REVISION``, else the task's pin
+    (MTEB's commit for it). The environment holds ``main`` or ``Task=commit`` pairs, comma-separated."""
+    info = get_task(task)
+    if override:
+        return override
+    configured = os.environ.get(REVISION_ENV, "").strip()
+    if configured and "=" not in configured:
+        return configured
+    for pair in filter(None, (part.strip() for part in configured.split(","))):
+        name, _, revision = pair.partition("=")
+        if name.strip().lower() == info.name.lower() and revision.strip():
+            return revision.strip()
+    return info.revision
+
+
 def download_task(
     task: str, *, revision: str | None = None, cache_dir: str | Path | None = None, progress: Progress | None = None
 ) -> Path:
-    """Fetch ``R2MED/<task>`` (repo_type dataset) and return the local snapshot folder."""
+    """Fetch ``R2MED/<task>`` (repo_type dataset) at its pinned revision (``task_revision``) and
+    return the local snapshot folder, whose name is the exact commit."""
     info = get_task(task)
+    revision = task_revision(info.name, revision)
     try:
         folder = _snapshot(info.hf_id, revision, cache_dir, tqdm_class=_progress_bar(progress, info.hf_id))
     except Exception as err:
@@ -77,7 +105,7 @@ def cached_task(task: str, *, revision: str | None = None, cache_dir: str | Path
     """The local snapshot of a task if it is already in the HF cache (no network), else None."""
     info = get_task(task)
     try:
-        folder = _snapshot(info.hf_id, revision, cache_dir, local_files_only=True)
+        folder = _snapshot(info.hf_id, task_revision(info.name, revision), cache_dir, local_files_only=True)
     except Exception:  # "not cached" comes in several exception types
         return None
     return folder if (folder / "corpus.jsonl").is_file() else None
@@ -94,7 +122,9 @@ def load_hf(
 def load_snapshot(task: str, folder: str | Path) -> Dataset:
     """Load a downloaded snapshot folder of a task (named and sourced as the hub task)."""
     info = get_task(task)
-    return load_r2med_dir(folder, name=info.name, source=f"hf:{info.hf_id}")
+    dataset = load_r2med_dir(folder, name=info.name, source=f"hf:{info.hf_id}")
+    commit = Path(folder).name  # huggingface_hub's …/snapshots/<commit>/
+    return replace(dataset, revision=commit) if _COMMIT.fullmatch(commit) else dataset
 
 
 class ModelUnavailable(RuntimeError):

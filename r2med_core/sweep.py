@@ -18,6 +18,7 @@ from .cache import atomic_write_text
 from .data import Dataset
 from .evaluation import MAIN_METRICS, Results, evaluate
 from .progress import Progress, report
+from .provenance import Provenance, run_provenance, write_provenance
 from .runs import Run, safe_name, write_trec
 from .systems import SpecError, parse_system, run_system
 
@@ -68,14 +69,19 @@ def evaluate_cell(dataset: Dataset, system: str, top_k: int = 100) -> tuple[Run,
     return run, evaluate(run, dataset.qrels, dataset_name=dataset.name, seconds=run.seconds)
 
 
-def write_outputs(run: Run, results: Results, out: Path, name: str) -> tuple[Path, Path]:
-    """``OUT/NAME.trec`` and ``OUT/NAME.json``, exactly as ``eval`` writes them."""
+def write_outputs(
+    run: Run, results: Results, out: Path, name: str, provenance: Provenance | None = None
+) -> tuple[Path, Path]:
+    """``OUT/NAME.trec`` and ``OUT/NAME.json``, exactly as ``eval`` writes them, and with a
+    provenance record ``OUT/NAME.provenance.json`` (the results file keeps the benchmark's shape)."""
     out.mkdir(parents=True, exist_ok=True)
     trec, payload_path = out / f"{name}.trec", out / f"{name}.json"
     write_trec(run, trec, tag=name)
     payload = results.to_json()
     payload["model_name"] = name
     atomic_write_text(payload_path, json.dumps(payload, indent=2) + "\n")
+    if provenance is not None:
+        write_provenance(provenance, payload_path)
     return trec, payload_path
 
 
@@ -102,7 +108,8 @@ def sweep(
     result = SweepResult(notes=notes)
     for i, (cell, run, results) in enumerate(runner(datasets, cells, top_k)):
         name = safe_name(cell.system)
-        write_outputs(run, results, out / safe_name(cell.task), name)
+        record = run_provenance(datasets[cell.task], cell.system, wall_seconds=run.seconds)
+        write_outputs(run, results, out / safe_name(cell.task), name, record)
         result.rows.append(
             {"task": cell.task, "system": cell.system, "file": f"{safe_name(cell.task)}/{name}.json"}
             | {m: round(v, 5) for m, v in sorted(results.means.items())}

@@ -98,6 +98,9 @@ class TaskInfo:
     n_queries: int
     n_documents: int
     source: str
+    #: The hub commit loaded by default: the one MTEB pins for this task, so a number made today
+    #: and one made next year read the same files (override with ``--revision`` / ``R2MED_HF_REVISION``).
+    revision: str
 
     @property
     def hf_id(self) -> str:
@@ -113,14 +116,70 @@ class TaskInfo:
 TASKS: dict[str, TaskInfo] = {
     t.name: t
     for t in (
-        TaskInfo("Biology", Family.QA_REFERENCE, 103, 57359, "Stack Exchange (Biology)"),
-        TaskInfo("Bioinformatics", Family.QA_REFERENCE, 77, 47473, "Stack Exchange (Bioinformatics)"),
-        TaskInfo("Medical-Sciences", Family.QA_REFERENCE, 88, 34810, "Stack Exchange (Medical Sciences)"),
-        TaskInfo("MedXpertQA-Exam", Family.CLINICAL_EVIDENCE, 97, 61379, "MedXpertQA exam questions"),
-        TaskInfo("MedQA-Diag", Family.CLINICAL_EVIDENCE, 118, 56250, "MedQA diagnosis questions"),
-        TaskInfo("PMC-Treatment", Family.CLINICAL_EVIDENCE, 150, 28954, "PubMed Central case reports"),
-        TaskInfo("PMC-Clinical", Family.CLINICAL_CASE, 114, 60406, "PubMed Central case reports"),
-        TaskInfo("IIYi-Clinical", Family.CLINICAL_CASE, 129, 10449, "IIYi clinical cases"),
+        TaskInfo(
+            "Biology",
+            Family.QA_REFERENCE,
+            103,
+            57359,
+            "Stack Exchange (Biology)",
+            "8b9fec2db9eda4b5742d03732213fbaee8169556",
+        ),
+        TaskInfo(
+            "Bioinformatics",
+            Family.QA_REFERENCE,
+            77,
+            47473,
+            "Stack Exchange (Bioinformatics)",
+            "6021fce366892cbfd7837fa85a4128ea93315e18",
+        ),
+        TaskInfo(
+            "Medical-Sciences",
+            Family.QA_REFERENCE,
+            88,
+            34810,
+            "Stack Exchange (Medical Sciences)",
+            "1b48911514c80bf9182222d99752ad75e23b4b47",
+        ),
+        TaskInfo(
+            "MedXpertQA-Exam",
+            Family.CLINICAL_EVIDENCE,
+            97,
+            61379,
+            "MedXpertQA exam questions",
+            "b457ea43db9ae5db74c3a3e5be0a213d0f85ac3a",
+        ),
+        TaskInfo(
+            "MedQA-Diag",
+            Family.CLINICAL_EVIDENCE,
+            118,
+            56250,
+            "MedQA diagnosis questions",
+            "78b585990279cc01a493f876c1b0cf09557fba57",
+        ),
+        TaskInfo(
+            "PMC-Treatment",
+            Family.CLINICAL_EVIDENCE,
+            150,
+            28954,
+            "PubMed Central case reports",
+            "53c489a44a3664ba352c07550b72b4525a5968d5",
+        ),
+        TaskInfo(
+            "PMC-Clinical",
+            Family.CLINICAL_CASE,
+            114,
+            60406,
+            "PubMed Central case reports",
+            "812829522f7eaa407ef82b96717be85788a50f7e",
+        ),
+        TaskInfo(
+            "IIYi-Clinical",
+            Family.CLINICAL_CASE,
+            129,
+            10449,
+            "IIYi clinical cases",
+            "974abbc9bc281c3169180a6aa5d7586cfd2f5877",
+        ),
     )
 }
 

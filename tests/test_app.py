@@ -538,6 +538,20 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, mo
     assert r"**Query \<b\>q\</b\>**" in [m.value for m in at.markdown]
 
 
+def test_metrics_and_leaderboard_show_where_each_number_comes_from() -> None:
+    at = open_app("metrics", task="clinical-evidence", systems=["bm25", "minilm"])
+    assert [p.proto.popover.label for p in at.get("popover")].count("Provenance") == 2
+    shown = [df.value for df in at.dataframe if list(df.value.columns) == ["what", "value"]]
+    assert len(shown) == 2
+    rows = dict(zip(shown[1]["what"], shown[1]["value"], strict=False))
+    assert rows["system"] == "minilm" and "demo:clinical-evidence" in rows["dataset"]
+    assert "@" in rows["model"] and "pytrec-eval-terrier" in rows["packages"] and rows["cost"] == "none (local models)"
+    at.switch_page("views/leaderboard.py").run()
+    board = frame(at, "system")
+    assert {"time (s)", "cost", "data", "device"} <= set(board.columns)
+    assert (board["cost"] == "none (local models)").all() and (board["device"] == "cpu").all()
+
+
 def test_leaderboard_marks_local_settings_that_are_not_the_benchmarks() -> None:
     at = open_app("leaderboard", task="qa-reference", systems=["bm25", "bm25s"])
     local = frame(at, "system")

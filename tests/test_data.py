@@ -152,11 +152,12 @@ def test_fingerprint_changes_with_any_document_text(tiny_r2med: Path) -> None:
     assert load_r2med_dir(tiny_r2med).fingerprint != before
 
 
-def fill_hf_cache(cache: Path, task: str, source: Path) -> None:
-    """Lay out a dataset repo exactly as huggingface_hub stores it: refs/main → snapshots/<commit>."""
+def fill_hf_cache(cache: Path, task: str, source: Path, commit: str | None = None) -> None:
+    """Lay out a dataset repo exactly as huggingface_hub stores it: refs/main → snapshots/<commit>,
+    by default at the commit the task is pinned to (as a download of the pinned revision leaves it)."""
     repo = cache / f"datasets--R2MED--{task}"
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    (repo / "refs").mkdir(parents=True)
+    commit = commit or get_task(task).revision
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     snapshot = repo / "snapshots" / commit
     for path in source.rglob("*"):
@@ -202,6 +203,28 @@ def test_hub_loader_offline_from_prefilled_cache(tiny_r2med: Path, tmp_path: Pat
     )
     assert missing.returncode == 2
     assert "could not get R2MED/MedQA-Diag" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_hub_tasks_load_their_pinned_revision_and_record_it(tiny_r2med: Path, tmp_path: Path, monkeypatch) -> None:
+    """By default a task loads the commit MTEB pins for it (so its numbers do not drift with the hub);
+    ``R2MED_HF_REVISION`` overrides it, and the dataset records the exact commit it read."""
+    from r2med_core.hub import cached_task, load_snapshot, task_revision
+
+    cache = tmp_path / "hf-cache"
+    newer = "f" * 40
+    fill_hf_cache(cache, "Biology", tiny_r2med, commit=newer)  # only a newer main is cached
+    assert task_revision("Biology") == get_task("Biology").revision == "8b9fec2db9eda4b5742d03732213fbaee8169556"
+    assert cached_task("Biology", cache_dir=cache) is None  # the pin is not there: not silently the newer files
+    monkeypatch.setenv("R2MED_HF_REVISION", "main")
+    folder = cached_task("Biology", cache_dir=cache)
+    assert folder is not None and load_snapshot("Biology", folder).revision == newer
+    monkeypatch.setenv("R2MED_HF_REVISION", f"PMC-Clinical={'a' * 40}, biology={newer}")
+    assert task_revision("Biology") == newer and task_revision("PMC-Clinical") == "a" * 40
+    assert task_revision("MedQA-Diag") == get_task("MedQA-Diag").revision
+    monkeypatch.delenv("R2MED_HF_REVISION")
+    fill_hf_cache(cache, "Biology", tiny_r2med)  # the pinned commit
+    pinned = load_snapshot("Biology", cached_task("Biology", cache_dir=cache))
+    assert pinned.revision == get_task("Biology").revision
 
 
 def test_cached_task_looks_only_at_the_local_cache(tiny_r2med: Path, tmp_path: Path) -> None:

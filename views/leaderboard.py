@@ -62,10 +62,15 @@ for name in state.systems_in_play():
     if computed is None:
         continue
     local = computed[1].means[metric] if metric in computed[1].means else float("nan")
+    record = ui.get_provenance(dataset, name, computed[0])
     row = {
         "system": ui.system_label(name),
         f"local {metric_label(metric)}": round(local, 4),
         "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
+        "time (s)": None if record.wall_seconds is None else round(record.wall_seconds, 2),
+        "cost": record.cost(),
+        "data": record.dataset.get("revision", "")[:12] or record.dataset["fingerprint"][:12],
+        "device": record.hardware.get("device"),
     }
     system_kind = published_kind(name)
     if system_kind and system_kind not in local_kinds:

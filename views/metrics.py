@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import plotly.express as px
 import streamlit as st
 
@@ -90,7 +91,7 @@ st.download_button(
 
 st.subheader("Results files and runs")
 for name, result in results.items():
-    cols = st.columns([3, 1, 1], vertical_alignment="center")
+    cols = st.columns([3, 1, 1, 1], vertical_alignment="center")
     cols[0].markdown(f"**{labels[name]}** · `{name}`")
     payload = result.to_json()
     payload["model_name"] = safe_name(name)
@@ -108,3 +109,15 @@ for name, result in results.items():
         mime="text/plain",
         key=f"trec_{name}",
     )
+    record = ui.get_provenance(dataset, name, runs[name])
+    with cols[3].popover("Provenance", help="Where these numbers come from: data, models, code, machine."):
+        st.dataframe(
+            pd.DataFrame(record.summary_rows(), columns=["what", "value"]), hide_index=True, width="stretch"
+        )
+        st.download_button(
+            "Provenance JSON",
+            json.dumps(record.to_json(), indent=2),
+            file_name=f"{safe_name(name)}.provenance.json",
+            mime="application/json",
+            key=f"prov_{name}",
+        )

@@ -39,6 +39,7 @@ from r2med_core.generation import (
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
 from r2med_core.progress import Progress
+from r2med_core.provenance import Provenance, run_provenance
 from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
@@ -150,6 +151,16 @@ def get_run(dataset: Dataset, system: str) -> Run:
         ("run", dataset_key(dataset), system),
         lambda: with_progress(system_label(system), lambda progress: run_system(dataset, system, progress=progress)),
     )
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _provenance(key: str, system: str, seconds: float | None, _dataset: Dataset) -> Provenance:
+    return run_provenance(_dataset, system, wall_seconds=seconds)
+
+
+def get_provenance(dataset: Dataset, system: str, run: Run) -> Provenance:
+    """Where the system's numbers come from (data, models, rewrites, code, machine), once per run."""
+    return _provenance(dataset_key(dataset), system, run.seconds, dataset)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

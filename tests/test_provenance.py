@@ -1,0 +1,97 @@
+"""Every number can be traced to its data, models, rewrites, code and machine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from r2med_core import load_demo
+from r2med_core.provenance import (
+    Provenance,
+    ProvenanceError,
+    collect,
+    differences,
+    read_provenance,
+    run_provenance,
+    sidecar_path,
+)
+
+from .test_cli import cli
+
+
+def test_a_run_records_dataset_models_rewrites_code_and_machine() -> None:
+    demo = load_demo("qa-reference")
+    record = run_provenance(demo, "rrf(bm25+hyde:demo-writer,minilm)", wall_seconds=1.5)
+    assert record.dataset["name"] == "qa-reference" and record.dataset["source"] == "demo:qa-reference"
+    assert record.dataset["fingerprint"].startswith(demo.fingerprint)
+    assert [m["id"] for m in record.models] and all(m["revision"] for m in record.models)  # MiniLM, local folder
+    assert record.rewrites[0]["rewrite"] == "hyde:demo-writer" and len(record.rewrites[0]["fingerprint"]) == 16
+    assert {"numpy", "pytrec-eval-terrier", "bm25s"} <= set(record.packages)
+    assert record.project["version"] and record.hardware["device"] == "cpu" and record.wall_seconds == 1.5
+    assert Provenance.from_json(json.loads(json.dumps(record.to_json()))) == record  # round-trips through JSON
+
+
+def test_differences_name_what_makes_numbers_incomparable() -> None:
+    demo = load_demo("clinical-evidence")
+    here = collect(demo, "bm25", models=[], rewrites=[])
+    assert differences(here, replace(here, created="later", wall_seconds=99.0)) == []  # time is not a difference
+    other = replace(
+        here,
+        dataset={**here.dataset, "revision": "b" * 40, "fingerprint": "x"},
+        packages={**here.packages, "numpy": "0.0.1"},
+        hardware={**here.hardware, "device": "cuda:0"},
+    )
+    found = " | ".join(differences(replace(here, dataset={**here.dataset, "revision": "a" * 40}), other))
+    assert "dataset revision differs" in found and "dataset content differs" in found
+    assert "numpy" in found and "0.0.1" in found and "cuda:0" in found
+    model_a = replace(here, models=({"id": "m", "revision": "r1"},))
+    model_b = replace(here, models=({"id": "m", "revision": "r2"},))
+    assert differences(model_a, model_b) == ["model m at revision r1 vs r2"]
+
+
+def test_eval_writes_a_provenance_record_next_to_the_official_results(tmp_path: Path) -> None:
+    done = cli("eval", "--retriever", "bm25", "--demo", "clinical-evidence", "--output-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    results = tmp_path / "bm25.json"
+    assert set(json.loads(results.read_text())) == {"dataset_name", "model_name", "evaluation_time", "test"}
+    record = read_provenance(sidecar_path(results))
+    assert record.system == "bm25" and record.dataset["name"] == "clinical-evidence"
+    assert record.wall_seconds is not None and record.packages["pytrec-eval-terrier"]
+    assert "provenance" in done.stdout
+
+
+def test_a_malformed_record_is_refused_with_the_file_name(tmp_path: Path) -> None:
+    bad = tmp_path / "x.provenance.json"
+    bad.write_text("{not json")
+    with pytest.raises(ProvenanceError, match=r"x\.provenance\.json"):
+        read_provenance(bad)
+    bad.write_text(json.dumps({"system": "bm25", "tokens": {"prompt": "many"}}))
+    with pytest.raises(ProvenanceError, match="malformed"):
+        read_provenance(bad)
+
+
+def test_compare_results_flags_a_file_from_a_machine_whose_provenance_differs(tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    for out in (here, there):
+        done = cli("eval", "--retriever", "bm25", "--demo", "qa-reference", "--output-dir", str(out))
+        assert done.returncode == 0, done.stderr
+    same = cli("compare-results", str(here / "bm25.json"), str(there / "bm25.json"))
+    assert same.returncode == 0 and "warning" not in same.stdout and "ndcg_at_10" in same.stdout
+    side = sidecar_path(there / "bm25.json")
+    record = json.loads(side.read_text())
+    record["packages"]["pytrec-eval-terrier"] = "0.0.1"
+    record["hardware"]["device"] = "cuda:0"
+    side.write_text(json.dumps(record))
+    flagged = cli("compare-results", str(here / "bm25.json"), str(there / "bm25.json"))
+    assert flagged.returncode == 0
+    assert "not directly comparable" in flagged.stdout and "pytrec-eval-terrier" in flagged.stdout
+    assert "cuda:0" in flagged.stdout
+    side.unlink()
+    unknown = cli("compare-results", str(here / "bm25.json"), str(there / "bm25.json"))
+    assert "has no provenance record" in unknown.stdout
+    (tmp_path / "bad.json").write_text('{"dataset_name": "x"}')
+    bad = cli("compare-results", str(tmp_path / "bad.json"))
+    assert bad.returncode == 1 and "bad.json: not a results file" in bad.stderr and "Traceback" not in bad.stderr
