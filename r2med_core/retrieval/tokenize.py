@@ -420,26 +420,38 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
     total = len(texts)
     size = _chunk_size(total, n_workers)
     pieces = [texts[start : start + size] for start in range(0, total, size)]
-    vocab: dict[str, int] = {}
     ids: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     report(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
     done = 0
-    with _chunk_results(pieces, n_workers) as results:
-        for terms, local_ids, local_lengths in results:
-            # Local id -> global id; unseen terms numbered in their order of first occurrence.
-            vocab.update(zip(filterfalse(vocab.__contains__, terms), count(len(vocab))))
-            to_global = np.fromiter(map(vocab.__getitem__, terms), dtype=np.int32, count=len(terms))
-            ids.append(to_global[local_ids])
-            lengths.append(local_lengths)
-            done += len(local_lengths)
-            report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+
+    def add(piece_ids: np.ndarray, piece_lengths: np.ndarray) -> None:
+        nonlocal done
+        ids.append(piece_ids)
+        lengths.append(piece_lengths)
+        done += len(piece_lengths)
+        report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+
+    if n_workers <= 1 or len(pieces) <= 1:
+        numbering = _Numbering()  # one numbering for the whole corpus: ids are final as they come
+        for piece in pieces:
+            add(*numbering.ids(piece))
+        terms = list(numbering.terms)
+    else:
+        vocab: dict[str, int] = {}
+        with _chunk_results(pieces, n_workers) as results:
+            for local_terms, local_ids, local_lengths in results:
+                # Local id -> global id; unseen terms numbered in their order of first occurrence.
+                vocab.update(zip(filterfalse(vocab.__contains__, local_terms), count(len(vocab))))
+                to_global = np.fromiter(map(vocab.__getitem__, local_terms), dtype=np.int32, count=len(local_terms))
+                add(to_global[local_ids], local_lengths)
+        terms = list(vocab)
     offsets = np.zeros(total + 1, dtype=np.int64)
     if lengths:
         np.cumsum(np.concatenate(lengths), out=offsets[1:])
     flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
     report(progress, 1.0, f"Tokenized {total:,} texts")
-    return TokenIds(flat, offsets, list(vocab))
+    return TokenIds(flat, offsets, terms)
 
 
 #: Below this many texts one process wins: a worker spends ~1.5 s importing numpy and NLTK before
@@ -488,7 +500,7 @@ _Chunk = tuple[list[str], np.ndarray, np.ndarray]
 
 @contextmanager
 def _chunk_results(pieces: list[Sequence[str]], workers: int) -> Iterator[Iterator[_Chunk]]:
-    """``_tokenize_chunk`` of every piece, in order: in this process, or in ``workers`` processes.
+    """``_tokenize_chunk`` of every piece, in order, from ``workers`` processes.
 
     Each worker is ``python -m r2med_core.retrieval._tokenize_worker``, which imports only the
     tokenizer (a multiprocessing pool would first re-import the caller's ``__main__`` — the app,
@@ -496,9 +508,6 @@ def _chunk_results(pieces: list[Sequence[str]], workers: int) -> Iterator[Iterat
     per worker writes its pieces to the worker's stdin while this thread reads the results in
     corpus order, so neither pipe can fill up and stall both sides.
     """
-    if workers <= 1 or len(pieces) <= 1:
-        yield map(_tokenize_chunk, pieces)
-        return
     workers = min(workers, len(pieces))
     root = str(Path(__file__).resolve().parents[2])  # the folder holding r2med_core
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -548,22 +557,46 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _tokenize_chunk(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """One chunk as (its terms in first-seen order, token ids into those terms, tokens per text)."""
-    local: dict[str, int] = {}
+    numbering = _Numbering()
+    ids, lengths = numbering.ids(texts)
+    return list(numbering.terms), ids, lengths
 
-    class _IdCache(dict[str, tuple[int, ...]]):
-        def __missing__(self, chunk: str) -> tuple[int, ...]:
-            ids = self[chunk] = tuple(local.setdefault(term, len(local)) for term in _CHUNKS[chunk])
-            return ids
 
-    _check_cache_size()
-    ids_of = _IdCache().__getitem__
-    flat = array("i")
-    ends = array("q")
-    extend, append, flatten = flat.extend, ends.append, chain.from_iterable
-    for i, text in enumerate(texts):
-        if i % 1000 == 999:
-            _check_cache_size()
-        extend(flatten(map(ids_of, _chunks(text))))
-        append(len(flat))
-    lengths = np.diff(np.frombuffer(ends, dtype=np.int64), prepend=0)
-    return list(local), np.frombuffer(flat, dtype=np.int32), lengths
+class _ChunkIds(dict[str, tuple[int, ...]]):
+    """whitespace-free chunk -> the ids of its terms in one :class:`_Numbering`, filled on first sight."""
+
+    def __init__(self, terms: dict[str, int]) -> None:
+        super().__init__()
+        self.terms = terms
+
+    def __missing__(self, chunk: str) -> tuple[int, ...]:
+        terms = self.terms
+        ids = self[chunk] = tuple(terms.setdefault(term, len(terms)) for term in _CHUNKS[chunk])
+        return ids
+
+
+class _Numbering:
+    """Term ids for texts, numbered in order of first occurrence across every call to :meth:`ids`.
+
+    Chunks already seen map straight to their ids (a dict look-up in C), so a corpus costs one
+    Python call per distinct chunk, not one per distinct chunk per piece.
+    """
+
+    def __init__(self) -> None:
+        self.terms: dict[str, int] = {}
+        self._chunk_ids = _ChunkIds(self.terms)
+
+    def ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids of every text, in order; tokens per text)."""
+        flat = array("i")
+        ends = array("q")
+        extend, append, flatten = flat.extend, ends.append, chain.from_iterable
+        for i, text in enumerate(texts):
+            if i % 1000 == 0:
+                _check_cache_size()
+                if len(self._chunk_ids) > _CACHE_LIMIT:  # a memo only: the ids live in self.terms
+                    self._chunk_ids.clear()
+            extend(flatten(map(self._chunk_ids.__getitem__, _chunks(text))))
+            append(len(flat))
+        lengths = np.diff(np.frombuffer(ends, dtype=np.int64), prepend=0)
+        return np.frombuffer(flat, dtype=np.int32), lengths
