@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,7 +120,10 @@ Command = Sequence[str] | Callable[[], tuple[Sequence[str], dict[str, str] | Non
 
 def _run(command: Command, cwd: str | None) -> Measurement:
     argv, env = command() if callable(command) else (command, None)
-    return measure(argv, env, cwd)
+    run = measure(argv, env, cwd)
+    name = " ".join(argv[1:4])
+    print(f"    {name}: {run.wall:.1f} s wall, {run.cpu:.1f} s CPU, load {run.load:.1f}", file=sys.stderr, flush=True)
+    return run
 
 
 def interleaved(a: Command, b: Command, n: int = 3, cwd: str | None = None) -> Pairs:
