@@ -9,6 +9,8 @@ rank_bm25 (target ≥ 40×), or the app's "BM25 (R2MED official)" default become
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import string
 import time
 from collections.abc import Callable
@@ -59,13 +61,27 @@ def make_corpus(
 Timing = tuple[float, float]  # (index seconds, search seconds)
 
 
-def best_of(fn: Callable[[], Timing], repeat: int) -> Timing:
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the tokenizer's worker processes)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+#: run name -> CPU seconds (all processes) of its fastest run, filled by :func:`best_of`.
+CPU: dict[str, float] = {}
+
+
+def best_of(fn: Callable[[], Timing], repeat: int, name: str = "") -> Timing:
     """Fastest of ``repeat`` runs (by total), each starting with cold tokenizer caches."""
     runs = []
     for _ in range(repeat):
         clear_cache()
-        runs.append(fn())
-    return min(runs, key=sum)
+        start = cpu_seconds()
+        timing = fn()
+        runs.append((timing, cpu_seconds() - start))
+    timing, cpu = min(runs, key=lambda run: sum(run[0]))
+    CPU[name] = cpu
+    return timing
 
 
 def run_engine(engine: str, doc_ids: list[str], docs: list[str], queries: list[str]) -> Timing:
@@ -120,29 +136,30 @@ def main() -> None:
     run_engine("official", doc_ids[:200], docs[:200], queries[:2])
     run_raw_bm25s(docs[:200], queries[:2])
 
-    official = best_of(lambda: run_engine("official", doc_ids, docs, queries), args.repeat)
-    bm25s_engine = best_of(lambda: run_engine("bm25s", doc_ids, docs, queries), args.repeat)
-    raw = best_of(lambda: run_raw_bm25s(docs, queries), args.repeat)
+    official = best_of(lambda: run_engine("official", doc_ids, docs, queries), args.repeat, "official")
+    bm25s_engine = best_of(lambda: run_engine("bm25s", doc_ids, docs, queries), args.repeat, "bm25s")
+    raw = best_of(lambda: run_raw_bm25s(docs, queries), args.repeat, "raw")
 
     # rank_bm25: index everything, search a subsample, extrapolate the search linearly.
     n_okapi = max(1, min(args.okapi_queries, len(queries)))
-    okapi_index, okapi_sample = best_of(lambda: run_engine("okapi", doc_ids, docs, queries[:n_okapi]), 1)
+    okapi_index, okapi_sample = best_of(lambda: run_engine("okapi", doc_ids, docs, queries[:n_okapi]), 1, "okapi")
     okapi = (okapi_index, okapi_sample * len(queries) / n_okapi)
 
     rows = [
-        ("r2med_core official (Lucene tokens + gensim query weights)", official),
-        ("r2med_core bm25s engine", bm25s_engine),
-        ("raw bm25s (its tokenize + index + retrieve)", raw),
-        ("rank_bm25 BM25Okapi (r2med_core okapi engine) *", okapi),
+        ("r2med_core official (Lucene tokens + gensim query weights)", official, CPU["official"]),
+        ("r2med_core bm25s engine", bm25s_engine, CPU["bm25s"]),
+        ("raw bm25s (its tokenize + index + retrieve)", raw, CPU["raw"]),
+        ("rank_bm25 BM25Okapi (r2med_core okapi engine) *", okapi, float("nan")),
     ]
-    print(f"\n{'engine':<58}{'index (s)':>11}{'search (s)':>12}{'total (s)':>11}")
-    for name, (t_index, t_search) in rows:
-        print(f"{name:<58}{t_index:>11.2f}{t_search:>12.3f}{t_index + t_search:>11.2f}")
+    print(f"\n{'engine':<58}{'index (s)':>11}{'search (s)':>12}{'total (s)':>11}{'CPU, all proc. (s)':>20}")
+    for name, (t_index, t_search), cpu in rows:
+        print(f"{name:<58}{t_index:>11.2f}{t_search:>12.3f}{t_index + t_search:>11.2f}{cpu:>20.2f}")
     print(
         f"\n* rank_bm25: indexed all {len(docs):,} docs; searched {n_okapi} of {len(queries)} queries "
         f"({okapi_sample:.2f} s) and extrapolated that linearly to {okapi[1]:.2f} s."
     )
-    print(f"  Timings are best of {args.repeat} (rank_bm25: 1), tokenizer caches cleared before each run.")
+    print(f"  Timings are best of {args.repeat} (rank_bm25: 1), tokenizer caches cleared before each run;")
+    print(f"  CPU counts this process and its tokenizer worker processes; load average {os.getloadavg()[0]:.1f}.")
 
     def ratio(a: Timing, b: Timing) -> str:
         return f"total {sum(a) / sum(b):6.2f}x   index {a[0] / b[0]:6.2f}x   search {a[1] / b[1]:7.2f}x"

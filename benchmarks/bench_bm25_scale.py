@@ -2,9 +2,9 @@
 
 Why: issue 12 asks ``eval --retriever bm25`` on all of R2MED to take ≤ 120 s and ≤ 4 GiB on 2 cores,
 with search at least as fast as raw bm25s's. Each measurement runs in its own process (cold caches,
-its own memory), one after the other in this run, and the peak memory counted is that of the whole
-process tree (tokenizer workers included; pages shared between them are counted once per process,
-so it errs high).
+its own memory), one after the other in this run; CPU time and peak memory are those of the whole
+process tree, tokenizer workers included (see :mod:`benchmarks.procs`). The whole-process ratio
+against a raw bm25s process, as interleaved pairs, is ``benchmarks.bench_startup``'s.
 
     python -m benchmarks.bench_bm25_scale                      # writes the corpus on first use
     python -m benchmarks.bench_bm25_scale --docs 60000 --queries 118
@@ -15,74 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from benchmarks.bench_bm25 import K1, TOP_K, B, run_raw_bm25s
+from benchmarks.procs import gib, load_average, measure
 from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
 
 GOAL_SECONDS, GOAL_BYTES = 120.0, 4 * 2**30
-
-
-# --------------------------------------------------------------------------- memory
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = Path(f"/proc/{pid}/task").iterdir()
-        return [int(c) for t in tasks for c in (t / "children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _rss(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-class TreePeak(threading.Thread):
-    """Samples the summed resident memory of a process and all its descendants (Linux /proc)."""
-
-    def __init__(self, pid: int, interval: float = 0.1) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.interval, self.peak = pid, interval, 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            pids, todo = set(), [self.pid]
-            while todo:
-                pid = todo.pop()
-                if pid not in pids:
-                    pids.add(pid)
-                    todo.extend(_children(pid))
-            self.peak = max(self.peak, sum(map(_rss, pids)))
-            self._stop_event.wait(self.interval)
-
-    def stop(self) -> int:
-        self._stop_event.set()
-        self.join()
-        return self.peak
-
-
-def measured(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """Run ``command``; its wall seconds, peak tree memory (bytes) and standard output."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
-    sampler = TreePeak(proc.pid)
-    sampler.start()
-    out, _ = proc.communicate()
-    seconds = time.perf_counter() - start
-    peak = sampler.stop()
-    if proc.returncode:
-        raise SystemExit(f"error: {' '.join(command)} exited with {proc.returncode}")
-    return seconds, peak, out
 
 
 # --------------------------------------------------------------------------- steps (child processes)
@@ -130,10 +72,6 @@ def ensure_task(folder: Path, n_docs: int, n_queries: int, seed: int) -> Path:
     return folder
 
 
-def _gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=ALL_DOCS)
@@ -152,33 +90,35 @@ def main() -> None:
 
     ensure_task(folder, args.docs, args.queries, args.seed)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = load_average()
     print(f"corpus: {args.docs:,} docs × {args.queries} queries (synthetic, R2MED layout) in {folder}")
     print(f"machine: {cores} cores usable, load average {load:.1f} at start; top-{TOP_K}, k1={K1}, b={B}\n")
 
     me = [sys.executable, "-m", "benchmarks.bench_bm25_scale", "--data-dir", str(folder)]
-    rows: dict[str, tuple[float, float, int]] = {}
+    rows: dict[str, tuple[float, float, int, float]] = {}
     for name, extra in [
         ("ours (official: Lucene tokens + gensim query weights)", ["--step", "ours"]),
         ("raw bm25s (its tokenizer + index + retrieve)", ["--step", "raw"]),
         (f"raw bm25s, retrieve with n_threads={cores}", ["--step", "raw", "--threads", str(cores)]),
     ]:
-        _, peak, out = measured([*me, *extra])
-        times = json.loads(out.strip().splitlines()[-1])
-        rows[name] = (times["index"], times["search"], peak)
+        run = measure([*me, *extra])
+        times = json.loads(run.stdout.strip().splitlines()[-1])
+        rows[name] = (times["index"], times["search"], run.peak, run.cpu)
         print(f"  measured {name}: index {times['index']:.1f} s, search {times['search']:.2f} s", flush=True)
 
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out_dir:
         env = {**os.environ, "R2MED_CACHE_DIR": cache}  # cold: nothing cached yet
         command = [sys.executable, "-m", "r2med_core", "eval", "--retriever", "bm25"]
-        eval_seconds, eval_peak, _ = measured([*command, "--data-dir", str(folder), "--output-dir", out_dir], env)
+        eval_run = measure([*command, "--data-dir", str(folder), "--output-dir", out_dir], env)
+    eval_seconds, eval_peak = eval_run.wall, eval_run.peak
 
-    print(f"\n{'':<56}{'index (s)':>10}{'search (s)':>12}{'peak memory':>13}")
-    for name, (t_index, t_search, peak) in rows.items():
-        print(f"{name:<56}{t_index:>10.1f}{t_search:>12.2f}{_gib(peak):>13}")
+    print(f"\n{'':<56}{'index (s)':>10}{'search (s)':>12}{'CPU, all proc.':>16}{'peak, all proc.':>17}")
+    for name, (t_index, t_search, peak, cpu) in rows.items():
+        print(f"{name:<56}{t_index:>10.1f}{t_search:>12.2f}{cpu:>14.1f} s{gib(peak):>17}")
     print(
         f"\n`python -m r2med_core eval --retriever bm25` end to end (load, index, search, evaluate, write; "
-        f"cold cache): {eval_seconds:.1f} s, peak {_gib(eval_peak)}"
+        f"cold cache): {eval_seconds:.1f} s, CPU {eval_run.cpu:.1f} s, peak {gib(eval_peak)} (all processes; "
+        f"load {eval_run.load:.1f} at its start)"
     )
 
     ours, raw, raw_threads = rows.values()

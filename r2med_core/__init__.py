@@ -12,11 +12,46 @@ Concerns with their own modules: ``generation`` (live LLM rewriting), ``rerank``
 ``annotations`` (failure labels), ``published`` (the paper's numbers), ``hub`` (downloads).
 """
 
-from .data import DEMO_TASKS, DataError, Dataset, Problem, load_beir_dir, load_demo, load_dir, load_r2med_dir
-from .evaluation import ALL_METRICS, MAIN_METRICS, PairedTest, Results, compare, evaluate, paired_test
-from .runs import Run, read_trec, write_trec
-from .systems import SpecError, SystemSpec, parse_system, run_system
-from .tasks import TASKS, Family, TaskInfo, get_task
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> submodule: imported on first use, so ``python -m r2med_core --help`` and the app's first
+# page do not pay for scipy, pandas and nltk before they need them.
+_LAZY = {
+    **dict.fromkeys(
+        ["DEMO_TASKS", "DataError", "Dataset", "Problem", "load_beir_dir", "load_demo", "load_dir", "load_r2med_dir"],
+        "data",
+    ),
+    **dict.fromkeys(
+        ["ALL_METRICS", "MAIN_METRICS", "PairedTest", "Results", "compare", "evaluate", "paired_test"], "evaluation"
+    ),
+    **dict.fromkeys(["Run", "read_trec", "write_trec"], "runs"),
+    **dict.fromkeys(["SpecError", "SystemSpec", "parse_system", "run_system"], "systems"),
+    **dict.fromkeys(["TASKS", "Family", "TaskInfo", "get_task"], "tasks"),
+}
+
+if TYPE_CHECKING:
+    from .data import DEMO_TASKS, DataError, Dataset, Problem, load_beir_dir, load_demo, load_dir, load_r2med_dir
+    from .evaluation import ALL_METRICS, MAIN_METRICS, PairedTest, Results, compare, evaluate, paired_test
+    from .runs import Run, read_trec, write_trec
+    from .systems import SpecError, SystemSpec, parse_system, run_system
+    from .tasks import TASKS, Family, TaskInfo, get_task
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "ALL_METRICS",

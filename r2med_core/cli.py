@@ -13,11 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cache import cache_root, entry_path
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
-from .evaluation import DEEP_CUTOFF, DEEP_METRICS, MAIN_METRICS, evaluate, published_metrics_note
 from .generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
@@ -32,25 +31,17 @@ from .generation import (
 )
 from .hardware import DeviceError
 from .hub import DownloadError, ModelUnavailable, download_task, load_hf
-from .imported_runs import read_run_file
 from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
-from .provenance import ProvenanceError, comparability, read_results_file, run_provenance
-from .rerank import RerankerUnavailable, rerank, rerank_label
 from .retrieval.dense import PRESETS
 from .runs import safe_name
 from .settings import ENCODE_BACKENDS, load_settings
-from .sweep import write_outputs
-from .systems import (
-    SpecError,
-    SystemSpec,
-    dense_instruction_notes,
-    parse_system,
-    published_kind,
-    queries_left_out,
-    run_system,
-)
 from .tasks import TASKS, get_task
+
+# Commands import what they run (systems, evaluation, sweep, rerank pull in scipy, pandas, nltk …)
+# inside their function, so ``--help`` and a usage error answer at once.
+if TYPE_CHECKING:
+    from .systems import SystemSpec
 
 DATA_ENV = "R2MED_DATA_DIR"
 
@@ -146,6 +137,8 @@ def _rewrites_of(spec: SystemSpec) -> list[tuple[str, str]]:
 
 def _left_out_notes(dataset: Dataset, spec: SystemSpec) -> list[str]:
     """One line per rewrite that leaves queries out (not retrieved, so not evaluated, as in the benchmark)."""
+    from .systems import queries_left_out
+
     notes = []
     for method, llm in dict.fromkeys(_rewrites_of(spec)):
         missing = queries_left_out(dataset, (method, llm))
@@ -158,6 +151,12 @@ def _left_out_notes(dataset: Dataset, spec: SystemSpec) -> list[str]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluation import DEEP_CUTOFF, DEEP_METRICS, MAIN_METRICS, evaluate, published_metrics_note
+    from .provenance import run_provenance
+    from .rerank import rerank, rerank_label
+    from .sweep import write_outputs
+    from .systems import dense_instruction_notes, parse_system, published_kind, run_system
+
     spec = parse_system(args.retriever + (f"+{args.rewrite}" if args.rewrite else ""))
     progress, close = _tqdm_progress()
     try:
@@ -194,6 +193,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate
+    from .imported_runs import read_run_file
+
     dataset = _load(args)
     imported = read_run_file(args.run, dataset)
     for warning in imported.warnings:
@@ -206,6 +208,9 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_results(args: argparse.Namespace) -> int:
+    from .evaluation import MAIN_METRICS
+    from .provenance import ProvenanceError, comparability, read_results_file
+
     try:
         files = [read_results_file(path) for path in args.files]
     except ProvenanceError as err:
@@ -280,6 +285,8 @@ def _prompts(args: argparse.Namespace) -> Prompts:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from .systems import run_system
+
     endpoint = _endpoint(args)
     llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
     prompts = _prompts(args)
@@ -350,7 +357,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
     from .distributed import encode_on_ray
     from .hardware import detect
     from .retrieval.dense import DenseRetriever
-    from .systems import _dense_model
+    from .systems import _dense_model, parse_system
 
     spec = parse_system(args.model if ":" in args.model or args.model in PRESETS else f"dense:{args.model}")
     if spec.kind != "dense" or spec.rewrite:
@@ -628,6 +635,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Errors of modules the commands import lazily: (module, class). A command can only raise one
+#: once its module is imported, so :func:`_lazy_usage_error` never imports anything itself.
+_LAZY_USAGE_ERRORS = (("r2med_core.systems", "SpecError"), ("r2med_core.rerank", "RerankerUnavailable"))
+
+
+def _lazy_usage_error(err: Exception) -> bool:
+    for module_name, class_name in _LAZY_USAGE_ERRORS:
+        error_class = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(error_class, type) and isinstance(err, error_class):
+            return True
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -636,19 +656,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in err.problems[:50]:
             print(f"error: {problem}", file=sys.stderr)
         return 1
-    except (
-        SpecError,
-        DownloadError,
-        UsageError,
-        KeyError,
-        OSError,
-        GenerationError,
-        RerankerUnavailable,
-        ModelUnavailable,
-    ) as err:
+    except (DownloadError, UsageError, KeyError, OSError, GenerationError, ModelUnavailable) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except Exception as err:  # a bug, not bad input: still one line, never a traceback
+    except Exception as err:
+        if _lazy_usage_error(err):
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        # a bug, not bad input: still one line, never a traceback
         print(f"error: unexpected {type(err).__name__}: {' '.join(str(err).split())[:300]}", file=sys.stderr)
         return 1

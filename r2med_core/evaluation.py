@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytrec_eval
-from scipy import stats
 
 from .runs import Run
 
@@ -208,6 +207,8 @@ def paired_test(
     if len(diff) < 2 or np.allclose(diff, 0):
         t_p = rand_p = 1.0
     else:
+        from scipy import stats  # ~1 s to import, and only comparisons need it
+
         t_p = float(stats.ttest_rel(y, x).pvalue)
         result = stats.permutation_test(
             (x, y),

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .annotations import DATA_ENV, user_data_dir
 from .cache import atomic_write_text
 from .data import DataError, Dataset, Problem
 from .runs import Run, format_trec, parse_trec
@@ -306,6 +305,8 @@ def _score_file_in(folder: Path, label: str) -> Path:
 
 def uploads_root() -> Path:
     """``$R2MED_DATA_HOME/runs``, else ``runs`` in the user data folder (next to the annotation store)."""
+    from .annotations import DATA_ENV, user_data_dir  # annotations imports pandas: only when needed
+
     configured = os.environ.get(DATA_ENV)
     return (Path(configured).expanduser() if configured else user_data_dir()) / "runs"
 

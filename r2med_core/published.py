@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "ATTRIBUTION",
@@ -236,6 +237,8 @@ def _frame() -> pd.DataFrame:
                 **{metric: record["metrics"].get(metric, math.nan) for metric in METRICS},
             }
         )
+    import pandas as pd  # imported with the first table, not with the names fidelity and the CLI need
+
     frame = pd.DataFrame(rows, columns=[*_SETTING_COLUMNS, "task", *METRICS])
     frame["top_k"] = frame["top_k"].astype("Int64")
     frame[list(METRICS)] = frame[list(METRICS)].astype("float64")

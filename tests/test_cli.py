@@ -109,6 +109,26 @@ def test_usage_errors_are_one_clear_line(args: list[str], message: str) -> None:
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+HEAVY_MODULES = ("scipy", "pandas", "nltk", "sklearn", "torch", "sentence_transformers", "plotly", "openai")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import r2med_core.cli",
+        "import r2med_core, r2med_core.tasks, r2med_core.data",
+        "import runpy, sys; sys.argv = ['r2med_core', '--help']\n"
+        "try:\n    runpy.run_module('r2med_core', run_name='__main__')\nexcept SystemExit:\n    pass",
+    ],
+)
+def test_help_and_the_command_line_start_without_heavy_libraries(code: str) -> None:
+    """``--help`` or a typo answers at once: the libraries a command needs load when it runs."""
+    probe = f"{code}\nimport sys\nprint('loaded:', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "loaded: []"
+
+
 def test_validate(tmp_path: Path) -> None:
     ok = cli("validate", "--data-dir", str(ROOT / "r2med_core" / "demo" / "clinical-case"))
     assert ok.returncode == 0 and ok.stdout.strip().endswith(": OK")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from r2med_core.retrieval import tokenize as tokenize_module
 from r2med_core.retrieval.tokenize import (
     ENGLISH_STOP_WORDS,
     TokenIds,
     clear_cache,
+    idle_cores,
     lucene_tokenize,
     tokenize_many,
     tokenize_to_ids,
@@ -164,6 +168,74 @@ def test_dead_worker_processes_fall_back_to_this_process(reference: list[tuple[s
     with pytest.warns(RuntimeWarning, match="tokenizer worker processes failed"):
         tokens = tokenize_to_ids(_Texts(texts), workers=2)
     assert [tokens.tokens(i) for i in range(len(texts))] == [want for _, _, want in reference[:200]]
+
+
+def _machine(monkeypatch: pytest.MonkeyPatch, cores: int, load: float) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load), raising=False)
+
+
+@pytest.mark.parametrize(("load", "idle"), [(0.0, 2), (0.4, 2), (0.6, 1), (1.0, 1), (3.5, 1)])
+def test_idle_cores_leave_out_the_cores_others_are_busy_on(
+    monkeypatch: pytest.MonkeyPatch, load: float, idle: int
+) -> None:
+    _machine(monkeypatch, cores=2, load=load)
+    assert idle_cores() == idle
+
+
+def test_without_a_load_average_every_usable_core_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, cores=4, load=0.0)
+
+    def unavailable() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(os, "getloadavg", unavailable)
+    assert idle_cores() == 4
+
+
+@pytest.mark.parametrize(("load", "started"), [(0.0, 2), (1.5, 0)])
+def test_worker_processes_only_on_idle_cores_and_the_ids_are_the_same(
+    monkeypatch: pytest.MonkeyPatch, reference: list[tuple[str, str, list[str]]], load: float, started: int
+) -> None:
+    """By default a large corpus goes to worker processes only when cores are idle; same ids either way."""
+    texts = [text for _, text, _ in reference]
+    one = tokenize_to_ids(texts, workers=1)
+    _machine(monkeypatch, cores=2, load=load)
+    monkeypatch.setattr(tokenize_module, "PARALLEL_MIN_TEXTS", 100)
+    launched: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy(command: list[str], *args: object, **kwargs: object) -> subprocess.Popen:
+        launched.append(command)
+        return real_popen(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    clear_cache()
+    default = tokenize_to_ids(texts)
+    assert len(launched) == started
+    assert default.terms == one.terms
+    np.testing.assert_array_equal(default.ids, one.ids)
+    np.testing.assert_array_equal(default.offsets, one.offsets)
+
+
+def test_small_corpora_stay_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    _machine(monkeypatch, cores=8, load=0.0)
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("started a worker process"))
+    tokens = tokenize_to_ids(["Cats' cats", "the cat"] * 50)
+    assert tokens.terms == ["cat"] and len(tokens) == 100
+
+
+def test_worker_processes_import_only_the_tokenizer() -> None:
+    """A worker must not pay for the app's imports (pandas, scipy, torch) before its first chunk."""
+    probe = (
+        "import sys, runpy; sys.argv = ['worker']; "
+        "runpy.run_module('r2med_core.retrieval._tokenize_worker', run_name='not_main'); "
+        "print(sorted(m for m in ('pandas', 'scipy', 'torch', 'sentence_transformers', 'streamlit', "
+        "'r2med_core.systems', 'r2med_core.evaluation') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_tokenize_to_ids_edge_cases() -> None:

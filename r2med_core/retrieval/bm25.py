@@ -205,7 +205,8 @@ class BM25Retriever:
         """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties).
 
         ``workers`` processes tokenize a large corpus for the official engine (default: one per
-        core; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`); the index is the same.
+        idle core, none on a busy machine; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`);
+        the index is the same either way.
         """
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")

@@ -16,16 +16,20 @@ than 255 UTF-16 units is chopped into pieces of at most 255, not dropped.
 Speed: text is first split on whitespace (which always ends a token), and each distinct chunk —
 and each distinct raw token inside it — is analysed once and memoised, so tokenizing a corpus is
 mostly ``str.split`` plus dictionary look-ups done in C. Stemming uses NLTK's Porter stemmer in
-``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems. :func:`tokenize_to_ids` spreads a large
-corpus over worker processes (one per core) and merges their ids into exactly the single-process
-result.
+``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems (imported on first use: importing NLTK
+takes about a second). :func:`tokenize_to_ids` spreads a large corpus over worker processes when
+there are idle cores for them, and merges their ids into exactly the single-process result.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import pickle
 import re
+import subprocess
+import sys
+import threading
 import unicodedata
 import warnings
 from array import array
@@ -33,11 +37,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, count, filterfalse
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
-from nltk.stem.porter import PorterStemmer
 
 from r2med_core.progress import Progress, report
+
+if TYPE_CHECKING:
+    from nltk.stem.porter import PorterStemmer
 
 __all__ = [
     "ANALYZER_VERSION",
@@ -46,6 +54,7 @@ __all__ = [
     "PARALLEL_MIN_TEXTS",
     "TokenIds",
     "clear_cache",
+    "idle_cores",
     "lucene_tokenize",
     "tokenize_many",
     "tokenize_to_ids",
@@ -67,7 +76,14 @@ MAX_TOKEN_LENGTH = 255
 # near 125 MB on huge corpora; a refill costs one regex pass and one stemming per distinct word).
 _CACHE_LIMIT = 1_000_000
 
-_STEMMER = PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS)
+
+@functools.cache
+def _stemmer() -> PorterStemmer:
+    """NLTK's Porter stemmer, imported on first use (NLTK drags in scikit-learn and pandas)."""
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS)
+
 
 # --- Unicode classes -------------------------------------------------------------------------
 
@@ -268,7 +284,7 @@ def _analyze_piece(raw: str) -> str:
 @functools.lru_cache(maxsize=_CACHE_LIMIT // 4)
 def _stem(term: str) -> str:
     """Porter as Lucene does it; memoised by lower-cased word ("The"/"the" stem once)."""
-    return _STEMMER.stem(term, to_lowercase=False)
+    return _stemmer().stem(term, to_lowercase=False)
 
 
 def _analyze(raw: str) -> tuple[str, ...]:
@@ -380,25 +396,21 @@ class TokenIds:
         return cls(ids, offsets, terms)
 
 
-def tokenize_to_ids(
-    texts: Sequence[str], workers: int | None = None, progress: Progress | None = None
-) -> TokenIds:
+def tokenize_to_ids(texts: Sequence[str], workers: int | None = None, progress: Progress | None = None) -> TokenIds:
     """Analyse ``texts`` straight to term ids (what a sparse index needs), on several cores.
 
-    Large corpora are cut into chunks tokenized by ``workers`` processes (default: one per
-    available core, none below :data:`PARALLEL_MIN_TEXTS` texts); each chunk numbers its terms
-    locally and the chunks are merged in corpus order, so the ids, the vocabulary order (first
-    occurrence) and every token are exactly those of a single-process run. If the worker
-    processes cannot run, this process does the work (with a warning).
+    Large corpora are cut into chunks tokenized by ``workers`` processes (default: one per idle
+    core, see :func:`idle_cores`, and none below :data:`PARALLEL_MIN_TEXTS` texts); each chunk
+    numbers its terms locally and the chunks are merged in corpus order, so the ids, the
+    vocabulary order (first occurrence) and every token are exactly those of a single-process
+    run. If the worker processes cannot run, this process does the work (with a warning).
     """
-    from concurrent.futures.process import BrokenProcessPool
-
     texts = texts if isinstance(texts, Sequence) else list(texts)
     n_workers = _worker_count(workers, len(texts))
     if n_workers > 1:
         try:
             return _tokenize_in_chunks(texts, n_workers, progress)
-        except (BrokenProcessPool, OSError) as err:
+        except (_WorkerError, OSError) as err:
             message = f"tokenizer worker processes failed ({err or type(err).__name__}); tokenizing in this process"
             warnings.warn(message, RuntimeWarning, stacklevel=2)
     return _tokenize_in_chunks(texts, 1, progress)
@@ -408,92 +420,183 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
     total = len(texts)
     size = _chunk_size(total, n_workers)
     pieces = [texts[start : start + size] for start in range(0, total, size)]
-    vocab: dict[str, int] = {}
     ids: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     report(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
     done = 0
-    with _chunk_results(pieces, n_workers) as results:
-        for terms, local_ids, local_lengths in results:
-            # Local id -> global id; unseen terms numbered in their order of first occurrence.
-            vocab.update(zip(filterfalse(vocab.__contains__, terms), count(len(vocab))))
-            to_global = np.fromiter(map(vocab.__getitem__, terms), dtype=np.int32, count=len(terms))
-            ids.append(to_global[local_ids])
-            lengths.append(local_lengths)
-            done += len(local_lengths)
-            report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+
+    def add(piece_ids: np.ndarray, piece_lengths: np.ndarray) -> None:
+        nonlocal done
+        ids.append(piece_ids)
+        lengths.append(piece_lengths)
+        done += len(piece_lengths)
+        report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+
+    if n_workers <= 1 or len(pieces) <= 1:
+        numbering = _Numbering()  # one numbering for the whole corpus: ids are final as they come
+        for piece in pieces:
+            add(*numbering.ids(piece))
+        terms = list(numbering.terms)
+    else:
+        vocab: dict[str, int] = {}
+        with _chunk_results(pieces, n_workers) as results:
+            for local_terms, local_ids, local_lengths in results:
+                # Local id -> global id; unseen terms numbered in their order of first occurrence.
+                vocab.update(zip(filterfalse(vocab.__contains__, local_terms), count(len(vocab))))
+                to_global = np.fromiter(map(vocab.__getitem__, local_terms), dtype=np.int32, count=len(local_terms))
+                add(to_global[local_ids], local_lengths)
+        terms = list(vocab)
     offsets = np.zeros(total + 1, dtype=np.int64)
     if lengths:
         np.cumsum(np.concatenate(lengths), out=offsets[1:])
     flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
     report(progress, 1.0, f"Tokenized {total:,} texts")
-    return TokenIds(flat, offsets, list(vocab))
+    return TokenIds(flat, offsets, terms)
 
 
-#: Below this many texts, tokenizing in one process beats starting worker processes.
-PARALLEL_MIN_TEXTS = 20_000
+#: Below this many texts one process wins: a worker spends ~1.5 s importing numpy and NLTK before
+#: its first chunk, about what one process needs for 10,000 texts.
+PARALLEL_MIN_TEXTS = 50_000
 _MAX_CHUNK = 10_000
+
+
+def idle_cores() -> int:
+    """Cores this process may use that no other process is busy on (at least 1).
+
+    The usable cores (CPU affinity) less the 1-minute load average beyond the machine's other
+    cores: on a shared 2-core machine with another job running this is 1, so a second process
+    would only take turns with the first. Without a load average, every usable core.
+    """
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on this platform
+        return max(1, usable)
+    idle_on_machine = (os.cpu_count() or usable) - load
+    return max(1, min(usable, int(idle_on_machine + 0.5)))
 
 
 def _worker_count(workers: int | None, total: int) -> int:
     if workers is None:
         if total < PARALLEL_MIN_TEXTS:
             return 1
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = idle_cores()
     return max(1, min(int(workers), total))
 
 
 def _chunk_size(total: int, workers: int) -> int:
-    """Several chunks per worker (even load, steady progress), none huge (bounded memory)."""
+    """Several chunks per worker (steady progress), none huge (bounded memory)."""
     if workers <= 1:
         return max(1, min(total, _MAX_CHUNK))
     return max(1, min(_MAX_CHUNK, -(-total // (4 * workers))))
 
 
+class _WorkerError(RuntimeError):
+    """A tokenizer worker process died or answered garbage."""
+
+
+_Chunk = tuple[list[str], np.ndarray, np.ndarray]
+
+
 @contextmanager
-def _chunk_results(
-    pieces: list[Sequence[str]], workers: int
-) -> Iterator[Iterator[tuple[list[str], np.ndarray, np.ndarray]]]:
-    """``_tokenize_chunk`` of every piece, in order: in this process, or in a pool of ``workers``.
+def _chunk_results(pieces: list[Sequence[str]], workers: int) -> Iterator[Iterator[_Chunk]]:
+    """``_tokenize_chunk`` of every piece, in order, from ``workers`` processes.
 
-    The pool uses "forkserver" (else "spawn"), never a plain fork: the app calls this from a
-    thread of a multi-threaded server, and forking such a process can deadlock the child. As
-    with any multiprocessing code, a script that indexes a large corpus needs the
-    ``if __name__ == "__main__":`` guard (or ``workers=1``).
+    Each worker is ``python -m r2med_core.retrieval._tokenize_worker``, which imports only the
+    tokenizer (a multiprocessing pool would first re-import the caller's ``__main__`` — the app,
+    the whole package — in every worker). Piece ``i`` goes to worker ``i % workers``; a thread
+    per worker writes its pieces to the worker's stdin while this thread reads the results in
+    corpus order, so neither pipe can fill up and stall both sides.
     """
-    if workers <= 1 or len(pieces) <= 1:
-        yield map(_tokenize_chunk, pieces)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    workers = min(workers, len(pieces))
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding r2med_core
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "r2med_core.retrieval._tokenize_worker"]
+    procs: list[subprocess.Popen] = []
+    feeders: list[threading.Thread] = []
+    try:
+        for _ in range(workers):
+            procs.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env))
+        for i, proc in enumerate(procs):
+            feeders.append(threading.Thread(target=_feed, args=(proc.stdin, pieces[i::workers]), daemon=True))
+            feeders[-1].start()
+        yield (_read_result(procs[i % workers]) for i in range(len(pieces)))
+    finally:
+        for proc in procs:  # stopped first, so a feeder blocked on a full pipe gets an error and ends
+            _stop(proc)
+        for feeder in feeders:
+            feeder.join()
 
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if context.get_start_method() == "forkserver":
-        # The server imports these once; its children are forks of it, so none re-imports them.
-        context.set_forkserver_preload(["__main__", __name__])
-    with ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context) as pool:
-        yield pool.map(_tokenize_chunk, pieces)
+
+def _feed(pipe: IO[bytes], pieces: list[Sequence[str]]) -> None:
+    """Send ``pieces`` to one worker, then close its stdin (its signal to exit)."""
+    try:
+        with pipe:
+            for piece in pieces:
+                pickle.dump(piece, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+    except (OSError, ValueError):  # the worker died (or was stopped): the reader reports it
+        pass
+
+
+def _read_result(proc: subprocess.Popen) -> _Chunk:
+    try:
+        terms, ids, lengths = pickle.load(proc.stdout)
+    except Exception as err:  # EOF from a dead worker, or a truncated pickle
+        raise _WorkerError(f"worker {proc.pid} stopped: {type(err).__name__}") from None
+    return terms, ids, lengths
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Reap a worker: it exits on its own once its stdin is closed; killed if still busy."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def _tokenize_chunk(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """One chunk as (its terms in first-seen order, token ids into those terms, tokens per text)."""
-    local: dict[str, int] = {}
+    numbering = _Numbering()
+    ids, lengths = numbering.ids(texts)
+    return list(numbering.terms), ids, lengths
 
-    class _IdCache(dict[str, tuple[int, ...]]):
-        def __missing__(self, chunk: str) -> tuple[int, ...]:
-            ids = self[chunk] = tuple(local.setdefault(term, len(local)) for term in _CHUNKS[chunk])
-            return ids
 
-    _check_cache_size()
-    ids_of = _IdCache().__getitem__
-    flat = array("i")
-    ends = array("q")
-    extend, append, flatten = flat.extend, ends.append, chain.from_iterable
-    for i, text in enumerate(texts):
-        if i % 1000 == 999:
-            _check_cache_size()
-        extend(flatten(map(ids_of, _chunks(text))))
-        append(len(flat))
-    lengths = np.diff(np.frombuffer(ends, dtype=np.int64), prepend=0)
-    return list(local), np.frombuffer(flat, dtype=np.int32), lengths
+class _ChunkIds(dict[str, tuple[int, ...]]):
+    """whitespace-free chunk -> the ids of its terms in one :class:`_Numbering`, filled on first sight."""
+
+    def __init__(self, terms: dict[str, int]) -> None:
+        super().__init__()
+        self.terms = terms
+
+    def __missing__(self, chunk: str) -> tuple[int, ...]:
+        terms = self.terms
+        ids = self[chunk] = tuple(terms.setdefault(term, len(terms)) for term in _CHUNKS[chunk])
+        return ids
+
+
+class _Numbering:
+    """Term ids for texts, numbered in order of first occurrence across every call to :meth:`ids`.
+
+    Chunks already seen map straight to their ids (a dict look-up in C), so a corpus costs one
+    Python call per distinct chunk, not one per distinct chunk per piece.
+    """
+
+    def __init__(self) -> None:
+        self.terms: dict[str, int] = {}
+        self._chunk_ids = _ChunkIds(self.terms)
+
+    def ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids of every text, in order; tokens per text)."""
+        flat = array("i")
+        ends = array("q")
+        extend, append, flatten = flat.extend, ends.append, chain.from_iterable
+        for i, text in enumerate(texts):
+            if i % 1000 == 0:
+                _check_cache_size()
+                if len(self._chunk_ids) > _CACHE_LIMIT:  # a memo only: the ids live in self.terms
+                    self._chunk_ids.clear()
+            extend(flatten(map(self._chunk_ids.__getitem__, _chunks(text))))
+            append(len(flat))
+        lengths = np.diff(np.frombuffer(ends, dtype=np.int64), prepend=0)
+        return np.frombuffer(flat, dtype=np.int32), lengths
