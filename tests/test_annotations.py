@@ -128,7 +128,7 @@ def test_default_path_without_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_store_uses_wal_and_waits_for_other_writers(store: AnnotationStore) -> None:
-    conn = store._open()
+    conn = store._backend._open()
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
