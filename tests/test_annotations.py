@@ -640,3 +640,224 @@ def test_adjudicating_a_disagreement_keeps_every_row(store: AnnotationStore) -> 
     assert all(x.reviewer == "Dr. Rev" and x.reviewed_at for x in settled)
     assert store.get(elsewhere.id or 0).status == "proposed" and len(store) == 3
     assert store.qrels_additions(DATASET, TASK) == {}
+
+
+IMPORTER = """
+import sys, time
+from pathlib import Path
+from r2med_core.annotations import AnnotationStore
+
+store = AnnotationStore(sys.argv[1])
+go = Path(sys.argv[3])
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+report = store.import_jsonl(sys.argv[2])
+print(report.added, report.skipped_duplicates, flush=True)
+"""
+
+
+def test_two_imports_of_one_file_at_once_add_each_label_once(
+    tmp_path: Path, new_target: Callable[[str], Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The duplicate check and the insert share the writer's lock: racing imports never double a label."""
+    target = new_target("imports")
+    AnnotationStore(target)  # created first, so both importers race on the rows, not the schema
+    path = tmp_path / "labels.jsonl"
+    rows = [asdict(label(doc_id=f"d{i}", created_at="2025-01-01T00:00:00Z")) for i in range(1200)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr("r2med_core.annotations.IMPORT_BATCH", 500)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", IMPORTER, str(target), str(path), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    go.touch()
+    added = skipped = 0
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        a, s = map(int, out.split())
+        added, skipped = added + a, skipped + s
+    assert (added, skipped) == (1200, 1200)
+    assert sorted(a.doc_id or "" for a in AnnotationStore(target).list()) == sorted(f"d{i}" for i in range(1200))
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def test_postgres_store_has_the_sqlite_schema(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    url = postgres_urls()
+    store = AnnotationStore(url)
+    assert (store.kind, store.path) == ("PostgreSQL", None)
+    with psycopg.connect(url, autocommit=True) as conn:
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'annotations' ORDER BY ordinal_position"
+        ).fetchall()
+        assert tuple(c for (c,) in columns) == FIELDS
+        indexes = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND tablename = 'annotations'"
+            ).fetchall()
+        )
+        assert "(dataset, task, query_id)" in indexes["annotations_by_query"]
+        assert "(dataset, task, query_id, doc_id, annotator, created_at)" in indexes["annotations_by_content"]
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(2,)]
+        # The same rules as the SQLite table: a label without annotator, or a non-boolean acceptance, is refused.
+        for bad in (
+            "annotator) VALUES ('d', 't', 'q', 'x', 'a', '')",
+            "annotator, accepted) VALUES ('d', 't', 'q', 'x', 'a', 'n', 2)",
+        ):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute(f"INSERT INTO annotations (dataset, task, query_id, failure_type, created_at, {bad}")
+    AnnotationStore(url)  # reopening an up-to-date store changes nothing
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM annotations_schema").fetchone() == (1,)
+
+
+PG_V1_SCHEMA = """
+CREATE TABLE annotations (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, dataset TEXT NOT NULL, task TEXT NOT NULL,
+    query_id TEXT NOT NULL, doc_id TEXT, system TEXT NOT NULL DEFAULT '', failure_type TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '', annotator TEXT NOT NULL CHECK (annotator <> ''), created_at TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 1 CHECK (accepted IN (0, 1))
+)
+"""
+
+
+def test_a_postgres_schema_1_table_is_migrated_and_keeps_every_row(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    url = postgres_urls()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(PG_V1_SCHEMA)
+        conn.execute(
+            "INSERT INTO annotations (dataset, task, query_id, doc_id, system, failure_type, note, annotator, "
+            "created_at, accepted) VALUES (%s, %s, 'q1', 'd1', 'bm25', 'relevant_unjudged', 'old', 'alice', "
+            "'2024-01-01T00:00:00.000000Z', 1), (%s, %s, 'q2', NULL, '', 'rewrite_hallucination', '', 'bob', "
+            "'2024-01-03T00:00:00.000000Z', 0)",
+            (DATASET, TASK, DATASET, TASK),
+        )
+    store = AnnotationStore(url)
+    labels = store.list()
+    assert [(a.query_id, a.doc_id, a.note, a.status) for a in labels] == [
+        ("q1", "d1", "old", "accepted"),
+        ("q2", None, "", "proposed"),
+    ]
+    assert all(a.reviewer == "" and a.rank is None and a.reviewed_at is None for a in labels)
+    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d1": 1}}
+    new = store.add(label(query_id="q3", rank=4))
+    assert AnnotationStore(url).get(new.id or 0).rank == 4 and len(AnnotationStore(url)) == 3
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(2,)]
+
+
+def test_a_postgres_table_that_is_not_a_store_is_reported_and_left_alone(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    url = postgres_urls()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE annotations (patient TEXT)")
+        conn.execute("INSERT INTO annotations VALUES ('someone else''s data')")
+        conn.execute("CREATE TABLE unrelated (x INTEGER)")
+    with pytest.raises(AnnotationStoreError, match=r"not an annotation store .*lacks column") as err:
+        AnnotationStore(url)
+    assert "left untouched" in str(err.value) and str(err.value).startswith("postgresql://")
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1"
+        ).fetchall()
+        assert tables == [("annotations",), ("unrelated",)]  # no schema table, no index added
+        assert conn.execute("SELECT * FROM annotations").fetchall() == [("someone else's data",)]
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema()").fetchone() == (0,)
+
+    other = postgres_urls()  # other tables in the schema are fine: the store only uses its own two
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE unrelated (x INTEGER)")
+    assert len(AnnotationStore(other)) == 0
+
+    newer = postgres_urls()
+    AnnotationStore(newer).add(label())
+    with psycopg.connect(newer, autocommit=True) as conn:
+        conn.execute("UPDATE annotations_schema SET version = 99")
+    with pytest.raises(AnnotationStoreError, match=r"newer version of R2MED Explorer \(schema 99"):
+        AnnotationStore(newer)
+
+
+def test_a_missing_schema_is_a_clear_error(postgres_cluster: object) -> None:
+    url = postgres_cluster.socket_url("no_such_schema")  # type: ignore[attr-defined]
+    with pytest.raises(AnnotationStoreError, match="no schema to create the annotations table in"):
+        AnnotationStore(url)
+
+
+def test_the_password_in_the_url_is_used_but_never_shown(postgres_cluster: object, postgres_urls: object) -> None:
+    from tests.pg_cluster import PASSWORD
+
+    cluster = postgres_cluster
+    url = cluster.tcp_url(schema="public")  # type: ignore[attr-defined]
+    store = AnnotationStore(url)  # over TCP the server checks the password
+    stored = store.add(label())
+    assert store.get(stored.id or 0) == stored
+    port = cluster.port  # type: ignore[attr-defined]
+    assert store.location == f"postgresql://127.0.0.1:{port}/r2med"
+    for shown in (store.location, repr(store), str(store.to_dataframe())):
+        assert PASSWORD not in shown and "r2med:" not in shown and "s3cret" not in shown
+
+    wrong = cluster.tcp_url(password="Wr0ng-guess")  # type: ignore[attr-defined]
+    with pytest.raises(AnnotationStoreError) as err:
+        AnnotationStore(wrong)
+    message = str(err.value)
+    assert message.startswith(f"postgresql://127.0.0.1:{port}/r2med: cannot connect")
+    assert "password authentication failed" in message
+    assert "Wr0ng" not in message and err.value.__cause__ is None and err.value.__suppress_context__
+    with pytest.raises(AnnotationStoreError) as err:
+        AnnotationStore(f"postgresql://r2med:{PASSWORD.replace(':', '%3A').replace('@', '%40')}@127.0.0.1:1/r2med")
+    assert "s3cret" not in str(err.value) and "127.0.0.1:1/r2med" in str(err.value)
+
+
+def test_psycopg_is_needed_only_for_postgres(monkeypatch: pytest.MonkeyPatch, data_home: Path) -> None:
+    code = (
+        "import sys\nfrom r2med_core.annotations import AnnotationStore\n"
+        f"AnnotationStore({str(data_home / 'a.sqlite')!r}).list()\nprint('psycopg' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    with pytest.raises(AnnotationStoreError, match=r"needs psycopg .*pip install 'psycopg\[binary\]'") as err:
+        AnnotationStore("postgresql://annotator:hunter2@db.example.org:5432/labels")
+    assert str(err.value).startswith("postgresql://db.example.org:5432/labels:") and "hunter2" not in str(err.value)
+
+
+def test_the_url_variable_chooses_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data_home: Path) -> None:
+    from r2med_core.annotation_backends import redact_url
+    from r2med_core.annotations import default_store_target
+
+    assert default_store_target() == data_home / "annotations.sqlite"  # unset: SQLite, the default
+    monkeypatch.setenv(URL_ENV, f"sqlite://{tmp_path}/team/labels.sqlite")
+    assert AnnotationStore().path == tmp_path / "team" / "labels.sqlite"
+    monkeypatch.setenv(URL_ENV, str(tmp_path / "plain.sqlite"))
+    assert AnnotationStore().kind == "SQLite" and AnnotationStore().path == tmp_path / "plain.sqlite"
+    monkeypatch.setenv(URL_ENV, "mysql://root:hunter2@db/labels")
+    with pytest.raises(AnnotationStoreError, match="R2MED_ANNOTATIONS_URL: unsupported scheme 'mysql'") as err:
+        AnnotationStore()
+    assert "hunter2" not in str(err.value)
+    assert redact_url("postgresql://u:p%40ss@db.example.org:5433/labels?sslmode=require&password=x") == (
+        "postgresql://db.example.org:5433/labels"
+    )
+    assert redact_url("postgres://u@/labels?host=/run/pg&user=u&password=x&port=5") == (
+        "postgres:///labels?host=/run/pg&port=5"
+    )
