@@ -34,18 +34,19 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clust
 
 
 @pytest.fixture
-def postgres_urls(postgres_cluster: Cluster) -> Iterator[Callable[[], str]]:
-    """Make a URL naming an empty schema of the test server per call (one store each); dropped afterwards."""
+def postgres_urls(postgres_cluster: Cluster) -> Iterator[Callable[..., str]]:
+    """Make a URL naming an empty schema of the test server per call (one store each), over the trusted
+    socket or, with ``tcp=True``, over localhost with the password; the schemas are dropped afterwards."""
     import psycopg
 
     made: list[str] = []
 
-    def new_url() -> str:
+    def new_url(tcp: bool = False) -> str:
         schema = f"t_{uuid.uuid4().hex[:16]}"
         with psycopg.connect(postgres_cluster.socket_url(), autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {schema}")
         made.append(schema)
-        return postgres_cluster.socket_url(schema)
+        return postgres_cluster.tcp_url(schema=schema) if tcp else postgres_cluster.socket_url(schema)
 
     yield new_url
     with psycopg.connect(postgres_cluster.socket_url(), autocommit=True) as conn:
