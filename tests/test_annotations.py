@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -861,3 +862,31 @@ def test_the_url_variable_chooses_the_store(monkeypatch: pytest.MonkeyPatch, tmp
     assert redact_url("postgres://u@/labels?host=/run/pg&user=u&password=x&port=5") == (
         "postgres:///labels?host=/run/pg&port=5"
     )
+
+
+def test_a_role_with_only_row_rights_uses_an_existing_store(postgres_urls: Callable[[], str]) -> None:
+    """Once the schema exists, annotators need SELECT, INSERT, UPDATE, DELETE, not CREATE (as the README says)."""
+    import psycopg
+
+    url = postgres_urls()
+    owner = AnnotationStore(url)
+    owner.add(label())
+    schema = re.search(r"search_path%3D(\w+)", url).group(1)  # type: ignore[union-attr]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS annotator_only")
+        conn.execute("CREATE ROLE annotator_only LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO annotator_only")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO annotator_only")
+    limited = url.replace("postgresql://r2med@", "postgresql://annotator_only@")
+    try:
+        store = AnnotationStore(limited)
+        added = store.add(label(doc_id="d2", annotator="bob"))
+        assert store.review(added.id or 0, True, "rev").status == "accepted"
+        assert store.import_jsonl_bytes(owner.jsonl_text().encode()).skipped_duplicates == 2
+        store.delete(added.id or 0)
+        assert [a.doc_id for a in store.list()] == ["d1"]
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM annotator_only")
+            conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM annotator_only")
+            conn.execute("DROP ROLE annotator_only")
