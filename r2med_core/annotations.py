@@ -229,6 +229,9 @@ class Annotation:
                     value.encode("utf-8")
                 except UnicodeEncodeError:
                     raise ValueError(f"{name} is not valid Unicode text (a lone surrogate)") from None
+            if isinstance(value, str) and "\x00" in value:
+                # PostgreSQL text cannot hold it; refused everywhere, so every store takes the same labels.
+                raise ValueError(f"{name} contains a NUL character (\\x00), which a database cannot store")
         if self.doc_id == "":
             object.__setattr__(self, "doc_id", None)
         if self.doc_id is not None and not isinstance(self.doc_id, str):

@@ -22,6 +22,16 @@ def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def new_target(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str | Path]:
+    """Make a place for one more empty annotation store of the backend under test: a SQLite file (its
+    folder not yet made) or a fresh schema of the test PostgreSQL server (skipped without PostgreSQL)."""
+    if request.param == "sqlite":
+        return lambda name: tmp_path / "stores" / name / "annotations.sqlite"
+    new_url: Callable[[], str] = request.getfixturevalue("postgres_urls")
+    return lambda name: new_url()
+
+
 @pytest.fixture(scope="session")
 def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A throwaway PostgreSQL server for the whole session, started on first use and stopped at the end."""

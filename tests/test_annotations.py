@@ -69,17 +69,7 @@ def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-Target = str | Path
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def new_target(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Target]:
-    """Make a place for one more empty store of the backend under test: a SQLite file (its folder not yet
-    made) or a fresh schema of the test PostgreSQL server."""
-    if request.param == "sqlite":
-        return lambda name: tmp_path / "stores" / name / "annotations.sqlite"
-    new_url: Callable[[], str] = request.getfixturevalue("postgres_urls")
-    return lambda name: new_url()
+Target = str | Path  # a SQLite file or a PostgreSQL URL; `new_target` (conftest) makes one per backend
 
 
 @pytest.fixture
@@ -371,6 +361,20 @@ def test_csv_export_import_round_trip(
     with_bom = tmp_path / "excel.csv"  # as a spreadsheet saves it
     with_bom.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
     assert AnnotationStore(new_target("third")).import_csv(with_bom).added == 6
+
+
+def test_a_nul_character_is_refused_on_its_line_in_every_store(store: AnnotationStore) -> None:
+    with pytest.raises(ValueError, match="note contains a NUL character"):
+        label(note="copied from a PDF\x00")
+    data = (_line(doc_id="d1") + "\n" + _line(doc_id="d2", note="\u0000") + "\n" + _line(doc_id="d3") + "\n").encode()
+    report = store.import_jsonl_bytes(data, "pdf.jsonl")
+    assert report.added == 2 and [(p.line, "NUL" in p.message) for p in report.errors] == [(2, True)]
+    assert [a.doc_id for a in store.list()] == ["d1", "d3"]
+
+
+def _line(**overrides: object) -> str:
+    values = asdict(label(created_at="2025-01-01T00:00:00Z", doc_id=str(overrides.pop("doc_id"))))
+    return json.dumps({**values, **overrides})
 
 
 def test_import_reports_bad_lines_and_keeps_the_rest(store: AnnotationStore, tmp_path: Path) -> None:
