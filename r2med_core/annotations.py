@@ -408,6 +408,12 @@ class AnnotationStore:
     def __repr__(self) -> str:
         return f"AnnotationStore({self.location!r})"
 
+    def ping(self) -> None:
+        """Raise AnnotationStoreError unless the store answers now (a database server may have gone away
+        since the store was opened), so a page can say so before it starts reading."""
+        with self._connection() as conn:
+            conn.execute("SELECT 1 FROM annotations LIMIT 1").fetchall()
+
     def _connection(self, write: bool = False) -> AbstractContextManager[Session]:
         """A session for one operation; with ``write``, one locked transaction committed on success."""
         return self._backend.connection(write)

@@ -425,11 +425,15 @@ def annotation_store() -> AnnotationStore | None:
     """The annotation database ($R2MED_ANNOTATIONS_URL, else the SQLite file in $R2MED_DATA_HOME or the
     user data folder), opened once per server and again when the setting changes.
 
-    A store that is not usable is reported and left untouched; the rest of the app works on. The cache is
+    A store that is not usable (or a database server that stopped answering) is reported and left
+    untouched; the rest of the app works on. The cache is
     keyed by a hash of the setting, never by the URL itself (it may carry a password).
     """
     try:
-        return _store(hashlib.sha256(str(default_store_target()).encode()).hexdigest())
+        store = _store(hashlib.sha256(str(default_store_target()).encode()).hexdigest())
+        if store.path is None:  # a database server: it may be down or unreachable since it was opened
+            store.ping()
+        return store
     except AnnotationStoreError as err:
         st.error(f"Annotations are unavailable: {md(err)}")
         return None
