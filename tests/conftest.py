@@ -37,7 +37,10 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clust
     """A throwaway PostgreSQL server for the whole session, started on first use and stopped at the end."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (no initdb/pg_ctl in /usr/lib/postgresql/*/bin or on PATH)")
+        pytest.skip(
+            "PostgreSQL is not installed (no initdb/pg_ctl in /usr/lib/postgresql/*/bin or on PATH): "
+            "apt-get install postgresql"
+        )
     cluster = Cluster.start(bin_dir, tmp_path_factory.mktemp("postgres"))
     yield cluster
     cluster.stop()
