@@ -6,10 +6,11 @@ The labels let a team extend the benchmark's judgements: a ``relevant_unjudged``
 against the original and the extended qrels side by side. Other labels (a questionable gold document,
 a lexical trap, a HyDE rewrite that asserted something wrong …) are kept for error analysis.
 
-Labels live in one SQLite file in WAL mode, so several annotators — separate app sessions or
-processes — can write at once. Every label is its own row and every ``add`` its own transaction: a
-crash loses at most the label being written, and nothing is overwritten. The file is the user's
-work: a file that is not an annotation store is reported, never deleted or replaced.
+Labels live in one SQLite file in WAL mode (the default), or in a PostgreSQL database named by
+``$R2MED_ANNOTATIONS_URL`` (``annotation_backends`` holds both), so several annotators — separate app
+sessions or processes — can write at once. Every label is its own row and every ``add`` its own
+transaction: a crash loses at most the label being written, and nothing is overwritten. The store is
+the user's work: a file or table that is not an annotation store is reported, never deleted or replaced.
 
 The failure types are a registry (``TAXONOMY``) extended with ``register_failure_type``.
 """
@@ -22,11 +23,9 @@ import io
 import json
 import os
 import re
-import sqlite3
 import sys
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +33,10 @@ from typing import Any, Literal, get_args
 
 import pandas as pd
 
+from .annotation_backends import COLUMNS, Backend, Session, configured_target, open_backend
+from .annotation_backends import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: callers import them from here
+from .annotation_backends import URL_ENV as URL_ENV
+from .annotation_backends import AnnotationStoreError as AnnotationStoreError
 from .cache import atomic_write_text
 from .data import DataError, Problem
 from .evaluation import Results, evaluate
@@ -46,11 +49,6 @@ SCOPES: tuple[str, ...] = get_args(Scope)
 DATA_ENV = "R2MED_DATA_HOME"
 STORE_FILE = "annotations.sqlite"
 APP_DIR = "r2med_explorer"
-#: Schema version written to ``PRAGMA user_version``; a newer file is refused rather than misread.
-SCHEMA_VERSION = 2
-#: Columns added after schema 1, with their SQL types; an older store gains them on open (rows are kept as
-#: they are: an addition accepted under schema 1 stays accepted, with no reviewer recorded).
-_ADDED_COLUMNS: dict[str, str] = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
 #: Rows per transaction when importing, so a large import never holds the write lock for long.
 IMPORT_BATCH = 500
 #: Grade given to an accepted ``relevant_unjudged`` label in the extended qrels.
@@ -231,6 +229,9 @@ class Annotation:
                     value.encode("utf-8")
                 except UnicodeEncodeError:
                     raise ValueError(f"{name} is not valid Unicode text (a lone surrogate)") from None
+            if isinstance(value, str) and "\x00" in value:
+                # PostgreSQL text cannot hold it; refused everywhere, so every store takes the same labels.
+                raise ValueError(f"{name} contains a NUL character (\\x00), which a database cannot store")
         if self.doc_id == "":
             object.__setattr__(self, "doc_id", None)
         if self.doc_id is not None and not isinstance(self.doc_id, str):
@@ -322,10 +323,6 @@ class ImportReport:
 # --------------------------------------------------------------------------- the store
 
 
-class AnnotationStoreError(RuntimeError):
-    """The annotation store could not be opened or used; the message names the file."""
-
-
 def user_data_dir() -> Path:
     """The per-user data folder (the platformdirs rule, without the dependency)."""
     home = Path.home()
@@ -346,28 +343,18 @@ def default_store_path() -> Path:
     return root / STORE_FILE
 
 
+def default_store_target() -> str | Path:
+    """Where ``AnnotationStore()`` keeps labels: ``$R2MED_ANNOTATIONS_URL`` (a ``postgresql://`` URL, or a
+    SQLite path) when set, else ``default_store_path()``."""
+    return configured_target() or default_store_path()
+
+
+if FIELDS != COLUMNS:  # pragma: no cover - a programming error caught at import
+    raise AssertionError("Annotation's fields and the store's columns differ")
 _COLUMNS = ", ".join(FIELDS)
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS annotations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT,
-    system TEXT NOT NULL DEFAULT '',
-    failure_type TEXT NOT NULL,
-    note TEXT NOT NULL DEFAULT '',
-    annotator TEXT NOT NULL CHECK (annotator <> ''),
-    created_at TEXT NOT NULL,
-    accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
-    rank INTEGER,
-    reviewer TEXT NOT NULL DEFAULT '',
-    reviewed_at TEXT
-);
-CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
-CREATE INDEX IF NOT EXISTS annotations_by_content
-    ON annotations (dataset, task, query_id, doc_id, annotator, created_at);
-"""
+_INSERT_SQL = (
+    f"INSERT INTO annotations ({', '.join(FIELDS[1:])}) VALUES ({', '.join('?' * (len(FIELDS) - 1))}) RETURNING id"
+)
 _FILTERS = ("dataset", "task", "query_id", "doc_id", "failure_type", "system", "annotator")
 # The id columns use "=" so the (dataset, task, query_id) index narrows the search; the rest may be NULL.
 _DUPLICATE_SQL = (
@@ -392,150 +379,44 @@ def _row_values(annotation: Annotation) -> tuple[Any, ...]:
 
 
 class AnnotationStore:
-    """Failure labels in one SQLite file, safe for several writers (threads or processes) at once.
+    """Failure labels in one SQLite file (the default) or a PostgreSQL database, safe for several writers
+    (threads or processes) at once.
 
-    Each operation opens its own short-lived connection, so a store object can be shared by Streamlit
-    sessions and used after ``fork``. Writes take the write lock up front (``BEGIN IMMEDIATE``) and wait
-    up to ``timeout`` seconds (at least 5) for another writer.
+    ``path`` is a SQLite file path or a ``postgresql://`` URL; None means ``$R2MED_ANNOTATIONS_URL`` when
+    set, else ``default_store_path()``. Each operation opens its own short-lived connection, so a store
+    object can be shared by Streamlit sessions and used after ``fork``. Writes take the store's write lock
+    up front and wait up to ``timeout`` seconds (at least 5) for another writer.
     """
 
     def __init__(self, path: str | Path | None = None, *, timeout: float = 30.0) -> None:
-        if str(path) == ":memory:":
-            raise ValueError("an annotation store needs a file: each operation opens its own connection")
-        self.path = (Path(path).expanduser() if path is not None else default_store_path()).absolute()
+        target = default_store_target() if path is None else path
         self.timeout = max(float(timeout), 5.0)
-        if self.path.is_dir():
-            raise AnnotationStoreError(f"{self.path}: is a folder, not an annotation store file")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise AnnotationStoreError(f"{self.path}: cannot create its folder: {err}") from None
-        self._initialise()
+        self._backend: Backend = open_backend(target, self.timeout)
+        #: The SQLite file; None when the store is a PostgreSQL database.
+        self.path: Path | None = self._backend.path
+
+    @property
+    def location(self) -> str:
+        """Where the labels live, safe to show: the file path, or the database URL without user and password."""
+        return self._backend.location
+
+    @property
+    def kind(self) -> str:
+        """The database: ``"SQLite"`` or ``"PostgreSQL"``."""
+        return self._backend.kind
 
     def __repr__(self) -> str:
-        return f"AnnotationStore({str(self.path)!r})"
+        return f"AnnotationStore({self.location!r})"
 
-    # ---------------------------------------------------------------- connections
+    def ping(self) -> None:
+        """Raise AnnotationStoreError unless the store answers now (a database server may have gone away
+        since the store was opened), so a page can say so before it starts reading."""
+        with self._connection() as conn:
+            conn.execute("SELECT 1 FROM annotations LIMIT 1").fetchall()
 
-    def _open(self, create: bool = False) -> sqlite3.Connection:
-        uri = self.path.as_uri() + ("?mode=rwc" if create else "?mode=rw")
-        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            conn.execute("PRAGMA synchronous = FULL")  # labels are human work: survive power loss too
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    @contextmanager
-    def _connection(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """A connection for one operation; with ``write``, one IMMEDIATE transaction committed on success."""
-        try:
-            conn = self._open()
-        except sqlite3.Error as err:
-            raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}") from None
-        try:
-            if write:
-                conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
-                raise
-            if write:
-                conn.commit()
-        except sqlite3.Error as err:
-            raise AnnotationStoreError(f"{self.path}: {err}") from err
-        finally:
-            conn.close()
-
-    def _initialise(self) -> None:
-        """Create the schema in a new or empty file; refuse, untouched, anything that is not a store."""
-        untouched = "the file was left untouched — move it aside or choose another path"
-        try:
-            conn = self._open(create=True)
-        except sqlite3.DatabaseError as err:
-            raise AnnotationStoreError(
-                f"{self.path}: not an annotation store (not a SQLite database, or damaged: {err}); {untouched}"
-            ) from None
-        except sqlite3.Error as err:
-            raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}") from None
-        try:
-            try:
-                tables = {
-                    name
-                    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-                    if not name.startswith("sqlite_")
-                }
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.DatabaseError as err:
-                raise AnnotationStoreError(
-                    f"{self.path}: not an annotation store (not a SQLite database, or damaged: {err}); {untouched}"
-                ) from None
-            if tables and "annotations" not in tables:
-                raise AnnotationStoreError(
-                    f"{self.path}: a SQLite database but not an annotation store "
-                    f"(tables: {', '.join(sorted(tables))}); "
-                    "the file was left untouched — choose another path"
-                )
-            if version > SCHEMA_VERSION:
-                raise AnnotationStoreError(
-                    f"{self.path}: written by a newer version of R2MED Explorer (schema {version}, this one reads "
-                    f"{SCHEMA_VERSION}); the file was left untouched"
-                )
-            if "annotations" in tables:
-                self._check_existing(conn)
-            self.journal_mode = self._enable_wal(conn)
-            # One transaction, so a concurrent first open waits for (or finds) the finished schema, and an
-            # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    conn.execute(statement)
-                present = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
-                for name, sql_type in _ADDED_COLUMNS.items():
-                    if name not in present:
-                        conn.execute(f"ALTER TABLE annotations ADD COLUMN {name} {sql_type}")
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-        except sqlite3.Error as err:
-            raise AnnotationStoreError(f"{self.path}: cannot open the annotation store: {err}; {untouched}") from None
-        finally:
-            conn.close()
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> str:
-        """Switch to WAL; the switch ignores the busy timeout, so retry while another process holds a lock."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-            if mode == "wal":
-                return mode
-            try:
-                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
-            except sqlite3.OperationalError as err:
-                if ("locked" not in str(err) and "busy" not in str(err)) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
-    def _check_existing(self, conn: sqlite3.Connection) -> None:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
-        missing = [name for name in FIELDS if name not in columns and name not in _ADDED_COLUMNS]
-        if missing:
-            raise AnnotationStoreError(
-                f"{self.path}: its annotations table lacks column(s) {', '.join(missing)}; "
-                "the file was left untouched — choose another path"
-            )
-        status = [row[0] for row in conn.execute("PRAGMA quick_check")]
-        if status != ["ok"]:
-            raise AnnotationStoreError(
-                f"{self.path}: the database is damaged ({'; '.join(map(str, status[:3]))}); the file was left "
-                "untouched — restore a backup or export what reads"
-            )
+    def _connection(self, write: bool = False) -> AbstractContextManager[Session]:
+        """A session for one operation; with ``write``, one locked transaction committed on success."""
+        return self._backend.connection(write)
 
     # ---------------------------------------------------------------- writing
 
@@ -544,11 +425,7 @@ class AnnotationStore:
         if not isinstance(annotation, Annotation):
             raise TypeError(f"expected an Annotation, got {type(annotation).__name__}")
         with self._connection(write=True) as conn:
-            cursor = conn.execute(
-                f"INSERT INTO annotations ({_COLUMNS}) VALUES (NULL{', ?' * (len(FIELDS) - 1)})",
-                _row_values(annotation),
-            )
-            new_id = cursor.lastrowid
+            new_id = int(conn.execute(_INSERT_SQL, _row_values(annotation)).fetchone()[0])
         return replace(annotation, id=new_id)
 
     def delete(self, annotation_id: int) -> None:
@@ -586,7 +463,7 @@ class AnnotationStore:
         now = utc_now()
         with self._connection(write=True) as conn:
             conn.execute(
-                "UPDATE annotations SET accepted = (id = ?), reviewer = ?, reviewed_at = ? "
+                "UPDATE annotations SET accepted = CASE WHEN id = ? THEN 1 ELSE 0 END, reviewer = ?, reviewed_at = ? "
                 "WHERE dataset = ? AND task = ? AND query_id = ? AND doc_id IS ?",
                 (keep_id, reviewer.strip(), now, kept.dataset, kept.task, kept.query_id, kept.doc_id),
             )
@@ -762,7 +639,7 @@ class AnnotationStore:
                     if conn.execute(_DUPLICATE_SQL, values).fetchone():
                         skipped += 1
                         continue
-                    conn.execute(f"INSERT INTO annotations ({_COLUMNS}) VALUES (NULL{', ?' * len(values)})", values)
+                    conn.execute(_INSERT_SQL, values)
                     added += 1
         return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
 
@@ -773,12 +650,11 @@ class AnnotationStore:
         with self._connection() as conn:
             rows = conn.execute(
                 "SELECT DISTINCT query_id, doc_id FROM annotations WHERE dataset = ? AND task = ? "
-                "AND failure_type = 'relevant_unjudged' AND accepted = 1 AND doc_id IS NOT NULL "
-                "ORDER BY query_id, doc_id",
+                "AND failure_type = 'relevant_unjudged' AND accepted = 1 AND doc_id IS NOT NULL",
                 (dataset, task),
             ).fetchall()
         additions: Qrels = {}
-        for query_id, doc_id in rows:
+        for query_id, doc_id in sorted(rows):  # code-point order in Python: the same in every database
             additions.setdefault(query_id, {})[doc_id] = ADDITION_GRADE
         return additions
 

@@ -1,25 +1,29 @@
-"""Failure annotations: taxonomy rules, the SQLite store (filters, exchange, concurrency, crashes), re-evaluation."""
+"""Failure annotations: taxonomy rules, the store (filters, exchange, concurrency, crashes) on SQLite and on a
+real PostgreSQL server, re-evaluation."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from r2med_core.annotation_backends import is_postgres_url
 from r2med_core.annotations import (
     DATA_ENV,
     FIELDS,
     TAXONOMY,
+    URL_ENV,
     Annotation,
     AnnotationStore,
     AnnotationStoreError,
@@ -65,8 +69,27 @@ def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+Target = str | Path  # a SQLite file or a PostgreSQL URL; `new_target` (conftest) makes one per backend
+
+
 @pytest.fixture
-def store(data_home: Path) -> AnnotationStore:
+def store_target(new_target: Callable[[str], Target], data_home: Path, monkeypatch: pytest.MonkeyPatch) -> Target:
+    """Where ``AnnotationStore()`` keeps labels in this test: the default file, or $R2MED_ANNOTATIONS_URL."""
+    target = new_target("default")
+    if is_postgres_url(target):
+        monkeypatch.setenv(URL_ENV, str(target))
+        return target
+    return data_home / "annotations.sqlite"
+
+
+@pytest.fixture
+def store(store_target: Target) -> AnnotationStore:
+    return AnnotationStore()
+
+
+@pytest.fixture
+def sqlite_store(data_home: Path) -> AnnotationStore:
+    """A store in the default SQLite file, for what only a file has (WAL, a damaged file)."""
     return AnnotationStore()
 
 
@@ -93,7 +116,7 @@ def label(**overrides: object) -> Annotation:
     return Annotation(**values)  # type: ignore[arg-type]
 
 
-def _start_writer(path: Path, who: str, count: int, go: Path) -> subprocess.Popen[str]:
+def _start_writer(path: Target, who: str, count: int, go: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), who, str(count), str(go)],
@@ -127,8 +150,8 @@ def test_default_path_without_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_
     assert default_store_path() == tmp_path / "xdg/r2med_explorer/annotations.sqlite"
 
 
-def test_store_uses_wal_and_waits_for_other_writers(store: AnnotationStore) -> None:
-    conn = store._open()
+def test_store_uses_wal_and_waits_for_other_writers(sqlite_store: AnnotationStore) -> None:
+    conn = sqlite_store._backend._open()  # type: ignore[attr-defined]
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
@@ -226,7 +249,7 @@ def test_the_taxonomy_can_be_extended(store: AnnotationStore) -> None:
 # --------------------------------------------------------------------------- the store
 
 
-def test_round_trip(store: AnnotationStore) -> None:
+def test_round_trip(store: AnnotationStore, store_target: Target) -> None:
     first = store.add(label(note="Sepsis guideline — answers it.\nSecond line", created_at="2025-01-02T03:04:05Z"))
     second = store.add(label(annotator="bob"))  # same pair, another annotator: a second row
     third = store.add(label(annotator="bob"))  # even the same annotator again: nothing is overwritten
@@ -235,7 +258,7 @@ def test_round_trip(store: AnnotationStore) -> None:
     assert first == label(
         id=1, note="Sepsis guideline — answers it.\nSecond line", created_at="2025-01-02T03:04:05.000000Z"
     )
-    reopened = AnnotationStore(store.path)
+    reopened = AnnotationStore(store_target)
     assert reopened.list() == [first, second, third, query_level]
     assert reopened.get(4).doc_id is None and reopened.get(4).accepted is False and reopened.get(4).system == ""
     assert len(reopened) == 4
@@ -302,13 +325,15 @@ def test_filters_and_counts(store: AnnotationStore) -> None:
 # --------------------------------------------------------------------------- exchange
 
 
-def test_jsonl_export_import_round_trip(store: AnnotationStore, tmp_path: Path) -> None:
+def test_jsonl_export_import_round_trip(
+    store: AnnotationStore, tmp_path: Path, new_target: Callable[[str], Target]
+) -> None:
     _fill(store)
     store.add(label(note='quotes " and, commas\nand a newline — é', accepted=False))
     path = store.export_jsonl(tmp_path / "out" / "labels.jsonl")
     assert sorted(p.name for p in path.parent.iterdir()) == ["labels.jsonl"]  # no temp file left behind
     assert len(path.read_text(encoding="utf-8").splitlines()) == 6
-    fresh = AnnotationStore(tmp_path / "fresh.sqlite")
+    fresh = AnnotationStore(new_target("fresh"))
     report = fresh.import_jsonl(path)
     assert (report.added, report.skipped_duplicates, report.errors) == (6, 0, ())
     assert [a.content() for a in fresh.list()] == [a.content() for a in store.list()]
@@ -320,12 +345,14 @@ def test_jsonl_export_import_round_trip(store: AnnotationStore, tmp_path: Path) 
     assert (merged.added, merged.skipped_duplicates) == (1, 6) and len(store) == 7
 
 
-def test_csv_export_import_round_trip(store: AnnotationStore, tmp_path: Path) -> None:
+def test_csv_export_import_round_trip(
+    store: AnnotationStore, tmp_path: Path, new_target: Callable[[str], Target]
+) -> None:
     _fill(store)
     store.add(label(note='quotes " and, commas\nand a newline — é', accepted=False))
     path = store.export_csv(tmp_path / "labels.csv")
     assert path.read_text(encoding="utf-8").splitlines()[0] == ",".join(FIELDS)
-    fresh = AnnotationStore(tmp_path / "fresh.sqlite")
+    fresh = AnnotationStore(new_target("fresh"))
     report = fresh.import_csv(path)
     assert (report.added, report.skipped_duplicates, report.errors) == (6, 0, ())
     assert [a.content() for a in fresh.list()] == [a.content() for a in store.list()]
@@ -333,7 +360,21 @@ def test_csv_export_import_round_trip(store: AnnotationStore, tmp_path: Path) ->
     assert fresh.import_csv(path).skipped_duplicates == 6 and len(fresh) == 6
     with_bom = tmp_path / "excel.csv"  # as a spreadsheet saves it
     with_bom.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
-    assert AnnotationStore(tmp_path / "third.sqlite").import_csv(with_bom).added == 6
+    assert AnnotationStore(new_target("third")).import_csv(with_bom).added == 6
+
+
+def test_a_nul_character_is_refused_on_its_line_in_every_store(store: AnnotationStore) -> None:
+    with pytest.raises(ValueError, match="note contains a NUL character"):
+        label(note="copied from a PDF\x00")
+    data = (_line(doc_id="d1") + "\n" + _line(doc_id="d2", note="\u0000") + "\n" + _line(doc_id="d3") + "\n").encode()
+    report = store.import_jsonl_bytes(data, "pdf.jsonl")
+    assert report.added == 2 and [(p.line, "NUL" in p.message) for p in report.errors] == [(2, True)]
+    assert [a.doc_id for a in store.list()] == ["d1", "d3"]
+
+
+def _line(**overrides: object) -> str:
+    values = asdict(label(created_at="2025-01-01T00:00:00Z", doc_id=str(overrides.pop("doc_id"))))
+    return json.dumps({**values, **overrides})
 
 
 def test_import_reports_bad_lines_and_keeps_the_rest(store: AnnotationStore, tmp_path: Path) -> None:
@@ -447,7 +488,9 @@ def test_a_file_that_is_not_a_store_is_reported_and_left_alone(tmp_path: Path) -
         AnnotationStore(tmp_path)
 
 
-def test_a_damaged_store_is_reported_and_left_alone(store: AnnotationStore) -> None:
+def test_a_damaged_store_is_reported_and_left_alone(sqlite_store: AnnotationStore) -> None:
+    store = sqlite_store
+    assert store.path is not None
     for i in range(50):
         store.add(label(doc_id=f"d{i}"))
     raw = bytearray(store.path.read_bytes())
@@ -461,8 +504,8 @@ def test_a_damaged_store_is_reported_and_left_alone(store: AnnotationStore) -> N
 # --------------------------------------------------------------------------- several writers, crashes
 
 
-def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
-    go, path = tmp_path / "go", tmp_path / "shared" / "annotations.sqlite"
+def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path, new_target: Callable[[str], Target]) -> None:
+    go, path = tmp_path / "go", new_target("shared")
     writers = [_start_writer(path, who, 200, go) for who in ("alice", "bob")]  # both also create the store
     go.touch()
     printed: list[int] = []
@@ -479,9 +522,11 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-def test_a_killed_writer_leaves_every_committed_row(store: AnnotationStore, tmp_path: Path) -> None:
+def test_a_killed_writer_leaves_every_committed_row(
+    store: AnnotationStore, store_target: Target, tmp_path: Path
+) -> None:
     go = tmp_path / "go"
-    proc = _start_writer(store.path, "crash", -1, go)  # writes until killed
+    proc = _start_writer(store_target, "crash", -1, go)  # writes until killed
     go.touch()
     assert proc.stdout is not None
     printed: list[int] = []
@@ -494,17 +539,21 @@ def test_a_killed_writer_leaves_every_committed_row(store: AnnotationStore, tmp_
     printed += [int(line) for line in rest.split("\n")[:-1]]  # complete lines only: each was committed
     assert len(printed) >= 150
 
-    reopened = AnnotationStore(store.path)
-    conn = sqlite3.connect(store.path)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    finally:
-        conn.close()
+    reopened = AnnotationStore(store_target)
+    if store.path is not None:
+        conn = sqlite3.connect(store.path)
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            conn.close()
     stored = {a.id: a for a in reopened.list()}
     assert set(printed) <= set(stored)
+    assert len(stored) <= len(printed) + 1  # at most the label being written when killed, and never half of one
     for position, annotation_id in enumerate(printed):
         assert stored[annotation_id].note == f"crash {position}"
-    assert reopened.add(label()).id == max(stored) + 1  # still writable after the crash
+    after = reopened.add(label()).id or 0  # still writable after the crash; ids are never reused
+    # (SQLite hands out the next id; PostgreSQL's sequence may skip the one the killed transaction drew)
+    assert after == max(stored) + 1 if store.path is not None else after > max(stored)
 
 
 # --------------------------------------------------------------------------- review and schema migration
@@ -596,3 +645,252 @@ def test_adjudicating_a_disagreement_keeps_every_row(store: AnnotationStore) -> 
     assert all(x.reviewer == "Dr. Rev" and x.reviewed_at for x in settled)
     assert store.get(elsewhere.id or 0).status == "proposed" and len(store) == 3
     assert store.qrels_additions(DATASET, TASK) == {}
+
+
+IMPORTER = """
+import sys, time
+from pathlib import Path
+from r2med_core.annotations import AnnotationStore
+
+store = AnnotationStore(sys.argv[1])
+go = Path(sys.argv[3])
+print("ready", flush=True)
+while not go.exists():
+    time.sleep(0.001)
+report = store.import_jsonl(sys.argv[2])
+print(report.added, report.skipped_duplicates, flush=True)
+"""
+
+
+def test_two_imports_of_one_file_at_once_add_each_label_once(
+    tmp_path: Path, new_target: Callable[[str], Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The duplicate check and the insert share the writer's lock: racing imports never double a label."""
+    target = new_target("imports")
+    AnnotationStore(target)  # created first, so both importers race on the rows, not the schema
+    path = tmp_path / "labels.jsonl"
+    rows = [asdict(label(doc_id=f"d{i}", created_at="2025-01-01T00:00:00Z")) for i in range(1200)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr("r2med_core.annotations.IMPORT_BATCH", 500)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", IMPORTER, str(target), str(path), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    go.touch()
+    added = skipped = 0
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        a, s = map(int, out.split())
+        added, skipped = added + a, skipped + s
+    assert (added, skipped) == (1200, 1200)
+    assert sorted(a.doc_id or "" for a in AnnotationStore(target).list()) == sorted(f"d{i}" for i in range(1200))
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def test_postgres_store_has_the_sqlite_schema(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    url = postgres_urls()
+    store = AnnotationStore(url)
+    assert (store.kind, store.path) == ("PostgreSQL", None)
+    with psycopg.connect(url, autocommit=True) as conn:
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'annotations' ORDER BY ordinal_position"
+        ).fetchall()
+        assert tuple(c for (c,) in columns) == FIELDS
+        indexes = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND tablename = 'annotations'"
+            ).fetchall()
+        )
+        assert "(dataset, task, query_id)" in indexes["annotations_by_query"]
+        assert "(dataset, task, query_id, doc_id, annotator, created_at)" in indexes["annotations_by_content"]
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(2,)]
+        # The same rules as the SQLite table: a label without annotator, or a non-boolean acceptance, is refused.
+        for bad in (
+            "annotator) VALUES ('d', 't', 'q', 'x', 'a', '')",
+            "annotator, accepted) VALUES ('d', 't', 'q', 'x', 'a', 'n', 2)",
+        ):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute(f"INSERT INTO annotations (dataset, task, query_id, failure_type, created_at, {bad}")
+    AnnotationStore(url)  # reopening an up-to-date store changes nothing
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM annotations_schema").fetchone() == (1,)
+
+
+PG_V1_SCHEMA = """
+CREATE TABLE annotations (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, dataset TEXT NOT NULL, task TEXT NOT NULL,
+    query_id TEXT NOT NULL, doc_id TEXT, system TEXT NOT NULL DEFAULT '', failure_type TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '', annotator TEXT NOT NULL CHECK (annotator <> ''), created_at TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 1 CHECK (accepted IN (0, 1))
+)
+"""
+
+
+def test_a_postgres_schema_1_table_is_migrated_and_keeps_every_row(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    url = postgres_urls()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(PG_V1_SCHEMA)
+        conn.execute(
+            "INSERT INTO annotations (dataset, task, query_id, doc_id, system, failure_type, note, annotator, "
+            "created_at, accepted) VALUES (%s, %s, 'q1', 'd1', 'bm25', 'relevant_unjudged', 'old', 'alice', "
+            "'2024-01-01T00:00:00.000000Z', 1), (%s, %s, 'q2', NULL, '', 'rewrite_hallucination', '', 'bob', "
+            "'2024-01-03T00:00:00.000000Z', 0)",
+            (DATASET, TASK, DATASET, TASK),
+        )
+    store = AnnotationStore(url)
+    labels = store.list()
+    assert [(a.query_id, a.doc_id, a.note, a.status) for a in labels] == [
+        ("q1", "d1", "old", "accepted"),
+        ("q2", None, "", "proposed"),
+    ]
+    assert all(a.reviewer == "" and a.rank is None and a.reviewed_at is None for a in labels)
+    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d1": 1}}
+    new = store.add(label(query_id="q3", rank=4))
+    assert AnnotationStore(url).get(new.id or 0).rank == 4 and len(AnnotationStore(url)) == 3
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(2,)]
+
+
+def test_a_postgres_table_that_is_not_a_store_is_reported_and_left_alone(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    url = postgres_urls()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE annotations (patient TEXT)")
+        conn.execute("INSERT INTO annotations VALUES ('someone else''s data')")
+        conn.execute("CREATE TABLE unrelated (x INTEGER)")
+    with pytest.raises(AnnotationStoreError, match=r"not an annotation store .*lacks column") as err:
+        AnnotationStore(url)
+    assert "left untouched" in str(err.value) and str(err.value).startswith("postgresql://")
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1"
+        ).fetchall()
+        assert tables == [("annotations",), ("unrelated",)]  # no schema table, no index added
+        assert conn.execute("SELECT * FROM annotations").fetchall() == [("someone else's data",)]
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema()").fetchone() == (0,)
+
+    other = postgres_urls()  # other tables in the schema are fine: the store only uses its own two
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE unrelated (x INTEGER)")
+    assert len(AnnotationStore(other)) == 0
+
+    newer = postgres_urls()
+    AnnotationStore(newer).add(label())
+    with psycopg.connect(newer, autocommit=True) as conn:
+        conn.execute("UPDATE annotations_schema SET version = 99")
+    with pytest.raises(AnnotationStoreError, match=r"newer version of R2MED Explorer \(schema 99"):
+        AnnotationStore(newer)
+
+
+def test_a_missing_schema_is_a_clear_error(postgres_cluster: object) -> None:
+    url = postgres_cluster.socket_url("no_such_schema")  # type: ignore[attr-defined]
+    with pytest.raises(AnnotationStoreError, match="no schema to create the annotations table in"):
+        AnnotationStore(url)
+
+
+def test_the_password_in_the_url_is_used_but_never_shown(postgres_cluster: object, postgres_urls: object) -> None:
+    from tests.pg_cluster import PASSWORD
+
+    cluster = postgres_cluster
+    url = cluster.tcp_url(schema="public")  # type: ignore[attr-defined]
+    store = AnnotationStore(url)  # over TCP the server checks the password
+    stored = store.add(label())
+    assert store.get(stored.id or 0) == stored
+    port = cluster.port  # type: ignore[attr-defined]
+    assert store.location == f"postgresql://127.0.0.1:{port}/r2med"
+    for shown in (store.location, repr(store), str(store.to_dataframe())):
+        assert PASSWORD not in shown and "r2med:" not in shown and "s3cret" not in shown
+
+    wrong = cluster.tcp_url(password="Wr0ng-guess")  # type: ignore[attr-defined]
+    with pytest.raises(AnnotationStoreError) as err:
+        AnnotationStore(wrong)
+    message = str(err.value)
+    assert message.startswith(f"postgresql://127.0.0.1:{port}/r2med: cannot connect")
+    assert "password authentication failed" in message
+    assert "Wr0ng" not in message and err.value.__cause__ is None and err.value.__suppress_context__
+    with pytest.raises(AnnotationStoreError) as err:
+        AnnotationStore(f"postgresql://r2med:{PASSWORD.replace(':', '%3A').replace('@', '%40')}@127.0.0.1:1/r2med")
+    assert "s3cret" not in str(err.value) and "127.0.0.1:1/r2med" in str(err.value)
+
+
+def test_psycopg_is_needed_only_for_postgres(monkeypatch: pytest.MonkeyPatch, data_home: Path) -> None:
+    code = (
+        "import sys\nfrom r2med_core.annotations import AnnotationStore\n"
+        f"AnnotationStore({str(data_home / 'a.sqlite')!r}).list()\nprint('psycopg' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    with pytest.raises(AnnotationStoreError, match=r"needs psycopg .*pip install 'psycopg\[binary\]'") as err:
+        AnnotationStore("postgresql://annotator:hunter2@db.example.org:5432/labels")
+    assert str(err.value).startswith("postgresql://db.example.org:5432/labels:") and "hunter2" not in str(err.value)
+
+
+def test_the_url_variable_chooses_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data_home: Path) -> None:
+    from r2med_core.annotation_backends import redact_url
+    from r2med_core.annotations import default_store_target
+
+    assert default_store_target() == data_home / "annotations.sqlite"  # unset: SQLite, the default
+    monkeypatch.setenv(URL_ENV, f"sqlite://{tmp_path}/team/labels.sqlite")
+    assert AnnotationStore().path == tmp_path / "team" / "labels.sqlite"
+    monkeypatch.setenv(URL_ENV, str(tmp_path / "plain.sqlite"))
+    assert AnnotationStore().kind == "SQLite" and AnnotationStore().path == tmp_path / "plain.sqlite"
+    monkeypatch.setenv(URL_ENV, "mysql://root:hunter2@db/labels")
+    with pytest.raises(AnnotationStoreError, match="R2MED_ANNOTATIONS_URL: unsupported scheme 'mysql'") as err:
+        AnnotationStore()
+    assert "hunter2" not in str(err.value)
+    assert redact_url("postgresql://u:p%40ss@db.example.org:5433/labels?sslmode=require&password=x") == (
+        "postgresql://db.example.org:5433/labels"
+    )
+    assert redact_url("postgres://u@/labels?host=/run/pg&user=u&password=x&port=5") == (
+        "postgres:///labels?host=/run/pg&port=5"
+    )
+
+
+def test_a_role_with_only_row_rights_uses_an_existing_store(postgres_urls: Callable[[], str]) -> None:
+    """Once the schema exists, annotators need SELECT, INSERT, UPDATE, DELETE, not CREATE (as the README says)."""
+    import psycopg
+
+    url = postgres_urls()
+    owner = AnnotationStore(url)
+    owner.add(label())
+    schema = re.search(r"search_path%3D(\w+)", url).group(1)  # type: ignore[union-attr]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS annotator_only")
+        conn.execute("CREATE ROLE annotator_only LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO annotator_only")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO annotator_only")
+    limited = url.replace("postgresql://r2med@", "postgresql://annotator_only@")
+    try:
+        store = AnnotationStore(limited)
+        added = store.add(label(doc_id="d2", annotator="bob"))
+        assert store.review(added.id or 0, True, "rev").status == "accepted"
+        assert store.import_jsonl_bytes(owner.jsonl_text().encode()).skipped_duplicates == 2
+        store.delete(added.id or 0)
+        assert [a.doc_id for a in store.list()] == ["d1"]
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM annotator_only")
+            conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM annotator_only")
+            conn.execute("DROP ROLE annotator_only")

@@ -576,3 +576,40 @@ def test_explorer_and_metrics_say_when_a_query_had_nothing_to_search(
         at = open_app(page, source="local", folder=str(root), systems=["bm25"])
         captions = " ".join(c.value for c in at.caption)
         assert "had no searchable terms and retrieved nothing" in captions, page
+
+
+def test_labels_kept_in_postgresql_show_where_they_live_without_the_password(
+    postgres_urls, postgres_cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from r2med_core.annotations import Annotation, AnnotationStore
+    from tests.pg_cluster import PASSWORD
+
+    url = postgres_urls(tcp=True)  # the server checks the password over TCP
+    monkeypatch.setenv("R2MED_ANNOTATIONS_URL", url)
+    dataset = load_demo("clinical-evidence")
+    qid = next(iter(dataset.queries))
+    doc = run_system(dataset, "bm25").top(qid, 1)[0][0]
+    AnnotationStore().add(
+        Annotation(
+            dataset=dataset.name, task="clinical-evidence", query_id=qid, doc_id=doc,
+            failure_type="lexical_trap", annotator="Dr. Postgres",
+        )
+    )  # fmt: skip
+    at = open_app("annotations", task="clinical-evidence")
+    location = f"postgresql://127.0.0.1:{postgres_cluster.port}/r2med"
+    assert f"Stored in {md(location)} (PostgreSQL)" in " ".join(c.value for c in at.caption)
+    table = next(df.value for df in at.dataframe if "failure_type" in df.value.columns)
+    assert table["annotator"].tolist() == ["Dr. Postgres"]
+    shown = " ".join(str(getattr(node, "value", "")) for node in at.main) + str(at.sidebar)
+    assert md(location) in shown  # (the page's text is all there)
+    assert PASSWORD not in shown and "s3cret" not in shown and "r2med:" not in shown
+
+    import psycopg  # the database goes away while the app runs: the page says so, with no traceback
+
+    schema = url.rsplit("search_path%3D", 1)[1]
+    with psycopg.connect(postgres_cluster.socket_url(), autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = " ".join(e.value for e in at.error)
+    assert "Annotations are unavailable" in errors and md(location) in errors and "s3cret" not in errors

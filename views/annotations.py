@@ -135,9 +135,9 @@ v = state.view()
 st.title("Annotations")
 if store is None:
     st.stop()
-# The read-only demo is public: the server's folders are nobody's business there.
-where = "on this server" if ui.read_only() else f"in {ui.md(store.path)}"
-st.caption(f"Stored {where} (SQLite). Label queries and documents from the Query explorer.")
+# The read-only demo is public: the server's folders and database hosts are nobody's business there.
+where = "on this server" if ui.read_only() else f"in {ui.md(store.location)}"
+st.caption(f"Stored {where} ({store.kind}). Label queries and documents from the Query explorer.")
 state.show_flash()
 
 # ------------------------------------------------------------------ rows that break a rule

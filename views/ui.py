@@ -6,6 +6,7 @@ only render; the view state is in ``state.py``, the sidebar in ``sidebar.py``.
 from __future__ import annotations
 
 import gc
+import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, eval
 from r2med_core.annotations import (
     AnnotationStore,
     AnnotationStoreError,
-    default_store_path,
+    default_store_target,
 )
 from r2med_core.cache import entry_path, fingerprint
 from r2med_core.data import Problem
@@ -427,17 +428,23 @@ def _rerank_ready(dataset: Dataset, system: str, model: str, k: int) -> bool:
 
 
 @st.cache_resource(show_spinner=False)
-def _store(path: str) -> AnnotationStore:
-    return AnnotationStore(path)
+def _store(target_hash: str) -> AnnotationStore:
+    return AnnotationStore(default_store_target())
 
 
 def annotation_store() -> AnnotationStore | None:
-    """The annotation database ($R2MED_DATA_HOME or the user data folder), opened once per server.
+    """The annotation database ($R2MED_ANNOTATIONS_URL, else the SQLite file in $R2MED_DATA_HOME or the
+    user data folder), opened once per server and again when the setting changes.
 
-    A file that is not a usable store is reported and left untouched; the rest of the app works on.
+    A store that is not usable (or a database server that stopped answering) is reported and left
+    untouched; the rest of the app works on. The cache is
+    keyed by a hash of the setting, never by the URL itself (it may carry a password).
     """
     try:
-        return _store(str(default_store_path()))
+        store = _store(hashlib.sha256(str(default_store_target()).encode()).hexdigest())
+        if store.path is None:  # a database server: it may be down or unreachable since it was opened
+            store.ping()
+        return store
     except AnnotationStoreError as err:
         st.error(f"Annotations are unavailable: {md(err)}")
         return None

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -152,10 +153,11 @@ def _python(code: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_a_large_import_lets_concurrent_saves_through(tmp_path: Path) -> None:
+def test_a_large_import_lets_concurrent_saves_through(tmp_path: Path, new_target: Callable[[str], str | Path]) -> None:
     """A bulk import in one process while eight annotators save in eight others: every save succeeds,
-    and saves land *during* the import (its rows go in short batches, not one long transaction)."""
-    path = tmp_path / "shared.sqlite"
+    and saves land *during* the import (its rows go in short batches, not one long transaction), in the
+    SQLite file and in PostgreSQL alike."""
+    path = new_target("shared")
     AnnotationStore(path)
     rows = 30_000
     bulk = tmp_path / "bulk.jsonl"

@@ -1,0 +1,202 @@
+"""The PostgreSQL backend, for a team sharing one annotation database (``R2MED_ANNOTATIONS_URL``).
+
+The table, its columns, indexes and migrations are those of the SQLite file; the schema version lives in
+a one-row ``annotations_schema`` table. The store uses the URL's database and the first schema of its
+``search_path`` (``?options=-csearch_path%3Dname`` chooses another), and leaves every other table alone.
+
+Guarantees match the SQLite store: each write is one transaction holding a store-wide advisory lock
+(writers queue as with SQLite's write lock, so an import's duplicate check never races another writer,
+and concurrent first opens create the schema once); commits are synchronous, so a label reported saved
+is on disk; a killed client's open transaction is rolled back by the server, never half-applied. Each
+operation uses its own connection, so a store is safe across threads and after ``fork``.
+
+psycopg is imported only here, when a PostgreSQL URL is used. The URL's password never appears in a
+message: errors name ``location`` (host, port, database) and are scrubbed of the password.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from . import ADDED_COLUMNS, COLUMNS, INDEXES, SCHEMA_VERSION, URL_ENV, AnnotationStoreError, redact_url, url_secrets
+
+#: The pip requirement that provides psycopg with its own libpq.
+REQUIREMENT = "psycopg[binary]"
+#: First key of the advisory lock; the second is the schema's name, so stores in different schemas of
+#: one database do not wait for each other.
+_LOCK_CLASS = 0x52324D44  # "R2MD"
+_SQL_TYPES = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
+_CREATE_TABLE = """
+CREATE TABLE annotations (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT,
+    system TEXT NOT NULL DEFAULT '',
+    failure_type TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    annotator TEXT NOT NULL CHECK (annotator <> ''),
+    created_at TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
+    rank INTEGER,
+    reviewer TEXT NOT NULL DEFAULT '',
+    reviewed_at TEXT
+)
+"""
+_UNTOUCHED = "the database was left untouched — choose another database or schema"
+
+
+def _import_psycopg(location: str) -> ModuleType:
+    try:
+        import psycopg
+    except ImportError as err:
+        raise AnnotationStoreError(
+            f"{location}: the annotation store is a PostgreSQL database, which needs psycopg "
+            f"({err}); install it with: pip install '{REQUIREMENT}'"
+        ) from None
+    return psycopg
+
+
+@functools.lru_cache(maxsize=256)
+def _translate(sql: str) -> str:
+    """The store's portable SQL in psycopg's dialect: ``?`` → ``%s``, null-safe ``IS ?`` → ``IS NOT DISTINCT FROM``."""
+    return sql.replace("%", "%%").replace(" IS ?", " IS NOT DISTINCT FROM ?").replace("?", "%s")
+
+
+class _Session:
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        if not params:
+            return self._conn.execute(sql)
+        return self._conn.execute(_translate(sql), tuple(params))
+
+
+class PostgresBackend:
+    """An annotation store in the PostgreSQL database named by ``url`` (libpq URL syntax)."""
+
+    kind = "PostgreSQL"
+    path = None
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self._url = url
+        self._secrets = url_secrets(url)
+        self.location = redact_url(url)
+        self.timeout = timeout
+        self._psycopg = _import_psycopg(self.location)
+        self._initialise()
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.location!r})"
+
+    def _scrub(self, err: BaseException) -> str:
+        """An error's text without the URL or its password (first lines only: no query dumps)."""
+        text = " ".join(str(err).split("\n")[:3]).strip() or type(err).__name__
+        text = text.replace(self._url, self.location)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text[:500]
+
+    def _connect(self) -> Any:
+        return self._psycopg.connect(self._url, autocommit=True, connect_timeout=max(2, round(self.timeout)))
+
+    @contextmanager
+    def connection(self, write: bool = False) -> Iterator[_Session]:
+        """A connection for one operation; with ``write``, one transaction holding the store's lock,
+        committed on success and rolled back on any error."""
+        psycopg = self._psycopg
+        try:
+            conn = self._connect()
+        except psycopg.Error as err:
+            raise AnnotationStoreError(
+                f"{self.location}: cannot connect to the annotation database: {self._scrub(err)}"
+            ) from None
+        try:
+            if write:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT set_config('lock_timeout', %s, true), set_config('synchronous_commit', 'on', true)",
+                        (f"{int(self.timeout * 1000)}ms",),
+                    )
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
+                    yield _Session(conn)
+            else:
+                yield _Session(conn)
+        except psycopg.Error as err:
+            raise AnnotationStoreError(f"{self.location}: {self._scrub(err)}") from None
+        finally:
+            conn.close()
+
+    def _initialise(self) -> None:
+        """Create or migrate the schema under the store's lock; refuse, untouched, an ``annotations`` table
+        that is not a store's, a newer schema, or a database that cannot hold every label's text."""
+        with self.connection(write=True) as db:
+            if db.execute("SELECT current_schema()").fetchone()[0] is None:
+                raise AnnotationStoreError(
+                    f"{self.location}: no schema to create the annotations table in (none of the search_path exists)"
+                )
+            encoding = str(db.execute("SHOW server_encoding").fetchone()[0])
+            if encoding.upper() not in ("UTF8", "UTF-8"):
+                raise AnnotationStoreError(
+                    f"{self.location}: the database's encoding is {encoding}, which cannot hold every label; "
+                    f"create it with ENCODING 'UTF8'; {_UNTOUCHED}"
+                )
+            tables = {
+                name
+                for (name,) in db.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+                    "AND table_name IN ('annotations', 'annotations_schema')"
+                ).fetchall()
+            }
+            version = 0
+            if "annotations_schema" in tables:
+                version = db.execute("SELECT max(version) FROM annotations_schema").fetchone()[0] or 0
+            if version > SCHEMA_VERSION:
+                raise AnnotationStoreError(
+                    f"{self.location}: written by a newer version of R2MED Explorer (schema {version}, this one "
+                    f"reads {SCHEMA_VERSION}); the database was left untouched"
+                )
+            if "annotations" in tables:
+                present = {
+                    name
+                    for (name,) in db.execute(
+                        "SELECT column_name FROM information_schema.columns "
+                        "WHERE table_schema = current_schema() AND table_name = 'annotations'"
+                    ).fetchall()
+                }
+                missing = [name for name in COLUMNS if name not in present and name not in ADDED_COLUMNS]
+                if missing:
+                    raise AnnotationStoreError(
+                        f"{self.location}: its annotations table is not an annotation store (it lacks column(s) "
+                        f"{', '.join(missing)}); {_UNTOUCHED}"
+                    )
+            else:
+                db.execute(_CREATE_TABLE)
+                present = set(COLUMNS)
+            # DDL only for what is missing, so a role without CREATE rights can use an up-to-date store.
+            for name in ADDED_COLUMNS:
+                if name not in present:
+                    db.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")
+            indexes = {
+                name
+                for (name,) in db.execute(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'annotations'"
+                ).fetchall()
+            }
+            for name, columns in INDEXES.items():
+                if name not in indexes:
+                    db.execute(f"CREATE INDEX {name} ON annotations ({', '.join(columns)})")
+            if "annotations_schema" not in tables:
+                db.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
+            if version < SCHEMA_VERSION:
+                db.execute("DELETE FROM annotations_schema")
+                db.execute("INSERT INTO annotations_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+
+
+__all__ = ["REQUIREMENT", "URL_ENV", "PostgresBackend"]

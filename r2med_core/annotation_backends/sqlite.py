@@ -1,0 +1,182 @@
+"""The default backend: one SQLite file in WAL mode, so several processes can write at once.
+
+Each operation opens its own short-lived connection, so a store can be shared by Streamlit sessions and
+used after ``fork``. Writes take the write lock up front (``BEGIN IMMEDIATE``) and wait up to the
+timeout for another writer. The file is the user's work: a file that is not an annotation store is
+reported, never deleted or replaced.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import ADDED_COLUMNS, COLUMNS, SCHEMA_VERSION, AnnotationStoreError
+
+_SQL_TYPES = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS annotations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT,
+    system TEXT NOT NULL DEFAULT '',
+    failure_type TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    annotator TEXT NOT NULL CHECK (annotator <> ''),
+    created_at TEXT NOT NULL,
+    accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
+    rank INTEGER,
+    reviewer TEXT NOT NULL DEFAULT '',
+    reviewed_at TEXT
+);
+CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
+CREATE INDEX IF NOT EXISTS annotations_by_content
+    ON annotations (dataset, task, query_id, doc_id, annotator, created_at);
+"""
+_UNTOUCHED = "the file was left untouched — move it aside or choose another path"
+
+
+class SQLiteBackend:
+    """An annotation store in the SQLite file ``path`` (created with its folder when missing)."""
+
+    kind = "SQLite"
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        if str(path) == ":memory:":
+            raise ValueError("an annotation store needs a file: each operation opens its own connection")
+        self.file: Path = path.expanduser().absolute()
+        self.path: Path | None = self.file
+        self.location = str(self.file)
+        self.timeout = timeout
+        if self.file.is_dir():
+            raise AnnotationStoreError(f"{self.file}: is a folder, not an annotation store file")
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise AnnotationStoreError(f"{self.file}: cannot create its folder: {err}") from None
+        self.journal_mode = ""
+        self._initialise()
+
+    def _open(self, create: bool = False) -> sqlite3.Connection:
+        uri = self.file.as_uri() + ("?mode=rwc" if create else "?mode=rw")
+        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = FULL")  # labels are human work: survive power loss too
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def connection(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation; with ``write``, one IMMEDIATE transaction committed on success."""
+        try:
+            conn = self._open()
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.file}: cannot open the annotation store: {err}") from None
+        try:
+            if write:
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+            if write:
+                conn.commit()
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.file}: {err}") from err
+        finally:
+            conn.close()
+
+    def _initialise(self) -> None:
+        """Create the schema in a new or empty file; refuse, untouched, anything that is not a store."""
+        try:
+            conn = self._open(create=True)
+        except sqlite3.DatabaseError as err:
+            raise AnnotationStoreError(
+                f"{self.file}: not an annotation store (not a SQLite database, or damaged: {err}); {_UNTOUCHED}"
+            ) from None
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.file}: cannot open the annotation store: {err}") from None
+        try:
+            try:
+                tables = {
+                    name
+                    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    if not name.startswith("sqlite_")
+                }
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.DatabaseError as err:
+                raise AnnotationStoreError(
+                    f"{self.file}: not an annotation store (not a SQLite database, or damaged: {err}); {_UNTOUCHED}"
+                ) from None
+            if tables and "annotations" not in tables:
+                raise AnnotationStoreError(
+                    f"{self.file}: a SQLite database but not an annotation store "
+                    f"(tables: {', '.join(sorted(tables))}); "
+                    "the file was left untouched — choose another path"
+                )
+            if version > SCHEMA_VERSION:
+                raise AnnotationStoreError(
+                    f"{self.file}: written by a newer version of R2MED Explorer (schema {version}, this one reads "
+                    f"{SCHEMA_VERSION}); the file was left untouched"
+                )
+            if "annotations" in tables:
+                self._check_existing(conn)
+            self.journal_mode = self._enable_wal(conn)
+            # One transaction, so a concurrent first open waits for (or finds) the finished schema, and an
+            # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                present = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
+                for name in ADDED_COLUMNS:
+                    if name not in present:
+                        conn.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+        except sqlite3.Error as err:
+            raise AnnotationStoreError(f"{self.file}: cannot open the annotation store: {err}; {_UNTOUCHED}") from None
+        finally:
+            conn.close()
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL; the switch ignores the busy timeout, so retry while another process holds a lock."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            if mode == "wal":
+                return mode
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            except sqlite3.OperationalError as err:
+                if ("locked" not in str(err) and "busy" not in str(err)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _check_existing(self, conn: sqlite3.Connection) -> None:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
+        missing = [name for name in COLUMNS if name not in columns and name not in ADDED_COLUMNS]
+        if missing:
+            raise AnnotationStoreError(
+                f"{self.file}: its annotations table lacks column(s) {', '.join(missing)}; "
+                "the file was left untouched — choose another path"
+            )
+        status = [row[0] for row in conn.execute("PRAGMA quick_check")]
+        if status != ["ok"]:
+            raise AnnotationStoreError(
+                f"{self.file}: the database is damaged ({'; '.join(map(str, status[:3]))}); the file was left "
+                "untouched — restore a backup or export what reads"
+            )
