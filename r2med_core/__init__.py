@@ -8,6 +8,8 @@ The small public API (everything else is an implementation detail):
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name)
     results.means["ndcg_at_10"]
 
+Each kind of system (BM25, dense, fusion, imported run, rerank, answer oracle) is one class in
+``kinds`` found through a registry; ``systems`` is their public face.
 Concerns with their own modules: ``generation`` (live LLM rewriting), ``rerank`` (cross-encoders),
 ``annotations`` (failure labels), ``published`` (the paper's numbers), ``hub`` (downloads).
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .rerank import RERANKER_PRESETS
 from .retrieval.dense import PRESETS
 from .settings import Settings
-from .systems import SpecError, SystemSpec, parse_system
+from .systems import SpecError, parse_system
 
 #: At most this many systems beyond the offered ones (fusions and allowed models) come from one link.
 MAX_LINK_SYSTEMS = 4
@@ -44,28 +44,19 @@ def reranker_refusal(model: str, settings: Settings) -> str | None:
     return model_refusal(model, settings)
 
 
-def _dense_names(spec: SystemSpec) -> list[str]:
-    if spec.kind == "fusion":
-        return [name for member in spec.members for name in _dense_names(member)]
-    return [spec.name] if spec.kind == "dense" else []
-
-
 def system_refusal(name: str, settings: Settings, offered: Iterable[str] = ()) -> str | None:
-    """Why a system named by a visitor may not run here, or None. A fusion's members must be plain
-    systems (no nesting) that are offered or allowed themselves."""
+    """Why a system named by a visitor may not run here, or None. The systems it combines or wraps must
+    be offered or allowed themselves (a fusion's: plain systems, offered or allowed; see each kind's
+    ``link_refusal``), and every model it loads must be a preset or allowed."""
     try:
         spec = parse_system(name)
     except (SpecError, RecursionError):
         return "not a system name this app knows"
-    if spec.kind == "fusion":
-        offered = set(offered)
-        for member in spec.members:
-            if member.kind == "fusion":
-                return "fusions of fusions are not run"
-            if str(member) not in offered and system_refusal(str(member), settings) is not None:
-                return "a fusion may only combine systems already offered"
-    for model in _dense_names(spec):
-        reason = model_refusal(model, settings)
+    reason = spec.system_kind.link_refusal(spec, set(offered), lambda member: system_refusal(member, settings))
+    if reason:
+        return reason
+    for role, model in spec.models():
+        reason = model_refusal(model, settings) if role == "dense" else reranker_refusal(model, settings)
         if reason:
             return reason
     return None

@@ -135,8 +135,14 @@ def _export(model: Any, target: Path, int8: bool) -> None:
         os.replace(final, target)
 
 
-def load_accelerated(location: str, backend: str, device: str = "cpu", pooling: str | None = None) -> OnnxEncoder:
-    """An ONNX Runtime encoder for a sentence-transformers model folder or hub id (CPU only)."""
+def load_accelerated(
+    location: str, backend: str, device: str = "cpu", pooling: str | None = None, *, revision: str = "main"
+) -> OnnxEncoder:
+    """An ONNX Runtime encoder for a sentence-transformers model folder or hub id (CPU only).
+
+    ``revision`` identifies the weights (``retrieval.dense.model_revision``) and keys the exported
+    file; the caller passes it so this module never imports the dense retriever (which imports it).
+    """
     if backend not in ACCELERATED:
         raise BackendUnavailable(
             f"backend {backend!r} is not available: use torch, onnx or onnx-int8 (OpenVINO needs optimum-intel, "
@@ -150,13 +156,11 @@ def load_accelerated(location: str, backend: str, device: str = "cpu", pooling: 
         raise BackendUnavailable(f"the {backend} backend needs `pip install onnxruntime onnx`") from None
     from sentence_transformers import SentenceTransformer
 
-    from .retrieval.dense import model_revision
-
     model = SentenceTransformer(location, device="cpu")
     mode, normalize = _pooling_of(model, pooling)
     import torch
 
-    target = cache_root() / "onnx" / fingerprint(location, model_revision(location), backend, torch.__version__)
+    target = cache_root() / "onnx" / fingerprint(location, revision, backend, torch.__version__)
     path = target / ("model-int8.onnx" if backend == "onnx-int8" else "model.onnx")
     with _EXPORT_LOCK:
         if not path.is_file():

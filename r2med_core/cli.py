@@ -360,7 +360,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
     from .systems import _dense_model, parse_system
 
     spec = parse_system(args.model if ":" in args.model or args.model in PRESETS else f"dense:{args.model}")
-    if spec.kind != "dense" or spec.rewrite:
+    if spec.models() != (("dense", spec.name),) or spec.rewrite:
         raise UsageError(f"--model must be a dense model (a preset: {', '.join(PRESETS)}, or a model id or path)")
     try:
         hardware = detect(args.device)

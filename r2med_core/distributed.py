@@ -20,7 +20,6 @@ from .cache import CACHE_ENV, cache_root
 from .data import Dataset
 from .encoding import Plan
 from .evaluation import Results
-from .jobs import leaf_systems
 from .retrieval.dense import DenseModel, DenseRetriever
 from .runs import Run
 from .sweep import Cell, evaluate_cell
@@ -134,11 +133,11 @@ def ray_cells(ray: Any) -> Any:
     def runner(datasets: dict[str, Dataset], cells: list[Cell], top_k: int) -> Iterator[tuple[Cell, Run, Results]]:
         for task, dataset in datasets.items():
             models = {
-                leaf.name
+                model
                 for cell in cells
                 if cell.task == task
-                for leaf in leaf_systems(parse_system(cell.system))
-                if leaf.kind == "dense"
+                for role, model in parse_system(cell.system).models()
+                if role == "dense"
             }
             for model_name in sorted(models):
                 encode_on_ray(ray, dataset, model_name)

@@ -13,25 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .kinds.dense import BENCHMARK_DENSE_PRESETS, TASK_INSTRUCTION_PRESETS
+from .kinds.rerank import rerank_differences
 from .prompts import OFFICIAL_MAX_TOKENS, official_sampling
-from .published import RETRIEVER_NAMES
-from .rerank import RERANKER_PRESETS
-from .systems import SpecError, SystemSpec, parse_system
+from .systems import SpecError, SystemSpec, leaf_systems, parse_system
 from .tasks import TASKS
 
-#: Dense presets configured as the benchmark ran them (model, pooling, cosine, per-task instruction,
-#: document prefix, max length): the paper's retrievers, named as published. The preset table
-#: itself lives in ``retrieval/dense.py``.
-BENCHMARK_DENSE_PRESETS: frozenset[str] = frozenset(RETRIEVER_NAMES) - {"bm25"}
-#: Of those, the ones whose query instruction is per task (a non-R2MED dataset gets a generic one).
-TASK_INSTRUCTION_PRESETS: frozenset[str] = frozenset(
-    {"inst-l", "inst-xl", "bmr-410m", "bmr-2b", "bmr-7b", "e5", "grit", "sfr", "nv"}
-)
-
-_BM25_DIFFERENCES = {
-    "bm25s": "bm25s's own tokenizer and query weighting, not the benchmark's Lucene analyzer and gensim weighting",
-    "bm25-okapi": "rank_bm25's BM25Okapi, not the benchmark's BM25 (Lucene analyzer, gensim LuceneBM25Model)",
-}
+# Re-exported: the dense presets configured as the benchmark ran them, and those with a per-task
+# instruction (each kind says how it departs from the protocol: ``SystemKind.differences``).
+__all__ = ["BENCHMARK_DENSE_PRESETS", "TASK_INSTRUCTION_PRESETS", "Fidelity", "fidelity"]
 
 
 @dataclass(frozen=True)
@@ -57,20 +47,7 @@ class Fidelity:
 
 
 def _retriever_differences(spec: SystemSpec, dataset_name: str | None) -> list[str]:
-    if spec.kind == "fusion":
-        out = ["reciprocal-rank fusion: a combination the benchmark did not evaluate"]
-        for member in spec.members:
-            out += [d for d in _retriever_differences(member, dataset_name) if d not in out]
-        return out
-    if spec.kind == "bm25":
-        return [_BM25_DIFFERENCES[spec.name]] if spec.name in _BM25_DIFFERENCES else []
-    if spec.name == "minilm":
-        return ["MiniLM is the offline default, not a paper model"]
-    if spec.name not in BENCHMARK_DENSE_PRESETS:
-        return [f"dense model {spec.name!r} is not one of the benchmark's dense configurations"]
-    if spec.name in TASK_INSTRUCTION_PRESETS and dataset_name is not None and dataset_name not in TASKS:
-        return [f"{dataset_name} is not an R2MED task: a generic query instruction replaces the per-task one"]
-    return []
+    return spec.system_kind.differences(spec, dataset_name)
 
 
 def _live_differences(method: str, live: Mapping[str, Any], dataset_name: str | None) -> list[str]:
@@ -114,14 +91,11 @@ def fidelity(
     except SpecError:
         return Fidelity(name, ("a run made elsewhere or an unknown system: its setting is not known",))
     differences = _retriever_differences(spec.base, dataset_name)
-    rewrites = {m.rewrite for m in (spec.members or (spec,)) if m.rewrite}
+    rewrites = {m.rewrite for m in leaf_systems(spec) if m.rewrite}
     for rewrite in sorted(rewrites):
         settings = (live or {}).get(rewrite)
         if settings is not None:
             differences += [d for d in _live_differences(rewrite[0], settings, dataset_name) if d not in differences]
     if reranker:
-        if reranker not in RERANKER_PRESETS:
-            differences.append(f"reranker {reranker!r} is not one the benchmark evaluated")
-        if keep_tail:
-            differences.append("the first-stage tail is kept below the reranked k (the benchmark's run holds only k)")
+        differences += [d for d in rerank_differences(reranker, keep_tail) if d not in differences]
     return Fidelity(name, tuple(differences))

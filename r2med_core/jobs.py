@@ -17,12 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cache import entry_path, fingerprint
+from .cache import fingerprint
 from .data import Dataset
-from .encoding import Cancelled, EncodeStatus, docs_per_s, finished_docs, format_seconds, record_throughput
+from .encoding import Cancelled, EncodeStatus, docs_per_s, format_seconds, record_throughput
 from .encoding import status as encoding_status
+from .kinds.base import MODEL_LOAD_SECONDS, SystemSpec, estimate_seconds, is_computed, parse_system, run_key
+from .kinds.bm25 import BM25_DOCS_PER_S, OKAPI_PAIRS_PER_S
+from .kinds.dense import dense_model
+from .kinds.rerank import RERANK_PAIRS_PER_S, rerank_seconds
 from .retrieval.dense import DenseRetriever
-from .systems import SystemSpec, _dense_model, _run_key, bm25_index_key, parse_system, rewritten_texts
+from .systems import leaf_systems
+
+# Cost constants, kept here by name for callers (each lives with its kind).
+_ = (BM25_DOCS_PER_S, OKAPI_PAIRS_PER_S, MODEL_LOAD_SECONDS, RERANK_PAIRS_PER_S)
 
 __all__ = [
     "REGISTRY",
@@ -34,7 +41,9 @@ __all__ = [
     "estimate_seconds",
     "format_seconds",
     "is_computed",
+    "leaf_systems",
     "record_throughput",
+    "rerank_seconds",
     "start_run",
 ]
 
@@ -180,7 +189,7 @@ REGISTRY = JobRegistry()
 
 def run_job_key(dataset: Dataset, system: str, k: int = 100) -> tuple[str, str]:
     """The key of the job computing this run: the run's own cache key, so the same work is one job."""
-    return ("run", fingerprint("runs", _run_key(dataset, parse_system(system), k)))
+    return ("run", fingerprint("runs", run_key(dataset, parse_system(system), k)))
 
 
 def start_run(dataset: Dataset, system: str, k: int = 100) -> Job:
@@ -205,7 +214,7 @@ class _EncodingWatcher(threading.Thread):
 
     def __init__(self, dataset: Dataset, spec: SystemSpec, job: Job) -> None:
         super().__init__(daemon=True, name=f"r2med-watch-{job.label}")
-        self.keys = [_dense_key(dataset, s) for s in _dense_members(spec)]
+        self.keys = _dense_keys(dataset, spec)
         self.job = job
         self._stop_event = threading.Event()
 
@@ -219,63 +228,14 @@ class _EncodingWatcher(threading.Thread):
 
 
 # --------------------------------------------------------------------------- costs
+# Each kind estimates its own cost (``SystemKind.estimate_seconds``); ``estimate_seconds`` and
+# ``is_computed`` (from ``kinds.base``) say 0 for a run already on disk.
 
 
-def leaf_systems(spec: SystemSpec) -> list[SystemSpec]:
-    """The single systems a (possibly fused) system runs."""
-    if spec.kind == "fusion":
-        return [m for member in spec.members for m in leaf_systems(member)]
-    return [spec]
-
-
-def _dense_members(spec: SystemSpec) -> list[SystemSpec]:
-    return [m for m in leaf_systems(spec) if m.kind == "dense"]
-
-
-def _dense_key(dataset: Dataset, spec: SystemSpec) -> dict[str, Any]:
-    return DenseRetriever(_dense_model(dataset, spec.name)).cache_key(dataset.fingerprint)
-
-
-def is_computed(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> bool:
-    """True when the system's run on this dataset is in the disk cache (loading it is cheap)."""
-    spec = parse_system(system) if isinstance(system, str) else system
-    return (entry_path("runs", _run_key(dataset, spec, k)) / "manifest.json").is_file()
-
-
-MODEL_LOAD_SECONDS = 3.0
-BM25_DOCS_PER_S = 3000.0  # tokenising + indexing (official analyzer)
-OKAPI_PAIRS_PER_S = 2.0e6  # rank_bm25 scores every document for every query in Python
-RERANK_PAIRS_PER_S = 6.0
-
-
-def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> float:
-    """How long computing the system's run would take here (0 when it is on disk already)."""
-    spec = parse_system(system) if isinstance(system, str) else system
-    for member in leaf_systems(spec):
-        if member.rewrite:
-            rewritten_texts(dataset, member.rewrite)  # SpecError: the dataset has no such rewrite
-    if spec.kind == "run":
-        return 0.1  # an imported run is read from its file, never computed
-    if is_computed(dataset, spec, k):
-        return 0.0
-    n_docs, n_queries = len(dataset.corpus), len(dataset.queries)
-    if spec.kind == "fusion":
-        return sum(estimate_seconds(dataset, m, max(k, 100)) for m in spec.members)
-    if spec.kind == "bm25":
-        if spec.name == "bm25-okapi":
-            return n_docs / BM25_DOCS_PER_S + n_docs * n_queries / OKAPI_PAIRS_PER_S
-        indexed = (entry_path("bm25", bm25_index_key(dataset, spec.name)) / "manifest.json").is_file()
-        return (0.0 if indexed else n_docs / BM25_DOCS_PER_S) + 0.2
-    retriever = DenseRetriever(_dense_model(dataset, spec.name))
-    key = retriever.cache_key(dataset.fingerprint)
-    speed = docs_per_s(spec.name, retriever.hardware.device)
-    queries = n_queries * (2 if spec.rewrite else 1) / (speed * 4)  # queries are short
-    if (entry_path("dense", key) / "manifest.json").is_file():
-        return MODEL_LOAD_SECONDS + queries
-    left = n_docs - finished_docs(key, n_docs)
-    return MODEL_LOAD_SECONDS + left / speed + queries
-
-
-def rerank_seconds(n_queries: int, depth: int) -> float:
-    """The cost of reranking ``depth`` documents per query with a cross-encoder on the CPU."""
-    return MODEL_LOAD_SECONDS + n_queries * depth / RERANK_PAIRS_PER_S
+def _dense_keys(dataset: Dataset, spec: SystemSpec) -> list[dict[str, Any]]:
+    """The encoding cache keys of the dense models a system runs (their progress is watched)."""
+    return [
+        DenseRetriever(dense_model(dataset, model)).cache_key(dataset.fingerprint)
+        for role, model in dict.fromkeys(spec.models())
+        if role == "dense"
+    ]

@@ -259,8 +259,9 @@ def collect(
 
 
 def system_models(system: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The model ids and ``(method, llm)`` rewrites a system name uses (fusion members included);
-    an imported run or an unparseable name uses none that are known."""
+    """The model ids and ``(method, llm)`` rewrites a system name uses (each kind says which models
+    it loads); an imported run or an unparseable name uses none that are known."""
+    from .rerank import RERANKER_PRESETS
     from .retrieval.dense import resolve_model
     from .systems import SpecError, parse_system
 
@@ -269,6 +270,12 @@ def system_models(system: str) -> tuple[list[str], list[tuple[str, str]]]:
     except SpecError:
         return [], []
     models: list[str] = []
+    for role, name in spec.models():
+        if role == "dense":
+            model = resolve_model(name)
+            models += [model.query_model, *([model.doc_model] if model.doc_model else [])]
+        else:
+            models.append(RERANKER_PRESETS.get(name, name))
     rewrites: list[tuple[str, str]] = []
     stack = [spec]
     while stack:
@@ -276,9 +283,6 @@ def system_models(system: str) -> tuple[list[str], list[tuple[str, str]]]:
         stack.extend(part.members)
         if part.rewrite:
             rewrites.append(part.rewrite)
-        if part.kind == "dense":
-            model = resolve_model(part.name)
-            models += [model.query_model, *([model.doc_model] if model.doc_model else [])]
     return models, rewrites
 
 

@@ -80,13 +80,15 @@ def test_fusion_system_equals_fusing_the_member_runs(tiny_r2med: Path) -> None:
 
 def test_runs_are_cached_and_keyed_by_the_data(tiny_r2med: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     computed: list[str] = []
-    original = systems._compute
+    from r2med_core.kinds import base
+
+    original = base._compute
 
     def spy(dataset, spec, k, progress):  # type: ignore[no-untyped-def]
         computed.append(str(spec))
         return original(dataset, spec, k, progress)
 
-    monkeypatch.setattr(systems, "_compute", spy)
+    monkeypatch.setattr(base, "_compute", spy)
     first = run_system(load_r2med_dir(tiny_r2med), "bm25")
     second = run_system(load_r2med_dir(tiny_r2med), "bm25")
     assert computed == ["bm25"] and second.rankings == first.rankings

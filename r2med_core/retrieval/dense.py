@@ -317,7 +317,9 @@ def load_encoder(
             if backend != "torch":
                 from ..backends import load_accelerated
 
-                model = load_accelerated(location, backend, device=device, pooling=pooling)
+                model = load_accelerated(
+                    location, backend, device=device, pooling=pooling, revision=model_revision(location)
+                )
             elif pooling is None:
                 model = SentenceTransformer(
                     location,
