@@ -9,7 +9,6 @@ import html
 import json
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
@@ -267,6 +266,13 @@ def test_the_test_and_alpha_chosen_change_the_caption_and_marks(dataset, systems
 # --------------------------------------------------------------------------- the app
 
 
+@pytest.fixture
+def _computes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages may compute MiniLM by themselves (gating is tested in test_jobs.py)."""
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+
+
+@pytest.mark.usefixtures("_computes")
 def test_compare_page_offers_both_downloads_of_what_it_compares(monkeypatch: pytest.MonkeyPatch) -> None:
     import views.saved_reports as saved_reports
 
@@ -294,6 +300,7 @@ def test_compare_page_offers_both_downloads_of_what_it_compares(monkeypatch: pyt
     assert "Download report (HTML)" in labels and "Download LaTeX table" in labels
 
 
+@pytest.mark.usefixtures("_computes")
 def test_uploading_a_report_on_compare_reopens_its_runs(page: str) -> None:
     at = open_app("compare", task=TASK, systems=["bm25"])
     at.file_uploader(key="w_report_file").set_value(("my report.html", page.encode(), "text/html")).run()
@@ -306,7 +313,8 @@ def test_uploading_a_report_on_compare_reopens_its_runs(page: str) -> None:
     assert {"run:bm25", "run:minilm", "run:oracle"} <= set(at.multiselect(key="w_systems").value)
 
 
-def test_a_bad_report_upload_names_the_file_and_the_app_lives_on(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("_computes")
+def test_a_bad_report_upload_names_the_file_and_the_app_lives_on() -> None:
     at = open_app("compare", task=TASK, systems=["bm25", "minilm"])
     at.file_uploader(key="w_report_file").set_value(("notes.html", b"<html>hello</html>", "text/html")).run()
     at.button(key="w_report_open").click().run()
