@@ -321,3 +321,13 @@ def test_a_bad_report_upload_names_the_file_and_the_app_lives_on() -> None:
     assert not at.exception
     assert any("notes.html: not a report saved by R2MED Explorer" in e.value.replace("\\", "") for e in at.error)
     assert at.get("download_button")  # the page still shows the comparison
+
+
+def test_a_report_dropped_on_your_runs_reopens_its_runs_too(page: str) -> None:
+    at = open_app(task=TASK, systems=["bm25"])
+    at.file_uploader(key="w_run_file").set_value(("saved.html", page.encode(), "text/html")).run()
+    at.button(key="w_run_add").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("Reopened 3 runs from saved" in s.value.replace("\\", "") for s in at.success)
+    at.run()
+    assert {"run:bm25", "run:minilm", "run:oracle"} <= set(at.multiselect(key="w_systems").value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import streamlit as st
+from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from r2med_core import DataError, Dataset, PairedTest, Results, Run
 from r2med_core.report import metric_label
@@ -94,33 +95,43 @@ def reopen_section(dataset: Dataset) -> None:
         if ui.read_only():
             st.caption("Uploads are off on this public demo.")
             return
-        settings = load_settings()
         uploaded = st.file_uploader(
-            f"A report saved from the Compare or Metrics page (at most {settings.upload_max_mb:g} MB)",
+            f"A report saved from the Compare or Metrics page (at most {load_settings().upload_max_mb:g} MB)",
             type=["html", "htm"],
             key="w_report_file",
         )
-        if uploaded is None or not st.button("Reopen its runs", key="w_report_open"):
-            return
-        try:
-            reopened = reopen_report(dataset, uploaded.getvalue(), uploaded.name, settings)
-        except DataError as err:
-            st.error(
-                f"{ui.md(uploaded.name)} cannot be reopened:\n\n"
-                + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
-            )
-            return
-        v = state.view()
-        v.systems = list(dict.fromkeys([*v.systems, *reopened.systems]))
-        v.compare = reopened.systems
-        message = (
-            f"Reopened {len(reopened.systems)} runs from {ui.md(uploaded.name)} as "
-            + ", ".join(f"`{s}`" for s in reopened.systems)
-            + " and selected them."
+        if uploaded is not None and st.button("Reopen its runs", key="w_report_open"):
+            reopen_upload(dataset, uploaded, rerun=True)
+
+
+def reopen_upload(dataset: Dataset, uploaded: UploadedFile, *, rerun: bool) -> None:
+    """Reopen an uploaded report's runs and select them (also for a report dropped on "Your runs").
+
+    With ``rerun`` the page starts again so every widget shows the new runs, and the confirmation is
+    shown once by :func:`state.show_flash`; otherwise it is shown here."""
+    settings = load_settings()
+    if uploaded.size > settings.upload_max_bytes:  # before the bytes are read
+        st.error(f"{ui.md(uploaded.name)} is over the {settings.upload_max_mb:g} MB upload limit.")
+        return
+    try:
+        reopened = reopen_report(dataset, uploaded.getvalue(), uploaded.name, settings)
+    except DataError as err:
+        st.error(
+            f"{ui.md(uploaded.name)} cannot be reopened:\n\n" + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
         )
-        if reopened.warnings:
-            message += "\n\nIgnored or not in the corpus:\n\n" + "\n".join(
-                f"- {ui.md(w)}" for w in reopened.warnings[:20]
-            )
-        v.flash = message
-        st.rerun()
+        return
+    v = state.view()
+    v.systems = list(dict.fromkeys([*v.systems, *reopened.systems]))
+    v.compare = reopened.systems
+    message = (
+        f"Reopened {len(reopened.systems)} runs from {ui.md(uploaded.name)} as "
+        + ", ".join(f"`{s}`" for s in reopened.systems)
+        + " and selected them."
+    )
+    if reopened.warnings:
+        message += "\n\nIgnored or not in the corpus:\n\n" + "\n".join(f"- {ui.md(w)}" for w in reopened.warnings[:20])
+    if not rerun:
+        st.success(message)
+        return
+    v.flash = message
+    st.rerun()
