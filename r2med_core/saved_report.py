@@ -315,23 +315,32 @@ class Report:
 
     # ------------------------------------------------------------------ the HTML file
 
-    def payload(self) -> dict[str, Any]:
-        """What the HTML embeds to reopen the runs: the dataset, settings, and each run as TREC text
-        with its SHA-256 (so an edited file is refused instead of silently reopened)."""
-        systems = []
+    @cached_property
+    def _embedded(self) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
+        """Each run as TREC text with its SHA-256 (so an edited file is refused instead of silently
+        reopened), and the runs a TREC file cannot hold (ids with spaces), with why."""
+        embedded, left_out = [], []
         for system in self.systems:
-            trec = format_trec(system.run, tag=system.name)
+            try:
+                trec = format_trec(system.run, tag=system.name)
+            except DataError as err:
+                left_out.append((system.label, err.problems[0].message))
+                continue
             digest = hashlib.sha256(trec.encode("utf-8")).hexdigest()
-            systems.append(
+            embedded.append(
                 {"name": system.name, "label": system.label, "note": system.note, "trec": trec, "sha256": digest}
             )
+        return embedded, left_out
+
+    def payload(self) -> dict[str, Any]:
+        """What the HTML embeds to reopen the runs: the dataset, the settings and the runs."""
         return {
             "format": REPORT_FORMAT,
             "version": REPORT_VERSION,
             "created": self.created,
             "dataset": {"name": self.dataset_name, "fingerprint": self.fingerprint},
             "settings": self.all_settings(),
-            "systems": systems,
+            "systems": self._embedded[0],
         }
 
     def all_settings(self) -> dict[str, str]:
@@ -378,6 +387,10 @@ class Report:
         ]
         if self.baseline_tests:
             parts += ["<h2>Paired tests against the baseline</h2>", self._baseline_table()]
+        for label, reason in self._embedded[1]:
+            parts.append(
+                f'<p class="note">The run of {_e(label)} is not in this file and cannot be reopened: {_e(reason)}.</p>'
+            )
         parts += ["<h2>Charts</h2>", *charts]
         parts.append(f'<script type="application/json" id="{DATA_ID}">{_json_for_script(self.payload())}</script>')
         parts.append("</body></html>")
@@ -476,7 +489,13 @@ class Report:
             ignore_index=True,
         )
         box = px.box(
-            per_query, x="system", y="value", points="all", hover_name="query", labels={"value": metric_label(primary)}
+            per_query,
+            x="system",
+            y="value",
+            color="system",
+            points="all",
+            hover_name="query",
+            labels={"value": metric_label(primary)},
         )
         box.update_yaxes(range=[-0.03, 1.03])
         return [

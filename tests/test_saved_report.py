@@ -9,6 +9,7 @@ import html
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -331,3 +332,54 @@ def test_a_report_dropped_on_your_runs_reopens_its_runs_too(page: str) -> None:
     assert any("Reopened 3 runs from saved" in s.value.replace("\\", "") for s in at.success)
     at.run()
     assert {"run:bm25", "run:minilm", "run:oracle"} <= set(at.multiselect(key="w_systems").value)
+
+
+_CHARTS_DRAWN = (
+    "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.main-svg')).length === 3"
+)
+
+
+@pytest.mark.browser
+def test_the_saved_report_draws_its_charts_in_chromium_with_the_network_off(page: str, tmp_path: Path) -> None:
+    """Opened from disk with every request but the file itself refused: the three charts draw, and
+    the label carrying a <script> shows as text instead of running."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    requested: list[str] = []
+    dialogs: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(offline=True)
+
+            def refuse(route) -> None:  # type: ignore[no-untyped-def]
+                if route.request.url != path.as_uri():
+                    requested.append(route.request.url)
+                    route.abort()
+                else:
+                    route.continue_()
+
+            context.route("**/*", refuse)
+            tab = context.new_page()
+            tab.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            tab.goto(path.as_uri())
+            tab.wait_for_function(_CHARTS_DRAWN, timeout=60_000)
+            cells = tab.locator("td").all_inner_texts()
+        finally:
+            browser.close()
+    assert requested == [] and dialogs == []
+    assert NASTY in cells  # the label, shown exactly as written
+
+
+def test_a_run_a_trec_file_cannot_hold_is_named_in_the_report_not_a_crash(dataset, systems) -> None:  # type: ignore[no-untyped-def]
+    spaced = Run("run:spaced", {"0": [("doc with spaces", 1.0)]})
+    odd = ReportSystem("run:spaced", "Spaced", spaced, evaluate(spaced, dataset.qrels))
+    text = Report(dataset, [systems[0], odd], metrics=("ndcg_at_10",)).html()
+    assert "The run of Spaced is not in this file and cannot be reopened" in text
+    assert [r.name for r in read_report(text.encode(), "r.html").runs] == ["bm25"]
