@@ -43,6 +43,7 @@ def download_buttons(
     built only when a button is clicked, once for both, and the page does not rerun for it."""
     if not computed:
         return
+    metrics = list(dict.fromkeys(metrics))
     c = st.columns([1, 1, 1, 1], vertical_alignment="bottom")
     test = c[0].selectbox(
         "Report's test", list(TESTS), format_func=lambda t: TESTS[t].removeprefix("two-sided "), key="w_report_test"
@@ -84,7 +85,8 @@ def download_buttons(
     )
     st.caption(
         f"Both files test every pair of systems on {', '.join(metric_label(m) for m in metrics)} "
-        f"({TESTS[test]}, alpha = {alpha:g}, Holm correction over the pairs), computed when you click."
+        f"({TESTS[test]}, alpha = {alpha:g}{', Holm correction over the pairs' if len(computed) > 2 else ''}), "
+        "computed when you click (seconds per pair on a large task)."
     )
 
 
