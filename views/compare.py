@@ -9,15 +9,16 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_core.evaluation import ALL_METRICS, compare
+from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, compare
 from r2med_core.explore import axis_range, per_query_delta, shorten, verdict
 from r2med_core.report import metric_label
-from views import state, ui
+from views import saved_reports, state, ui
 
 dataset = ui.current_dataset()
 v = state.view()
 st.title("Compare systems")
 ui.demo_banner(dataset)
+saved_reports.reopen_section(dataset)
 
 options = state.systems_in_play()
 if not options:
@@ -84,6 +85,16 @@ st.caption(
     "(10,000 sign flips) over the queries both systems were evaluated on"
     + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
     + " The verdict uses the randomization test at p < 0.05."
+)
+
+st.subheader("Save this comparison")
+saved_reports.download_buttons(
+    dataset,
+    computed,
+    metrics=[metric, *MAIN_METRICS],
+    title="Comparison",
+    baseline_tests=tests,
+    extra_settings={"baseline": ui.system_label(baseline.run_name), "compared on": name},
 )
 
 for test, other in zip(tests, others):

@@ -12,7 +12,7 @@ from r2med_core.evaluation import ALL_METRICS, CUTOFFS, MAIN_METRICS
 from r2med_core.report import curves_table, means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
-from views import state, ui
+from views import saved_reports, state, ui
 
 dataset = ui.current_dataset()
 st.title("Metrics")
@@ -55,6 +55,9 @@ st.dataframe(
 )
 st.download_button(
     "Download metrics (CSV)", means.to_csv(index=False), file_name=f"{dataset.name}_metrics.csv", mime="text/csv"
+)
+saved_reports.download_buttons(
+    dataset, [(runs[name], results[name]) for name in results], metrics=shown or list(MAIN_METRICS), title="Metrics"
 )
 
 st.subheader("Metric @ k")

@@ -10,7 +10,7 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from r2med_core import DataError, Dataset
 from r2med_core.imported_runs import JSON_SUFFIXES, RUNS_DIR, TREC_SUFFIXES, available_runs, save_upload
 from r2med_core.settings import load_settings
-from views import ui
+from views import saved_reports, ui
 from views.state import view
 
 
@@ -27,7 +27,8 @@ def runs_section(dataset: Dataset) -> None:
         st.caption(
             f"A TREC run (`qid Q0 docid rank score tag`) or a `{{query id: {{doc id: score}}}}` JSON (MTEB "
             f"save_predictions, an evaluation kit's score file) for {ui.md(dataset.name)} becomes a system named "
-            "`run:<name>` on every page. The top 100 per query is evaluated, as in the benchmark."
+            "`run:<name>` on every page. The top 100 per query is evaluated, as in the benchmark. A report saved "
+            "from Compare or Metrics (.html) brings back all of its runs."
         )
         for entry in entries.values():
             where = "runs folder" if entry.origin == RUNS_DIR else "uploaded"
@@ -37,7 +38,7 @@ def runs_section(dataset: Dataset) -> None:
             return
         uploaded = st.file_uploader(
             f"Upload a run (at most {settings.upload_max_mb:g} MB)",
-            type=[s.lstrip(".") for s in (*TREC_SUFFIXES, *JSON_SUFFIXES)],
+            type=[s.lstrip(".") for s in (*TREC_SUFFIXES, *JSON_SUFFIXES, ".html", ".htm")],
             key="w_run_file",
         )
         if uploaded is not None and st.button("Add this run", key="w_run_add"):
@@ -46,6 +47,9 @@ def runs_section(dataset: Dataset) -> None:
 
 def _add(dataset: Dataset, uploaded: UploadedFile) -> None:
     """Validate and store the upload, select it, and say what was ignored (file:line)."""
+    if uploaded.name.lower().endswith((".html", ".htm")):
+        saved_reports.reopen_upload(dataset, uploaded, rerun=False)
+        return
     settings = load_settings()
     file_name = uploaded.name
     if uploaded.size > settings.upload_max_bytes:  # before the bytes are parsed
