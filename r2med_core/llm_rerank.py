@@ -212,6 +212,13 @@ def _with_defaults(endpoint: AnyEndpoint, sampling: dict[str, float], max_tokens
     return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
 
 
+def _listwise_bound(endpoint: AnyEndpoint, max_tokens: int | None) -> int | None:
+    """The list-wise reply bound: as given, else 4096 for a server (a local CPU model keeps its own)."""
+    if max_tokens is not None or isinstance(endpoint, LocalEndpoint):
+        return max_tokens
+    return LISTWISE_MAX_TOKENS
+
+
 # --------------------------------------------------------------------------- prompts
 
 
@@ -658,7 +665,7 @@ def listwise_rerank(
     k: int = 10,
     *,
     window: Window | None = None,
-    max_tokens: int | None = LISTWISE_MAX_TOKENS,
+    max_tokens: int | None = None,
     workers: int = 1,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
@@ -672,13 +679,14 @@ def listwise_rerank(
     """Rerank each query's top ``k`` with the benchmark's list-wise GPT prompt (module docstring).
 
     Returns the reranked run (only the listed documents, as the benchmark's; every k document with
-    a ``window``). Sampling left unset on the endpoint is the benchmark's (0.8, top_p 0.8).
+    a ``window``). Sampling left unset on the endpoint is the benchmark's (0.8, top_p 0.8); replies
+    are bounded by ``max_tokens`` (default 4096 for a server; a ``LocalEndpoint`` keeps its own).
     ``workers`` queries are asked at once. Raises ``RerankIncomplete`` when stopped by
     ``should_stop`` or by server trouble; everything answered is cached, so calling again resumes.
     ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes).
     """
     plan = _plan(run, dataset, k)
-    endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, max_tokens)
+    endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _listwise_bound(endpoint, max_tokens))
     result = report_to if report_to is not None else RerankReport("listwise", endpoint.url)
     result.method, result.endpoint = "listwise", endpoint.url
     total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
@@ -833,7 +841,7 @@ def estimate(
         raise LLMRerankError("method must be 'listwise' or 'pointwise'")
     plan = _plan(run, dataset, k)
     if method == "listwise":
-        endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, max_tokens or LISTWISE_MAX_TOKENS)
+        endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _listwise_bound(endpoint, max_tokens))
     else:
         endpoint = _with_defaults(endpoint, {"temperature": 0.0}, max_tokens)
     dry = _Asker(method, endpoint, dry=True)
