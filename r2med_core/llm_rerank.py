@@ -52,7 +52,7 @@ from . import generation as gen
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import Dataset
 from .endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
-from .generation import AnyEndpoint, Endpoint, GenerationError, LocalEndpoint
+from .generation import AnyEndpoint, GenerationError, LocalEndpoint
 from .progress import Progress, report
 from .runs import Ranking, Run
 
@@ -239,7 +239,7 @@ def _cl100k() -> Any:
 def cut_passage(text: str, tokens: int = CUT_TOKENS) -> str:
     """The first ``tokens`` cl100k_base tokens of ``text`` (the benchmark's ``cut_text_openai``)."""
     encoding = _cl100k()
-    ids = encoding.encode(text, disallowed_special=())
+    ids = encoding.encode(text, disallowed_special=())  # text like "<|endoftext|>" is text (tiktoken would raise)
     return encoding.decode(ids[:tokens]) if len(ids) > tokens else text
 
 
@@ -614,6 +614,22 @@ def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]
     return out
 
 
+def _note_unshown(run: Run, dataset: Dataset, plan: dict[str, Any], k: int, result: RerankReport) -> None:
+    """Say which queries kept their first-stage top k (query text unknown, as an imported run's may
+    be) and which lost documents the corpus lacks (they cannot be shown to the model)."""
+    for qid in run.rankings:
+        if qid not in plan:
+            if run.top(qid, k):
+                result.notes[qid] = (
+                    "not reranked (its text or documents are not in the dataset): first-stage top k kept"
+                )
+            continue
+        lacking = len(run.top(qid, k)) - len(plan[qid][1])
+        if lacking:
+            note = f"{lacking} documents the corpus lacks could not be shown and are left out"
+            result.notes[qid] = f"{result.notes[qid]}; {note}" if qid in result.notes else note
+
+
 def listwise_name(run_name: str, model: str, k: int, window: Window | None = None) -> str:
     """The reranked run's name; ``+window…`` marks the sliding window (not the benchmark's setting)."""
     name = f"{run_name}>llm-listwise:{model}@{k}"
@@ -713,7 +729,8 @@ def listwise_rerank(
             if note:
                 result.notes[qid] = note
         else:
-            rankings[qid] = []  # nothing the corpus knows to show: nothing ranked
+            rankings[qid] = list(run.top(qid, k))
+    _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM listwise reranking: done ({result.summary()})")
     return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds)
 
@@ -768,14 +785,17 @@ def pointwise_rerank(
     explanations: dict[str, dict[str, Explanation]] = {}
     rankings: dict[str, Ranking] = {}
     for qid in run.rankings:
-        docs = plan[qid][1] if qid in plan else []
+        if qid not in plan:
+            rankings[qid] = list(run.top(qid, k))
+            continue
+        docs = plan[qid][1]
         judged = {doc: done[f"{qid} · {doc}"] for doc in docs}
         explanations[qid] = judged
         order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
         rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]
         for item in judged.values():
             result.sources[item.source] = result.sources.get(item.source, 0) + 1
-    explanations = {qid: value for qid, value in explanations.items() if value}
+    _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
     return Run(pointwise_name(run.name, endpoint.model, k), rankings, run.seconds + asker.seconds), explanations
 
@@ -885,7 +905,6 @@ def estimate(
 
 
 __all__ = [
-    "Endpoint",
     "Estimate",
     "Explanation",
     "LLMRerankError",

@@ -391,3 +391,30 @@ def test_end_to_end_with_the_offline_small_model(toy: Dataset, first: Run) -> No
     report = RerankReport("listwise", "")
     assert listwise_rerank(small, toy, local, k=2, report_to=report).rankings == listed.rankings
     assert report.sent == 0 and report.from_cache == 2
+
+
+def test_queries_and_documents_the_dataset_lacks_are_said_so(toy: Dataset, first: Run, llm: FakeLLM) -> None:
+    llm.responder = lambda messages: json_reply([1, 2])
+    imported = Run("imported", {"q1": [("d1", 2.0), ("zz", 1.5), ("d2", 1.0)], "qX": [("d3", 1.0)]})
+    report = RerankReport("listwise", "")
+    run = listwise_rerank(imported, toy, endpoint(llm), k=3, report_to=report)
+    assert run.top("q1") == [("d1", 3.0), ("d2", 2.0)] and run.top("qX") == [("d3", 1.0)]
+    assert "1 documents the corpus lacks" in report.notes["q1"] and "not reranked" in report.notes["qX"]
+    assert "[3]" not in llm.requests[0]["body"]["messages"][1]["content"]  # only what the corpus knows is shown
+    points, explanations = pointwise_rerank(imported, toy, endpoint(llm), k=3)
+    assert points.top("qX") == [("d3", 1.0)] and set(explanations) == {"q1"}
+
+
+def test_a_window_job_cancelled_midway_resumes_where_it_stopped(llm: FakeLLM) -> None:
+    corpus = {f"d{i:02d}": f"passage {i}" for i in range(30)}
+    data = Dataset("toy", corpus, {"q": "query"}, {}, "test")
+    base = Run("bm25", {"q": [(doc, float(-i)) for i, doc in enumerate(corpus)]})
+    llm.responder = lambda messages: json_reply([2, 1])
+    with pytest.raises(RerankIncomplete) as stopped:
+        listwise_rerank(
+            base, data, endpoint(llm), k=30, window=Window(10, 5), should_stop=lambda: len(llm.requests) >= 3
+        )
+    assert stopped.value.report.stopped and len(llm.requests) == 3  # three of the five windows were asked
+    report = RerankReport("listwise", "")
+    done = listwise_rerank(base, data, endpoint(llm), k=30, window=Window(10, 5), report_to=report)
+    assert (report.from_cache, report.sent, len(llm.requests)) == (3, 2, 5) and len(done.top("q")) == 30
