@@ -236,6 +236,7 @@ def _cl100k() -> Any:
         ) from None
 
 
+@lru_cache(maxsize=1 << 16)  # a second look at the same top 100 (a cache hit) re-cuts nothing
 def cut_passage(text: str, tokens: int = CUT_TOKENS) -> str:
     """The first ``tokens`` cl100k_base tokens of ``text`` (the benchmark's ``cut_text_openai``)."""
     encoding = _cl100k()
@@ -466,7 +467,7 @@ class _NotCached(Exception):
 
 
 class _Asker:
-    """Sends requests (or answers them from the cache), counting both and reporting progress."""
+    """Sends requests (or answers them from the cache), counting both; ``tick`` reports progress."""
 
     def __init__(
         self,
@@ -520,7 +521,6 @@ class _Asker:
             with self.lock:
                 self.from_cache += 1
                 self.seconds += hit.seconds
-            self.tick()
             return hit
         if self.dry:
             raise _NotCached
@@ -544,7 +544,6 @@ class _Asker:
         with self.lock:
             self.sent += 1
             self.seconds += reply.seconds
-        self.tick()
         return reply
 
 
@@ -572,7 +571,8 @@ def _run_jobs(
                 running[pool.submit(job)] = name
             if not running:
                 break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            asker.tick()  # from this thread only: a UI's progress widget may not be told from a worker
             for future in finished:
                 name = running.pop(future)
                 try:
@@ -702,6 +702,8 @@ def listwise_rerank(
     ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes).
     """
     plan = _plan(run, dataset, k)
+    if min(k, window.size if window else k) > CUT_ABOVE:
+        _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
     endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _listwise_bound(endpoint, max_tokens))
     result = report_to if report_to is not None else RerankReport("listwise", endpoint.url)
     result.method, result.endpoint = "listwise", endpoint.url

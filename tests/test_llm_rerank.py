@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,13 @@ def test_passages_are_cut_to_64_cl100k_tokens_only_above_50_passages() -> None:
 def test_listwise_rerank_scores_listed_ids_k_down_and_caches(toy: Dataset, first: Run, llm: FakeLLM) -> None:
     llm.responder = lambda messages: json_reply([3, 1])
     seen: list[tuple[float, str]] = []
-    run = listwise_rerank(first, toy, endpoint(llm), k=10, progress=lambda f, m: seen.append((f, m)))
+    threads: set[threading.Thread] = set()
+
+    def progress(fraction: float, message: str) -> None:
+        seen.append((fraction, message))
+        threads.add(threading.current_thread())
+
+    run = listwise_rerank(first, toy, endpoint(llm), k=10, progress=progress, workers=2)
     # top of q1 in first-stage order: d2 d4 d1 d5 d3 → [3, 1] names d1 then d2
     assert ranked(run, "q1") == [("d1", 10.0), ("d2", 9.0)] and ranked(run, "q2") == ranked(run, "q1")
     assert run.name == "bm25>llm-listwise:fake-model@10"
@@ -121,6 +128,7 @@ def test_listwise_rerank_scores_listed_ids_k_down_and_caches(toy: Dataset, first
     assert shown[3] == "Insulin infusion and intravenous fluids treat diabetic ketoacidosis."  # newlines → space
     assert "query: How is diabetic  ketoacidosis treated?" in body["messages"][1]["content"]
     assert seen[-1][0] == 1.0 and "done" in seen[-1][1] and any("2/2 requests" in m for _, m in seen)
+    assert threads == {threading.current_thread()}  # a UI widget is only ever told from the caller's thread
 
     report = RerankReport("listwise", "")
     again = listwise_rerank(first, toy, endpoint(llm, api_key="sk-other"), k=10, report_to=report)
