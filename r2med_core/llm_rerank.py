@@ -110,7 +110,10 @@ class Window:
 @dataclass(frozen=True)
 class Explanation:
     """Why the point-wise judge scored a document so: its reasoning, answer, score and where the
-    score came from (``"logprobs"``, ``"answer"`` or ``"unparsed"``; see ``SCORE_SOURCES``)."""
+    score came from (``"logprobs"``, ``"answer"`` or ``"unparsed"``; see ``SCORE_SOURCES``).
+
+    ``reasoning`` is an LLM's untrusted text (the key already replaced by ``***``): escape it
+    before rendering it as HTML or Markdown."""
 
     reasoning: str
     answer: str | None

@@ -380,6 +380,16 @@ def test_reranking_goes_only_to_the_operators_endpoints() -> None:
     assert reranker_endpoint("http://user:pw@127.0.0.1:8000/v1", "", "m", operator).note.startswith("Base URL not used")
 
 
+def test_the_operators_key_reaches_only_the_operators_server(toy: Dataset, first: Run, llm: FakeLLM) -> None:
+    with FakeLLM() as visitor:
+        operator = OperatorLLM(endpoints=(llm.url,), api_key=KEY)
+        assert reranker_endpoint(visitor.url, "", "m", operator).endpoint is None
+        resolved = reranker_endpoint(llm.url, "", "m", operator)
+        llm.responder = lambda messages: json_reply([1])
+        listwise_rerank(first, toy, resolved.endpoint)
+        assert [r["auth"] for r in llm.requests] == [f"Bearer {KEY}"] * 2 and not visitor.requests
+
+
 # --------------------------------------------------------------------------- the offline small model
 
 
