@@ -125,6 +125,7 @@ SCORE_SOURCES = {
     "logprobs": "P(relevant) from the answer token's log-probabilities",
     "answer": "from the parsed answer (the endpoint returned no log-probabilities): 1 relevant, 0 not",
     "unparsed": "no answer found in the reply: 0.5",
+    "failed": "the request failed (see the report), kept with 0.5 (keep_failed=True)",
 }
 
 
@@ -617,6 +618,12 @@ def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]
     return out
 
 
+def _usable(result: RerankReport, keep_failed: bool) -> bool:
+    """Complete, or (``keep_failed``) finished with only per-request failures — a 400 for a prompt
+    too long for the model fails the same way every time, so waiting for it would never end."""
+    return result.complete or (keep_failed and not result.stopped and not result.remaining)
+
+
 def _note_unshown(run: Run, dataset: Dataset, plan: dict[str, Any], k: int, result: RerankReport) -> None:
     """Say which queries kept their first-stage top k (query text unknown, as an imported run's may
     be) and which lost documents the corpus lacks (they cannot be shown to the model)."""
@@ -689,6 +696,7 @@ def listwise_rerank(
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
     report_to: RerankReport | None = None,
+    keep_failed: bool = False,
     max_retries: int = 5,
     base_delay: float = 1.0,
     max_delay: float = 60.0,
@@ -703,6 +711,8 @@ def listwise_rerank(
     ``workers`` queries are asked at once. Raises ``RerankIncomplete`` when stopped by
     ``should_stop`` or by server trouble; everything answered is cached, so calling again resumes.
     ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes).
+    ``keep_failed``: a query whose request failed on its own (say, a 400 for a prompt too long)
+    keeps its first-stage order, as an unparsable reply does, instead of raising.
     """
     plan = _plan(run, dataset, k)
     if min(k, window.size if window else k) > CUT_ABOVE:
@@ -725,11 +735,14 @@ def listwise_rerank(
         should_stop=should_stop,
         max_consecutive_failures=max_consecutive_failures,
     )
-    if not result.complete:
+    if not _usable(result, keep_failed):
         raise RerankIncomplete(result)
     rankings: dict[str, Ranking] = {}
     for qid in run.rankings:
-        if qid in done:
+        if qid in result.failed:
+            rankings[qid] = official_scores(plan[qid][1], k)
+            result.notes[qid] = f"request failed ({result.failed[qid]}): first-stage order kept"
+        elif qid in done:
             rankings[qid], note = done[qid]
             if note:
                 result.notes[qid] = note
@@ -751,6 +764,7 @@ def pointwise_rerank(
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
     report_to: RerankReport | None = None,
+    keep_failed: bool = False,
     max_retries: int = 5,
     base_delay: float = 1.0,
     max_delay: float = 60.0,
@@ -762,7 +776,8 @@ def pointwise_rerank(
     Returns the reranked run (the k documents; ties keep first-stage order) and, per query and
     document, the ``Explanation`` (reasoning, answer, score, its source). Sampling left unset on the
     endpoint is temperature 0. ``workers`` requests at once. Raises ``RerankIncomplete`` like
-    ``listwise_rerank``; calling again resumes from the cache.
+    ``listwise_rerank``; calling again resumes from the cache. ``keep_failed``: a document whose
+    request failed on its own gets 0.5 with source ``"failed"`` instead.
     """
     plan = _plan(run, dataset, k)
     endpoint = _with_defaults(endpoint, {"temperature": 0.0}, max_tokens)
@@ -785,8 +800,9 @@ def pointwise_rerank(
         should_stop=should_stop,
         max_consecutive_failures=max_consecutive_failures,
     )
-    if not result.complete:
+    if not _usable(result, keep_failed):
         raise RerankIncomplete(result)
+    failed = Explanation("", None, 0.5, "failed")
     explanations: dict[str, dict[str, Explanation]] = {}
     rankings: dict[str, Ranking] = {}
     for qid in run.rankings:
@@ -794,7 +810,7 @@ def pointwise_rerank(
             rankings[qid] = list(run.top(qid, k))
             continue
         docs = plan[qid][1]
-        judged = {doc: done[f"{qid} · {doc}"] for doc in docs}
+        judged = {doc: done.get(f"{qid} · {doc}", failed) for doc in docs}
         explanations[qid] = judged
         order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
         rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]

@@ -242,6 +242,25 @@ def test_a_reply_echoing_the_key_is_never_kept(toy: Dataset, first: Run, llm: Fa
     assert files and not [p for p in files if KEY.encode() in p.read_bytes()]
 
 
+def test_a_request_failing_on_its_own_can_keep_first_stage_order(toy: Dataset, first: Run, llm: FakeLLM) -> None:
+    llm.responder = lambda messages: json_reply([3])
+    too_long = (400, {}, {"error": {"message": "context length exceeded"}})
+    llm.script = [too_long]
+    with pytest.raises(RerankIncomplete) as failed:
+        listwise_rerank(first, toy, endpoint(llm), **fast())
+    assert "1 failed" in str(failed.value) and "context length exceeded" in str(failed.value)
+    llm.script = [too_long]
+    report = RerankReport("listwise", "")
+    run = listwise_rerank(first, toy, Endpoint(llm.url, "m2", api_key=KEY), keep_failed=True, report_to=report)
+    failed_q = next(iter(report.failed))
+    assert [d for d, _ in run.top(failed_q)] == ["d2", "d4", "d1", "d5", "d3"] and "failed" in report.notes[failed_q]
+    assert len({tuple(run.top(q)) for q in run.rankings}) == 2  # the other query was reranked ([3] → d1)
+    llm.script = [too_long]
+    one = Run("bm25", {"q1": first.rankings["q1"][:2]})
+    _, explanations = pointwise_rerank(one, toy, endpoint(llm), k=2, keep_failed=True)
+    assert sorted(e.source for e in explanations["q1"].values()) == ["failed", "unparsed"]
+
+
 # --------------------------------------------------------------------------- sliding window
 
 
