@@ -15,19 +15,21 @@ from views import sidebar, state, ui
 ICON = Path(__file__).resolve().parent / "views" / "assets" / "icon.png"
 st.set_page_config(page_title="R2MED Explorer", page_icon=str(ICON), layout="wide")
 
-OVERVIEW = st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", url_path="overview")
+# Page links carry no ":material/…:" icons: Streamlit draws them as ligature text, so screen readers and
+# copied links would read "dashboard Overview".
+OVERVIEW = st.Page("views/overview.py", title="Overview", url_path="overview")
 PAGES = [
     # Streamlit serves the default page only at "/", so "/" is a hidden page that opens the Overview:
     # every page, the Overview included, then has a URL of its own for deep links.
     st.Page(lambda: st.switch_page(OVERVIEW), title="Start", url_path="start", default=True, visibility="hidden"),
     OVERVIEW,
-    st.Page("views/explorer.py", title="Query explorer", icon=":material/search:", url_path="explorer"),
-    st.Page("views/compare.py", title="Compare systems", icon=":material/compare_arrows:", url_path="compare"),
-    st.Page("views/metrics.py", title="Metrics", icon=":material/bar_chart:", url_path="metrics"),
-    st.Page("views/leaderboard.py", title="Leaderboard", icon=":material/emoji_events:", url_path="leaderboard"),
-    st.Page("views/rewriting.py", title="Query rewriting", icon=":material/auto_fix_high:", url_path="rewriting"),
-    st.Page("views/whatif.py", title="What-if query", icon=":material/edit_note:", url_path="whatif"),
-    st.Page("views/annotations.py", title="Annotations", icon=":material/label:", url_path="annotations"),
+    st.Page("views/explorer.py", title="Query explorer", url_path="explorer"),
+    st.Page("views/compare.py", title="Compare systems", url_path="compare"),
+    st.Page("views/metrics.py", title="Metrics", url_path="metrics"),
+    st.Page("views/leaderboard.py", title="Leaderboard", url_path="leaderboard"),
+    st.Page("views/rewriting.py", title="Query rewriting", url_path="rewriting"),
+    st.Page("views/whatif.py", title="What-if query", url_path="whatif"),
+    st.Page("views/annotations.py", title="Annotations", url_path="annotations"),
 ]
 
 page = st.navigation(PAGES)

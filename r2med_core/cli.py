@@ -17,7 +17,7 @@ from typing import Any
 
 from .cache import cache_root, entry_path
 from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
-from .evaluation import MAIN_METRICS, evaluate, published_metrics_note
+from .evaluation import DEEP_CUTOFF, DEEP_METRICS, MAIN_METRICS, evaluate, published_metrics_note
 from .generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
@@ -158,13 +158,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         dataset = _load(args, progress)
         dataset, live_notes = attach_live_rewrites(dataset, _rewrites_of(spec))
-        run = run_system(dataset, spec, k=args.top_k, progress=progress)
+        depth = DEEP_CUTOFF if args.at_1000 else 100
+        run = run_system(dataset, spec, k=max(args.top_k, depth) if args.at_1000 else args.top_k, progress=progress)
         if args.rerank:
             run = rerank(run, dataset, args.rerank, k=args.rerank_k, keep_tail=args.rerank_keep_tail, progress=progress)
     finally:
         close()
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
-    results = evaluate(run, dataset.qrels, dataset_name=dataset.name, seconds=run.seconds)
+    results = evaluate(run, dataset.qrels, dataset_name=dataset.name, depth=depth, seconds=run.seconds)
     out = Path(args.output_dir)
     write_outputs(run, results, out, name)  # the same files a sweep writes per cell
     if args.rerank:
@@ -175,7 +176,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     notes = [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines(), *results.notes]
     for line in [*notes, *dense_instruction_notes(dataset, spec)]:
         print(f"note: {line}")
-    for metric in MAIN_METRICS:
+    if args.at_1000 and published_kind(spec) != "dense":
+        print("note: @1000 is the benchmark's first-commit setting for dense models only, not for this system")
+    for metric in (*MAIN_METRICS, *(DEEP_METRICS if args.at_1000 else ())):
         print(f"  {metric:<16} {results.means[metric]:.4f}")
     published = published_metrics_note("reranker" if args.rerank else published_kind(spec) or "")
     if published:
@@ -470,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source(ev)
     ev.add_argument("--rewrite", help="METHOD:LLM, a precomputed rewrite (e.g. hyde:gpt4)")
     ev.add_argument("--top-k", type=_int_at_least(1), default=100, help="documents per query (default 100)")
+    ev.add_argument(
+        "--at-1000",
+        action="store_true",
+        help="retrieve the top 1000 and also score @1000, as the benchmark's first commit did for dense "
+        "models (its published files are @100)",
+    )
     ev.add_argument("--output-dir", required=True, type=Path)
     ev.add_argument("--run-name")
     ev.add_argument(
@@ -525,9 +534,11 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument(
         "--top-p", type=_finite(0.0, strict=True), default=None, help="default: the benchmark's (see --temperature)"
     )
-    ge.add_argument("--max-tokens", type=_int_at_least(1), default=512)
     ge.add_argument(
-        "--timeout", type=_finite(0.0, strict=True), default=60.0, help="seconds one request may take in all"
+        "--max-tokens", type=_int_at_least(1), default=10240, help="the benchmark's 10240 by default"
+    )
+    ge.add_argument(
+        "--timeout", type=_finite(0.0, strict=True), default=300.0, help="seconds one request may take in all"
     )
     ge.add_argument(
         "--max-retries", type=_int_at_least(0), default=5, help="retries of rate-limited or failed requests"

@@ -26,6 +26,10 @@ CUTOFFS: tuple[int, ...] = (1, 3, 5, 10, 25, 50, 100)
 OFFICIAL_MEASURES: frozenset[str] = frozenset(
     {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("ndcg_cut", "map_cut", "recall", "P")} | {"recip_rank"}
 )
+#: The benchmark's first commit also retrieved the top 1000 for dense models and scored @1000 (its
+#: published files are @100): ``evaluate(..., depth=1000)`` adds these measures so those figures reproduce.
+DEEP_CUTOFF = 1000
+DEEP_MEASURES: frozenset[str] = frozenset({f"{m}.{DEEP_CUTOFF}" for m in ("ndcg_cut", "map_cut", "recall", "P")})
 #: pytrec_eval measure prefix → the name R2MED reports.
 _NAMES = {"ndcg_cut": "ndcg_at", "map_cut": "map_at", "recall": "recall_at", "P": "precision_at"}
 #: The metrics the CLI prints and the app shows first.
@@ -34,6 +38,12 @@ MAIN_METRICS: tuple[str, ...] = ("ndcg_at_10", "map_at_10", "recall_at_10", "rec
 ALL_METRICS: tuple[str, ...] = (
     *tuple(f"{name}_{k}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at") for k in CUTOFFS),
     "mrr",
+)
+
+
+#: The @1000 metrics ``evaluate`` adds for a run scored at depth 1000.
+DEEP_METRICS: tuple[str, ...] = tuple(
+    f"{name}_{DEEP_CUTOFF}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at")
 )
 
 
@@ -112,19 +122,24 @@ def evaluate(
 ) -> Results:
     """Score ``run`` (cut to ``depth``, as the benchmark's top-100 runs) against graded ``qrels``.
 
+    ``depth=1000`` also scores nDCG/MAP/Recall/P@1000, as the benchmark's first commit did for dense
+    models (``DEEP_METRICS``; not in its published files).
     Queries without judgements, or absent from the run, are left out of the means (``n_skipped``).
     ``seconds`` is the retrieval time to report; by default the evaluation's own time.
     """
     started = time.perf_counter()
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(OFFICIAL_MEASURES))
+    deep = depth >= DEEP_CUTOFF
+    metrics = [*ALL_METRICS, *DEEP_METRICS] if deep else list(ALL_METRICS)
+    measures = set(OFFICIAL_MEASURES) | (set(DEEP_MEASURES) if deep else set())
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures)
     scores = evaluator.evaluate(run.truncated(depth).as_score_dict())
     rows = {qid: {metric_name(key): value for key, value in values.items()} for qid, values in scores.items()}
     per_query = pd.DataFrame.from_dict(rows, orient="index")
     if per_query.empty:
-        per_query = pd.DataFrame(columns=list(ALL_METRICS))
-    per_query = per_query.reindex(columns=list(ALL_METRICS))
+        per_query = pd.DataFrame(columns=metrics)
+    per_query = per_query.reindex(columns=metrics)
     per_query.index.name = "query_id"
-    means = {name: float(per_query[name].mean()) if len(per_query) else 0.0 for name in ALL_METRICS}
+    means = {name: float(per_query[name].mean()) if len(per_query) else 0.0 for name in metrics}
     judged = {qid for qid, grades in qrels.items() if grades}
     elapsed = time.perf_counter() - started if seconds is None else seconds
     notes = _notes(run, judged)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .prompts import official_sampling
+from .prompts import OFFICIAL_MAX_TOKENS, official_sampling
 from .published import RETRIEVER_NAMES
 from .rerank import RERANKER_PRESETS
 from .systems import SpecError, SystemSpec, parse_system
@@ -88,6 +88,9 @@ def _live_differences(method: str, live: Mapping[str, Any], dataset_name: str | 
     if live.get("base_url") != "local" and sampling != official_sampling(str(live.get("model", ""))):
         shown = ", ".join(f"{k} {v}" for k, v in sampling.items()) or "default"
         out.append(f"live rewrites sampled with {shown}, not the benchmark's sampling")
+    budget = live.get("max_tokens")
+    if live.get("base_url") != "local" and budget is not None and budget != OFFICIAL_MAX_TOKENS:
+        out.append(f"live rewrites cut at {budget} tokens, not the benchmark's {OFFICIAL_MAX_TOKENS}")
     return out
 
 

@@ -37,6 +37,7 @@ from .prompts import (
     EXPLORER_PROMPTS,
     GENERATION_METHODS,
     LAMER_PASSAGES,
+    OFFICIAL_MAX_TOKENS,
     OFFICIAL_PROMPTS,
     GenerationError,
     Prompts,
@@ -49,7 +50,7 @@ from .tasks import REWRITE_METHODS, Family
 
 #: Bump when a prompt's wording changes: cached generations of the old wording are then not reused.
 #: (Cache keys also hold the prompt set, official or explorer, and the query2doc examples' digest.)
-PROMPT_VERSION = "r2med-explorer-prompts-2"
+PROMPT_VERSION = "r2med-explorer-prompts-3"  # 3: Biology query2doc "that help"
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 _LLM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -83,8 +84,8 @@ class Endpoint:
     model: str
     api_key: str | None = field(default=None, repr=False, compare=False)
     temperature: float | None = None
-    max_tokens: int = 512
-    timeout: float = 60.0
+    max_tokens: int = OFFICIAL_MAX_TOKENS
+    timeout: float = 300.0  # long enough for a reasoning model to fill the benchmark's token budget
     top_p: float | None = None
     seed: int | None = None
 
@@ -358,8 +359,20 @@ def _budget() -> _Budget | None:
     return getattr(_CURRENT, "budget", None)
 
 
-def _deadline_transport() -> Any:
+#: The only headers a live request carries. The openai client also fills ``OpenAI-Organization`` /
+#: ``OpenAI-Project`` from the server's ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` and adds
+#: ``OPENAI_CUSTOM_HEADERS``: the operator's, and never to be sent to a base URL a visitor typed.
+_SENT_HEADERS = frozenset(
+    {"host", "accept", "accept-encoding", "connection", "content-type", "content-length", "user-agent"}
+)
+
+
+def _deadline_transport(authorization: str | None = None) -> Any:
     """An httpx transport whose sockets honour the current request's total deadline and byte cap.
+
+    Requests leave with the headers in ``_SENT_HEADERS`` (plus the client's ``x-stainless-*``
+    telemetry) and ``authorization`` as the only credential: nothing the openai client picked up
+    from the server's environment goes to the endpoint.
 
     httpx's timeouts bound each read; a server sending a byte every second never trips them. Every
     read, write and connect here is given at most what is left of the request's deadline, and the
@@ -405,8 +418,17 @@ def _deadline_transport() -> Any:
             budget = _budget()
             return Stream(super().connect_tcp(host, port, budget.remaining(timeout) if budget else timeout, **kwargs))
 
+    class Transport(httpx2.HTTPTransport):
+        def handle_request(self, request: Any) -> Any:
+            for name in list(request.headers):
+                if name.lower() not in _SENT_HEADERS and not name.lower().startswith("x-stainless-"):
+                    del request.headers[name]
+            if authorization:
+                request.headers["Authorization"] = authorization
+            return super().handle_request(request)
+
     ssl_context = _ssl_context()
-    transport = httpx2.HTTPTransport(verify=ssl_context)
+    transport = Transport(verify=ssl_context)
     transport._pool = httpcore2.ConnectionPool(ssl_context=ssl_context, network_backend=Backend())
     return transport
 
@@ -464,7 +486,9 @@ class _OpenAIBackend:
             api_key=endpoint.api_key or "no-key",
             timeout=endpoint.timeout,
             max_retries=0,
-            http_client=openai.DefaultHttpxClient(transport=_deadline_transport()),
+            http_client=openai.DefaultHttpxClient(
+                transport=_deadline_transport(f"Bearer {endpoint.api_key or 'no-key'}")
+            ),
         )
 
     def _delay(self, attempt: int) -> float:

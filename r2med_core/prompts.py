@@ -46,6 +46,11 @@ class GenerationError(ValueError):
 _OPENAI_CLASS = re.compile(r"^(?:openai/)?(?:gpt-4|gpt-5|o\d)", re.IGNORECASE)
 
 
+#: The benchmark's completion budget for live generation: a reasoning model's "</think>" often comes
+#: after 512 tokens, and a reply cut before it would keep the whole reasoning as the answer.
+OFFICIAL_MAX_TOKENS = 10240
+
+
 def official_sampling(model: str) -> dict[str, Any]:
     """The benchmark's sampling for a model: GPT-4o / o3-mini class 0.8 + top_p 0.8, else 0.7 + seed 42."""
     if _OPENAI_CLASS.match(model.strip()):
@@ -129,8 +134,8 @@ def official_user_prompt(
     head = (
         "Write a similar case to help diagnose the Clinical Case."
         if w.similar
-        else (f"Write a passage to help answer the {w.subject}.")
-    )
+        else f"Write a passage {'that help' if task == 'Biology' else 'to help'} answer the {w.subject}."
+    )  # "that help" for Biology is the benchmark's own wording (first commit and HEAD)
     tail = f"{w.label}: {query}\n" + ("Similar Case: " if w.similar else "Passage: ")
     if examples is None:
         return f"{head}\n\n{tail}"  # zero-shot: no examples section

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,13 @@ def test_every_page_renders_on_the_demo(page: str) -> None:
         assert any("Demo data" in i.value for i in at.info)
     at.run()
     assert not at.get("progress"), "a finished progress bar is left on the page"
+
+
+def test_overview_length_legend_names_queries_and_documents() -> None:
+    at = open_app("overview")
+    names = [trace.get("name") for chart in at.get("plotly_chart") for trace in json.loads(chart.proto.spec)["data"]]
+    legend = [name for name in names if name and "median" in name]
+    assert [n.split(" (")[0] for n in legend] == ["documents", "queries"], legend
 
 
 def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:

@@ -338,6 +338,21 @@ def test_every_page_renders_and_is_screenshotted(page: Page, judged_ids: list[st
     assert_healthy(page)
 
 
+def test_sidebar_links_read_as_their_titles_and_the_query_table_fills_on_first_load(
+    page: Page, judged_ids: list[str]
+) -> None:
+    """A screen reader (and a copied link) gets "Overview", not "dashboard Overview"; the explorer's
+    "All queries" table has its rows on a fresh session's first load, not only its header."""
+    page.goto("/explorer")
+    settle(page, "judged queries")
+    links = page.locator('[data-testid="stSidebarNavLink"]')
+    assert [text.strip() for text in links.all_inner_texts()] == ["Overview", *TITLES.values()]
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.locator('[role="gridcell"]').first.wait_for(state="attached")
+    assert grid.locator('[role="row"]').count() == 1 + len(judged_ids)  # header + one row per judged query
+    assert judged_ids[0] in grid.locator('[role="gridcell"]').all_inner_texts()
+
+
 # --------------------------------------------------------------------------- the triage loop
 
 

@@ -56,6 +56,17 @@ def test_eval_writes_trec_and_official_results(tmp_path: Path) -> None:
     assert json.loads(again.stdout)["test"] == payload["test"]
 
 
+def test_eval_at_1000_retrieves_and_scores_the_top_1000(tmp_path: Path) -> None:
+    done = cli("eval", "--retriever", "bm25", "--demo", "qa-reference", "--at-1000", "--output-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    scores = json.loads((tmp_path / "bm25.json").read_text())["test"]
+    assert scores["recall_at_1000"] >= scores["recall_at_100"] and "ndcg_at_1000" in scores
+    assert "recall_at_1000" in done.stdout and "for dense models only" in done.stdout  # bm25 is labelled
+    run = read_trec(tmp_path / "bm25.trec")
+    corpus = len(load_demo("qa-reference").corpus)
+    assert max(len(r) for r in run.rankings.values()) == min(corpus, 1000)
+
+
 def test_eval_with_a_precomputed_rewrite_and_top_k(tmp_path: Path) -> None:
     done = cli(
         "eval",

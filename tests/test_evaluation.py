@@ -110,6 +110,22 @@ def test_run_is_cut_to_depth_100() -> None:
     ranking = [(f"n{i}", 1000.0 - i) for i in range(100)] + [("gold", 1.0)]
     results = evaluate(Run("r", {"q": ranking}), {"q": {"gold": 1}})
     assert results.means["recall_at_100"] == 0.0
+    assert "recall_at_1000" not in results.means  # @1000 only when asked for
+
+
+def test_depth_1000_scores_at_1000_as_the_benchmarks_first_commit() -> None:
+    ranking = [(f"n{i}", 2000.0 - i) for i in range(499)] + [("gold", 1.0)] + [(f"m{i}", 0.5) for i in range(600)]
+    qrels = {"q": {"gold": 1, "other": 1}}
+    results = evaluate(Run("r", {"q": ranking}), qrels, depth=1000)
+    expected = pytrec_eval.RelevanceEvaluator(qrels, {"recall.1000", "ndcg_cut.1000", "P.1000"}).evaluate(
+        {"q": {doc: score for doc, score in ranking[:1000]}}
+    )["q"]
+    assert results.means["recall_at_100"] == 0.0 and results.means["recall_at_1000"] == 0.5
+    assert results.means["ndcg_at_1000"] == pytest.approx(expected["ndcg_cut_1000"])
+    assert results.means["precision_at_1000"] == pytest.approx(expected["P_1000"])
+    assert list(results.per_query.columns)[-4:] == [
+        f"{m}_1000" for m in ("ndcg_at", "map_at", "recall_at", "precision_at")
+    ]
 
 
 def test_results_json_has_the_official_shape() -> None:

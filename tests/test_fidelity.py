@@ -57,13 +57,20 @@ def test_instruction_models_off_the_r2med_tasks_get_a_generic_instruction() -> N
 
 
 def test_live_rewrites_are_judged_by_their_prompts_and_sampling() -> None:
-    official = {"base_url": "http://x/v1", "model": "llama3", **official_sampling("llama3"), "prompts": "official"}
+    official = {
+        "base_url": "http://x/v1",
+        "model": "llama3",
+        **official_sampling("llama3"),
+        "max_tokens": 10240,
+        "prompts": "official",
+    }
     assert fidelity("bm25+hyde:llama3", dataset_name="Biology", live={("hyde", "llama3"): official}).is_benchmark
     gpt = {"base_url": "http://x/v1", "model": "gpt-4o", "temperature": 0.8, "top_p": 0.8, "prompts": "official"}
     assert fidelity("bm25+hyde:g", dataset_name="Biology", live={("hyde", "g"): gpt}).is_benchmark
     variants = {
         "R2MED Explorer's own prompts": {**official, "prompts": "explorer"},
         "not the benchmark's sampling": {**official, "temperature": 0.0, "seed": None},
+        "cut at 512 tokens, not the benchmark's 10240": {**official, "max_tokens": 512},
         "zero-shot": official,  # query2doc without examples
         "offline demo model": {"base_url": "local", "model": "x.gguf:1", "temperature": 0.0, "prompts": "official"},
     }

@@ -92,7 +92,10 @@ class FakeLLM:
         body = handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
         with self.lock:
             payload = json.loads(body)
-            self.requests.append({"path": handler.path, "auth": handler.headers.get("Authorization"), "body": payload})
+            headers = {name.lower(): value for name, value in handler.headers.items()}
+            self.requests.append(
+                {"path": handler.path, "auth": headers.get("authorization"), "headers": headers, "body": payload}
+            )
             action = self.script.pop(0) if self.script else ("ok",)
         if handler.path != "/v1/chat/completions":
             action = (404, {}, {"error": {"message": "no such route"}})
@@ -196,7 +199,7 @@ def test_generates_through_the_protocol_and_a_second_run_makes_no_request(demo, 
     request = llm.requests[0]
     assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
     body = request["body"]
-    assert body["model"] == "fake-model" and body["max_tokens"] == 512
+    assert body["model"] == "fake-model" and body["max_tokens"] == 10240  # the benchmark's budget
     assert (body["temperature"], body["seed"], "top_p" in body) == (0.7, 42, False)  # the benchmark's, open model
     assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
     first_query = next(iter(demo.queries.values()))
@@ -305,6 +308,24 @@ def test_server_errors_are_retried_with_backoff(demo, llm: FakeLLM) -> None:
     assert result.complete and sleeps == [0.1, 0.2] and len(llm.requests) == len(demo.queries) + 2
 
 
+def test_the_servers_openai_environment_never_reaches_the_endpoint(
+    demo, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPENAI_ORG_ID / OPENAI_PROJECT_ID / OPENAI_CUSTOM_HEADERS are the operator's: the openai client
+    would add them to every request, including to a base URL a visitor typed."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-OPERATOR")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-OPERATOR")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Operator-Token: tok-OPERATOR\nAuthorization: Bearer sk-OPERATOR")
+    visitor = endpoint(llm, api_key="sk-visitor")
+    assert generate_rewrites(demo, "hyde", visitor, query_ids=list(demo.queries)[:1], **fast()).complete
+    sent = llm.requests[-1]["headers"]
+    assert "OPERATOR" not in json.dumps(sent)
+    assert not {"openai-organization", "openai-project", "x-operator-token"} & set(sent)
+    assert sent["authorization"] == "Bearer sk-visitor"
+    keyless = generate_rewrites(demo, "hyde", endpoint(llm, api_key=None), query_ids=list(demo.queries)[1:2])
+    assert keyless.complete and "OPERATOR" not in json.dumps(llm.requests[-1]["headers"])
+
+
 def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> None:
     message = "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens' instead."
     llm.script = [(400, {}, {"error": {"message": message, "param": "max_tokens"}})]
@@ -312,8 +333,8 @@ def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> No
     assert result.complete and len(llm.requests) == 3
     assert [("max_tokens" in r["body"], r["body"].get("max_completion_tokens")) for r in llm.requests] == [
         (True, None),
-        (False, 512),
-        (False, 512),
+        (False, 10240),
+        (False, 10240),
     ]
     llm.script = [(400, {}, {"error": {"message": "context length exceeded"}})]
     failed = generate_rewrites(demo, "hyde", endpoint(llm, max_tokens=9), query_ids=list(demo.queries)[:2], **fast())
@@ -464,6 +485,8 @@ def test_official_prompts_are_the_benchmarks_per_task() -> None:
     for task, template in (("Biology", LAMER_BIOLOGY), ("MedQA-Diag", LAMER_EXAM), ("IIYi-Clinical", LAMER_CASE)):
         user = build_messages("lamer", query, None, passages, task=task)[1]["content"]
         assert user == template.replace("{TEXT}", query).replace("{PASSAGE}", formatted)
+    biology = build_messages("query2doc", query, None, task="Biology")[1]["content"]
+    assert biology == f"Write a passage that help answer the Biology post.\n\nPost: {query}\nPassage: "  # sic
     zero = build_messages("query2doc", query, None, task="Bioinformatics")[1]["content"]
     assert zero == f"Write a passage to help answer the Bioinformatics post.\n\nPost: {query}\nPassage: "
     shots = Prompts("official", (("*", "Post: p1\nPassage: d1"),))

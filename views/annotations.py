@@ -135,7 +135,9 @@ v = state.view()
 st.title("Annotations")
 if store is None:
     st.stop()
-st.caption(f"Stored in {ui.md(store.path)} (SQLite). Label queries and documents from the Query explorer.")
+# The read-only demo is public: the server's folders are nobody's business there.
+where = "on this server" if ui.read_only() else f"in {ui.md(store.path)}"
+st.caption(f"Stored {where} (SQLite). Label queries and documents from the Query explorer.")
 state.show_flash()
 
 # ------------------------------------------------------------------ rows that break a rule

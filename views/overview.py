@@ -33,13 +33,13 @@ with left:
     st.subheader("Query and document lengths")
     bins = lengths.frame()
     fig = go.Figure()
-    for kind, colour in (("document", "#457b9d"), ("query", "#e76f51")):
+    for kind, plural, colour in (("document", "documents", "#457b9d"), ("query", "queries", "#e76f51")):
         part = bins[bins["kind"] == kind]
         fig.add_bar(
             x=part["middle"],
             y=part["share"],
             width=float(lengths.edges[1] - lengths.edges[0]),
-            name=f"{kind}s (median {lengths.medians[kind]:.0f} words)",
+            name=f"{plural} (median {lengths.medians[kind]:.0f} words)",
             marker_color=colour,
             opacity=0.7,
             customdata=part[["from", "to", "count"]].to_numpy(),

@@ -253,7 +253,15 @@ def _sidebar_llm(v: View) -> None:
         c1.number_input(
             "Temperature", 0.0, 2.0, step=0.1, key=bound("llm_temperature"), on_change=store("llm_temperature")
         )
-        c2.number_input("Max tokens", 32, 4096, step=32, key=bound("llm_max_tokens"), on_change=store("llm_max_tokens"))
+        c2.number_input(
+            "Max tokens",
+            32,
+            32768,
+            step=256,
+            key=bound("llm_max_tokens"),
+            on_change=store("llm_max_tokens"),
+            help="The benchmark's live generation allows 10240 (a reasoning model's answer comes late).",
+        )
         resolved = ui.live_llm()
         if resolved.endpoint is not None:
             st.caption(f"Key in use: **{resolved.credential_source}**")

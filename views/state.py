@@ -49,7 +49,7 @@ class View:
     llm_model: str = ""
     llm_key: str = ""  # typed in a password field; never logged, cached or put in a URL
     llm_temperature: float = 0.0
-    llm_max_tokens: int = 512
+    llm_max_tokens: int = 10240  # the benchmark's budget (PROTOCOL: live generation)
 
     _LISTS = ("systems", "extra", "compare", "ask_systems")
     _PRIVATE = (

@@ -353,7 +353,7 @@ def live_llm() -> Resolved:
         operator(),
         temperature=float(v.llm_temperature),
         max_tokens=int(v.llm_max_tokens),
-        timeout=60.0,
+        timeout=300.0,
     )
 
 

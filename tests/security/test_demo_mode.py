@@ -61,6 +61,10 @@ def test_annotations_page_has_no_upload_and_no_delete_button() -> None:
     assert not [b for b in at.button if b.key in ("w_ann_delete", "w_ann_accept")]
     assert len(AnnotationStore().to_dataframe()) == 1
     assert {b.label for b in at.get("download_button")} >= {"All labels (CSV)", "All labels (JSONL)"}  # browsable
+    shown = " ".join(str(e.value) for e in (*at.caption, *at.markdown, *at.info))
+    store = AnnotationStore().path
+    assert str(store.parent) not in shown and store.name not in shown  # no server path in the public demo
+    assert "Stored on this server" in shown
 
 
 def test_no_live_llm_no_generation_and_no_new_models() -> None:
