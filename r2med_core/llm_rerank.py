@@ -8,7 +8,8 @@ temperature 0.8, top_p 0.8. The prompt always asks for "a list of 10 ids", whate
 last fenced ```json block is parsed; ids the prompt did not show are dropped, and the reranked run
 holds **only the ids listed**, scored k, k−1, … by position (a duplicated id keeps the score of its
 last place). A reply with no parsable JSON keeps the first-stage order of all k. The benchmark sends
-no max_tokens; here replies are bounded (``max_tokens``, 4096 by default) — a shared server never
+no max_tokens; here replies are bounded (``max_tokens``, by default 10240 as the benchmark's live
+generation, so a reasoning model's long reply still reaches its JSON) — a shared server never
 waits on an endless reply.
 
 **Sliding window** (``window=Window()``; RankGPT's scheme, *not the benchmark's setting*): for a k
@@ -54,6 +55,7 @@ from .data import Dataset
 from .endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
 from .generation import AnyEndpoint, GenerationError, LocalEndpoint
 from .progress import Progress, report
+from .prompts import OFFICIAL_MAX_TOKENS
 from .runs import Ranking, Run
 
 #: Bump when a prompt or the reply format changes: cached replies of the old one are not reused.
@@ -69,7 +71,9 @@ CUT_ABOVE = 50
 #: The benchmark's sampling for its GPT reranker.
 LISTWISE_SAMPLING = {"temperature": 0.8, "top_p": 0.8}
 #: Replies are bounded here (the benchmark sends no limit; "think step by step" over 100 passages is long).
-LISTWISE_MAX_TOKENS = 4096
+LISTWISE_MAX_TOKENS = OFFICIAL_MAX_TOKENS
+#: The point-wise judge reasons in a few sentences (the explorer's setting).
+POINTWISE_MAX_TOKENS = 1024
 #: Alternatives asked for at each reply token (OpenAI allows up to 20).
 TOP_LOGPROBS = 5
 
@@ -216,11 +220,11 @@ def _with_defaults(endpoint: AnyEndpoint, sampling: dict[str, float], max_tokens
     return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
 
 
-def _listwise_bound(endpoint: AnyEndpoint, max_tokens: int | None) -> int | None:
-    """The list-wise reply bound: as given, else 4096 for a server (a local CPU model keeps its own)."""
+def _bound(endpoint: AnyEndpoint, max_tokens: int | None, default: int) -> int | None:
+    """A reply bound: as given, else ``default`` for a server (a local CPU model keeps its own)."""
     if max_tokens is not None or isinstance(endpoint, LocalEndpoint):
         return max_tokens
-    return LISTWISE_MAX_TOKENS
+    return default
 
 
 # --------------------------------------------------------------------------- prompts
@@ -707,7 +711,7 @@ def listwise_rerank(
 
     Returns the reranked run (only the listed documents, as the benchmark's; every k document with
     a ``window``). Sampling left unset on the endpoint is the benchmark's (0.8, top_p 0.8); replies
-    are bounded by ``max_tokens`` (default 4096 for a server; a ``LocalEndpoint`` keeps its own).
+    are bounded by ``max_tokens`` (default 10240 for a server; a ``LocalEndpoint`` keeps its own).
     ``workers`` queries are asked at once. Raises ``RerankIncomplete`` when stopped by
     ``should_stop`` or by server trouble; everything answered is cached, so calling again resumes.
     ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes).
@@ -717,7 +721,7 @@ def listwise_rerank(
     plan = _plan(run, dataset, k)
     if min(k, window.size if window else k) > CUT_ABOVE:
         _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
-    endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _listwise_bound(endpoint, max_tokens))
+    endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
     result = report_to if report_to is not None else RerankReport("listwise", endpoint.url)
     result.method, result.endpoint = "listwise", endpoint.url
     total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
@@ -775,12 +779,13 @@ def pointwise_rerank(
 
     Returns the reranked run (the k documents; ties keep first-stage order) and, per query and
     document, the ``Explanation`` (reasoning, answer, score, its source). Sampling left unset on the
-    endpoint is temperature 0. ``workers`` requests at once. Raises ``RerankIncomplete`` like
+    endpoint is temperature 0; replies are bounded by ``max_tokens`` (default 1024 for a server).
+    ``workers`` requests at once. Raises ``RerankIncomplete`` like
     ``listwise_rerank``; calling again resumes from the cache. ``keep_failed``: a document whose
     request failed on its own gets 0.5 with source ``"failed"`` instead.
     """
     plan = _plan(run, dataset, k)
-    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, max_tokens)
+    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
     result = report_to if report_to is not None else RerankReport("pointwise", endpoint.url)
     result.method, result.endpoint = "pointwise", endpoint.url
     pairs = [(qid, doc) for qid, (_, docs) in plan.items() for doc in docs]
@@ -882,9 +887,9 @@ def estimate(
         raise LLMRerankError("method must be 'listwise' or 'pointwise'")
     plan = _plan(run, dataset, k)
     if method == "listwise":
-        endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _listwise_bound(endpoint, max_tokens))
+        endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
     else:
-        endpoint = _with_defaults(endpoint, {"temperature": 0.0}, max_tokens)
+        endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
     dry = _Asker(method, endpoint, dry=True)
     prompts: list[list[dict[str, str]]] = []
     cached = 0

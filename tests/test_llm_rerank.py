@@ -122,7 +122,7 @@ def test_listwise_rerank_scores_listed_ids_k_down_and_caches(toy: Dataset, first
     assert ranked(run, "q1") == [("d1", 10.0), ("d2", 9.0)] and ranked(run, "q2") == ranked(run, "q1")
     assert run.name == "bm25>llm-listwise:fake-model@10"
     body = llm.requests[0]["body"]
-    assert (body["temperature"], body["top_p"], body["max_tokens"], "seed" in body) == (0.8, 0.8, 4096, False)
+    assert (body["temperature"], body["top_p"], body["max_tokens"], "seed" in body) == (0.8, 0.8, 10240, False)
     assert "logprobs" not in body and llm.requests[0]["auth"] == f"Bearer {KEY}"
     shown = passages(body["messages"][1]["content"])
     assert shown[3] == "Insulin infusion and intravenous fluids treat diabetic ketoacidosis."  # newlines → space
@@ -368,14 +368,14 @@ def test_estimate_counts_requests_tokens_and_what_is_cached(toy: Dataset, first:
     messages = listwise_messages(QUERIES["q1"], [DOCS[d] for d, _ in first.top("q1", 5)])
     assert (before.requests, before.cached, before.official_requests, before.queries) == (2, 0, 2, 2)
     assert before.max_prompt_tokens == sum(lr.count_tokens(m["content"]) + 4 for m in messages)
-    assert before.seconds == 10 and before.max_completion_tokens == 2 * 4096 and not llm.requests
+    assert before.seconds == 10 and before.max_completion_tokens == 2 * 10240 and not llm.requests
     assert "2 requests to send" in before.summary() and "one per query" in before.summary()
     llm.responder = lambda m: json_reply([1, 2])
     listwise_rerank(Run("bm25", {"q1": first.rankings["q1"]}), toy, ep, k=5)
     after = estimate(first, toy, ep, "listwise", k=5)
     assert (after.cached, after.to_send) == (1, 1) and after.cost(1.0, 0.0) == pytest.approx(after.prompt_tokens / 2e6)
     point = estimate(first, toy, ep, "pointwise", k=3)
-    assert (point.requests, point.official_requests, point.max_completion_tokens) == (6, 2, 6 * 512)
+    assert (point.requests, point.official_requests, point.max_completion_tokens) == (6, 2, 6 * 1024)
     corpus = {f"d{i:02d}": f"passage {i}" for i in range(30)}
     data = Dataset("toy", corpus, {"q": "query"}, {}, "test")
     base = Run("bm25", {"q": [(doc, float(-i)) for i, doc in enumerate(corpus)]})
