@@ -450,6 +450,9 @@ def _reply_cap() -> int:
         return DEFAULT_REPLY_MAX_BYTES
 
 
+_LOGPROB_PARAMS = frozenset({"logprobs", "top_logprobs"})
+
+
 class _OpenAIBackend:
     """chat.completions through the official client, with our own bounded retries (client's are off).
 
@@ -475,6 +478,7 @@ class _OpenAIBackend:
         self.max_delay = max_delay
         self.sleep = sleep
         self.token_limit = "max_tokens"
+        self.logprobs_refused = False
         self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
         self.client = openai.OpenAI(
@@ -491,13 +495,23 @@ class _OpenAIBackend:
         return min(self.base_delay * (2**attempt), self.max_delay)
 
     def complete(self, messages: list[dict[str, str]]) -> str:
+        return _reply_text(self.request(messages), self.endpoint.url)
+
+    def request(self, messages: list[dict[str, str]], **extra: Any) -> Any:
+        """The whole chat completion (``extra`` goes into the request, e.g. ``logprobs=True``).
+
+        A server that refuses ``logprobs`` / ``top_logprobs`` (400 naming them) is asked again
+        without them, and ``logprobs_refused`` is set so later requests leave them out.
+        """
+        if self.logprobs_refused:
+            extra = {name: value for name, value in extra.items() if name not in _LOGPROB_PARAMS}
         try:
-            return self._complete(messages)
+            return self._complete(messages, extra)
         except _Failure as failure:
             failure.message = _redact(failure.message, self.endpoint.api_key)
             raise
 
-    def _complete(self, messages: list[dict[str, str]]) -> str:
+    def _complete(self, messages: list[dict[str, str]], extra: dict[str, Any]) -> Any:
         openai, url, model = self.openai, self.endpoint.url, self.endpoint.model
         reach_retries = min(self.max_retries, 2)  # an unreachable server is retried a little, not long
         attempt = 0
@@ -511,6 +525,7 @@ class _OpenAIBackend:
                     messages=messages,  # type: ignore[arg-type]
                     **self.endpoint.sampling(),
                     **{self.token_limit: self.endpoint.max_tokens},
+                    **extra,
                 )
             except openai.AuthenticationError:
                 raise _Failure(
@@ -559,6 +574,10 @@ class _OpenAIBackend:
                 if status == 400 and self.token_limit == "max_tokens" and "max_completion_tokens" in str(err.body):
                     self.token_limit = "max_completion_tokens"  # newer OpenAI models renamed the limit
                     continue
+                if status == 400 and set(extra) & _LOGPROB_PARAMS and "logprob" in str(err.body).lower():
+                    self.logprobs_refused = True  # a server without log-probabilities: ask for the text alone
+                    extra = {name: value for name, value in extra.items() if name not in _LOGPROB_PARAMS}
+                    continue
                 if status < 500 and status not in (408, 409):
                     raise _Failure(f"{url} answered {status}: {_server_message(err)}") from None
                 if attempt >= self.max_retries:
@@ -571,7 +590,8 @@ class _OpenAIBackend:
             except openai.OpenAIError as err:
                 raise _Failure(f"request to {url} failed: {type(err).__name__}: {str(err)[:160]}") from None
             else:
-                return _reply_text(response, url)
+                _reply_text(response, url)  # an empty or odd reply is a failure, not a result
+                return response
             finally:
                 _CURRENT.budget = None
             self.sleep(delay)

