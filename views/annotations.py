@@ -18,7 +18,7 @@ from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
-from views import state, ui
+from views import judge, state, ui
 
 QUEUE_PAGE = 20  # review items drawn at once
 ALL = "(all)"
@@ -196,6 +196,9 @@ for item in queue[:QUEUE_PAGE]:
     _queue_item(item)
 if len(queue) > QUEUE_PAGE:
     st.caption(f"Showing the oldest {QUEUE_PAGE} of {len(queue)} items; the next appear as these are reviewed.")
+
+# ------------------------------------------------------------------ LLM relevance proposals
+judge.panel(dataset, store)
 
 # ------------------------------------------------------------------ agreement
 st.subheader("Agreement between annotators")
