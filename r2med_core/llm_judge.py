@@ -62,6 +62,7 @@ MAX_EXPLANATION_CHARS = 400
 #: The sampling used for judging and explaining: greedy, so a grade can be reproduced.
 JUDGE_TOKENS = 300
 EXPLAIN_TOKENS = 160
+EXPLAIN_TIMEOUT = 30.0
 
 _SYSTEM = "You are a careful medical expert who assesses search results for a medical retrieval benchmark."
 
@@ -126,7 +127,10 @@ def judge_endpoint(endpoint: Endpoint) -> Endpoint:
 
 
 def explain_endpoint(endpoint: Endpoint) -> Endpoint:
-    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=EXPLAIN_TOKENS)
+    """The endpoint as used for an explanation: greedy, short, and at most ``EXPLAIN_TIMEOUT`` s a try
+    (the page waits for it)."""
+    timeout = min(endpoint.timeout, EXPLAIN_TIMEOUT)
+    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=EXPLAIN_TOKENS, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- parsing untrusted replies
@@ -274,7 +278,7 @@ def explain_relevance(
     query: str,
     passage: str,
     *,
-    max_retries: int = 2,
+    max_retries: int = 1,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Explanation:
     """Ask for the bridging step between a query and a gold document (cached; never raises for server trouble)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from r2med_core.agreement import review_queue
 from r2med_core.annotations import AnnotationStore
 from r2med_core.cache import cache_root
 from r2med_core.generation import Endpoint
+from r2med_core.jobs import REGISTRY
 from r2med_core.llm_judge import (
     JUDGE_PROMPT_VERSION,
     MAX_EXPLANATION_CHARS,
@@ -228,6 +230,30 @@ def test_a_reply_echoing_the_key_is_never_kept_or_shown(dataset, bm25, server: S
     gold = next(iter(dataset.positives(pairs[0].query_id)))
     said = explain_relevance(endpoint(server), dataset.queries[pairs[0].query_id], dataset.corpus[gold])
     assert said.text and KEY not in said.text and "***" in said.text
+
+
+def test_cancel_keeps_the_finished_grades_and_a_new_start_resumes(dataset, bm25, server: ScriptedLLM) -> None:
+    """The app's Cancel makes the job's progress callback raise: grades made so far stay cached."""
+    pairs = unjudged_pairs(dataset, [bm25], k=3)[:5]
+    gate, asked = threading.Event(), threading.Event()
+
+    def answer(prompt: str) -> str:
+        if len(server.requests) == 3:
+            asked.set()
+            gate.wait(10)
+        return "final score: 2"
+
+    server.answer = answer
+    job = REGISTRY.start(
+        ("test-judge",), "judge", lambda job: judge_pairs(dataset, pairs, endpoint(server), progress=job.progress)
+    )
+    assert asked.wait(10)
+    REGISTRY.cancel(("test-judge",))
+    gate.set()
+    assert job.wait(10) and job.state == "cancelled"
+    assert len(server.requests) == 3
+    resumed = judge_pairs(dataset, pairs, endpoint(server), **fast())
+    assert (resumed.from_cache, resumed.judged) == (3, 2) and resumed.complete and len(server.requests) == 5
 
 
 # --------------------------------------------------------------------------- proposals
