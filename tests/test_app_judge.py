@@ -142,3 +142,13 @@ def test_agreement_with_the_qrels_is_measured_on_a_click_and_shown_per_task() ->
         assert table[["LLM 2"]].drop(index="qrels 0 (assumed)").sum().item() == 10
         recorded = next(df.value for df in at.dataframe if df.value.columns[0] == "task")
         assert list(recorded["task"]) == [TASK] and list(recorded["Cohen's kappa"]) == ["1.00"]
+
+
+def test_the_read_only_demo_offers_no_llm_judge(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_DEMO_MODE", "1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-operator-demo-key")  # even with the operator's key configured
+    at = open_app("explorer", task=TASK, system="bm25")
+    assert why_buttons(at) and all(b.disabled for b in why_buttons(at))
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    assert any("LLM judge is off" in i.value for i in at.info)
+    assert not [b for b in at.button if b.key in ("w_judge_start", "w_judge_agree")]

@@ -241,6 +241,11 @@ def _agreement(dataset: Dataset, endpoint: Endpoint, runs: list, threshold: int)
             ]
             confusion.columns = [f"LLM {g}" for g in confusion.columns]
             st.dataframe(confusion.rename_axis("qrels grade").reset_index(), hide_index=True)
+            if math.isnan(measured.kappa):
+                st.caption(
+                    "Kappa is undefined when one side uses a single class (every pair relevant, or every pair "
+                    "not): the confusion matrix still shows where the judge's grades fall."
+                )
             if measured.assumed:
                 st.caption(f"{measured.assumed} of the {measured.pairs} pairs are unjudged documents counted grade 0.")
         if st.button(f"Measure agreement ({cost.requests} requests)", key="w_judge_agree"):
