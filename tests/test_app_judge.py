@@ -152,3 +152,26 @@ def test_the_read_only_demo_offers_no_llm_judge(monkeypatch: pytest.MonkeyPatch)
     at = open_app("annotations", task=TASK, systems=["bm25"])
     assert any("LLM judge is off" in i.value for i in at.info)
     assert not [b for b in at.button if b.key in ("w_judge_start", "w_judge_agree")]
+
+
+def test_a_refused_key_is_reported_where_the_user_looks_and_nothing_is_proposed() -> None:
+    dataset = load_demo(TASK)
+    qid = next(iter(dataset.qrels))
+    refused = (401, {}, {"error": {"message": f"bad key {KEY}", "code": "invalid_api_key"}})
+    with ScriptedLLM(lambda prompt: "final score: 3") as server:
+        at = open_app("explorer", task=TASK, system="bm25", q=qid)
+        use_endpoint(at, server.url)
+        server.script = [refused]
+        why_buttons(at)[0].click().run()
+        assert not at.exception
+        errors = [e.value for e in at.error if "No explanation" in e.value]
+        assert len(errors) == 1 and "rejected the API key" in errors[0] and KEY not in errors[0]
+
+        at.switch_page("views/annotations.py").run()
+        server.script = [refused]
+        at.button(key="w_judge_start").click().run()
+        wait_for_jobs("llm-judge")
+        at.run()
+        assert not at.exception and len(AnnotationStore()) == 0
+        assert any("rejected the API key" in e.value for e in at.error)
+        assert any("0 judged" in w.value for w in at.warning)

@@ -95,7 +95,8 @@ def _delete(annotation_id: int) -> None:
 def _label_line(a: Annotation) -> str:
     where = f" at rank {a.rank}" if a.rank else ""
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
-    return ui.md(f"{_type_label(a.failure_type)} by {a.annotator} · {a.system or 'no system'}{where}{note}")
+    who = a.annotator if a.annotator.startswith("proposed by ") else f"by {a.annotator}"  # an LLM judge's
+    return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
 def _queue_item(item: QueueItem) -> None:
