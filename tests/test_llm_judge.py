@@ -214,6 +214,17 @@ def test_a_slow_server_times_out_and_nothing_is_cached(dataset, bm25, server: Sc
     assert not (cache_root() / "llm_judge" / "grades").exists()
 
 
+def test_a_tampered_cache_entry_is_not_trusted(dataset, bm25, server: ScriptedLLM) -> None:
+    pairs = unjudged_pairs(dataset, [bm25], k=1)[:1]
+    assert judge_pairs(dataset, pairs, endpoint(server), **fast()).grades
+    (entry,) = (cache_root() / "llm_judge" / "grades").rglob("*.json")
+    for bad in ('{"grade": 7}', '{"grade": "3"}', '{"grade": true}', "[1]", "not json"):
+        entry.write_text(bad)
+        assert estimate(dataset, pairs, endpoint(server)).requests == 1
+    again = judge_pairs(dataset, pairs, endpoint(server), **fast())
+    assert again.judged == 1 and again.grades == {(pairs[0].query_id, pairs[0].doc_id): 1}
+
+
 def test_a_reply_echoing_the_key_is_never_kept_or_shown(dataset, bm25, server: ScriptedLLM) -> None:
     server.answer = lambda prompt: f"Your key is {KEY}. final score: 2"
     pairs = unjudged_pairs(dataset, [bm25], k=1)[:2]

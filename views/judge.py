@@ -204,9 +204,10 @@ def _kappa(value: object) -> str:
 def _agreement(dataset: Dataset, endpoint: Endpoint, runs: list, threshold: int) -> None:  # type: ignore[type-arg]
     st.markdown("**How far to trust the judge: agreement with the qrels on this task**")
     has_zero = any(grade <= 0 for grades in dataset.qrels.values() for grade in grades.values())
-    a1, a2 = st.columns([1, 3])
+    a1, a2, a3 = st.columns([1, 1, 3])
     size = a1.number_input("Judged pairs to sample", 5, 1000, value=40, step=5, key="w_judge_sample")
-    assumed = a2.checkbox(
+    seed = a2.number_input("Sample seed", 0, 10_000, value=0, key="w_judge_seed", help="Another seed, another sample.")
+    assumed = a3.checkbox(
         "Add as many retrieved but unjudged documents, counted non-relevant",
         value=not has_zero and bool(runs),
         disabled=not runs,
@@ -215,12 +216,15 @@ def _agreement(dataset: Dataset, endpoint: Endpoint, runs: list, threshold: int)
         "The added documents come from the first chosen system's top list and count as grade 0, as the "
         "evaluation counts them; some may be relevant, so the agreement is then a lower bound.",
     )
-    sample = judged_sample(dataset, int(size), seed=0, assumed_negatives=runs[0] if assumed and runs else None, k=10)
+    negatives = runs[0] if assumed and runs else None
+    sample = judged_sample(dataset, int(size), seed=int(seed), assumed_negatives=negatives, k=10)
     if not sample:
         st.caption("This task has no judged pairs in its corpus to compare with.")
         return
     cost = estimate(dataset, sample, endpoint)
-    st.caption(ui.md(cost.describe()) + " · the same sample (seed 0) every time, so a rerun costs nothing.")
+    st.caption(
+        ui.md(cost.describe()) + f" · the same sample for seed {int(seed)} every time, so a rerun costs nothing."
+    )
     key = _job_key("llm-judge-agreement", dataset, endpoint, sample, threshold)
     if not _job_outcome(key):
         job = REGISTRY.get(key)
