@@ -18,7 +18,7 @@ from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
-from views import state, ui
+from views import judge, state, ui
 
 QUEUE_PAGE = 20  # review items drawn at once
 ALL = "(all)"
@@ -95,7 +95,8 @@ def _delete(annotation_id: int) -> None:
 def _label_line(a: Annotation) -> str:
     where = f" at rank {a.rank}" if a.rank else ""
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
-    return ui.md(f"{_type_label(a.failure_type)} by {a.annotator} · {a.system or 'no system'}{where}{note}")
+    who = a.annotator if a.annotator.startswith("proposed by ") else f"by {a.annotator}"  # an LLM judge's
+    return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
 def _queue_item(item: QueueItem) -> None:
@@ -198,6 +199,9 @@ for item in queue[:QUEUE_PAGE]:
     _queue_item(item)
 if len(queue) > QUEUE_PAGE:
     st.caption(f"Showing the oldest {QUEUE_PAGE} of {len(queue)} items; the next appear as these are reviewed.")
+
+# ------------------------------------------------------------------ LLM relevance proposals
+judge.panel(dataset, store)
 
 # ------------------------------------------------------------------ agreement
 st.subheader("Agreement between annotators")

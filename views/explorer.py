@@ -22,7 +22,7 @@ from r2med_core.explore import (
 )
 from r2med_core.report import metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
-from views import labels, state, ui
+from views import judge, labels, state, ui
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -236,6 +236,7 @@ with left:
                 continue
             st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+            judge.why_relevant(dataset, qid, row.doc_id, within)
         st.caption(ui.md(preview(text)))
 with right:
     rankings = {"original query": run}
