@@ -3,6 +3,10 @@
 ``auto`` picks CUDA, then Apple MPS, then the CPU. On a GPU the model runs in fp16 (half the memory,
 about twice the speed; embeddings differ from fp32 in the 4th decimal, which never changes an exact
 top-100 in practice) and the batch size follows the free memory; on the CPU, 32.
+
+The encoding backend's ``auto`` is decided here too: ONNX Runtime on a CPU when it is installed
+(measured faster than torch with identical top 10s: ``benchmarks/bench_encode.py``, README: Speed),
+torch on a GPU or without it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+#: Encoding backends: ``auto`` resolves per device (``resolve_backend``); ``onnx-int8`` is quantised ONNX.
+ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
+#: What ``auto`` runs on a CPU when ONNX Runtime is importable. fp32 ONNX, never int8: its vectors
+#: match torch's to float error, so it ranks as the benchmark's models do (int8 is opt-in).
+AUTO_CPU_BACKEND = "onnx"
 
 
 class DeviceError(ValueError):
@@ -86,3 +95,24 @@ def detect(requested: str | None = "auto") -> Hardware:
     device = resolve_device(requested)
     gpu = device.startswith("cuda")
     return Hardware(device=device, fp16=gpu, batch_size=batch_size_for(device))
+
+
+def onnx_importable() -> bool:
+    """True when ONNX Runtime and the ``onnx`` package (for the export) can be imported."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except Exception:  # missing, or a broken install: torch it is
+        return False
+    return True
+
+
+def resolve_backend(requested: str | None, device: str, accelerable: bool = True) -> str:
+    """The backend that will encode: an explicit choice as is; ``auto`` (or None) → ONNX on a CPU when
+    ONNX Runtime is importable and the model can be exported (``accelerable``), else torch."""
+    requested = (requested or "auto").strip().lower()
+    if requested != "auto":
+        return requested
+    if device.split(":", 1)[0] != "cpu" or not accelerable or not onnx_importable():
+        return "torch"
+    return AUTO_CPU_BACKEND
