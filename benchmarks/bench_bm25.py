@@ -26,9 +26,13 @@ FUNCTION_WORDS = "the of and to in a is that for it as was with be by on not thi
 
 
 def make_corpus(
-    n_docs: int, n_queries: int, seed: int, query_words: tuple[int, int] = (4, 16)
+    n_docs: int,
+    n_queries: int,
+    seed: int,
+    query_words: tuple[int, int] = (4, 16),
+    doc_words: tuple[int, int] = (80, 200),
 ) -> tuple[list[str], list[str]]:
-    """Documents of 80–200 words and queries of ``query_words`` words, drawn Zipf-like (s ≈ 1.1)."""
+    """Documents of ``doc_words`` words and queries of ``query_words`` words, drawn Zipf-like (s ≈ 1.1)."""
     rng = np.random.default_rng(seed)
     letters = np.array(list(string.ascii_lowercase))
     n_vocab = 60_000
@@ -53,7 +57,7 @@ def make_corpus(
             start += n_words
         return out
 
-    docs = texts(rng.integers(80, 201, size=n_docs))
+    docs = texts(rng.integers(doc_words[0], doc_words[1] + 1, size=n_docs))
     queries = texts(rng.integers(query_words[0], query_words[1] + 1, size=n_queries))
     return docs, queries
 

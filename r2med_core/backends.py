@@ -43,14 +43,17 @@ class OnnxEncoder:
 
     def encode(
         self,
-        texts: list[str],
+        texts: list[Any],
         batch_size: int = 32,
         normalize_embeddings: bool = False,
         convert_to_numpy: bool = True,
         show_progress_bar: bool = False,
+        prompt: str | None = None,
         **_: Any,
     ) -> np.ndarray:
-        order = np.argsort([-len(t) for t in texts], kind="stable")
+        if prompt:  # as sentence-transformers does: a prefix of the text, or of a pair's first half
+            texts = [(prompt + t[0], *t[1:]) if isinstance(t, tuple) else prompt + t for t in texts]
+        order = np.argsort([-sum(map(len, t)) if isinstance(t, tuple) else -len(t) for t in texts], kind="stable")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             chosen = order[start : start + batch_size]

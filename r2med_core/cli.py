@@ -485,7 +485,10 @@ def _split_systems(text: str) -> list[str]:
 def _add_hardware(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps")
     parser.add_argument(
-        "--backend", default=None, choices=ENCODE_BACKENDS, help="torch, or a faster CPU backend (see README: Speed)"
+        "--backend",
+        default=None,
+        choices=ENCODE_BACKENDS,
+        help="auto (default: ONNX on a CPU when installed and measured faster, else torch), torch, onnx, onnx-int8",
     )
 
 

@@ -3,13 +3,26 @@
 ``auto`` picks CUDA, then Apple MPS, then the CPU. On a GPU the model runs in fp16 (half the memory,
 about twice the speed; embeddings differ from fp32 in the 4th decimal, which never changes an exact
 top-100 in practice) and the batch size follows the free memory; on the CPU, 32.
+
+The encoding backend's ``auto`` is decided here too: ONNX Runtime on a CPU when it is installed and
+``benchmarks/bench_encode.py`` measured it faster than torch on this machine (its verdict is kept in
+the cache, ``backend_speed.json``), else torch; on a GPU always torch. On this project's 2-core
+reference machine torch measured faster (README: Speed), so there ``auto`` is torch.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+#: Encoding backends: ``auto`` resolves per device (``resolve_backend``); ``onnx-int8`` is quantised ONNX.
+ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
+#: What ``auto`` may run on a CPU instead of torch. fp32 ONNX, never int8: its vectors match torch's
+#: to float error, so it ranks as the benchmark's models do (int8 is opt-in).
+AUTO_CPU_BACKEND = "onnx"
+_SPEED_FILE = "backend_speed.json"
 
 
 class DeviceError(ValueError):
@@ -86,3 +99,57 @@ def detect(requested: str | None = "auto") -> Hardware:
     device = resolve_device(requested)
     gpu = device.startswith("cuda")
     return Hardware(device=device, fp16=gpu, batch_size=batch_size_for(device))
+
+
+def onnx_importable() -> bool:
+    """True when ONNX Runtime and the ``onnx`` package (for the export) can be imported."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except Exception:  # missing, or a broken install: torch it is
+        return False
+    return True
+
+
+def accelerable(model: Any) -> bool:
+    """Whether ``auto`` may run this ``DenseModel`` through ONNX: a sentence-transformers encoder of at
+    most 512 tokens (BERT-sized; a 7B decoder would not fit ONNX's 2 GB file or a CPU), without remote
+    code or an instruction left out of the pooling (the ONNX encoder pools every token)."""
+    return (
+        model.backend == "sentence-transformers"
+        and not model.trust_remote_code
+        and model.pool_prompt
+        and model.pooling != "lasttoken"
+        and (model.max_length or 512) <= 512
+    )
+
+
+def record_backend_speeds(docs_per_s: dict[str, float]) -> None:
+    """Keep the CPU documents/s ``bench_encode`` measured per backend, for ``auto`` on this machine."""
+    from .cache import atomic_write_text, cache_root
+
+    payload = {name: round(float(speed), 3) for name, speed in docs_per_s.items()}
+    atomic_write_text(cache_root() / _SPEED_FILE, json.dumps(payload, indent=1, sort_keys=True))
+
+
+def onnx_measured_faster() -> bool:
+    """True when this machine's last ``bench_encode`` found ONNX faster than torch (no measurement: no)."""
+    from .cache import cache_root
+
+    try:
+        speeds = json.loads((cache_root() / _SPEED_FILE).read_text(encoding="utf-8"))
+        return float(speeds[AUTO_CPU_BACKEND]) > float(speeds["torch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def resolve_backend(requested: str | None, device: str, accelerable: bool = True) -> str:
+    """The backend that will encode: an explicit choice as is; ``auto`` (or None) → ONNX on a CPU when
+    ONNX Runtime is importable, measured faster here and the model can be exported (``accelerable``),
+    else torch."""
+    requested = (requested or "auto").strip().lower()
+    if requested != "auto":
+        return requested
+    if device.split(":", 1)[0] != "cpu" or not accelerable or not onnx_importable():
+        return "torch"
+    return AUTO_CPU_BACKEND if onnx_measured_faster() else "torch"

@@ -21,7 +21,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 The operator's LLM key is ``OPENAI_API_KEY`` and its server ``OPENAI_BASE_URL`` (environment or
 secrets); ``r2med_core.endpoints`` decides where that key may go.
 | ``R2MED_DEVICE`` | where models encode: ``auto`` (CUDA, then Apple MPS, then CPU), ``cpu``, ``cuda``, ``mps`` | auto |
-| ``R2MED_ENCODE_BACKEND`` | ``torch``, or an opt-in faster CPU backend: ``onnx``, ``onnx-int8``, ``openvino`` | torch |
+| ``R2MED_ENCODE_BACKEND`` | ``auto`` (ONNX on CPU if installed and faster), ``torch``, ``onnx``, ``onnx-int8`` | auto |
 | ``R2MED_SWEEP_DIR`` | the ``--output-dir`` of a ``sweep``, whose grid the Leaderboard shows | unset |
 | ``R2MED_COMPUTE_SECONDS`` | work estimated longer than this waits for a click on "Compute" | 2 |
 """
@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hardware import ENCODE_BACKENDS
+
 _TRUE = ("1", "true", "yes", "on")
-#: sentence-transformers backends the encoder can use (``onnx-int8``: dynamically quantised ONNX).
-ENCODE_BACKENDS = ("torch", "onnx", "onnx-int8", "openvino")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Settings:
         return int(self.llm_reply_max_mb * 1024 * 1024)
     llm_endpoints: tuple[str, ...] = ()
     device: str = "auto"
-    encode_backend: str = "torch"
+    encode_backend: str = "auto"
     sweep_dir: Path | None = None
     compute_seconds: float = 2.0
 
@@ -118,7 +118,7 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
     runs_dir = Path(env["R2MED_RUNS_DIR"]).expanduser() if env.get("R2MED_RUNS_DIR", "").strip() else None
     endpoints = _endpoints(env.get("R2MED_LLM_ENDPOINTS"), (extra or {}).get("R2MED_LLM_ENDPOINTS"))
     sweep_dir = Path(env["R2MED_SWEEP_DIR"]).expanduser() if env.get("R2MED_SWEEP_DIR", "").strip() else None
-    backend = env.get("R2MED_ENCODE_BACKEND", "").strip().lower() or "torch"
+    backend = env.get("R2MED_ENCODE_BACKEND", "").strip().lower() or "auto"
     if backend not in ENCODE_BACKENDS:
         raise ValueError(f"R2MED_ENCODE_BACKEND must be one of {', '.join(ENCODE_BACKENDS)}, got {backend!r}")
     return Settings(
