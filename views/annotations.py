@@ -166,14 +166,14 @@ def _queue_item(item: QueueItem) -> None:
                 on_click=_review,
                 args=(label.id, True),
                 type="primary",
-                disabled=ui.read_only() or own,
+                disabled=ui.read_only() or own or not may_review,
             )
             row[2].button(
                 "Reject",
                 key=f"w_reject_{label.id}",
                 on_click=_review,
                 args=(label.id, False),
-                disabled=ui.read_only() or own,
+                disabled=ui.read_only() or own or not may_review,
             )
             return
         for label in item.labels:
@@ -184,7 +184,7 @@ def _queue_item(item: QueueItem) -> None:
                 key=f"w_keep_{label.id}",
                 on_click=_keep,
                 args=(label.id,),
-                disabled=ui.read_only() or own,
+                disabled=ui.read_only() or own or not may_review,
             )
 
 
@@ -197,6 +197,7 @@ if store is None:
 st.caption(f"Stored in {ui.md(store.path)} (SQLite). Label queries and documents from the Query explorer.")
 state.show_flash()
 acting = auth.acting()
+may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
 may_manage = not acting.signed_in_mode or (acting.person is not None and acting.person.may("manage"))
 
 # ------------------------------------------------------------------ rows that break a rule
@@ -236,6 +237,11 @@ if not acting.signed_in_mode:
     )
 elif acting.person is None:
     st.info("Sign in (in the sidebar) to review labels.")
+elif not may_review:
+    st.info(
+        f"{ui.md(acting.person.name)} ({ui.md(', '.join(sorted(acting.person.roles)) or 'no role')}) may not review "
+        "labels: reviewing needs the reviewer or admin role."
+    )
 else:
     st.caption(f"Reviews are recorded as **{ui.md(acting.person.name)}**; nobody reviews their own label.")
 
