@@ -14,7 +14,11 @@ never typed, and roles from an operator file decide who may label, review or man
 
 The header is believed only from a trusted proxy's address: from any other address it is ignored, so a
 visitor who reaches the app directly cannot name themselves. The proxy must set (overwrite) the header
-on every request it forwards.
+on every request it forwards. The address is the one Streamlit's server (uvicorn) reports: when the
+peer is in ``FORWARDED_ALLOW_IPS`` (uvicorn's setting, default ``127.0.0.1,::1``) and sends
+``X-Forwarded-For``, that is the forwarded client's address, so a local proxy that sends
+``X-Forwarded-For`` is not seen as the proxy: send only the user header, or run the proxy elsewhere.
+``FORWARDED_ALLOW_IPS=*`` is refused with a proxy header, since any visitor could then pose as the proxy.
 
 The roles file maps an identity to a role or a list of roles::
 
@@ -116,6 +120,13 @@ def load_auth_config(
         raise IdentityError(
             f"{PROXY_HEADER_ENV} is set but {TRUSTED_PROXIES_ENV} is empty: name the proxy's address "
             "(e.g. 127.0.0.1/32), or the header could be sent by anyone"
+        )
+    if header and "*" in env.get("FORWARDED_ALLOW_IPS", "").split(","):
+        # Streamlit's server (uvicorn) would then take any visitor's X-Forwarded-For as their address,
+        # so anyone could pose as a trusted proxy.
+        raise IdentityError(
+            f"{PROXY_HEADER_ENV} is set and FORWARDED_ALLOW_IPS is '*': any visitor could pose as a trusted "
+            "proxy through X-Forwarded-For; list the proxy's address in FORWARDED_ALLOW_IPS instead"
         )
     roles = env.get(ROLES_FILE_ENV, "").strip()
     return AuthConfig(

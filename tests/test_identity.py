@@ -156,6 +156,7 @@ def test_load_roles_names_the_file(tmp_path: Path) -> None:
         ({"R2MED_PROXY_USER_HEADER": "X-Forwarded-User"}, "R2MED_TRUSTED_PROXIES is empty"),
         ({"R2MED_PROXY_USER_HEADER": "X User", "R2MED_TRUSTED_PROXIES": "::1"}, "must be an HTTP header name"),
         ({"R2MED_PROXY_USER_HEADER": "X-U", "R2MED_TRUSTED_PROXIES": "localhost"}, "'localhost' is not an IP"),
+        ({**PROXY, "FORWARDED_ALLOW_IPS": "*"}, "any visitor could pose as a trusted proxy"),
     ],
 )
 def test_bad_proxy_settings_name_the_variable(env: dict[str, str], expected: str) -> None:
