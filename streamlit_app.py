@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from views import sidebar, state, ui
+from views import auth, sidebar, state, ui
 
 # A local image, not a ":material/…:" icon: Streamlit fetches those favicons from fonts.gstatic.com.
 ICON = Path(__file__).resolve().parent / "views" / "assets" / "icon.png"
@@ -41,6 +41,8 @@ if ui.read_only():
         "models are switched off on this server.",
         icon=":material/lock:",
     )
+with st.sidebar:
+    auth.panel()
 dataset = sidebar.sidebar()
 if dataset is None:
     state.sync_url()

@@ -16,9 +16,10 @@ from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, r
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
+from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
-from views import judge, state, ui
+from views import auth, judge, state, ui
 
 QUEUE_PAGE = 20  # review items drawn at once
 ALL = "(all)"
@@ -42,23 +43,50 @@ def _settings() -> Settings:
         return Settings()
 
 
-def _reviewer() -> str | None:
+def _person(action: Action) -> Person | None:
+    """Who may do ``action`` now, or None with the reason left in the flash (shown on the page).
+
+    Without sign-in, reviewing needs a typed name and managing the store needs nothing (as before)."""
+    v = state.view()
     if ui.read_only():
-        state.view().flash_error = "Reviewing is off in this read-only demo."
+        v.flash_error = "Reviewing is off in this read-only demo." if action == "review" else "Off in this demo."
         return None
-    name = state.view().annotator.strip()
-    if not name:
-        state.view().flash_error = "Type your name under 'Your name' first: reviews record who made them."
+    acting = auth.acting()
+    if acting.error:
+        v.flash_error = f"Not done: sign-in is misconfigured ({ui.md(acting.error)})."
         return None
-    return name
+    if not acting.signed_in_mode:
+        if action == "manage":
+            return acting.person or Person("", "typed", frozenset({"admin"}))
+        if acting.person is None:
+            v.flash_error = "Type your name under 'Your name' first: reviews record who made them."
+        return acting.person
+    try:
+        return authorize(acting.person, action, config=acting.config)
+    except PermissionDenied as err:
+        v.flash_error = f"Not done: {ui.md(err)}."
+        return None
+
+
+def _not_own(person: Person, labels: list[Annotation]) -> bool:
+    """False (and the reason in the flash) when ``person`` labelled any of ``labels``."""
+    try:
+        check_not_own(person, [a.annotator for a in labels])
+    except PermissionDenied as err:
+        state.view().flash_error = f"Not reviewed: {ui.md(err)}."
+        return False
+    return True
 
 
 def _review(annotation_id: int, accept: bool) -> None:
     """Accept or reject one proposal (a button callback; the page then shows the result)."""
-    reviewer, v = _reviewer(), state.view()
-    if reviewer is None or store is None:
+    person, v = _person("review"), state.view()
+    if person is None or store is None:
         return
     label = store.get(annotation_id)
+    if not _not_own(person, [label]):
+        return
+    reviewer = person.name
     judged = dataset.qrels if (label.dataset, label.task) == (dataset.source, dataset.name) else None
     try:
         store.review(annotation_id, accept, reviewer, qrels=judged)
@@ -70,9 +98,18 @@ def _review(annotation_id: int, accept: bool) -> None:
 
 def _keep(annotation_id: int) -> None:
     """Settle a disagreement in favour of one label (the others are marked rejected, never deleted)."""
-    reviewer, v = _reviewer(), state.view()
-    if reviewer is None or store is None:
+    person, v = _person("review"), state.view()
+    if person is None or store is None:
         return
+    kept = store.get(annotation_id)
+    unit = [
+        a
+        for a in store.list(dataset=kept.dataset, task=kept.task, query_id=kept.query_id, doc_id=kept.doc_id)
+        if a.doc_id == kept.doc_id
+    ]
+    if not _not_own(person, unit):
+        return
+    reviewer = person.name
     try:
         store.adjudicate(annotation_id, reviewer)
     except (ValueError, KeyError, AnnotationStoreError) as err:
@@ -82,7 +119,7 @@ def _keep(annotation_id: int) -> None:
 
 
 def _delete(annotation_id: int) -> None:
-    if ui.read_only():
+    if _person("manage") is None:
         return
     try:
         store.delete(annotation_id)
@@ -99,6 +136,17 @@ def _label_line(a: Annotation) -> str:
     return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
+def _own(labels: list[Annotation]) -> bool:
+    """The signed-in person labelled one of these (their review buttons are off)."""
+    if acting.person is None or not acting.person.verified:
+        return False
+    try:
+        check_not_own(acting.person, [a.annotator for a in labels])
+    except PermissionDenied:
+        return True
+    return False
+
+
 def _queue_item(item: QueueItem) -> None:
     _, task, query_id, doc_id = item.unit
     with st.container(border=True):
@@ -106,6 +154,9 @@ def _queue_item(item: QueueItem) -> None:
         st.markdown(f"**{ui.md(item.kind.capitalize())}** · {ui.md(task)} · query {ui.md(query_id)} · {ui.md(target)}")
         if task == dataset.name and query_id in dataset.queries:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
+        own = _own(item.labels)
+        if own:
+            st.caption("You labelled this: another reviewer settles it (nobody reviews their own label).")
         if item.kind == "proposed addition":
             (label,) = item.labels
             row = st.columns([6, 1, 1])
@@ -116,17 +167,25 @@ def _queue_item(item: QueueItem) -> None:
                 on_click=_review,
                 args=(label.id, True),
                 type="primary",
-                disabled=ui.read_only(),
+                disabled=ui.read_only() or own or not may_review,
             )
             row[2].button(
-                "Reject", key=f"w_reject_{label.id}", on_click=_review, args=(label.id, False), disabled=ui.read_only()
+                "Reject",
+                key=f"w_reject_{label.id}",
+                on_click=_review,
+                args=(label.id, False),
+                disabled=ui.read_only() or own or not may_review,
             )
             return
         for label in item.labels:
             row = st.columns([6, 2])
             row[0].markdown(_label_line(label))
             row[1].button(
-                "Keep this one", key=f"w_keep_{label.id}", on_click=_keep, args=(label.id,), disabled=ui.read_only()
+                "Keep this one",
+                key=f"w_keep_{label.id}",
+                on_click=_keep,
+                args=(label.id,),
+                disabled=ui.read_only() or own or not may_review,
             )
 
 
@@ -140,6 +199,9 @@ if store is None:
 where = "on this server" if ui.read_only() else f"in {ui.md(store.location)}"
 st.caption(f"Stored {where} ({store.kind}). Label queries and documents from the Query explorer.")
 state.show_flash()
+acting = auth.acting()
+may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
+may_manage = not acting.signed_in_mode or (acting.person is not None and acting.person.may("manage"))
 
 # ------------------------------------------------------------------ rows that break a rule
 flagged = store.flagged()
@@ -164,17 +226,27 @@ if flagged:
         key="w_ann_flag_delete",
         on_click=_delete,
         args=(bad,),
-        disabled=ui.read_only(),
+        disabled=ui.read_only() or not may_manage,
     )
 
 # ------------------------------------------------------------------ who is reviewing
-st.text_input(
-    "Your name",
-    key=state.bound("annotator"),
-    on_change=state.store("annotator"),
-    placeholder="recorded with every review",
-    help="Asked once and kept for this session (also used when you label in the Query explorer).",
-)
+if not acting.signed_in_mode:
+    st.text_input(
+        "Your name",
+        key=state.bound("annotator"),
+        on_change=state.store("annotator"),
+        placeholder="recorded with every review",
+        help="Asked once and kept for this session (also used when you label in the Query explorer).",
+    )
+elif acting.person is None:
+    st.info("Sign in (in the sidebar) to review labels.")
+elif not may_review:
+    st.info(
+        f"{ui.md(acting.person.name)} ({ui.md(', '.join(sorted(acting.person.roles)) or 'no role')}) may not review "
+        "labels: reviewing needs the reviewer or admin role."
+    )
+else:
+    st.caption(f"Reviews are recorded as **{ui.md(acting.person.name)}**; nobody reviews their own label.")
 
 # ------------------------------------------------------------------ review queue
 everything = store.list()
@@ -280,7 +352,7 @@ else:
             "Label", options, format_func=lambda i: _describe(shown.set_index("id").loc[i]), key="w_ann_pick"
         )
         if picked is not None:
-            if not ui.read_only():
+            if not ui.read_only() and may_manage:
                 st.button("Delete this label", key="w_ann_delete", on_click=_delete, args=(int(picked),))
 
 # ------------------------------------------------------------------ exchange
@@ -299,10 +371,12 @@ e[2].download_button(
 )
 if ui.read_only():
     st.caption("Importing labels is off in this read-only demo.")
+elif not may_manage:
+    st.caption("Importing labels needs the admin role.")
 limit = _settings().upload_max_bytes
 uploaded = (
     None
-    if ui.read_only()
+    if ui.read_only() or not may_manage
     else st.file_uploader(
         f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 2**20:g} MB)",
         type=["jsonl"],
@@ -310,7 +384,7 @@ uploaded = (
         key="w_ann_upload",
     )
 )
-if uploaded is not None and st.button("Import", key="w_ann_import"):
+if uploaded is not None and st.button("Import", key="w_ann_import") and _person("manage") is not None:
     shown_name = ui.md(uploaded.name)  # only ever shown, never used as a path
     try:
         if uploaded.size > limit:

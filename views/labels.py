@@ -8,8 +8,9 @@ import streamlit as st
 
 from r2med_core import Dataset
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
+from r2med_core.identity import PermissionDenied, authorize
 from r2med_core.runs import Run
-from views import ui
+from views import auth, ui
 from views.state import bound, show_flash, view, widget_key
 
 WHOLE_QUERY = "(the whole query)"
@@ -45,7 +46,13 @@ def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[st
         )
         c2.selectbox("Document", [WHOLE_QUERY, *documents], key=keys["doc"])
         st.text_area("Note", placeholder="What went wrong? (free text)", key=keys["note"])
-        st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
+        acting = auth.acting()
+        if not acting.signed_in_mode:
+            st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
+        elif acting.person is not None:
+            st.caption(f"Saved as **{ui.md(acting.person.name)}** (signed in).")
+        else:
+            st.caption("Sign in (in the sidebar) to save labels.")
         st.caption(
             f"Recorded with the ranking shown: {ui.md(ui.system_label(ranking.name))}. "
             "'Relevant but unjudged' is saved as a proposal; it counts as a judgement once a reviewer accepts "
@@ -58,14 +65,25 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -
     """The form's submit callback (it runs before the page): validate, store, and say what happened."""
     v = view()
     values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
-    v.annotator = str(st.session_state.get(widget_key("annotator")) or "").strip()
+    acting = auth.acting()
+    if not acting.signed_in_mode:
+        v.annotator = str(st.session_state.get(widget_key("annotator")) or "").strip()
+        acting = auth.acting()
     code, target = values["type"], values["doc"]
     doc_id = None if target in (None, WHOLE_QUERY) else str(target)
     if code is None:
         v.flash_error = "Not saved: choose a failure type. Your note is kept."
         return
-    if not v.annotator:
+    if acting.error:
+        v.flash_error = f"Not saved: sign-in is misconfigured ({ui.md(acting.error)}). Your note is kept."
+        return
+    if acting.person is None and not acting.signed_in_mode:
         v.flash_error = "Not saved: type your name under 'Your name' (asked once per session). Your note is kept."
+        return
+    try:
+        person = authorize(acting.person, "label", config=acting.config)
+    except PermissionDenied as err:
+        v.flash_error = f"Not saved: {ui.md(err)}. Your note is kept."
         return
     store = ui.annotation_store()
     if store is None:
@@ -81,7 +99,7 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -
             rank=ranking.rank_of(query_id, doc_id) if doc_id is not None else None,
             failure_type=code,
             note=str(values["note"] or ""),
-            annotator=v.annotator,
+            annotator=person.name,
         )
         check_unjudged(annotation, dataset.qrels)
         store.add(annotation)

@@ -1,0 +1,336 @@
+"""Who is acting: sign-in, roles and what each role may do with labels.
+
+Without sign-in configured the app is one trusted team: people type their name, and the name is what
+their labels and reviews record (``Person.typed``). When the operator configures sign-in — Streamlit's
+``st.login`` (OpenID Connect, an ``[auth]`` section in ``.streamlit/secrets.toml``) or a reverse proxy
+that authenticates people and names them in a header — the recorded name is the signed-in identity,
+never typed, and roles from an operator file decide who may label, review or manage the store.
+
+| variable | meaning | default |
+|---|---|---|
+| ``R2MED_PROXY_USER_HEADER`` | header naming the person a trusted proxy signed in (``X-Forwarded-User``) | unset |
+| ``R2MED_TRUSTED_PROXIES`` | proxy addresses/networks (comma-separated, ``127.0.0.1/32``) it is accepted from | none |
+| ``R2MED_ROLES_FILE`` | TOML file mapping identities (email or subject) to roles | unset |
+
+The header is believed only from a trusted proxy's address: from any other address it is ignored, so a
+visitor who reaches the app directly cannot name themselves. The proxy must set (overwrite) the header
+on every request it forwards. The address is the one Streamlit's server (uvicorn) reports: when the
+peer is in ``FORWARDED_ALLOW_IPS`` (uvicorn's setting, default ``127.0.0.1,::1``) and sends
+``X-Forwarded-For``, that is the forwarded client's address, so a local proxy that sends
+``X-Forwarded-For`` is not seen as the proxy: send only the user header, or run the proxy elsewhere.
+``FORWARDED_ALLOW_IPS=*`` is refused with a proxy header, since any visitor could then pose as the proxy.
+
+The roles file maps an identity to a role or a list of roles::
+
+    "alice@example.org" = "annotator"
+    "bob@example.org" = ["annotator", "reviewer"]
+    "carol@example.org" = "admin"
+
+Identities are compared case-insensitively, by email or by OIDC subject. Without a roles file every
+signed-in person is an annotator and a reviewer. Nobody reviews their own label, whatever their role.
+
+This module never imports streamlit: the views pass it the request's headers, its peer address and
+``st.user``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+PROXY_HEADER_ENV = "R2MED_PROXY_USER_HEADER"
+TRUSTED_PROXIES_ENV = "R2MED_TRUSTED_PROXIES"
+ROLES_FILE_ENV = "R2MED_ROLES_FILE"
+
+Role = Literal["annotator", "reviewer", "admin"]
+ROLES: tuple[str, ...] = ("annotator", "reviewer", "admin")
+Action = Literal["label", "review", "manage"]
+#: What each role may do. ``manage``: delete labels and import them (the store as a whole).
+GRANTS: dict[str, frozenset[str]] = {
+    "annotator": frozenset({"label"}),
+    "reviewer": frozenset({"review"}),
+    "admin": frozenset({"label", "review", "manage"}),
+}
+#: Roles of a signed-in person when the operator gives no roles file.
+DEFAULT_ROLES: frozenset[str] = frozenset({"annotator", "reviewer"})
+_ACTION_WORDS = {"label": "save labels", "review": "review labels", "manage": "delete or import labels"}
+#: The peer address of a loopback connection (Streamlit reports 127.0.0.1 and ::1 alike, as no address).
+LOOPBACK = "loopback"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class IdentityError(ValueError):
+    """The sign-in configuration cannot be used; the message names the variable, or the file and line."""
+
+
+class PermissionDenied(PermissionError):
+    """The person may not do this; the message says why, for the person to read."""
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """The operator's sign-in settings. ``oidc``: secrets.toml has an ``[auth]`` section (``st.login``)."""
+
+    oidc: bool = False
+    proxy_header: str = ""
+    trusted_proxies: tuple[Network, ...] = ()
+    roles_file: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Sign-in is configured: names are never typed, and roles apply."""
+        return self.oidc or bool(self.proxy_header)
+
+
+def load_auth_config(
+    environ: Mapping[str, str] | None = None, extra: Mapping[str, object] | None = None, *, oidc: bool = False
+) -> AuthConfig:
+    """Read the sign-in settings; ``extra`` (``st.secrets``) fills what the environment leaves unset.
+
+    Raises IdentityError naming the variable when a value cannot be used.
+    """
+    env = dict(os.environ if environ is None else environ)
+    for name, value in (extra or {}).items():
+        if name in (PROXY_HEADER_ENV, TRUSTED_PROXIES_ENV, ROLES_FILE_ENV) and name not in env:
+            env[name] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    header = env.get(PROXY_HEADER_ENV, "").strip()
+    if header and not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", header):
+        raise IdentityError(f"{PROXY_HEADER_ENV} must be an HTTP header name, got {header!r}")
+    networks = []
+    for item in env.get(TRUSTED_PROXIES_ENV, "").split(","):
+        if not item.strip():
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item.strip(), strict=False))
+        except ValueError:
+            raise IdentityError(
+                f"{TRUSTED_PROXIES_ENV}: {item.strip()!r} is not an IP address or network (e.g. 127.0.0.1/32)"
+            ) from None
+    if header and not networks:
+        raise IdentityError(
+            f"{PROXY_HEADER_ENV} is set but {TRUSTED_PROXIES_ENV} is empty: name the proxy's address "
+            "(e.g. 127.0.0.1/32), or the header could be sent by anyone"
+        )
+    if header and "*" in env.get("FORWARDED_ALLOW_IPS", "").split(","):
+        # Streamlit's server (uvicorn) would then take any visitor's X-Forwarded-For as their address,
+        # so anyone could pose as a trusted proxy.
+        raise IdentityError(
+            f"{PROXY_HEADER_ENV} is set and FORWARDED_ALLOW_IPS is '*': any visitor could pose as a trusted "
+            "proxy through X-Forwarded-For; list the proxy's address in FORWARDED_ALLOW_IPS instead"
+        )
+    roles = env.get(ROLES_FILE_ENV, "").strip()
+    return AuthConfig(
+        oidc=oidc,
+        proxy_header=header,
+        trusted_proxies=tuple(networks),
+        roles_file=Path(roles).expanduser() if roles else None,
+    )
+
+
+# --------------------------------------------------------------------------- the roles file
+
+
+@dataclass(frozen=True)
+class RoleTable:
+    """Roles by identity (lower-cased email or subject), read from the operator's file ``source``."""
+
+    source: str = ""
+    entries: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def roles_of(self, *identities: str | None) -> frozenset[str]:
+        """Every role granted to any of ``identities`` (an email and a subject of one person)."""
+        found: set[str] = set()
+        for identity in identities:
+            if identity:
+                found |= self.entries.get(identity.strip().lower(), frozenset())
+        return frozenset(found)
+
+
+def parse_roles(text: str, name: str) -> RoleTable:
+    """Parse a roles file's text; IdentityError naming ``name`` and the line of the first problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        line = getattr(err, "lineno", None) or _line_from_message(str(err))
+        message = getattr(err, "msg", None) or re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err))
+        where = f"{name}:{line}" if line else name
+        raise IdentityError(f"{where}: not valid TOML: {message}") from None
+    lines = text.splitlines()
+    entries: dict[str, frozenset[str]] = {}
+    for identity, value in data.items():
+        where = f"{name}:{_line_of(lines, identity)}"
+        if isinstance(value, dict):
+            raise IdentityError(f'{where}: [{identity}] is a table; write "identity" = "role" or a list of roles')
+        granted = [value] if isinstance(value, str) else value
+        if not isinstance(granted, list) or not all(isinstance(r, str) for r in granted):
+            raise IdentityError(f"{where}: the roles of {identity!r} must be a role or a list of roles")
+        unknown = [r for r in granted if r not in ROLES]
+        if unknown:
+            raise IdentityError(
+                f"{where}: unknown role(s) {', '.join(map(repr, unknown))} for {identity!r}; "
+                f"roles are {', '.join(ROLES)}"
+            )
+        if not identity.strip():
+            raise IdentityError(f"{where}: an identity must not be empty")
+        key = identity.strip().lower()
+        if key in entries:
+            raise IdentityError(f"{where}: {identity!r} is listed twice (identities ignore case)")
+        entries[key] = frozenset(granted)
+    return RoleTable(source=name, entries=entries)
+
+
+def load_roles(path: str | Path) -> RoleTable:
+    """Read the operator's roles file; IdentityError naming the file (and line) when it cannot be used."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise IdentityError(f"{path}: cannot read the roles file ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise IdentityError(f"{path}:{line}: not UTF-8 text") from None
+    return parse_roles(text, str(path))
+
+
+def _line_from_message(message: str) -> int | None:
+    found = re.search(r"at line (\d+)", message)
+    return int(found.group(1)) if found else None
+
+
+def _line_of(lines: list[str], key: str) -> int:
+    """The line where a top-level key is defined (bare or quoted), for the error message."""
+    for number, line in enumerate(lines, start=1):
+        found = re.match(r"\s*(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[A-Za-z0-9_.@+-]+)\s*=", line)
+        if not found:
+            continue
+        written = found.group(1)
+        if written[0] in "\"'":
+            try:
+                written = tomllib.loads(f"k = {written}")["k"]
+            except tomllib.TOMLDecodeError:
+                continue
+        if written == key:
+            return number
+    return 1
+
+
+# --------------------------------------------------------------------------- who is acting
+
+
+@dataclass(frozen=True)
+class Person:
+    """Who is acting. ``name`` is what labels and reviews record; ``source`` how it was learned."""
+
+    name: str
+    source: Literal["typed", "oidc", "proxy"]
+    roles: frozenset[str]
+
+    @property
+    def verified(self) -> bool:
+        """The name comes from sign-in, not typed."""
+        return self.source != "typed"
+
+    def may(self, action: Action) -> bool:
+        return any(action in GRANTS.get(role, frozenset()) for role in self.roles)
+
+
+def typed_person(name: str) -> Person | None:
+    """Without sign-in: the typed name, with every role (one trusted team); None when nothing is typed."""
+    name = name.strip()
+    return Person(name, "typed", frozenset(ROLES)) if name else None
+
+
+def peer_trusted(peer: str | None, networks: Iterable[Network]) -> bool:
+    """Whether the connection's peer address is one of the trusted proxies. ``LOOPBACK`` (Streamlit's
+    report of 127.0.0.1 and ::1) matches a network holding either; an unknown peer matches nothing."""
+    if not peer:
+        return False
+    networks = list(networks)
+    if peer == LOOPBACK:
+        candidates = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    else:
+        try:
+            address = ipaddress.ip_address(peer.strip().strip("[]"))
+        except ValueError:
+            return False
+        mapped = getattr(address, "ipv4_mapped", None)
+        candidates = [address, *([mapped] if mapped else [])]
+    return any(a.version == n.version and a in n for a in candidates for n in networks)
+
+
+def header_values(headers: Iterable[tuple[str, str]], name: str) -> list[str]:
+    """Every value of header ``name`` (case-insensitive) among ``(name, value)`` pairs."""
+    wanted = name.lower()
+    return [value for key, value in headers if key.lower() == wanted]
+
+
+def resolve_identity(
+    config: AuthConfig,
+    *,
+    headers: Iterable[tuple[str, str]] = (),
+    peer: str | None = None,
+    user: Mapping[str, object] | None = None,
+    roles: RoleTable | None = None,
+) -> Person | None:
+    """The signed-in person, or None (not signed in). Only for ``config.enabled``.
+
+    The proxy header counts only from a trusted peer, and only when it holds exactly one non-empty value
+    (a request carrying it twice is ambiguous and ignored). Otherwise ``user`` (``st.user``) counts when
+    its login is valid; its email (else its subject) is the recorded name.
+    """
+    if config.proxy_header and peer_trusted(peer, config.trusted_proxies):
+        values = [v.strip() for v in header_values(headers, config.proxy_header)]
+        if len(values) == 1 and values[0] and values[0].isprintable():
+            return Person(values[0], "proxy", _roles(roles, values[0]))
+    if config.oidc and user and user.get("is_logged_in") is True:
+        email, subject = user.get("email"), user.get("sub")
+        email = email.strip() if isinstance(email, str) else ""
+        subject = subject.strip() if isinstance(subject, str) else ""
+        if email or subject:
+            return Person(email or subject, "oidc", _roles(roles, email, subject))
+    return None
+
+
+def _roles(table: RoleTable | None, *identities: str) -> frozenset[str]:
+    return DEFAULT_ROLES if table is None else table.roles_of(*identities)
+
+
+# --------------------------------------------------------------------------- permission checks
+
+
+def authorize(person: Person | None, action: Action, *, config: AuthConfig | None = None) -> Person:
+    """The person, when they may do ``action``; PermissionDenied saying why otherwise."""
+    what = _ACTION_WORDS[action]
+    if person is None:
+        if config is not None and config.enabled:
+            raise PermissionDenied(f"sign in to {what}")
+        raise PermissionDenied(f"type your name under 'Your name' to {what}: it is recorded with them")
+    if not person.may(action):
+        held = ", ".join(sorted(person.roles)) or "no role"
+        raise PermissionDenied(
+            f"{person.name} ({held}) may not {what}; the operator grants roles in the roles file ({ROLES_FILE_ENV})"
+        )
+    return person
+
+
+def check_not_own(person: Person, annotators: Iterable[str]) -> None:
+    """Refuse (PermissionDenied) a review by someone among the labels' ``annotators``: nobody reviews their
+    own label. Names compare case-insensitively. Without sign-in a typed name cannot prove anything, so
+    the check applies only to a signed-in person."""
+    if not person.verified:
+        return
+    mine = person.name.strip().lower()
+    if any(isinstance(a, str) and a.strip().lower() == mine for a in annotators):
+        raise PermissionDenied(f"{person.name} labelled this: nobody reviews their own label")

@@ -1,0 +1,173 @@
+"""Sign-in and roles (r2med_core.identity): who the app believes, and what each role may do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r2med_core.identity import (
+    LOOPBACK,
+    AuthConfig,
+    IdentityError,
+    PermissionDenied,
+    authorize,
+    check_not_own,
+    load_auth_config,
+    load_roles,
+    parse_roles,
+    peer_trusted,
+    resolve_identity,
+    typed_person,
+)
+
+PROXY = {"R2MED_PROXY_USER_HEADER": "X-Forwarded-User", "R2MED_TRUSTED_PROXIES": "10.0.0.5/32, 127.0.0.1/32"}
+ROLES = parse_roles(
+    '"alice@example.org" = "annotator"\n"Bob@Example.org" = ["annotator", "reviewer"]\n"carol" = "admin"\n',
+    "roles.toml",
+)
+
+
+def test_nothing_configured_is_the_typed_single_team() -> None:
+    config = load_auth_config({})
+    assert not config.enabled
+    person = typed_person("  Dana ")
+    assert person is not None and person.name == "Dana" and not person.verified
+    assert person.may("label") and person.may("review") and person.may("manage")
+    assert typed_person("   ") is None
+    with pytest.raises(PermissionDenied, match="type your name"):
+        authorize(None, "label", config=config)
+
+
+def test_proxy_header_is_believed_only_from_a_trusted_address() -> None:
+    config = load_auth_config(PROXY)
+    headers = [("x-forwarded-user", "alice@example.org")]
+    trusted = resolve_identity(config, headers=headers, peer="10.0.0.5", roles=ROLES)
+    assert trusted is not None and trusted.name == "alice@example.org" and trusted.source == "proxy"
+    assert trusted.roles == {"annotator"}
+    assert resolve_identity(config, headers=headers, peer=LOOPBACK, roles=ROLES) is not None
+    # The same header from anyone else names nobody.
+    for peer in ("10.0.0.6", "192.168.1.9", "::1", None, "not an address"):
+        assert resolve_identity(config, headers=headers, peer=peer, roles=ROLES) is None, peer
+
+
+def test_proxy_header_sent_twice_or_empty_is_ignored() -> None:
+    config = load_auth_config(PROXY)
+    twice = [("X-Forwarded-User", "alice@example.org"), ("x-forwarded-user", "carol")]
+    assert resolve_identity(config, headers=twice, peer="10.0.0.5", roles=ROLES) is None
+    assert resolve_identity(config, headers=[("X-Forwarded-User", " ")], peer="10.0.0.5", roles=ROLES) is None
+
+
+def test_loopback_matches_only_a_trusted_loopback_network() -> None:
+    config = load_auth_config({**PROXY, "R2MED_TRUSTED_PROXIES": "10.0.0.0/8"})
+    assert not peer_trusted(LOOPBACK, config.trusted_proxies)
+    assert peer_trusted("::ffff:10.1.2.3", config.trusted_proxies)
+    assert peer_trusted(LOOPBACK, load_auth_config({**PROXY, "R2MED_TRUSTED_PROXIES": "::1"}).trusted_proxies)
+
+
+def test_oidc_user_is_named_by_email_and_roles_match_email_or_subject() -> None:
+    config = AuthConfig(oidc=True)
+    bob = resolve_identity(config, user={"is_logged_in": True, "email": "bob@example.org", "sub": "b1"}, roles=ROLES)
+    assert bob is not None and bob.name == "bob@example.org" and bob.roles == {"annotator", "reviewer"}
+    carol = resolve_identity(config, user={"is_logged_in": True, "sub": "carol"}, roles=ROLES)
+    assert carol is not None and carol.name == "carol" and carol.roles == {"admin"}
+    assert resolve_identity(config, user={"is_logged_in": False, "email": "bob@example.org"}, roles=ROLES) is None
+    assert resolve_identity(config, user={}, roles=ROLES) is None
+    # A proxy header means nothing when only OIDC is configured.
+    assert resolve_identity(config, headers=[("X-Forwarded-User", "carol")], peer=LOOPBACK, user={}) is None
+
+
+def test_signed_in_without_roles_file_annotates_and_reviews_but_does_not_manage() -> None:
+    person = resolve_identity(AuthConfig(oidc=True), user={"is_logged_in": True, "email": "x@example.org"})
+    assert person is not None and person.may("label") and person.may("review") and not person.may("manage")
+
+
+def test_roles_decide_what_each_person_may_do() -> None:
+    config = AuthConfig(oidc=True)
+
+    def who(email: str):
+        return resolve_identity(config, user={"is_logged_in": True, "email": email}, roles=ROLES)
+
+    alice, bob, carol, stranger = who("alice@example.org"), who("BOB@example.org"), who("carol"), who("eve@x.org")
+    assert authorize(alice, "label") is alice
+    with pytest.raises(PermissionDenied, match=r"alice@example.org \(annotator\) may not review"):
+        authorize(alice, "review")
+    assert authorize(bob, "review") is bob
+    with pytest.raises(PermissionDenied, match="may not delete or import"):
+        authorize(bob, "manage")
+    assert authorize(carol, "manage") is carol
+    assert stranger is not None and stranger.roles == frozenset()
+    with pytest.raises(PermissionDenied, match="no role"):
+        authorize(stranger, "label")
+    with pytest.raises(PermissionDenied, match="sign in to save labels"):
+        authorize(None, "label", config=config)
+
+
+def test_reviewer_only_cannot_label() -> None:
+    reviewer = resolve_identity(
+        AuthConfig(oidc=True),
+        user={"is_logged_in": True, "email": "r@example.org"},
+        roles=parse_roles('"r@example.org" = "reviewer"', "roles.toml"),
+    )
+    with pytest.raises(PermissionDenied, match="may not save labels"):
+        authorize(reviewer, "label")
+
+
+def test_nobody_reviews_their_own_label() -> None:
+    bob = resolve_identity(AuthConfig(oidc=True), user={"is_logged_in": True, "email": "bob@example.org"}, roles=ROLES)
+    assert bob is not None
+    with pytest.raises(PermissionDenied, match="nobody reviews their own label"):
+        check_not_own(bob, ["alice@example.org", "Bob@Example.org"])
+    check_not_own(bob, ["alice@example.org"])
+    # A typed name proves nothing: without sign-in the check is the team's (as before).
+    check_not_own(typed_person("bob@example.org"), ["bob@example.org"])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('"a@x.org" = "annotator"\n\n"b@x.org" = "reviwer"\n', r"roles.toml:3: unknown role\(s\) 'reviwer'"),
+        ('"a@x.org" = ["annotator",\n  "boss"]\n', r"roles.toml:1: unknown role\(s\) 'boss'"),
+        ('a = "annotator"\nb = 3\n', r"roles.toml:2: the roles of 'b' must be"),
+        ('a = "annotator"\n"A" = "admin"\n', r"roles.toml:2: 'A' is listed twice"),
+        ('a = "annotator"\nb = = \n', r"roles.toml:2: not valid TOML"),
+        ('[team]\na = "annotator"\n', r"roles.toml:1: \[team\] is a table"),
+    ],
+)
+def test_a_bad_roles_file_is_refused_with_file_and_line(text: str, expected: str) -> None:
+    with pytest.raises(IdentityError, match=expected):
+        parse_roles(text, "roles.toml")
+
+
+def test_load_roles_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "roles.toml"
+    with pytest.raises(IdentityError, match="cannot read the roles file"):
+        load_roles(path)
+    path.write_bytes(b'a = "annotator"\nb = "\xff"\n')
+    with pytest.raises(IdentityError, match=rf"{path}:2: not UTF-8"):
+        load_roles(path)
+    path.write_text('"a@x.org" = ["annotator", "admin"]\n', encoding="utf-8")
+    assert load_roles(path).roles_of("A@X.org") == {"annotator", "admin"}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"R2MED_PROXY_USER_HEADER": "X-Forwarded-User"}, "R2MED_TRUSTED_PROXIES is empty"),
+        ({"R2MED_PROXY_USER_HEADER": "X User", "R2MED_TRUSTED_PROXIES": "::1"}, "must be an HTTP header name"),
+        ({"R2MED_PROXY_USER_HEADER": "X-U", "R2MED_TRUSTED_PROXIES": "localhost"}, "'localhost' is not an IP"),
+        ({**PROXY, "FORWARDED_ALLOW_IPS": "*"}, "any visitor could pose as a trusted proxy"),
+    ],
+)
+def test_bad_proxy_settings_name_the_variable(env: dict[str, str], expected: str) -> None:
+    with pytest.raises(IdentityError, match=expected):
+        load_auth_config(env)
+
+
+def test_settings_from_secrets_fill_what_the_environment_leaves_unset(tmp_path: Path) -> None:
+    config = load_auth_config(
+        {"R2MED_ROLES_FILE": str(tmp_path / "r.toml")},
+        extra={"R2MED_PROXY_USER_HEADER": "X-User", "R2MED_TRUSTED_PROXIES": ["10.0.0.1", "10.0.0.2"]},
+    )
+    assert config.enabled and config.proxy_header == "X-User" and len(config.trusted_proxies) == 2
+    assert config.roles_file == tmp_path / "r.toml"

@@ -1,0 +1,359 @@
+"""Sign-in end to end: a real OpenID Connect provider (oidc-provider-mock), a real ``streamlit run`` server
+configured to use it (``[auth]`` in a temporary secrets.toml), and headless Chromium signing in through
+the provider's own form; and a reverse-proxy header, accepted from a trusted address and ignored from
+any other. Labels and reviews must record the signed-in identity, and roles must hold.
+
+    python -m pytest tests/test_signin.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from itsdangerous import TimestampSigner, URLSafeTimedSerializer
+from oidc_provider_mock import run_server_in_thread
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+
+from r2med_core import load_demo, run_system
+from r2med_core.annotations import AnnotationStore
+from tests.test_browser import CHROMIUM_ARGS, VIEWPORT, _choose, _free_port, _log_tail, chromium, settle
+
+__all__ = ["chromium"]  # the fixture, shared with test_browser.py
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTUP_SECONDS = 120
+TASK = "clinical-case"
+COOKIE_SECRET = "a-test-cookie-secret-of-some-length"
+USER_COOKIE = "_streamlit_user"
+ROLES = """\
+# who may do what on the test server
+"alice@example.org" = "annotator"
+"rob@example.org" = "reviewer"
+"rita@example.org" = ["annotator", "reviewer"]
+"""
+
+
+@contextmanager
+def streamlit_server(
+    work: Path, env_extra: dict[str, str], secrets: Path | None = None, port: int | None = None
+) -> Iterator[str]:
+    """``streamlit run streamlit_app.py`` on 127.0.0.1 with its own data folder; the base URL."""
+    port = port or _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("R2MED_")},
+        "R2MED_CACHE_DIR": str(work / "cache"),
+        "R2MED_DATA_HOME": str(work / "data"),
+        "HF_HUB_OFFLINE": "1",
+        "R2MED_COMPUTE_SECONDS": "100000",
+        "PYTHONUNBUFFERED": "1",
+        **env_extra,
+    }
+    command = [
+        sys.executable, "-m", "streamlit", "run", "streamlit_app.py",
+        "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+        # Only the given secrets file (or none at all): never the developer's own .streamlit/secrets.toml.
+        "--secrets.files", str(secrets or work / "no-secrets.toml"),
+    ]  # fmt: skip
+    log_path = work / "streamlit.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"streamlit exited with code {process.returncode}:\n{_log_tail(log_path)}")
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit not healthy after {STARTUP_SECONDS} s:\n{_log_tail(log_path)}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Path) -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[str]:
+    """A real OpenID Connect provider on localhost (any client id is accepted; people type their subject)."""
+    with run_server_in_thread(port=0) as server:
+        yield f"http://localhost:{server.server_port}"
+
+
+@pytest.fixture(scope="module")
+def oidc_app(provider: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The app with ``st.login`` on the provider and a roles file; (base URL, annotation store path)."""
+    work = tmp_path_factory.mktemp("oidc-app")
+    port = _free_port()
+    secrets = work / "secrets.toml"
+    secrets.write_text(
+        "[auth]\n"
+        f'redirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
+        f'cookie_secret = "{COOKIE_SECRET}"\n'
+        'client_id = "r2med-test"\n'
+        'client_secret = "r2med-test-secret"\n'
+        f'server_metadata_url = "{provider}/.well-known/openid-configuration"\n',
+        encoding="utf-8",
+    )
+    roles = work / "roles.toml"
+    roles.write_text(ROLES, encoding="utf-8")
+    with streamlit_server(work, {"R2MED_ROLES_FILE": str(roles)}, secrets, port) as base:
+        yield base, work / "data" / "annotations.sqlite"
+
+
+def _context(browser: Browser, base: str, **kwargs: object) -> BrowserContext:
+    context = browser.new_context(viewport=VIEWPORT, base_url=base, **kwargs)
+    context.set_default_timeout(30_000)
+    return context
+
+
+def _sign_in(page: Page, subject: str) -> None:
+    """Click "Sign in", type the subject on the provider's own form, and come back signed in."""
+    page.goto("/overview")
+    settle(page, "Sign in to label and review")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"^http://localhost:\d+/oauth2/authorize"))
+    page.locator("input[name=sub]").fill(subject)
+    page.get_by_role("button", name="Authorize").click()
+    page.wait_for_url(re.compile(r"^http://127\.0\.0\.1:\d+/"))
+    settle(page, f"Signed in as {subject}")
+
+
+def _explorer(page: Page, qid: str) -> None:
+    page.goto(f"/explorer?task={TASK}&systems=bm25&system=bm25&q={qid}")
+    settle(page, "Label a failure")
+
+
+def _label(page: Page, failure: str, doc: str, note: str) -> None:
+    _choose(page, "Failure type", failure)
+    _choose(page, "Document", re.compile(rf"^{re.escape(doc)}$"))
+    page.get_by_label("Note").fill(note)
+    page.get_by_role("button", name="Save label").click()
+
+
+def _unjudged(qid: str, nth: int = 0) -> str:
+    dataset = load_demo(TASK)
+    docs = [d for d, _ in run_system(dataset, "bm25").top(qid, 10) if d not in dataset.positives(qid)]
+    return docs[nth]
+
+
+@pytest.fixture(scope="module")
+def qid() -> str:
+    dataset = load_demo(TASK)
+    return next(q for q in dataset.queries if dataset.positives(q))
+
+
+# --------------------------------------------------------------------------- OpenID Connect
+
+
+def test_oidc_labels_record_the_signed_in_identity_and_roles_hold(
+    browser: Browser, oidc_app: tuple[str, Path], qid: str
+) -> None:
+    base, store_path = oidc_app
+    doc = _unjudged(qid)
+
+    # Alice (annotator) signs in through the provider and labels; there is no name to type.
+    alice = _context(browser, base)
+    page = alice.new_page()
+    _sign_in(page, "alice@example.org")
+    assert page.get_by_text("Signed in as alice@example.org (annotator)").is_visible()
+    _explorer(page, qid)
+    assert page.get_by_label("Your name").count() == 0  # an annotator cannot act as another
+    assert page.get_by_text("Saved as alice@example.org (signed in)").is_visible()
+    _label(page, "Relevant but unjudged", doc, "answers it; never judged")
+    settle(page, "as a proposal for review")
+    (saved,) = AnnotationStore(store_path).list()
+    assert (saved.annotator, saved.doc_id, saved.status) == ("alice@example.org", doc, "proposed")
+    # An annotator does not review: the Annotations page offers no name field, and no review.
+    page.goto("/annotations")
+    settle(page, "alice@example.org (annotator) may not review labels")
+    assert page.get_by_role("textbox", name="Your name").count() == 0
+    assert page.get_by_role("button", name="Accept").first.is_disabled()
+    assert AnnotationStore(store_path).get(saved.id).status == "proposed"
+    alice.close()
+
+    # Rob (reviewer only) may not label: the refused save keeps everything he chose and typed.
+    rob = _context(browser, base)
+    page = rob.new_page()
+    _sign_in(page, "rob@example.org")
+    _explorer(page, qid)
+    _label(page, "Lexical trap", _unjudged(qid, 1), "shares the words, not the answer")
+    settle(page, "Not saved: rob@example.org (reviewer) may not save labels")
+    assert page.get_by_label("Note").input_value() == "shares the words, not the answer"
+    assert page.get_by_role("combobox", name="Failure type").input_value() == "Lexical trap"
+    assert len(AnnotationStore(store_path)) == 1
+    # … and he reviews Alice's label: the review records him.
+    page.goto("/annotations")
+    settle(page, "Review queue")
+    page.get_by_role("button", name="Accept").first.click()
+    settle(page, "as rob@example.org")
+    reviewed = AnnotationStore(store_path).get(saved.id)
+    assert (reviewed.status, reviewed.reviewer) == ("accepted", "rob@example.org")
+    rob.close()
+
+
+def test_nobody_reviews_their_own_label(browser: Browser, oidc_app: tuple[str, Path], qid: str) -> None:
+    base, store_path = oidc_app
+    doc = _unjudged(qid, 2)
+    context = _context(browser, base)
+    page = context.new_page()
+    _sign_in(page, "rita@example.org")  # annotator and reviewer
+    _explorer(page, qid)
+    _label(page, "Relevant but unjudged", doc, "mine")
+    settle(page, "as a proposal for review")
+    mine = next(a for a in AnnotationStore(store_path).list() if a.annotator == "rita@example.org")
+    page.goto("/annotations")
+    settle(page, "nobody reviews their own label")
+    accept = page.get_by_role("button", name="Accept")
+    # The innermost block holding this document's queue item and its buttons.
+    item = page.locator('[data-testid="stVerticalBlock"]').filter(has_text=f"document {doc}").filter(has=accept).last
+    assert item.get_by_text("You labelled this").is_visible()
+    assert item.get_by_role("button", name="Accept").is_disabled()
+    assert item.get_by_role("button", name="Reject").is_disabled()
+    assert AnnotationStore(store_path).get(mine.id).status == "proposed"
+    context.close()
+
+
+def _resign(value: str, *, secret: str = COOKIE_SECRET, age_days: float = 0.0) -> str:
+    """Sign ``value`` the way Streamlit signs its login cookie, dated ``age_days`` ago."""
+
+    class Dated(TimestampSigner):
+        def get_timestamp(self) -> int:
+            return int(time.time() - age_days * 86400)
+
+    return URLSafeTimedSerializer(secret, salt=USER_COOKIE, signer=Dated).dumps(value)
+
+
+def test_an_expired_or_tampered_login_cookie_is_refused(browser: Browser, oidc_app: tuple[str, Path], qid: str) -> None:
+    base, store_path = oidc_app
+    context = _context(browser, base)
+    page = context.new_page()
+    _sign_in(page, "alice@example.org")
+    (cookie,) = [c for c in context.cookies() if c["name"] == USER_COOKIE]
+    payload = URLSafeTimedSerializer(COOKIE_SECRET, salt=USER_COOKIE).loads(cookie["value"])
+    claims = json.loads(payload)
+    assert claims["email"] == "alice@example.org" and claims["is_logged_in"] is True
+    context.close()
+    as_admin = json.dumps({**claims, "email": "rita@example.org", "sub": "rita@example.org"})
+
+    def shown_identity(value: str) -> str:
+        fresh = _context(browser, base)
+        fresh.add_cookies([{**cookie, "value": value}])
+        page = fresh.new_page()
+        page.goto("/overview")
+        settle(page, "Overview")
+        page.locator('[data-testid="stSidebarContent"]').get_by_text(re.compile("Sign")).first.wait_for()
+        settle(page, "Overview")
+        text = page.locator('[data-testid="stSidebarContent"]').inner_text()
+        fresh.close()
+        return text
+
+    # The control: a cookie signed with the server's secret is believed (so the forgeries below are real).
+    assert "Signed in as rita@example.org" in shown_identity(_resign(as_admin))
+    assert "Signed in as alice@example.org" in shown_identity(cookie["value"])
+    # Signed with the right secret but dated beyond the login's lifetime: refused.
+    assert "Sign in to label and review" in shown_identity(_resign(payload, age_days=40))
+    # Tampered: the identity changed under the original signature, or signed with another secret.
+    _, stamp, signature = cookie["value"].rsplit(".", 2)
+    forged_body = URLSafeTimedSerializer(COOKIE_SECRET, salt=USER_COOKIE).dumps(as_admin).rsplit(".", 2)[0]
+    assert "Sign in to label and review" in shown_identity(f"{forged_body}.{stamp}.{signature}")
+    assert "Sign in to label and review" in shown_identity(_resign(as_admin, secret="not-the-server-secret"))
+    assert all(a.annotator != "rita@example.org" or a.note == "mine" for a in AnnotationStore(store_path).list())
+
+
+# --------------------------------------------------------------------------- reverse proxy and the roles file
+
+
+def _proxy_app(tmp_path: Path, trusted: str, roles: str = ROLES) -> Iterator[str]:
+    (tmp_path / "roles.toml").write_text(roles, encoding="utf-8")
+    env = {
+        "R2MED_PROXY_USER_HEADER": "X-Forwarded-User",
+        "R2MED_TRUSTED_PROXIES": trusted,
+        "R2MED_ROLES_FILE": str(tmp_path / "roles.toml"),
+    }
+    return streamlit_server(tmp_path, env)
+
+
+def test_proxy_header_from_a_trusted_address_names_the_annotator(browser: Browser, tmp_path: Path, qid: str) -> None:
+    """The browser stands in for the proxy on 127.0.0.1, the trusted address: its header is believed."""
+    with _proxy_app(tmp_path, "127.0.0.1/32") as base:
+        context = _context(browser, base, extra_http_headers={"X-Forwarded-User": "alice@example.org"})
+        page = context.new_page()
+        _explorer(page, qid)
+        settle(page, "Signed in as alice@example.org (annotator)")
+        assert page.get_by_label("Your name").count() == 0
+        assert page.get_by_role("button", name="Sign out").count() == 0  # the proxy signs people out
+        _label(page, "Lexical trap", _unjudged(qid), "shares the words")
+        settle(page, "Saved: Lexical trap")
+        context.close()
+    (saved,) = AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
+    assert saved.annotator == "alice@example.org"
+
+
+def test_a_forged_proxy_header_is_ignored_and_the_refused_save_keeps_the_label(
+    browser: Browser, tmp_path: Path, qid: str
+) -> None:
+    """Only 10.9.9.9 is a trusted proxy: the same header straight from 127.0.0.1 names nobody."""
+    with _proxy_app(tmp_path, "10.9.9.9/32") as base:
+        context = _context(browser, base, extra_http_headers={"X-Forwarded-User": "rita@example.org"})
+        page = context.new_page()
+        _explorer(page, qid)
+        settle(page, "Sign in through this server's proxy")
+        assert page.get_by_text("Signed in as").count() == 0
+        assert page.get_by_label("Your name").count() == 0  # nor can a name be typed instead
+        _label(page, "Lexical trap", _unjudged(qid), "kept after the refusal")
+        settle(page, "Not saved: sign in to save labels")
+        assert page.get_by_label("Note").input_value() == "kept after the refusal"
+        assert page.get_by_role("combobox", name="Failure type").input_value() == "Lexical trap"
+        context.close()
+    assert (
+        not (tmp_path / "data" / "annotations.sqlite").exists()
+        or not AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
+    )
+
+
+def test_a_roles_file_naming_an_unknown_role_is_refused_with_file_and_line(
+    browser: Browser, tmp_path: Path, qid: str
+) -> None:
+    roles = '"alice@example.org" = "annotator"\n"rob@example.org" = "reveiwer"\n'
+    with _proxy_app(tmp_path, "127.0.0.1/32", roles) as base:
+        context = _context(browser, base, extra_http_headers={"X-Forwarded-User": "alice@example.org"})
+        page = context.new_page()
+        _explorer(page, qid)
+        roles_file = tmp_path / "roles.toml"
+        settle(page, f"{roles_file}:2: unknown role(s) 'reveiwer'")
+        _label(page, "Lexical trap", _unjudged(qid), "not lost")
+        settle(page, "Not saved: sign-in is misconfigured")
+        assert page.get_by_label("Note").input_value() == "not lost"
+        context.close()

@@ -1,0 +1,127 @@
+"""Sign-in in the app: who is acting on this session (``r2med_core.identity`` decides), and the sidebar
+panel to sign in and out. Without sign-in configured the typed name is used, as before."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from r2med_core.identity import (
+    LOOPBACK,
+    AuthConfig,
+    IdentityError,
+    Person,
+    RoleTable,
+    load_auth_config,
+    load_roles,
+    resolve_identity,
+    typed_person,
+)
+from views import ui
+from views.state import view
+
+
+@dataclass(frozen=True)
+class Acting:
+    """This session's sign-in state: the config, the person (None: nobody), and a configuration error."""
+
+    config: AuthConfig
+    person: Person | None
+    error: str = ""
+
+    @property
+    def signed_in_mode(self) -> bool:
+        """Names come from sign-in (also when its configuration is broken: then nobody may act)."""
+        return self.config.enabled or bool(self.error)
+
+
+def _auth_section() -> Mapping[str, object]:
+    section = ui._secrets().get("auth")
+    return section if isinstance(section, Mapping) else {}
+
+
+def providers() -> list[str | None]:
+    """The ``st.login`` providers in secrets.toml: None for a bare ``[auth]``, else ``[auth.<name>]``."""
+    section = _auth_section()
+    named = [name for name, value in section.items() if isinstance(value, Mapping)]
+    return ([None] if "client_id" in section else []) + named
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _roles(path: str, signature: tuple[int, int]) -> RoleTable:
+    del signature  # part of the cache key only: an edited file is read again
+    return load_roles(path)
+
+
+def _roles_table(config: AuthConfig) -> RoleTable | None:
+    if config.roles_file is None:
+        return None
+    path = Path(config.roles_file)
+    try:
+        stat = path.stat()
+    except OSError as err:
+        raise IdentityError(f"{path}: cannot read the roles file ({err.strerror or err})") from None
+    return _roles(str(path), (stat.st_mtime_ns, stat.st_size))
+
+
+def _peer() -> str | None:
+    """The connection's peer address; Streamlit reports a loopback peer as no address."""
+    address = st.context.ip_address
+    if address:
+        return address
+    return LOOPBACK if len(st.context.headers) else None
+
+
+def _user() -> dict[str, object]:
+    try:
+        return st.user.to_dict()
+    except Exception:
+        return {}
+
+
+def acting() -> Acting:
+    """Who acts on this session (worked out on every run: a sign-out or an expired login counts at once)."""
+    try:
+        config = load_auth_config(extra=ui._secrets(), oidc=bool(providers()))
+    except IdentityError as err:
+        return Acting(AuthConfig(), None, str(err))
+    if not config.enabled:
+        return Acting(config, typed_person(view().annotator))
+    try:
+        roles = _roles_table(config)
+    except IdentityError as err:
+        return Acting(config, None, str(err))
+    headers = st.context.headers
+    pairs = [(name, value) for name in headers for value in headers.get_all(name)]
+    person = resolve_identity(config, headers=pairs, peer=_peer(), user=_user(), roles=roles)
+    return Acting(config, person)
+
+
+def panel() -> None:
+    """The sidebar's sign-in panel (nothing without sign-in configured)."""
+    state = acting()
+    if not state.signed_in_mode:
+        return
+    if state.error:
+        st.error(
+            f"Sign-in is misconfigured: {ui.md(state.error)}. Nobody can label or review until the operator fixes it."
+        )
+        return
+    person = state.person
+    if person is not None:
+        roles = ", ".join(sorted(person.roles)) or "no role"
+        st.markdown(f"Signed in as **{ui.md(person.name)}** ({ui.md(roles)})")
+        if person.source == "oidc":
+            st.button("Sign out", key="w_sign_out", on_click=st.logout)
+        return
+    found = providers()
+    if not found:
+        st.caption("Sign in through this server's proxy to label and review.")
+        return
+    st.caption("Sign in to label and review.")
+    for provider in found:
+        label = "Sign in" if provider is None else f"Sign in with {provider}"
+        st.button(label, key=f"w_sign_in_{provider or ''}", on_click=st.login, args=(provider,) if provider else ())
