@@ -50,7 +50,12 @@ APP_DIR = "r2med_explorer"
 SCHEMA_VERSION = 2
 #: Columns added after schema 1, with their SQL types; an older store gains them on open (rows are kept as
 #: they are: an addition accepted under schema 1 stays accepted, with no reviewer recorded).
-_ADDED_COLUMNS: dict[str, str] = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
+_ADDED_COLUMNS: dict[str, str] = {
+    "rank": "INTEGER",
+    "reviewer": "TEXT NOT NULL DEFAULT ''",
+    "reviewed_at": "TEXT",
+    "blind": "INTEGER NOT NULL DEFAULT 0",
+}
 #: Rows per transaction when importing, so a large import never holds the write lock for long.
 IMPORT_BATCH = 500
 #: Grade given to an accepted ``relevant_unjudged`` label in the extended qrels.
@@ -198,7 +203,9 @@ class Annotation:
     ``doc_id`` is None for a label on the whole query. ``system`` is the exact ranking the annotator looked
     at (rewrite and reranker included) and ``rank`` the document's rank in it. A new label is *proposed*
     (``accepted`` False, no reviewer); ``review`` accepts or rejects it, recording ``reviewer`` and
-    ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements.
+    ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements. ``blind``: the
+    annotator saved it before seeing the judgements, others' labels or the systems' scores on the query
+    (blind first, with sign-in on); agreement then counts only blind labels.
     """
 
     id: int | None = None
@@ -215,6 +222,7 @@ class Annotation:
     rank: int | None = None
     reviewer: str = ""
     reviewed_at: str | None = None
+    blind: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dataset", "task", "query_id", "annotator"):
@@ -237,8 +245,9 @@ class Annotation:
             raise ValueError(f"doc_id must be a string or None, got {self.doc_id!r}")
         if self.id is not None and (isinstance(self.id, bool) or not isinstance(self.id, int)):
             raise ValueError(f"id must be an integer or None, got {self.id!r}")
-        if not isinstance(self.accepted, bool):
-            raise ValueError(f"accepted must be True or False, got {self.accepted!r}")
+        for name in ("accepted", "blind"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
             raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
         get_failure_type(self.failure_type).check_scope(self.doc_id)
@@ -258,7 +267,7 @@ class Annotation:
         """Rebuild a stored row without validation: a type registered by another session still reads."""
         obj = object.__new__(cls)
         for name, value in zip(FIELDS, row):
-            object.__setattr__(obj, name, bool(value) if name == "accepted" else value)
+            object.__setattr__(obj, name, bool(value) if name in ("accepted", "blind") else value)
         return obj
 
     def content(self) -> tuple[Any, ...]:
@@ -285,13 +294,14 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
     for name in ("query_id", "doc_id"):
         if isinstance(values.get(name), int) and not isinstance(values[name], bool):
             values[name] = str(values[name])  # ids are strings; integer ids are accepted as in data.py
-    for name in ("system", "note", "reviewer", "reviewed_at", "rank"):
+    for name in ("system", "note", "reviewer", "reviewed_at", "rank", "blind"):
         if values.get(name) in (None, ""):
             values.pop(name, None)
     if isinstance(values.get("rank"), str):
         values["rank"] = int(values["rank"]) if values["rank"].strip().isdigit() else values["rank"]
-    if "accepted" in values:
-        values["accepted"] = _as_bool(values["accepted"])
+    for name in ("accepted", "blind"):
+        if name in values:
+            values[name] = _as_bool(values[name], name)
     if values.get("accepted") and not values.get("reviewer"):
         # An acceptance nobody is named for (e.g. a schema-1 export, where every label was accepted on
         # save) comes in as a proposal: only a reviewer turns a label into a judgement.
@@ -299,7 +309,7 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
     return Annotation(**values)
 
 
-def _as_bool(value: Any) -> bool:
+def _as_bool(value: Any, name: str = "accepted") -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -307,7 +317,7 @@ def _as_bool(value: Any) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise ValueError(f"accepted must be true or false, got {value!r}")
+    raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -362,7 +372,8 @@ CREATE TABLE IF NOT EXISTS annotations (
     accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
     rank INTEGER,
     reviewer TEXT NOT NULL DEFAULT '',
-    reviewed_at TEXT
+    reviewed_at TEXT,
+    blind INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))
 );
 CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
 CREATE INDEX IF NOT EXISTS annotations_by_content

@@ -596,3 +596,16 @@ def test_adjudicating_a_disagreement_keeps_every_row(store: AnnotationStore) -> 
     assert all(x.reviewer == "Dr. Rev" and x.reviewed_at for x in settled)
     assert store.get(elsewhere.id or 0).status == "proposed" and len(store) == 3
     assert store.qrels_additions(DATASET, TASK) == {}
+
+
+def test_the_blind_flag_is_stored_exported_and_imported(store: AnnotationStore, tmp_path: Path) -> None:
+    blind = store.add(label(blind=True))
+    seen = store.add(label(annotator="bob"))
+    assert AnnotationStore(store.path).get(blind.id).blind is True and store.get(seen.id).blind is False
+    for export, load in ((store.export_jsonl, "import_jsonl"), (store.export_csv, "import_csv")):
+        path = export(tmp_path / f"labels.{load[7:]}")
+        fresh = AnnotationStore(tmp_path / f"{load}.sqlite")
+        assert getattr(fresh, load)(path).added == 2
+        assert [a.blind for a in fresh.list()] == [True, False]
+    with pytest.raises(ValueError, match="blind must be True or False"):
+        label(blind="yes")
