@@ -71,8 +71,14 @@ def _kappa(compute, *args) -> float:  # type: ignore[no-untyped-def]
     return value if math.isfinite(value) else float("nan")
 
 
-def agreement(labels: Iterable[Annotation]) -> Agreement:
-    """Cohen's kappa per annotator pair, and Fleiss' kappa for three or more annotators on common units."""
+def agreement(labels: Iterable[Annotation], *, blind_only: bool = False) -> Agreement:
+    """Cohen's kappa per annotator pair, and Fleiss' kappa for three or more annotators on common units.
+
+    ``blind_only``: count only labels made blind (before the annotator saw the judgements or others'
+    labels), so agreement is not inflated by people copying what they were shown.
+    """
+    if blind_only:
+        labels = [a for a in labels if a.blind]
     by_unit = {unit: rated for unit, rated in ratings(labels).items() if len(rated) >= 2}
     annotators = sorted({name for rated in by_unit.values() for name in rated})
     pairs = []

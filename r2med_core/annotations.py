@@ -196,7 +196,9 @@ class Annotation:
     ``doc_id`` is None for a label on the whole query. ``system`` is the exact ranking the annotator looked
     at (rewrite and reranker included) and ``rank`` the document's rank in it. A new label is *proposed*
     (``accepted`` False, no reviewer); ``review`` accepts or rejects it, recording ``reviewer`` and
-    ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements.
+    ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements. ``blind``: the
+    annotator saved it before seeing the judgements, others' labels or the systems' scores on the query
+    (blind first, with sign-in on); agreement then counts only blind labels.
     """
 
     id: int | None = None
@@ -213,6 +215,7 @@ class Annotation:
     rank: int | None = None
     reviewer: str = ""
     reviewed_at: str | None = None
+    blind: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dataset", "task", "query_id", "annotator"):
@@ -238,8 +241,9 @@ class Annotation:
             raise ValueError(f"doc_id must be a string or None, got {self.doc_id!r}")
         if self.id is not None and (isinstance(self.id, bool) or not isinstance(self.id, int)):
             raise ValueError(f"id must be an integer or None, got {self.id!r}")
-        if not isinstance(self.accepted, bool):
-            raise ValueError(f"accepted must be True or False, got {self.accepted!r}")
+        for name in ("accepted", "blind"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
             raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
         get_failure_type(self.failure_type).check_scope(self.doc_id)
@@ -259,7 +263,7 @@ class Annotation:
         """Rebuild a stored row without validation: a type registered by another session still reads."""
         obj = object.__new__(cls)
         for name, value in zip(FIELDS, row):
-            object.__setattr__(obj, name, bool(value) if name == "accepted" else value)
+            object.__setattr__(obj, name, bool(value) if name in ("accepted", "blind") else value)
         return obj
 
     def content(self) -> tuple[Any, ...]:
@@ -286,13 +290,14 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
     for name in ("query_id", "doc_id"):
         if isinstance(values.get(name), int) and not isinstance(values[name], bool):
             values[name] = str(values[name])  # ids are strings; integer ids are accepted as in data.py
-    for name in ("system", "note", "reviewer", "reviewed_at", "rank"):
+    for name in ("system", "note", "reviewer", "reviewed_at", "rank", "blind"):
         if values.get(name) in (None, ""):
             values.pop(name, None)
     if isinstance(values.get("rank"), str):
         values["rank"] = int(values["rank"]) if values["rank"].strip().isdigit() else values["rank"]
-    if "accepted" in values:
-        values["accepted"] = _as_bool(values["accepted"])
+    for name in ("accepted", "blind"):
+        if name in values:
+            values[name] = _as_bool(values[name], name)
     if values.get("accepted") and not values.get("reviewer"):
         # An acceptance nobody is named for (e.g. a schema-1 export, where every label was accepted on
         # save) comes in as a proposal: only a reviewer turns a label into a judgement.
@@ -300,7 +305,7 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
     return Annotation(**values)
 
 
-def _as_bool(value: Any) -> bool:
+def _as_bool(value: Any, name: str = "accepted") -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -308,7 +313,7 @@ def _as_bool(value: Any) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise ValueError(f"accepted must be true or false, got {value!r}")
+    raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 @dataclass(frozen=True)

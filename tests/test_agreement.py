@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from sklearn.metrics import cohen_kappa_score
@@ -81,3 +82,16 @@ def test_the_review_queue_holds_proposals_and_disagreements_once() -> None:
         a if a.doc_id != "d2" else Annotation(**{**a.__dict__, "accepted": True, "reviewer": "rev"}) for a in labels
     ]
     assert [item.unit[3] for item in review_queue(reviewed)] == ["d1"]
+
+
+def test_blind_first_agreement_counts_only_labels_made_blind() -> None:
+    """A label made after seeing the judgements and others' labels may copy them: it must not count."""
+    rows = [("alice", "d1", "lexical_trap"), ("bob", "d1", "wrong_aspect"), ("carol", "d1", "lexical_trap")]
+    made = _labels(rows)
+    blind = [a if a.annotator != "carol" else replace(a, blind=False) for a in (replace(a, blind=True) for a in made)]
+    counted = agreement(blind, blind_only=True)
+    ((pair,),) = [counted.pairs]
+    assert (pair.annotator_a, pair.annotator_b, pair.agreed) == ("alice", "bob", 0)  # carol's copy is left out
+    assert counted.group is None
+    everything = agreement(blind)  # without sign-in every label counts, as before
+    assert len(everything.pairs) == 3 and everything.group is not None

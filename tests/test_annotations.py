@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.annotation_backends import is_postgres_url
+from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
 from r2med_core.annotations import (
     DATA_ENV,
     FIELDS,
@@ -599,7 +599,7 @@ def test_a_schema_1_store_is_migrated_and_keeps_every_row(tmp_path: Path) -> Non
     assert all(a.reviewer == "" and a.rank is None and a.reviewed_at is None for a in labels)
     assert store.qrels_additions(DATASET, TASK) == {"q1": {"d1": 1}}
     with sqlite3.connect(path) as check:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     # The migrated store takes new labels with the new fields, and reopens without a second migration.
     new = store.add(label(query_id="q3", rank=4))
     assert AnnotationStore(path).get(new.id or 0).rank == 4 and len(AnnotationStore(path)) == 4
@@ -720,7 +720,7 @@ def test_postgres_store_has_the_sqlite_schema(postgres_urls: Callable[[], str]) 
         )
         assert "(dataset, task, query_id)" in indexes["annotations_by_query"]
         assert "(dataset, task, query_id, doc_id, annotator, created_at)" in indexes["annotations_by_content"]
-        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(SCHEMA_VERSION,)]
         # The same rules as the SQLite table: a label without annotator, or a non-boolean acceptance, is refused.
         for bad in (
             "annotator) VALUES ('d', 't', 'q', 'x', 'a', '')",
@@ -767,7 +767,7 @@ def test_a_postgres_schema_1_table_is_migrated_and_keeps_every_row(postgres_urls
     new = store.add(label(query_id="q3", rank=4))
     assert AnnotationStore(url).get(new.id or 0).rank == 4 and len(AnnotationStore(url)) == 3
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_a_postgres_table_that_is_not_a_store_is_reported_and_left_alone(postgres_urls: Callable[[], str]) -> None:
@@ -894,3 +894,16 @@ def test_a_role_with_only_row_rights_uses_an_existing_store(postgres_urls: Calla
             conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM annotator_only")
             conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM annotator_only")
             conn.execute("DROP ROLE annotator_only")
+
+
+def test_the_blind_flag_is_stored_exported_and_imported(store: AnnotationStore, tmp_path: Path) -> None:
+    blind = store.add(label(blind=True))
+    seen = store.add(label(annotator="bob"))
+    assert store.get(blind.id).blind is True and store.get(seen.id).blind is False
+    for export, load in ((store.export_jsonl, "import_jsonl"), (store.export_csv, "import_csv")):
+        path = export(tmp_path / f"labels.{load[7:]}")
+        fresh = AnnotationStore(tmp_path / f"{load}.sqlite")
+        assert getattr(fresh, load)(path).added == 2
+        assert [a.blind for a in fresh.list()] == [True, False]
+    with pytest.raises(ValueError, match="blind must be True or False"):
+        label(blind="yes")

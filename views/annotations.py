@@ -277,7 +277,12 @@ judge.panel(dataset, store)
 
 # ------------------------------------------------------------------ agreement
 st.subheader("Agreement between annotators")
-measured = agreement(everything)
+measured = agreement(everything, blind_only=acting.signed_in_mode)
+if acting.signed_in_mode:
+    st.caption(
+        "Blind first: only labels saved before their annotator saw the judgements, others' labels and the "
+        "systems' scores on the query are counted."
+    )
 if not measured.pairs:
     st.caption("Appears when two or more annotators label the same query or (query, document).")
 else:

@@ -20,9 +20,10 @@ from r2med_core.explore import (
     shared_with_gold,
     step,
 )
+from r2med_core.identity import labels_blind
 from r2med_core.report import metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
-from views import judge, labels, state, ui
+from views import auth, judge, labels, state, ui
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -164,19 +165,30 @@ if filtered:
     st.caption(f"Filtered: this query is {where} filtered queries; Next (J) and Previous (K) step through them.")
 
 terms = query_terms(dataset.queries[qid])
-bridge = shared_with_gold(dataset, qid)
+query_labels = labels.labels_for(dataset, qid)
+acting = auth.acting()
+# Blind first (sign-in on): until this person saves their own label on the query they see the query and
+# the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
+blind = labels_blind(acting.person, acting.config, [a.annotator for a in query_labels])
+bridge = frozenset() if blind else shared_with_gold(dataset, qid)
 with st.container(border=True):
     st.markdown(f"**Query {ui.md(qid)}**")
     st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], bridge)}</div>")
-    st.caption(
-        "Highlighted: the query's words that also occur in a gold document"
-        + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
-        + " In documents below, every word shared with the query is highlighted."
-    )
-    query_labels = labels.labels_for(dataset, qid)
-    if labels.label_tags(query_labels, None):
+    if blind:
+        st.info(
+            "**Blind first.** Label this query from the query and the documents alone: the judgements, "
+            "other people's labels and the systems' scores appear once you have saved your own label.",
+            icon=":material/visibility_off:",
+        )
+    else:
+        st.caption(
+            "Highlighted: the query's words that also occur in a gold document"
+            + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
+            + " In documents below, every word shared with the query is highlighted."
+        )
+    if not blind and labels.label_tags(query_labels, None):
         st.caption("Labels on this query: " + labels.label_tags(query_labels, None))
-    for name, value in dataset.query_meta.get(qid, {}).items():
+    for name, value in ({} if blind else dataset.query_meta.get(qid, {})).items():
         if name in ("doc_id",) or value in ("", None, []):
             continue
         with st.expander(ui.md(name.replace("_", " "))):
@@ -189,7 +201,7 @@ with_rewrite = (
 if with_rewrite is not None:
     st.caption(f"Arrows: the change with the rewrite ({ui.md(v.rewrite)}).")
 m = st.columns(4)
-for col, metric in zip(m, ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
+for col, metric in zip(m, [] if blind else ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
     value = float(per_query[metric]) if per_query is not None else 0.0
     help_text = GLOSSARY.get(metric_label(metric).replace("Recall", "recall"))
     if with_rewrite is None:
@@ -204,7 +216,7 @@ for col, metric in zip(m, ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]
         help=help_text,
     )
 
-if rewritten is not None:
+if rewritten is not None and not blind:
     method, llm = rewrite
     hy_doc = dataset.rewrites[rewrite].get(qid)
     with st.container(border=True):
@@ -217,6 +229,25 @@ if rewritten is not None:
             st.caption("No hypothetical document for this query: it is not retrieved with this rewrite.")
 
 # ------------------------------------------------------------------ gold | retrieved
+
+
+def _blind_documents() -> list[str]:
+    """The blind view: the retrieved documents to judge, in the system's order, without scores or marks."""
+    st.subheader(f"Documents to judge ({depth})")
+    shown = [doc for doc, _ in run.top(qid, depth)]
+    for doc in shown:
+        text = dataset.corpus.get(doc, "")
+        with st.expander(ui.md(doc)):
+            st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+        st.caption(ui.md(preview(text)))
+    return shown
+
+
+if blind:
+    documents = _blind_documents()
+    st.divider()
+    labels.label_form(dataset, qid, run, documents, state.scope(within, qid), blind=True)
+    st.stop()
 reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
 gold = gold_rows(dataset, run, qid, rewritten, reranked)
 left, right = st.columns(2)

@@ -8,7 +8,7 @@ import streamlit as st
 
 from r2med_core import Dataset
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
-from r2med_core.identity import PermissionDenied, authorize
+from r2med_core.identity import PermissionDenied, authorize, labels_blind
 from r2med_core.runs import Run
 from views import auth, ui
 from views.state import bound, show_flash, view, widget_key
@@ -16,13 +16,16 @@ from views.state import bound, show_flash, view, widget_key
 WHOLE_QUERY = "(the whole query)"
 
 
-def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str) -> None:
+def label_form(
+    dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str, *, blind: bool = False
+) -> None:
     """Label this query, or one of its documents, with a failure type.
 
     The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
     saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
     included) and the document's rank in it. Nothing typed is lost: a failed save keeps the form as it
-    was and says why; the annotator's name is asked once and kept for the session.
+    was and says why; the annotator's name is asked once and kept for the session. ``blind``: the form
+    is shown blind first; the label is recorded blind if it is the person's first on this query.
     """
     if ui.read_only():
         st.caption("Labelling is off in this read-only demo.")
@@ -58,10 +61,10 @@ def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[st
             "'Relevant but unjudged' is saved as a proposal; it counts as a judgement once a reviewer accepts "
             "it on the Annotations page."
         )
-        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys))
+        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys, blind))
 
 
-def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -> None:
+def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], blind: bool = False) -> None:
     """The form's submit callback (it runs before the page): validate, store, and say what happened."""
     v = view()
     values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
@@ -89,6 +92,9 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -
     if store is None:
         v.flash_error = "Not saved: the annotation store is unavailable. Your note is kept."
         return
+    if blind:  # blind only if it is their first label on the query (checked again: another tab may have saved)
+        earlier = [a.annotator for a in store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)]
+        blind = labels_blind(person, acting.config, earlier)
     try:
         annotation = Annotation(
             dataset=dataset.source,
@@ -100,6 +106,7 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -
             failure_type=code,
             note=str(values["note"] or ""),
             annotator=person.name,
+            blind=blind,
         )
         check_unjudged(annotation, dataset.qrels)
         store.add(annotation)

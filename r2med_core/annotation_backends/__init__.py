@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 URL_ENV = "R2MED_ANNOTATIONS_URL"
 #: Schema version (SQLite: ``PRAGMA user_version``; PostgreSQL: the ``annotations_schema`` table); a newer
 #: store is refused rather than misread.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 2: rank, reviewer, reviewed_at; 3: blind
 #: The columns, in the order ``Annotation`` lists its fields.
 COLUMNS: tuple[str, ...] = (
     "id",
@@ -42,9 +42,10 @@ COLUMNS: tuple[str, ...] = (
     "rank",
     "reviewer",
     "reviewed_at",
+    "blind",
 )
 #: Columns added after schema 1: an older store gains them on open, every row kept as it was.
-ADDED_COLUMNS: tuple[str, ...] = ("rank", "reviewer", "reviewed_at")
+ADDED_COLUMNS: tuple[str, ...] = ("rank", "reviewer", "reviewed_at", "blind")
 #: Index name → indexed columns (the same in both databases).
 INDEXES: dict[str, tuple[str, ...]] = {
     "annotations_by_query": ("dataset", "task", "query_id"),

@@ -29,7 +29,12 @@ REQUIREMENT = "psycopg[binary]"
 #: First key of the advisory lock; the second is the schema's name, so stores in different schemas of
 #: one database do not wait for each other.
 _LOCK_CLASS = 0x52324D44  # "R2MD"
-_SQL_TYPES = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
+_SQL_TYPES = {
+    "rank": "INTEGER",
+    "reviewer": "TEXT NOT NULL DEFAULT ''",
+    "reviewed_at": "TEXT",
+    "blind": "INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))",
+}
 _CREATE_TABLE = """
 CREATE TABLE annotations (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -45,7 +50,8 @@ CREATE TABLE annotations (
     accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
     rank INTEGER,
     reviewer TEXT NOT NULL DEFAULT '',
-    reviewed_at TEXT
+    reviewed_at TEXT,
+    blind INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))
 )
 """
 _UNTOUCHED = "the database was left untouched — choose another database or schema"

@@ -16,7 +16,12 @@ from pathlib import Path
 
 from . import ADDED_COLUMNS, COLUMNS, SCHEMA_VERSION, AnnotationStoreError
 
-_SQL_TYPES = {"rank": "INTEGER", "reviewer": "TEXT NOT NULL DEFAULT ''", "reviewed_at": "TEXT"}
+_SQL_TYPES = {
+    "rank": "INTEGER",
+    "reviewer": "TEXT NOT NULL DEFAULT ''",
+    "reviewed_at": "TEXT",
+    "blind": "INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))",
+}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS annotations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -32,7 +37,8 @@ CREATE TABLE IF NOT EXISTS annotations (
     accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
     rank INTEGER,
     reviewer TEXT NOT NULL DEFAULT '',
-    reviewed_at TEXT
+    reviewed_at TEXT,
+    blind INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))
 );
 CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
 CREATE INDEX IF NOT EXISTS annotations_by_content
