@@ -16,9 +16,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+#: Encoding backends (defined with the settings that name them): ``auto`` resolves per device
+#: (``resolve_backend``); ``onnx-int8`` is quantised ONNX.
+from .settings import ENCODE_BACKENDS  # noqa: F401  (re-exported for callers of hardware)
+
 DEVICES = ("auto", "cpu", "cuda", "mps")
-#: Encoding backends: ``auto`` resolves per device (``resolve_backend``); ``onnx-int8`` is quantised ONNX.
-ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
 #: What ``auto`` may run on a CPU instead of torch. fp32 ONNX, never int8: its vectors match torch's
 #: to float error, so it ranks as the benchmark's models do (int8 is opt-in).
 AUTO_CPU_BACKEND = "onnx"

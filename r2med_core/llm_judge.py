@@ -63,6 +63,7 @@ MAX_EXPLANATION_CHARS = 400
 JUDGE_TOKENS = 300
 EXPLAIN_TOKENS = 160
 EXPLAIN_TIMEOUT = 30.0
+JUDGE_TIMEOUT = 120.0
 
 _SYSTEM = "You are a careful medical expert who assesses search results for a medical retrieval benchmark."
 
@@ -122,8 +123,10 @@ def explain_messages(query: str, passage: str) -> list[dict[str, str]]:
 
 
 def judge_endpoint(endpoint: Endpoint) -> Endpoint:
-    """The endpoint as used for grading: greedy decoding and a short reply (part of the cache key)."""
-    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=JUDGE_TOKENS)
+    """The endpoint as used for grading: greedy decoding, a short reply (part of the cache key) and at
+    most ``JUDGE_TIMEOUT`` s a request."""
+    timeout = min(endpoint.timeout, JUDGE_TIMEOUT)
+    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=JUDGE_TOKENS, timeout=timeout)
 
 
 def explain_endpoint(endpoint: Endpoint) -> Endpoint:
@@ -445,6 +448,14 @@ def _cached_grade(endpoint: Endpoint, query: str, passage: str) -> int | None:
     return grade if isinstance(grade, int) and not isinstance(grade, bool) and grade in GRADES else None
 
 
+def _first_of_each(pairs: Iterable[Pair]) -> list[Pair]:
+    """The pairs in order, one per (query, document): the same unit is graded once."""
+    units: dict[tuple[str, str], Pair] = {}
+    for pair in pairs:
+        units.setdefault((pair.query_id, pair.doc_id), pair)
+    return list(units.values())
+
+
 def judge_pairs(
     dataset: Dataset,
     pairs: Iterable[Pair],
@@ -462,7 +473,7 @@ def judge_pairs(
     server trouble. A wrong key, an unreachable server or a lasting rate limit (429) stop the batch;
     a reply without a usable score fails only its pair (and is not cached, so a rerun retries it).
     ``progress`` may raise to cancel (the app's Cancel): grades made so far are cached."""
-    pairs = list(dict.fromkeys(pairs))
+    pairs = _first_of_each(pairs)
     result = JudgeReport(endpoint.model, endpoint.url)
     todo: list[tuple[Pair, str, str]] = []
     for pair in pairs:

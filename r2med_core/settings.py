@@ -33,7 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hardware import ENCODE_BACKENDS
+#: The encoding backends a setting may name (``hardware`` resolves "auto"). Kept here, not in
+#: ``hardware``, so settings imports nothing of the package (hardware reads the cache, which reads settings).
+ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
 
 _TRUE = ("1", "true", "yes", "on")
 

@@ -13,6 +13,7 @@ import pytest
 from r2med_core.access import system_refusal
 from r2med_core.data import load_demo, load_r2med_dir
 from r2med_core.fidelity import fidelity
+from r2med_core.jobs import estimate_seconds
 from r2med_core.kinds import base
 from r2med_core.kinds.base import SpecError, SystemKind, SystemSpec, register, registered_kinds
 from r2med_core.rerank import rerank, reranked_name
@@ -188,8 +189,10 @@ def test_a_rerank_name_is_the_sidebars_reranking(cross_encoder: str, tiny_r2med:
     name = reranked_name("bm25", cross_encoder, 2)
     spec = parse_system(name)
     assert spec.kind == "rerank" and str(spec.members[0]) == "bm25" and not spec.searches_text
+    assert estimate_seconds(dataset, name) > 0  # the scores are not on disk yet: a click, not a page load
+    expected = rerank(run_system(dataset, "bm25"), dataset, cross_encoder, 2)  # as the sidebar's reranker does
+    assert estimate_seconds(dataset, name) == 0.0  # and this system reads the same cache
     run = run_system(dataset, name)
-    expected = rerank(run_system(dataset, "bm25"), dataset, cross_encoder, 2)
     assert run.name == expected.name == name and run.rankings == expected.rankings
     assert all(len(r) <= 2 for r in run.rankings.values())
     assert run_system(dataset, name, k=1).rankings == {q: r[:1] for q, r in expected.rankings.items()}
@@ -215,6 +218,7 @@ def test_a_malformed_rerank_depth_says_the_form() -> None:
 def test_the_answer_oracle_retrieves_with_the_reference_answer() -> None:
     demo = load_demo("qa-reference")
     run = run_system(demo, "oracle:bm25", k=5)
+    assert estimate_seconds(demo, "oracle:bm25", k=5) == 0.0  # cached as the retriever's run on the answers
     answers = {q: m["answer"] for q, m in demo.query_meta.items() if m.get("answer")}
     assert run.name == "oracle:bm25" and set(run.rankings) == set(answers)
     for qid in list(answers)[:3]:

@@ -161,6 +161,13 @@ def test_judging_grades_caches_and_resumes_without_new_requests(dataset, bm25) -
         assert hotter.judged == 1 and len(fake.requests) == 7  # another model is judged afresh
 
 
+def test_the_same_pair_found_by_two_systems_is_graded_once(dataset, bm25, server: ScriptedLLM) -> None:
+    pair = unjudged_pairs(dataset, [bm25], k=1)[0]
+    twice = [pair, Pair(pair.query_id, pair.doc_id, "another-system", 4)]
+    result = judge_pairs(dataset, twice, endpoint(server), **fast())
+    assert result.judged == 1 and len(server.requests) == 1 and list(result.grades) == [(pair.query_id, pair.doc_id)]
+
+
 def test_a_malformed_reply_fails_its_pair_only_and_is_retried_next_time(dataset, bm25) -> None:
     pairs = unjudged_pairs(dataset, [bm25], k=2)[:3]
     bad = dataset.corpus[pairs[1].doc_id][:60]
