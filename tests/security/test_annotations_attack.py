@@ -138,10 +138,32 @@ def test_one_bad_line_never_aborts_an_import() -> None:
     assert any("Imported 3 labels" in s.value and "4 line(s) could not be read" in s.value for s in at.success)
 
 
+#: An importer process. After its first committed write it waits (up to a minute) until an annotator's save
+#: is in, so the test does not depend on how fast this machine imports: if the import held the write lock
+#: throughout, its first commit would come only at the end and every save would follow the whole import.
 IMPORTER = """
-import sys
+import sys, time
+from contextlib import contextmanager
 from r2med_core.annotations import AnnotationStore
-report = AnnotationStore(sys.argv[1]).import_jsonl(sys.argv[2])
+
+store = AnnotationStore(sys.argv[1])
+opened = store._connection
+commits = 0
+
+@contextmanager
+def pausing_after_first_commit(write=False):
+    global commits
+    with opened(write) as conn:
+        yield conn
+    if write:
+        commits += 1
+        if commits == 1:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not store.list(annotator="w0"):
+                time.sleep(0.01)
+
+store._connection = pausing_after_first_commit
+report = store.import_jsonl(sys.argv[2])
 print(report.added, flush=True)
 """
 
