@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import ir_measures
 import pandas as pd
@@ -111,7 +111,9 @@ def pool(runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]], depth:
 # --------------------------------------------------------------------------- holes and metrics
 
 
-def judged_at_k(run: Run, qrels: Mapping[str, Mapping[str, int]], k: int = DEFAULT_DEPTH) -> tuple[float, dict[str, float]]:
+def judged_at_k(
+    run: Run, qrels: Mapping[str, Mapping[str, int]], k: int = DEFAULT_DEPTH
+) -> tuple[float, dict[str, float]]:
     """ir_measures' Judged@k: the share of a run's top k that has a judgement, mean and per query, over
     the queries both the run and ``qrels`` hold (as the metrics are averaged)."""
     measure = ir_measures.Judged @ k
@@ -153,9 +155,7 @@ def compare_with_additions(
                 "judged_with": judged_at_k(run, extended, k)[0],
             }
         )
-    frame = pd.DataFrame(
-        rows, columns=["system", "without", "with", "change", "judged_without", "judged_with"]
-    )
+    frame = pd.DataFrame(rows, columns=["system", "without", "with", "change", "judged_without", "judged_with"])
     frame.insert(3, "rank_without", frame["without"].rank(ascending=False, method="min").astype(int))
     frame.insert(4, "rank_with", frame["with"].rank(ascending=False, method="min").astype(int))
     frame.insert(5, "rank_change", frame["rank_without"] - frame["rank_with"])
@@ -240,7 +240,11 @@ class JudgingQueue:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise DataError([Problem(str(self.path), None, f"not a judging queue ({err})")]) from None
-        if not isinstance(data, dict) or data.get("version") != QUEUE_VERSION or not isinstance(data.get("tasks"), dict):
+        if (
+            not isinstance(data, dict)
+            or data.get("version") != QUEUE_VERSION
+            or not isinstance(data.get("tasks"), dict)
+        ):
             raise DataError([Problem(str(self.path), None, f"not a version-{QUEUE_VERSION} judging queue")])
         return data["tasks"]
 

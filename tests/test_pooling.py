@@ -17,7 +17,9 @@ from r2med_core.runs import Run
 
 
 def _run(name: str, rankings: dict[str, list[str]]) -> Run:
-    return Run(name, {qid: [(doc, float(len(docs) - i)) for i, doc in enumerate(docs)] for qid, docs in rankings.items()})
+    return Run(
+        name, {qid: [(doc, float(len(docs) - i)) for i, doc in enumerate(docs)] for qid, docs in rankings.items()}
+    )
 
 
 QRELS = {"q1": {"g1": 2, "n1": 0}, "q2": {"g2": 1}, "q3": {}}
@@ -61,7 +63,9 @@ def test_judged_at_k_is_ir_measures_judged() -> None:
 def test_accepted_addition_changes_metric_rank_and_judged(tmp_path: Path) -> None:
     store = AnnotationStore(tmp_path / "a.sqlite")
     label = store.add(
-        Annotation(dataset="R2MED", task="T", query_id="q2", doc_id="u4", failure_type="relevant_unjudged", annotator="ann")
+        Annotation(
+            dataset="R2MED", task="T", query_id="q2", doc_id="u4", failure_type="relevant_unjudged", annotator="ann"
+        )
     )
     runs = {"A": A, "B": B, "C": _run("C", {"q1": ["g1"], "q2": ["g2"]})}  # C: perfect on the old judgements
     before = compare_with_additions(runs, QRELS, store.qrels_additions("R2MED", "T"))
@@ -96,7 +100,13 @@ def test_queue_send_merges_and_pending_follows_each_annotators_labels(tmp_path: 
         Annotation(dataset="R2MED", task="X", query_id="q1", doc_id="u1", failure_type="wrong_aspect", annotator="ann"),
     ]
     left = queue.pending("R2MED", "T", labels, " ann ")
-    assert [(e.query_id, e.doc_id) for e in left] == [("q1", "u1"), ("q1", "u5"), ("q2", "u4"), ("q2", "u6"), ("q1", "u3")]
+    assert [(e.query_id, e.doc_id) for e in left] == [
+        ("q1", "u1"),
+        ("q1", "u5"),
+        ("q2", "u4"),
+        ("q2", "u6"),
+        ("q1", "u3"),
+    ]
     assert len(queue.pending("R2MED", "T", labels, "bob")) == 6
     with pytest.raises(ValueError, match="sender"):
         queue.send("R2MED", "T", pooled, " ")
@@ -119,7 +129,7 @@ def test_a_file_that_is_not_a_queue_is_reported_and_left_alone(tmp_path: Path) -
     path = tmp_path / "queue.json"
     path.write_text("my notes\n")
     queue = JudgingQueue(path)
-    with pytest.raises(DataError, match="queue.json"):
+    with pytest.raises(DataError, match=r"queue\.json"):
         queue.items("R2MED", "T")
     with pytest.raises(DataError):
         queue.send("R2MED", "T", pool({"A": A}, QRELS), "rev")
