@@ -33,6 +33,8 @@ from .runs import Run
 DEFAULT_DEPTH = 10
 QUEUE_FILE = "judging_queue.json"
 QUEUE_VERSION = 1
+#: The label an annotator gives a pooled document that does not answer the query.
+NOT_RELEVANT = "not_relevant"
 
 
 # --------------------------------------------------------------------------- pooling
@@ -126,21 +128,44 @@ def judged_at_k(
     return mean, per_query
 
 
+def judged_not_relevant(labels: Iterable[Annotation], dataset: str, task: str) -> Qrels:
+    """ "Judged not relevant" labels of one task that no reviewer rejected, as grade-0 judgements.
+
+    A grade 0 changes no pytrec_eval measure (they count only grades above 0), so these need no review to
+    be used: they only tell Judged@k that someone looked, and keep the documents out of later pools."""
+    negatives: Qrels = {}
+    for label in labels:
+        if (
+            label.dataset == dataset
+            and label.task == task
+            and label.failure_type == NOT_RELEVANT
+            and label.doc_id is not None
+            and label.status != "rejected"
+        ):
+            negatives.setdefault(label.query_id, {})[label.doc_id] = 0
+    return negatives
+
+
 def compare_with_additions(
     runs: Mapping[str, Run],
     qrels: Qrels,
     additions: Qrels,
     *,
+    negatives: Qrels | None = None,
     metric: str = "ndcg_at_10",
     k: int = DEFAULT_DEPTH,
     dataset_name: str = "",
 ) -> pd.DataFrame:
     """Each system's ``metric`` and rank without and with the accepted additions, and Judged@k both ways.
 
-    Metrics come from ``evaluation.evaluate`` (pytrec_eval) against the original and the extended qrels;
-    rank 1 is the best, tied systems share the best rank. ``rank_change`` > 0 means the system moved up.
+    Metrics come from ``evaluation.evaluate`` (pytrec_eval) against the original and the extended qrels
+    (``negatives``, grade-0 judgements from ``judged_not_relevant``, count as judged for Judged@k and
+    change no metric); rank 1 is the best, tied systems share the best rank. ``rank_change`` > 0 means
+    the system moved up.
     """
-    extended = extended_qrels(qrels, additions)
+    # Only on queries judged already: a query judged all-0 would join the means with a score of 0.
+    negatives = {qid: grades for qid, grades in (negatives or {}).items() if qrels.get(qid) or additions.get(qid)}
+    extended = extended_qrels(extended_qrels(qrels, negatives), additions)
     rows = []
     for name, run in runs.items():
         without = evaluate(run, qrels, dataset_name=dataset_name).means[metric]

@@ -6,7 +6,7 @@ import pytest
 
 from r2med_core import load_demo, run_system
 from r2med_core.annotations import AnnotationStore
-from r2med_core.pooling import JudgingQueue, judged_at_k, pool
+from r2med_core.pooling import JudgingQueue, compare_with_additions, judged_at_k, judged_not_relevant, pool
 from tests.test_app import by_label, open_app, save_label
 from views.ui import md
 
@@ -57,9 +57,16 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
     by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
     save_label(at)
     assert not at.exception
-    (label,) = AnnotationStore().list()
+    (label,) = AnnotationStore().list(failure_type="relevant_unjudged")
     assert (label.query_id, label.doc_id, label.annotator) == (first.query_id, first.doc_id, "Ann")
     assert f"Document {md(queued[1].doc_id)}" in " ".join(m.value for m in at.markdown)  # the next one
+    by_label(at.selectbox, "Failure type").set_value("not_relevant")
+    save_label(at)
+    assert f"Document {md(queued[2].doc_id)}" in " ".join(m.value for m in at.markdown)
+    left = JudgingQueue().pending(dataset.source, dataset.name, AnnotationStore().list(), "Ann")
+    assert len(left) == len(queued) - 2 and len(JudgingQueue().pending(dataset.source, dataset.name, [], "Rev")) == len(
+        queued
+    )
 
     AnnotationStore().review(label.id, True, "Rev")
     at.switch_page("views/metrics.py").run()
@@ -70,3 +77,13 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
         row = after.iloc[list(runs).index(name)]
         assert row["Judged@10 with"] > row["Judged@10"]
         assert row["with"] > row["without"]  # a newly relevant document in its top 10 raises nDCG@10
+    # Both new judgements count for Judged@10: the relevant one and the one judged not relevant.
+    store = AnnotationStore()
+    expected_after = compare_with_additions(
+        runs,
+        dataset.qrels,
+        store.qrels_additions(dataset.source, dataset.name),
+        negatives=judged_not_relevant(store.list(), dataset.source, dataset.name),
+    )
+    assert list(after["Judged@10 with"]) == pytest.approx(list(expected_after["judged_with"]))
+    assert list(after["with"]) == pytest.approx(list(expected_after["with"]))

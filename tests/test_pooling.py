@@ -12,7 +12,14 @@ import pytest
 from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.data import DataError
 from r2med_core.evaluation import evaluate
-from r2med_core.pooling import JudgingQueue, Pool, compare_with_additions, judged_at_k, pool
+from r2med_core.pooling import (
+    JudgingQueue,
+    Pool,
+    compare_with_additions,
+    judged_at_k,
+    judged_not_relevant,
+    pool,
+)
 from r2med_core.runs import Run
 
 
@@ -137,3 +144,22 @@ def test_a_file_that_is_not_a_queue_is_reported_and_left_alone(tmp_path: Path) -
     path.write_text(json.dumps({"version": 1, "tasks": {"R2MED\tT": [{"doc_id": "d"}]}}))
     with pytest.raises(DataError, match="malformed"):
         queue.items("R2MED", "T")
+
+
+def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_path: Path) -> None:
+    store = AnnotationStore(tmp_path / "a.sqlite")
+    common = {"dataset": "R2MED", "task": "T", "failure_type": "not_relevant"}
+    store.add(Annotation(**common, query_id="q1", doc_id="u1", annotator="ann"))
+    store.add(Annotation(**common, query_id="q3", doc_id="x", annotator="ann"))  # q3 has no judgements
+    rejected = store.add(Annotation(**common, query_id="q2", doc_id="u4", annotator="bob"))
+    store.review(rejected.id, False, "rev")
+    store.add(Annotation(**{**common, "task": "other"}, query_id="q1", doc_id="u2", annotator="ann"))
+    negatives = judged_not_relevant(store.list(), "R2MED", "T")
+    assert negatives == {"q1": {"u1": 0}, "q3": {"x": 0}}
+    row = compare_with_additions({"A": A}, QRELS, {}, negatives=negatives).iloc[0]
+    assert row["with"] == pytest.approx(row["without"])  # q3 did not join the means with a 0
+    assert row["judged_with"] == pytest.approx((3 / 5 + 1 / 2) / 2)  # u1 now judged in A's q1 top 5
+    assert [d.doc_id for d in pool({"A": A}, {**QRELS, "q1": {**QRELS["q1"], **negatives["q1"]}}, 5).docs["q1"]] == [
+        "u2",
+        "u3",
+    ]

@@ -14,7 +14,15 @@ from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import highlight, query_terms
 from r2med_core.identity import PermissionDenied, authorize
-from r2med_core.pooling import DEFAULT_DEPTH, JudgingQueue, Pool, compare_with_additions, pool
+from r2med_core.pooling import (
+    DEFAULT_DEPTH,
+    NOT_RELEVANT,
+    JudgingQueue,
+    Pool,
+    compare_with_additions,
+    judged_not_relevant,
+    pool,
+)
 from r2med_core.report import metric_label
 from r2med_core.runs import Run
 from views import auth, labels, state, ui
@@ -27,25 +35,33 @@ def _queue() -> JudgingQueue:
     return JudgingQueue()
 
 
-def _additions(dataset: Dataset) -> Qrels:
-    """Accepted "relevant but unjudged" labels of this task ({} without a store)."""
+def _judgements(dataset: Dataset) -> tuple[Qrels, Qrels]:
+    """This task's accepted additions (grade 1) and documents judged not relevant (grade 0); ({}, {})
+    without a store."""
     store = ui.annotation_store()
-    return {} if store is None else store.qrels_additions(dataset.source, dataset.name)
+    if store is None:
+        return {}, {}
+    labels = store.list(dataset=dataset.source, task=dataset.name, failure_type=NOT_RELEVANT)
+    return store.qrels_additions(dataset.source, dataset.name), judged_not_relevant(
+        labels, dataset.source, dataset.name
+    )
 
 
 @st.cache_data(show_spinner="Scoring with the new judgements …", max_entries=32)
 def _comparison(
-    key: tuple[str, tuple[str, ...]], additions_json: str, metric: str, _runs: dict[str, Run], _qrels: Qrels
+    key: tuple[str, tuple[str, ...]], judgements_json: str, metric: str, _runs: dict[str, Run], _qrels: Qrels
 ) -> pd.DataFrame:
-    """Cached per dataset, systems, additions and metric (the runs and qrels follow from the key)."""
-    return compare_with_additions(_runs, _qrels, json.loads(additions_json), metric=metric, k=DEFAULT_DEPTH)
+    """Cached per dataset, systems, new judgements and metric (the runs and qrels follow from the key)."""
+    additions, negatives = json.loads(judgements_json)
+    return compare_with_additions(_runs, _qrels, additions, negatives=negatives, metric=metric, k=DEFAULT_DEPTH)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _pool(
-    key: tuple[str, tuple[str, ...]], additions_json: str, depth: int, _runs: dict[str, Run], _qrels: Qrels
+    key: tuple[str, tuple[str, ...]], judgements_json: str, depth: int, _runs: dict[str, Run], _qrels: Qrels
 ) -> Pool:
-    return pool(_runs, extended_qrels(_qrels, json.loads(additions_json)), depth)
+    additions, negatives = json.loads(judgements_json)
+    return pool(_runs, extended_qrels(extended_qrels(_qrels, negatives), additions), depth)
 
 
 def section(dataset: Dataset, runs: dict[str, Run]) -> None:
@@ -57,14 +73,14 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
         f"(grade 1). Judged@{DEFAULT_DEPTH} (ir_measures) is the share of a system's top {DEFAULT_DEPTH} that "
         "has any judgement: a low value means its score rests on holes counted as not relevant."
     )
-    additions = _additions(dataset)
-    additions_json = json.dumps(additions, sort_keys=True)
+    additions, negatives = _judgements(dataset)
+    judgements_json = json.dumps([additions, negatives], sort_keys=True)
     key = (ui.dataset_key(dataset), tuple(runs))
     c1, c2 = st.columns(2)
     metric = c1.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_pool_metric")
     depth = c2.select_slider("Pool depth", options=DEPTHS, value=DEFAULT_DEPTH, key="w_pool_depth")
-    table = _comparison(key, additions_json, metric, runs, dataset.qrels)
-    pooled = _pool(key, additions_json, depth, runs, dataset.qrels)
+    table = _comparison(key, judgements_json, metric, runs, dataset.qrels)
+    pooled = _pool(key, judgements_json, depth, runs, dataset.qrels)
     contributed, unique = pooled.contributed(), pooled.unique()
     shown = pd.DataFrame(
         {
@@ -95,9 +111,10 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
             "only it": st.column_config.NumberColumn(help="Pooled documents no other chosen system retrieved."),
         },
     )
-    n_added = sum(len(g) for g in additions.values())
+    n_added, n_negative = (sum(len(g) for g in q.values()) for q in (additions, negatives))
     st.caption(
-        f"{n_added} accepted addition(s). Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
+        f"{n_added} accepted addition(s), {n_negative} judged not relevant. "
+        f"Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
         f"{len(runs)} system(s), over {len(pooled.docs)} judged quer{'y' if len(pooled.docs) == 1 else 'ies'}."
     )
     state.show_flash()
