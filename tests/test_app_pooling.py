@@ -87,3 +87,14 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
     )
     assert list(after["Judged@10 with"]) == pytest.approx(list(expected_after["judged_with"]))
     assert list(after["with"]) == pytest.approx(list(expected_after["with"]))
+
+
+def test_in_the_read_only_demo_no_pool_is_sent_and_nothing_is_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_DEMO_MODE", "1")
+    at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
+    assert len(_pool_table(at)) == 2  # the numbers are still shown
+    assert at.button(key="w_pool_send").disabled
+    at.switch_page("views/judging.py").run()
+    assert not at.exception and not at.error
+    assert any("Nothing to judge" in i.value for i in at.info)
+    assert JudgingQueue().items(load_demo(TASK).source, TASK) == [] and AnnotationStore().to_dataframe().empty

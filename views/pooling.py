@@ -139,6 +139,9 @@ def _send(dataset: Dataset, pooled: Pool) -> None:
     """The button's callback: a reviewer sends the pool; the flash says what happened."""
     v = state.view()
     acting = auth.acting()
+    if ui.read_only():
+        v.flash_error = "Not sent: this read-only demo keeps no judging queue."
+        return
     if not acting.signed_in_mode:
         v.annotator = str(st.session_state.get(state.widget_key("annotator")) or "").strip()
         acting = auth.acting()
