@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.annotations import Qrels, extended_qrels
+from r2med_core.annotations import AnnotationStoreError, Qrels, extended_qrels
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import highlight, query_terms
@@ -41,10 +41,13 @@ def _judgements(dataset: Dataset) -> tuple[Qrels, Qrels]:
     store = ui.annotation_store()
     if store is None:
         return {}, {}
-    labels = store.list(dataset=dataset.source, task=dataset.name, failure_type=NOT_RELEVANT)
-    return store.qrels_additions(dataset.source, dataset.name), judged_not_relevant(
-        labels, dataset.source, dataset.name
-    )
+    try:
+        labels = store.list(dataset=dataset.source, task=dataset.name, failure_type=NOT_RELEVANT)
+        additions = store.qrels_additions(dataset.source, dataset.name)
+    except AnnotationStoreError as err:
+        st.error(f"The new judgements could not be read, so 'with' equals 'without': {ui.md(err)}")
+        return {}, {}
+    return additions, judged_not_relevant(labels, dataset.source, dataset.name)
 
 
 @st.cache_data(show_spinner="Scoring with the new judgements …", max_entries=32)
@@ -173,9 +176,10 @@ def judging_page(dataset: Dataset) -> None:
             dataset.source, dataset.name, store.list(dataset=dataset.source, task=dataset.name), who
         )
         total = len(_queue().items(dataset.source, dataset.name))
-    except DataError as err:
+    except (DataError, AnnotationStoreError) as err:
         st.error(ui.md(err))
         return
+    pending = [e for e in pending if e.query_id in dataset.queries]  # a queue sent on another version of the task
     if not total:
         st.info("Nothing to judge on this task: send a pool from the Metrics page (Pooling and holes).")
         return
