@@ -131,6 +131,13 @@ _DEFAULT_TYPES: tuple[FailureType, ...] = (
         "The LLM rewrite (HyDE, query2doc, …) asserted something wrong and led retrieval astray.",
         "query",
     ),
+    FailureType(
+        "not_relevant",
+        "Judged not relevant",
+        "A pooled or retrieved unjudged document that does not answer the query: says it was looked at (it "
+        "leaves the annotator's judging queue) and never changes the judgements.",
+        "document",
+    ),
     FailureType("other", "Other", "Anything else; say what in the note.", "both"),
 )
 

@@ -310,6 +310,7 @@ def test_filters_and_counts(store: AnnotationStore) -> None:
         "lexical_trap": 2,
         "missing_reasoning_step": 0,
         "rewrite_hallucination": 1,
+        "not_relevant": 0,
         "other": 0,
     }
     assert store.counts_by_type(annotator="carol")["wrong_aspect"] == 1

@@ -13,6 +13,7 @@ from r2med_core.report import curves_table, means_table, metric_label, per_query
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
 from views import saved_reports, state, ui
+from views.pooling import section as pooling_section
 
 dataset = ui.current_dataset()
 st.title("Metrics")
@@ -59,6 +60,8 @@ st.download_button(
 saved_reports.download_buttons(
     dataset, [(runs[name], results[name]) for name in results], metrics=shown or list(MAIN_METRICS), title="Metrics"
 )
+
+pooling_section(dataset, runs)
 
 st.subheader("Metric @ k")
 curves = curves_table(list(results.values()), labels)

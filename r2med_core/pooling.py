@@ -1,0 +1,308 @@
+"""Pooling and holes: which top-ranked documents nobody judged, and what judging them changes.
+
+R2MED's judgements come from its construction, not from pooling the systems evaluated here, so a new
+system's top 10 can rest on *holes* (documents without any judgement) that the metrics count as not
+relevant. As in TREC, ``pool`` takes the union of the top ``depth`` of chosen systems and keeps the
+unjudged documents, remembering which systems retrieved each. ``JudgingQueue`` holds the pools sent for
+judging; annotators label them blind (query and document only) through the ordinary failure labels, so
+a "relevant but unjudged" label becomes a grade-1 judgement once a reviewer accepts it.
+``compare_with_additions`` then shows each system's metric and rank without and with the accepted
+additions next to Judged@k (ir_measures), so a user sees which scores rest on holes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import ir_measures
+import pandas as pd
+
+from .annotations import Annotation, Qrels, default_store_path, extended_qrels, utc_now
+from .cache import atomic_write_text
+from .data import DataError, Problem
+from .evaluation import evaluate
+from .runs import Run
+
+#: The pool depth TREC-style pooling uses most, and the cutoff Judged@k is shown at.
+DEFAULT_DEPTH = 10
+QUEUE_FILE = "judging_queue.json"
+QUEUE_VERSION = 1
+#: The label an annotator gives a pooled document that does not answer the query.
+NOT_RELEVANT = "not_relevant"
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+@dataclass(frozen=True)
+class PooledDoc:
+    """One unjudged document of a query's pool, with the systems that ranked it within the depth."""
+
+    query_id: str
+    doc_id: str
+    systems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The unjudged documents of the top ``depth`` of ``systems``, per judged query.
+
+    ``docs[query_id]`` lists each document once, in the order of its best rank in any system (ties in
+    the order the systems were given), with every system that contributed it.
+    """
+
+    depth: int
+    systems: tuple[str, ...]
+    docs: dict[str, tuple[PooledDoc, ...]]
+
+    def __len__(self) -> int:
+        return sum(len(docs) for docs in self.docs.values())
+
+    def items(self) -> list[PooledDoc]:
+        """Every pooled (query, document), query by query."""
+        return [doc for docs in self.docs.values() for doc in docs]
+
+    def contributed(self) -> dict[str, int]:
+        """Pooled documents per system (a document retrieved by two systems counts for both)."""
+        counts = dict.fromkeys(self.systems, 0)
+        for doc in self.items():
+            for system in doc.systems:
+                counts[system] += 1
+        return counts
+
+    def unique(self) -> dict[str, int]:
+        """Pooled documents only this system retrieved within the depth."""
+        counts = dict.fromkeys(self.systems, 0)
+        for doc in self.items():
+            if len(doc.systems) == 1:
+                counts[doc.systems[0]] += 1
+        return counts
+
+
+def pool(runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]], depth: int = DEFAULT_DEPTH) -> Pool:
+    """Pool the top ``depth`` of each run (keyed by system name) and keep the documents ``qrels`` does not
+    judge at all (any grade, 0 included, counts as judged). Only judged queries are pooled: the others
+    are never evaluated. Documents already judged through accepted additions should be in ``qrels``."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"pool depth must be a positive integer, got {depth!r}")
+    systems = tuple(runs)
+    docs: dict[str, tuple[PooledDoc, ...]] = {}
+    for query_id in sorted(qid for qid, grades in qrels.items() if grades):
+        judged = qrels[query_id]
+        found: dict[str, tuple[int, list[str]]] = {}  # doc -> (best rank, contributing systems)
+        for system in systems:
+            for rank, (doc_id, _) in enumerate(runs[system].top(query_id, depth), start=1):
+                if doc_id in judged:
+                    continue
+                best, contributors = found.setdefault(doc_id, (rank, []))
+                if system not in contributors:
+                    contributors.append(system)
+                found[doc_id] = (min(best, rank), contributors)
+        ordered = sorted(found.items(), key=lambda item: item[1][0])  # stable: first system wins ties
+        if ordered:
+            docs[query_id] = tuple(PooledDoc(query_id, doc, tuple(c)) for doc, (_, c) in ordered)
+    return Pool(depth=depth, systems=systems, docs=docs)
+
+
+# --------------------------------------------------------------------------- holes and metrics
+
+
+def judged_at_k(
+    run: Run, qrels: Mapping[str, Mapping[str, int]], k: int = DEFAULT_DEPTH
+) -> tuple[float, dict[str, float]]:
+    """ir_measures' Judged@k: the share of a run's top k that has a judgement, mean and per query, over
+    the queries both the run and ``qrels`` hold (as the metrics are averaged)."""
+    measure = ir_measures.Judged @ k
+    judged_qrels = {qid: dict(grades) for qid, grades in qrels.items() if grades}
+    scores = {qid: ranking for qid, ranking in run.truncated(k).as_score_dict().items() if ranking}
+    if not judged_qrels or not scores:
+        return 0.0, {}
+    per_query = {m.query_id: float(m.value) for m in ir_measures.iter_calc([measure], judged_qrels, scores)}
+    mean = sum(per_query.values()) / len(per_query) if per_query else 0.0
+    return mean, per_query
+
+
+def judged_not_relevant(labels: Iterable[Annotation], dataset: str, task: str) -> Qrels:
+    """ "Judged not relevant" labels of one task that no reviewer rejected, as grade-0 judgements.
+
+    A grade 0 changes no pytrec_eval measure (they count only grades above 0), so these need no review to
+    be used: they only tell Judged@k that someone looked, and keep the documents out of later pools."""
+    negatives: Qrels = {}
+    for label in labels:
+        if (
+            label.dataset == dataset
+            and label.task == task
+            and label.failure_type == NOT_RELEVANT
+            and label.doc_id is not None
+            and label.status != "rejected"
+        ):
+            negatives.setdefault(label.query_id, {})[label.doc_id] = 0
+    return negatives
+
+
+def compare_with_additions(
+    runs: Mapping[str, Run],
+    qrels: Qrels,
+    additions: Qrels,
+    *,
+    negatives: Qrels | None = None,
+    metric: str = "ndcg_at_10",
+    k: int = DEFAULT_DEPTH,
+    dataset_name: str = "",
+) -> pd.DataFrame:
+    """Each system's ``metric`` and rank without and with the accepted additions, and Judged@k both ways.
+
+    Metrics come from ``evaluation.evaluate`` (pytrec_eval) against the original and the extended qrels
+    (``negatives``, grade-0 judgements from ``judged_not_relevant``, count as judged for Judged@k and
+    change no metric); rank 1 is the best, tied systems share the best rank. ``rank_change`` > 0 means
+    the system moved up.
+    """
+    # Only on queries judged already: a query judged all-0 would join the means with a score of 0.
+    negatives = {qid: grades for qid, grades in (negatives or {}).items() if qrels.get(qid) or additions.get(qid)}
+    extended = extended_qrels(extended_qrels(qrels, negatives), additions)
+    rows = []
+    for name, run in runs.items():
+        without = evaluate(run, qrels, dataset_name=dataset_name).means[metric]
+        with_ = evaluate(run, extended, dataset_name=dataset_name).means[metric]
+        rows.append(
+            {
+                "system": name,
+                "without": without,
+                "with": with_,
+                "change": with_ - without,
+                "judged_without": judged_at_k(run, qrels, k)[0],
+                "judged_with": judged_at_k(run, extended, k)[0],
+            }
+        )
+    frame = pd.DataFrame(rows, columns=["system", "without", "with", "change", "judged_without", "judged_with"])
+    frame.insert(3, "rank_without", frame["without"].rank(ascending=False, method="min").astype(int))
+    frame.insert(4, "rank_with", frame["with"].rank(ascending=False, method="min").astype(int))
+    frame.insert(5, "rank_change", frame["rank_without"] - frame["rank_with"])
+    return frame
+
+
+# --------------------------------------------------------------------------- the judging queue
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One (query, document) sent for blind judging: from which pool and by whom."""
+
+    query_id: str
+    doc_id: str
+    systems: tuple[str, ...]
+    depth: int
+    sent_by: str
+    sent_at: str
+
+
+def default_queue_path() -> Path:
+    """``judging_queue.json`` next to the default SQLite annotation store (``$R2MED_DATA_HOME``)."""
+    return default_store_path().parent / QUEUE_FILE
+
+
+class JudgingQueue:
+    """The pools sent for judging, per dataset and task, in one JSON file (atomic writes, a lock file so
+    two senders never lose each other's entries). The labels themselves live in the annotation store:
+    what is left to judge is worked out from them (``pending``), so the queue is only written on a send.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_queue_path()
+
+    def items(self, dataset: str, task: str) -> list[QueueEntry]:
+        """Every entry sent for this task, in the order sent."""
+        entries = self._read().get(_key(dataset, task), [])
+        try:
+            return [_entry(obj) for obj in entries]
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise DataError([Problem(str(self.path), None, f"a malformed queue entry ({err!r})")]) from None
+
+    def send(self, dataset: str, task: str, pooled: Pool, sent_by: str) -> int:
+        """Add the pool's documents to the task's queue; ones already queued are kept as they were.
+        Returns how many were new."""
+        if not isinstance(sent_by, str) or not sent_by.strip():
+            raise ValueError("sending a pool for judging needs the sender's name")
+        now = utc_now()
+        with self._locked():
+            data = self._read()
+            entries = data.setdefault(_key(dataset, task), [])
+            queued = {(e["query_id"], e["doc_id"]) for e in entries}
+            added = 0
+            for doc in pooled.items():
+                if (doc.query_id, doc.doc_id) in queued:
+                    continue
+                entry = QueueEntry(doc.query_id, doc.doc_id, doc.systems, pooled.depth, sent_by.strip(), now)
+                entries.append({**asdict(entry), "systems": list(entry.systems)})
+                queued.add((doc.query_id, doc.doc_id))
+                added += 1
+            if added:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(self.path, json.dumps({"version": QUEUE_VERSION, "tasks": data}, indent=1))
+        return added
+
+    def pending(self, dataset: str, task: str, labels: Iterable[Annotation], annotator: str) -> list[QueueEntry]:
+        """The entries ``annotator`` has not labelled yet (any label on the (query, document) counts;
+        names compare case-insensitively)."""
+        mine = annotator.strip().lower()
+        done = {
+            (a.query_id, a.doc_id)
+            for a in labels
+            if a.dataset == dataset and a.task == task and a.doc_id is not None and a.annotator.strip().lower() == mine
+        }
+        return [e for e in self.items(dataset, task) if (e.query_id, e.doc_id) not in done]
+
+    def _read(self) -> dict[str, list[dict[str, Any]]]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise DataError([Problem(str(self.path), None, f"not a judging queue ({err})")]) from None
+        if (
+            not isinstance(data, dict)
+            or data.get("version") != QUEUE_VERSION
+            or not isinstance(data.get("tasks"), dict)
+        ):
+            raise DataError([Problem(str(self.path), None, f"not a version-{QUEUE_VERSION} judging queue")])
+        return data["tasks"]
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold an exclusive lock (POSIX ``flock``; elsewhere none) while reading and rewriting the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{self.path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - Windows
+                yield
+                return
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _key(dataset: str, task: str) -> str:
+    return f"{dataset}\t{task}"
+
+
+def _entry(obj: Mapping[str, Any]) -> QueueEntry:
+    return QueueEntry(
+        query_id=str(obj["query_id"]),
+        doc_id=str(obj["doc_id"]),
+        systems=tuple(obj.get("systems", ())),
+        depth=int(obj.get("depth", 0)),
+        sent_by=str(obj.get("sent_by", "")),
+        sent_at=str(obj.get("sent_at", "")),
+    )

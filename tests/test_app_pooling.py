@@ -1,0 +1,100 @@
+"""The Metrics page's pooling section and the blind Judging page, driven with AppTest on the demo."""
+
+from __future__ import annotations
+
+import pytest
+
+from r2med_core import load_demo, run_system
+from r2med_core.annotations import AnnotationStore
+from r2med_core.pooling import JudgingQueue, compare_with_additions, judged_at_k, judged_not_relevant, pool
+from tests.test_app import by_label, open_app, save_label
+from views.ui import md
+
+TASK = "clinical-evidence"
+
+
+@pytest.fixture(autouse=True)
+def _compute_without_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+
+
+def _pool_table(at):  # type: ignore[no-untyped-def]
+    return next(df.value for df in at.dataframe if "Judged@10" in df.value.columns).set_index("system")
+
+
+def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes_the_scores() -> None:
+    dataset = load_demo(TASK)
+    runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
+    at = open_app("metrics", task=TASK, systems=list(runs))
+    table = _pool_table(at)
+    assert len(table) == 2
+    for name, run in runs.items():  # Judged@10 is ir_measures' on the benchmark's qrels
+        row = table.iloc[list(runs).index(name)]
+        assert row["Judged@10"] == pytest.approx(judged_at_k(run, dataset.qrels)[0])
+        assert row["without"] == row["with"]  # nothing accepted yet
+    expected = pool(runs, dataset.qrels, 10)
+    assert len(expected) > 0
+
+    at.button(key="w_pool_send").click().run()  # nobody named: refused, nothing queued
+    assert any("type your name" in e.value for e in at.error)
+    assert JudgingQueue().items(dataset.source, dataset.name) == []
+    at.text_input(key="w_annotator").input("Rev").run()
+    at.button(key="w_pool_send").click().run()
+    assert not at.exception
+    assert any(f"Sent: {len(expected)} new document(s)" in s.value for s in at.success), (
+        [s.value for s in at.success],
+        [e.value for e in at.error],
+    )
+    queued = JudgingQueue().items(dataset.source, dataset.name)
+    assert [(e.query_id, e.doc_id) for e in queued] == [(d.query_id, d.doc_id) for d in expected.items()]
+
+    at.text_input(key="w_annotator").input("Ann").run()  # another person judges
+    at.switch_page("views/judging.py").run()
+    assert not at.exception
+    first = queued[0]
+    shown = " ".join(m.value for m in at.markdown)
+    assert f"Document {md(first.doc_id)}" in shown and "nDCG" not in shown and "bm25" not in shown.lower()
+    by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
+    save_label(at)
+    assert not at.exception
+    (label,) = AnnotationStore().list(failure_type="relevant_unjudged")
+    assert (label.query_id, label.doc_id, label.annotator) == (first.query_id, first.doc_id, "Ann")
+    assert f"Document {md(queued[1].doc_id)}" in " ".join(m.value for m in at.markdown)  # the next one
+    by_label(at.selectbox, "Failure type").set_value("not_relevant")
+    save_label(at)
+    assert f"Document {md(queued[2].doc_id)}" in " ".join(m.value for m in at.markdown)
+    left = JudgingQueue().pending(dataset.source, dataset.name, AnnotationStore().list(), "Ann")
+    assert len(left) == len(queued) - 2 and len(JudgingQueue().pending(dataset.source, dataset.name, [], "Rev")) == len(
+        queued
+    )
+
+    AnnotationStore().review(label.id, True, "Rev")
+    at.switch_page("views/metrics.py").run()
+    after = _pool_table(at)
+    retrieved = [name for name, run in runs.items() if run.rank_of(first.query_id, first.doc_id) is not None]
+    assert retrieved
+    for name in retrieved:
+        row = after.iloc[list(runs).index(name)]
+        assert row["Judged@10 with"] > row["Judged@10"]
+        assert row["with"] > row["without"]  # a newly relevant document in its top 10 raises nDCG@10
+    # Both new judgements count for Judged@10: the relevant one and the one judged not relevant.
+    store = AnnotationStore()
+    expected_after = compare_with_additions(
+        runs,
+        dataset.qrels,
+        store.qrels_additions(dataset.source, dataset.name),
+        negatives=judged_not_relevant(store.list(), dataset.source, dataset.name),
+    )
+    assert list(after["Judged@10 with"]) == pytest.approx(list(expected_after["judged_with"]))
+    assert list(after["with"]) == pytest.approx(list(expected_after["with"]))
+
+
+def test_in_the_read_only_demo_no_pool_is_sent_and_nothing_is_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_DEMO_MODE", "1")
+    at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
+    assert len(_pool_table(at)) == 2  # the numbers are still shown
+    assert at.button(key="w_pool_send").disabled
+    at.switch_page("views/judging.py").run()
+    assert not at.exception and not at.error
+    assert any("Nothing to judge" in i.value for i in at.info)
+    assert JudgingQueue().items(load_demo(TASK).source, TASK) == [] and AnnotationStore().to_dataframe().empty

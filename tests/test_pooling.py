@@ -1,0 +1,165 @@
+"""Pooling: unjudged documents of the systems' top k, Judged@k, and metrics with/without new judgements."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import ir_measures
+import pytest
+
+from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.data import DataError
+from r2med_core.evaluation import evaluate
+from r2med_core.pooling import (
+    JudgingQueue,
+    Pool,
+    compare_with_additions,
+    judged_at_k,
+    judged_not_relevant,
+    pool,
+)
+from r2med_core.runs import Run
+
+
+def _run(name: str, rankings: dict[str, list[str]]) -> Run:
+    return Run(
+        name, {qid: [(doc, float(len(docs) - i)) for i, doc in enumerate(docs)] for qid, docs in rankings.items()}
+    )
+
+
+QRELS = {"q1": {"g1": 2, "n1": 0}, "q2": {"g2": 1}, "q3": {}}
+A = _run("A", {"q1": ["g1", "u1", "n1", "u2", "u3"], "q2": ["u4", "g2"], "q3": ["x"], "q9": ["y"]})
+B = _run("B", {"q1": ["u2", "u5", "g1", "u1"], "q2": ["g2", "u6"]})
+
+
+def test_pool_keeps_only_unjudged_top_depth_documents_deduplicated_with_contributors() -> None:
+    pooled = pool({"A": A, "B": B}, QRELS, depth=3)
+    assert isinstance(pooled, Pool) and pooled.depth == 3 and pooled.systems == ("A", "B")
+    # q1: A's top 3 = g1, u1, n1 (n1 is judged, grade 0) → u1; B's top 3 = u2, u5, g1 → u2, u5.
+    # Order: best rank anywhere (u2 rank 1 in B; u1, u5 rank 2, A before B), u3 and B's u1 at rank 4 are cut.
+    assert [(d.doc_id, d.systems) for d in pooled.docs["q1"]] == [("u2", ("B",)), ("u1", ("A",)), ("u5", ("B",))]
+    assert [(d.doc_id, d.systems) for d in pooled.docs["q2"]] == [("u4", ("A",)), ("u6", ("B",))]
+    # q3 has no judgements and q9 is not in the qrels: never evaluated, so never pooled.
+    assert set(pooled.docs) == {"q1", "q2"} and len(pooled) == 5
+    deeper = pool({"A": A, "B": B}, QRELS, depth=4)
+    u1 = next(d for d in deeper.docs["q1"] if d.doc_id == "u1")
+    assert u1.systems == ("A", "B")  # retrieved by both within depth 4: listed once, both credited
+    assert deeper.contributed() == {"A": 3, "B": 4} and deeper.unique() == {"A": 1, "B": 2}
+    with pytest.raises(ValueError, match="positive integer"):
+        pool({"A": A}, QRELS, depth=0)
+
+
+def test_pool_skips_documents_judged_through_accepted_additions() -> None:
+    pooled = pool({"A": A}, {**QRELS, "q1": {**QRELS["q1"], "u1": 1}}, depth=5)
+    assert [d.doc_id for d in pooled.docs["q1"]] == ["u2", "u3"]
+
+
+def test_judged_at_k_is_ir_measures_judged() -> None:
+    mean, per_query = judged_at_k(A, QRELS, k=10)
+    expected = ir_measures.calc_aggregate(
+        [ir_measures.Judged @ 10], {q: g for q, g in QRELS.items() if g}, A.as_score_dict()
+    )[ir_measures.Judged @ 10]
+    assert mean == pytest.approx(expected)
+    assert per_query == pytest.approx({"q1": 2 / 5, "q2": 1 / 2})  # n1 (grade 0) counts as judged
+    assert judged_at_k(A, QRELS, k=1)[1] == pytest.approx({"q1": 1.0, "q2": 0.0})
+    assert judged_at_k(Run("empty"), QRELS) == (0.0, {})
+
+
+def test_accepted_addition_changes_metric_rank_and_judged(tmp_path: Path) -> None:
+    store = AnnotationStore(tmp_path / "a.sqlite")
+    label = store.add(
+        Annotation(
+            dataset="R2MED", task="T", query_id="q2", doc_id="u4", failure_type="relevant_unjudged", annotator="ann"
+        )
+    )
+    runs = {"A": A, "B": B, "C": _run("C", {"q1": ["g1"], "q2": ["g2"]})}  # C: perfect on the old judgements
+    before = compare_with_additions(runs, QRELS, store.qrels_additions("R2MED", "T"))
+    assert (before["without"] == before["with"]).all()  # a proposal is not a judgement
+    store.review(label.id, True, "rev")
+    table = compare_with_additions(runs, QRELS, store.qrels_additions("R2MED", "T")).set_index("system")
+    assert table.loc["A", "without"] == pytest.approx(evaluate(A, QRELS).means["ndcg_at_10"])
+    extended = {**QRELS, "q2": {"g2": 1, "u4": 1}}
+    assert table.loc["A", "with"] == pytest.approx(evaluate(A, extended).means["ndcg_at_10"])
+    assert table.loc["A", "with"] > table.loc["A", "without"]
+    assert table.loc["B", "with"] < table.loc["B", "without"]  # B misses the new relevant document
+    # Without the addition C leads; with it A does (C never retrieved u4).
+    assert (table.loc["A", "rank_without"], table.loc["A", "rank_with"], table.loc["A", "rank_change"]) == (2, 1, 1)
+    assert (table.loc["C", "rank_without"], table.loc["C", "rank_with"], table.loc["C", "rank_change"]) == (1, 2, -1)
+    assert table.loc["B", "rank_change"] == 0
+    assert table.loc["A", "judged_without"] == pytest.approx((2 / 5 + 1 / 2) / 2)
+    assert table.loc["A", "judged_with"] == pytest.approx((2 / 5 + 1) / 2)
+
+
+def test_queue_send_merges_and_pending_follows_each_annotators_labels(tmp_path: Path) -> None:
+    queue = JudgingQueue(tmp_path / "data" / "queue.json")
+    assert queue.items("R2MED", "T") == []
+    pooled = pool({"A": A, "B": B}, QRELS, depth=3)
+    assert queue.send("R2MED", "T", pooled, "rev") == 5
+    assert queue.send("R2MED", "T", pool({"A": A, "B": B}, QRELS, depth=5), "rev") == 1  # only u3 is new
+    entries = queue.items("R2MED", "T")
+    assert [(e.query_id, e.doc_id) for e in entries][:2] == [("q1", "u2"), ("q1", "u1")]
+    assert entries[1].systems == ("A",) and entries[1].depth == 3 and entries[-1].doc_id == "u3"
+    assert queue.items("R2MED", "other task") == []
+    labels = [
+        Annotation(dataset="R2MED", task="T", query_id="q1", doc_id="u2", failure_type="wrong_aspect", annotator="Ann"),
+        Annotation(dataset="R2MED", task="X", query_id="q1", doc_id="u1", failure_type="wrong_aspect", annotator="ann"),
+    ]
+    left = queue.pending("R2MED", "T", labels, " ann ")
+    assert [(e.query_id, e.doc_id) for e in left] == [
+        ("q1", "u1"),
+        ("q1", "u5"),
+        ("q2", "u4"),
+        ("q2", "u6"),
+        ("q1", "u3"),
+    ]
+    assert len(queue.pending("R2MED", "T", labels, "bob")) == 6
+    with pytest.raises(ValueError, match="sender"):
+        queue.send("R2MED", "T", pooled, " ")
+
+
+def test_concurrent_sends_lose_nothing(tmp_path: Path) -> None:
+    queue = JudgingQueue(tmp_path / "queue.json")
+    pools = [pool({"A": A}, QRELS, depth=5), pool({"B": B}, QRELS, depth=5)]
+    threads = [threading.Thread(target=queue.send, args=("R2MED", "T", p, "rev")) for p in pools * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    union = {(d.query_id, d.doc_id) for p in pools for d in p.items()}
+    assert {(e.query_id, e.doc_id) for e in queue.items("R2MED", "T")} == union
+    assert len(queue.items("R2MED", "T")) == len(union)
+
+
+def test_a_file_that_is_not_a_queue_is_reported_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "queue.json"
+    path.write_text("my notes\n")
+    queue = JudgingQueue(path)
+    with pytest.raises(DataError, match=r"queue\.json"):
+        queue.items("R2MED", "T")
+    with pytest.raises(DataError):
+        queue.send("R2MED", "T", pool({"A": A}, QRELS), "rev")
+    assert path.read_text() == "my notes\n"
+    path.write_text(json.dumps({"version": 1, "tasks": {"R2MED\tT": [{"doc_id": "d"}]}}))
+    with pytest.raises(DataError, match="malformed"):
+        queue.items("R2MED", "T")
+
+
+def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_path: Path) -> None:
+    store = AnnotationStore(tmp_path / "a.sqlite")
+    common = {"dataset": "R2MED", "task": "T", "failure_type": "not_relevant"}
+    store.add(Annotation(**common, query_id="q1", doc_id="u1", annotator="ann"))
+    store.add(Annotation(**common, query_id="q3", doc_id="x", annotator="ann"))  # q3 has no judgements
+    rejected = store.add(Annotation(**common, query_id="q2", doc_id="u4", annotator="bob"))
+    store.review(rejected.id, False, "rev")
+    store.add(Annotation(**{**common, "task": "other"}, query_id="q1", doc_id="u2", annotator="ann"))
+    negatives = judged_not_relevant(store.list(), "R2MED", "T")
+    assert negatives == {"q1": {"u1": 0}, "q3": {"x": 0}}
+    row = compare_with_additions({"A": A}, QRELS, {}, negatives=negatives).iloc[0]
+    assert row["with"] == pytest.approx(row["without"])  # q3 did not join the means with a 0
+    assert row["judged_with"] == pytest.approx((3 / 5 + 1 / 2) / 2)  # u1 now judged in A's q1 top 5
+    assert [d.doc_id for d in pool({"A": A}, {**QRELS, "q1": {**QRELS["q1"], **negatives["q1"]}}, 5).docs["q1"]] == [
+        "u2",
+        "u3",
+    ]
