@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
+from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
 from r2med_core.identity import PermissionDenied, authorize, labels_blind
 from r2med_core.runs import Run
 from views import auth, ui
@@ -40,7 +40,7 @@ def label_form(
         c1, c2 = st.columns(2)
         c1.selectbox(
             "Failure type",
-            list(TAXONOMY),
+            [c for c in TAXONOMY if c not in GRADE_CODES],  # grades are given on the List judging page
             index=None,
             placeholder="Choose a failure type",
             format_func=lambda c: TAXONOMY[c].label,

@@ -184,3 +184,12 @@ def explorer_link(query_id: str, system: str) -> str:
     params = view().to_params()
     params.update({"q": query_id, "system": system})
     return "explorer?" + urlencode(params, doseq=True)
+
+
+def save_once() -> Any:
+    """The session's ``list_judging.SaveOnce``: grade events already handled, so each is saved once."""
+    from r2med_core.list_judging import SaveOnce
+
+    if "list_judging_events" not in st.session_state:
+        st.session_state["list_judging_events"] = SaveOnce()
+    return st.session_state["list_judging_events"]
