@@ -131,6 +131,13 @@ def grade_blind(signed_in: bool, labels_on_query: Iterable[Annotation], annotato
     return True
 
 
+def explorer_annotators(labels_on_query: Iterable[Annotation]) -> list[str]:
+    """Who labelled the query outside list judging: the explorer shows them its judgements (blind first
+    ends with their own label there). List grades are left out, so grading a few rows here does not
+    unblind the explorer — and a later list grade can still truthfully be recorded blind."""
+    return [label.annotator for label in labels_on_query if label.failure_type not in GRADE_CODES]
+
+
 def save_grades(
     store: AnnotationStore,
     ledger: SaveOnce,

@@ -168,3 +168,15 @@ def test_list_grades_count_in_agreement(store: AnnotationStore) -> None:
         _save(store, SaveOnce(), events, who=who)
     (pair,) = agreement(store.list()).pairs
     assert (pair.units, pair.agreed) == (3, 2)
+
+
+def test_list_grades_do_not_unblind_the_explorer(store: AnnotationStore) -> None:
+    from r2med_core.identity import AuthConfig, Person, labels_blind
+    from r2med_core.list_judging import explorer_annotators
+
+    config = AuthConfig(proxy_header="X-User")
+    ann = Person("ann", "proxy", frozenset({"annotator"}))
+    _save(store, SaveOnce(), [GradeEvent("e1", "d1", 2)], signed_in=True)
+    assert labels_blind(ann, config, explorer_annotators(store.list()))  # the explorer still hides the qrels
+    store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
+    assert not labels_blind(ann, config, explorer_annotators(store.list()))
