@@ -76,6 +76,8 @@ def test_an_event_delivered_on_every_rerun_is_saved_once(store: AnnotationStore)
     events, _ = parse_events(_value(("e1", "d1", 2), ("e2", "d2", 0), ("e3", "d1", 1)), DOCS)
     outcomes = _save(store, ledger, events)
     assert [(o.event.event_id, o.status) for o in outcomes] == [("e3", "saved")]
+    for _rerun in range(3):  # e1 (grade 2 on d1) comes again after the regrade: it must not win again
+        assert _save(store, ledger, events) == []
     assert latest_grades(store.list(), "ANN") == {"d1": 1, "d2": 0}  # a regrade adds a row; the latest stands
     assert len(store) == 3
 
@@ -180,3 +182,70 @@ def test_list_grades_do_not_unblind_the_explorer(store: AnnotationStore) -> None
     assert labels_blind(ann, config, explorer_annotators(store.list()))  # the explorer still hides the qrels
     store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
     assert not labels_blind(ann, config, explorer_annotators(store.list()))
+
+
+# --------------------------------------------------------------------------- the page (AppTest, no browser)
+
+
+def _page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str):  # type: ignore[no-untyped-def]
+    """The Judge a list page on the demo, and the component key of query ``qid``'s top 10 under bm25."""
+    from streamlit.testing.v1 import AppTest
+
+    from r2med_core import load_demo
+    from views.state import scope, widget_key
+    from views.ui import dataset_key
+
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+    monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "data"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    dataset = load_demo("clinical-case")
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "streamlit_app.py"), default_timeout=300)
+    at.query_params["task"] = "clinical-case"
+    at.query_params["systems"] = "bm25"
+    at.run()
+    at.switch_page("views/list_judging.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    qid = next(iter(dataset.queries))
+    key = widget_key("lj_list", scope(scope(dataset_key(dataset)), qid, "bm25", 10))
+    return at, key, dataset, qid
+
+
+def _page_labels(tmp_path: Path) -> list[Annotation]:
+    path = tmp_path / "data" / "annotations.sqlite"
+    return AnnotationStore(path).list() if path.exists() else []
+
+
+def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from r2med_core import run_system
+
+    at, key, dataset, qid = _page(monkeypatch, tmp_path)
+    first, second = [doc for doc, _ in run_system(dataset, "bm25").top(qid, 2)]
+    at.session_state[key] = {"events": [{"id": "k1", "doc": second, "grade": 2}]}
+    at.run()  # no name yet: nothing is saved, and the keypress is not kept for later
+    assert _page_labels(tmp_path) == []
+    at.text_input(key="w_annotator").set_value("Dr. Typed").run()
+    at.session_state[key] = {
+        "events": [{"id": "k1", "doc": second, "grade": 2}, {"id": "k2", "doc": first, "grade": 1}]
+    }
+    for _ in range(3):
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [(a.doc_id, a.failure_type, a.rank, a.annotator, a.blind) for a in _page_labels(tmp_path)] == [
+        (first, "grade_1", 1, "Dr. Typed", False)
+    ]
+    assert any("1 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
+
+
+def test_the_read_only_demo_saves_no_grade(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    at, key, dataset, qid = _page(monkeypatch, tmp_path, R2MED_DEMO_MODE="1")
+    from r2med_core import run_system
+
+    doc = run_system(dataset, "bm25").top(qid, 1)[0][0]
+    at.session_state[key] = {"events": [{"id": "k1", "doc": doc, "grade": 2}]}
+    at.run()
+    assert not at.exception
+    assert _page_labels(tmp_path) == []
+    assert not at.text_input  # no name is asked: nothing can be saved here
