@@ -69,19 +69,20 @@ if not acting.signed_in_mode and not ui.read_only():
     )
 
 
-def _who() -> tuple[str, str]:
-    """The annotator's name, or "" and why nobody may grade now."""
-    if ui.read_only():
-        return "", "Grading is off in this read-only demo."
+def _who() -> tuple[str, str, bool]:
+    """The annotator's name (or "" and why nobody may grade now), and whether sign-in is on."""
     acting = auth.acting()
+    signed_in = acting.config.enabled
+    if ui.read_only():
+        return "", "Grading is off in this read-only demo.", signed_in
     if acting.error:
-        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it."
+        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it.", False
     if not acting.signed_in_mode and acting.person is None:
-        return "", "Type your name under 'Your name' first: it is recorded with every grade."
+        return "", "Type your name under 'Your name' first: it is recorded with every grade.", signed_in
     try:
-        return authorize(acting.person, "label", config=acting.config).name, ""
+        return authorize(acting.person, "label", config=acting.config).name, "", signed_in
     except PermissionDenied as err:
-        return "", f"{err}."
+        return "", f"{err}.", signed_in
 
 
 @st.fragment
@@ -94,7 +95,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     documents = [doc for doc, _ in run.top(qid, k)]
     events, problems = parse_events(st.session_state.get(key), documents)
     ledger = state.save_once()
-    annotator, reason = _who()
+    annotator, reason, signed_in = _who()
     if annotator:
         save_grades(
             store,
@@ -105,7 +106,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
             query_id=qid,
             ranking=run,
             annotator=annotator,
-            signed_in=auth.acting().config.enabled,
+            signed_in=signed_in,
         )
     else:
         for event in ledger.fresh(events):  # nothing is saved; the row says why, the next key is a new event
