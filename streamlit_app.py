@@ -29,6 +29,7 @@ PAGES = [
     st.Page("views/leaderboard.py", title="Leaderboard", url_path="leaderboard"),
     st.Page("views/rewriting.py", title="Query rewriting", url_path="rewriting"),
     st.Page("views/whatif.py", title="What-if query", url_path="whatif"),
+    st.Page("views/list_judging.py", title="Judge a list", url_path="judge-list"),
     st.Page("views/annotations.py", title="Annotations", url_path="annotations"),
     st.Page("views/judging.py", title="Judging", url_path="judging"),
 ]

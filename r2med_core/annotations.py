@@ -139,7 +139,17 @@ _DEFAULT_TYPES: tuple[FailureType, ...] = (
         "document",
     ),
     FailureType("other", "Other", "Anything else; say what in the note.", "both"),
+    # Relevance grades given while judging a whole ranked list (``list_judging``): labels like the
+    # others (one row each, the latest per annotator stands), so agreement and the queue cover them.
+    FailureType("grade_0", "Grade 0: not relevant", "Judged in a list: the document does not help answer.", "document"),
+    FailureType("grade_1", "Grade 1: relevant", "Judged in a list: the document helps answer the query.", "document"),
+    FailureType(
+        "grade_2", "Grade 2: highly relevant", "Judged in a list: the document answers the query directly.", "document"
+    ),
 )
+
+#: The relevance grade each grade label stands for (``grade_<n>`` → n).
+GRADE_CODES: dict[str, int] = {"grade_0": 0, "grade_1": 1, "grade_2": 2}
 
 #: Every failure type by code, in display order. Extend with ``register_failure_type``.
 TAXONOMY: dict[str, FailureType] = {t.code: t for t in _DEFAULT_TYPES}

@@ -129,7 +129,8 @@ def judged_at_k(
 
 
 def judged_not_relevant(labels: Iterable[Annotation], dataset: str, task: str) -> Qrels:
-    """ "Judged not relevant" labels of one task that no reviewer rejected, as grade-0 judgements.
+    """ "Judged not relevant" labels (and list judging's "Grade 0") of one task that no reviewer
+    rejected, as grade-0 judgements.
 
     A grade 0 changes no pytrec_eval measure (they count only grades above 0), so these need no review to
     be used: they only tell Judged@k that someone looked, and keep the documents out of later pools."""
@@ -138,7 +139,7 @@ def judged_not_relevant(labels: Iterable[Annotation], dataset: str, task: str) -
         if (
             label.dataset == dataset
             and label.task == task
-            and label.failure_type == NOT_RELEVANT
+            and label.failure_type in (NOT_RELEVANT, "grade_0")
             and label.doc_id is not None
             and label.status != "rejected"
         ):

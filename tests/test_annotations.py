@@ -312,6 +312,9 @@ def test_filters_and_counts(store: AnnotationStore) -> None:
         "rewrite_hallucination": 1,
         "not_relevant": 0,
         "other": 0,
+        "grade_0": 0,  # list judging's relevance grades are registered types too
+        "grade_1": 0,
+        "grade_2": 0,
     }
     assert store.counts_by_type(annotator="carol")["wrong_aspect"] == 1
     with pytest.raises(TypeError, match="unknown filter"):

@@ -62,6 +62,9 @@ _CONTENT_HEIGHT_JS = """() => {
 }"""
 
 
+#: Each app server's R2MED_DATA_HOME (its annotation store), by base URL.
+APP_DATA: dict[str, Path] = {}
+
 # --------------------------------------------------------------------------- fixtures
 
 
@@ -105,6 +108,7 @@ def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "R2MED_COMPUTE_SECONDS": "100000",  # pages render everything; Compute gating is tested in test_jobs.py
         "PYTHONUNBUFFERED": "1",
     }
+    APP_DATA[base] = work / "data"
     log_path = work / "streamlit.log"
     command = [
         sys.executable,
@@ -312,6 +316,7 @@ PAGES = {
     "leaderboard": (f"?task={TASK}&{SYSTEMS}", "Your runs on"),
     "rewriting": (f"?task={TASK}&{SYSTEMS}", "Generate rewrites with an LLM"),
     "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
+    "judge-list": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "rows graded"),
     "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
 }
 TITLES = {
@@ -321,6 +326,7 @@ TITLES = {
     "leaderboard": "Leaderboard",
     "rewriting": "Query rewriting",
     "whatif": "What-if query",
+    "judge-list": "Judge a list",
     "annotations": "Annotations",
 }
 
@@ -442,6 +448,64 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     assert page.get_by_text(f"{before:.3f} → {after:.3f}").first.is_visible()
     full_page_screenshot(page, "triage-4-accepted")
     assert external == [], f"requests left this server: {external}"
+
+
+def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(page: Page, app_url: str) -> None:
+    """Grade three rows with 2 / 0 / 1 and the arrow keys: the store holds exactly those three grades by the
+    typed name, with the system and ranks shown; a rerun saves nothing again; Enter opens a document; a
+    row's qrels grade appears only once it is graded (blind first)."""
+    from r2med_core.annotations import AnnotationStore
+
+    task, name = "clinical-case", "Dr. Keyboard"
+    dataset = load_demo(task)
+    run = run_system(dataset, "bm25")
+    qid = next(q for q in dataset.queries if len(run.top(q, 10)) == 10)
+    docs = [doc for doc, _ in run.top(qid, 4)]
+    page.goto(f"/judge-list?task={task}&systems=bm25&system=bm25&q={qid}")
+    settle(page, "rows graded")
+    assert_healthy(page)
+    frame = page.frame_locator('iframe[title*="list_judge"]')
+    rows = frame.locator(".row")
+    rows.first.wait_for(state="visible")
+    assert rows.count() == 10
+    assert frame.get_by_text("Type your name under 'Your name' first").is_visible()  # no name: keys save nothing
+    assert frame.locator(".reveal").count() == 0  # blind: no qrels grade before grading
+
+    page.get_by_role("textbox", name="Your name").fill(name)
+    page.get_by_role("textbox", name="Your name").press("Enter")
+    frame.locator("#reason").wait_for(state="hidden")
+    frame.locator("#hint").click()  # focus the list (its first row is focused)
+    for key in ["2", "ArrowDown", "1", "ArrowUp", "ArrowUp", "0"]:  # rows 1 → 2, 3 → 1, 2 → 0
+        page.keyboard.press(key)
+    for doc, grade in ((docs[0], "2"), (docs[1], "0"), (docs[2], "1")):
+        row = frame.locator(f'.row[data-doc="{doc}"][data-state="saved"][data-grade="{grade}"]')
+        row.wait_for(state="visible", timeout=30_000)
+        assert "qrels:" in row.inner_text()  # graded: the judgement is shown now
+    assert "qrels:" not in frame.locator(f'.row[data-doc="{docs[3]}"]').inner_text()
+    page.keyboard.press("Enter")  # focus is on row 3 after grading row 2: open it
+    frame.locator(f'.row.open[data-doc="{docs[2]}"]').wait_for(state="visible")
+    full_page_screenshot(page, "judge-list-graded")
+
+    def grades() -> list[tuple]:
+        store = AnnotationStore(APP_DATA[app_url] / "annotations.sqlite")
+        labels = store.list(dataset=dataset.source, task=task, query_id=qid)
+        assert all(a.annotator == name for a in labels if a.failure_type.startswith("grade_"))
+        return sorted((a.doc_id, a.failure_type, a.system, a.rank, a.annotator, a.blind) for a in labels)
+
+    expected = sorted(
+        [
+            (docs[0], "grade_2", "bm25", 1, name, False),
+            (docs[1], "grade_0", "bm25", 2, name, False),
+            (docs[2], "grade_1", "bm25", 3, name, False),
+        ]
+    )
+    assert grades() == expected
+    page.locator("h1").filter(has_text="Judge a list").click()
+    page.keyboard.press("r")  # a whole-page rerun hands the same events to the page again
+    page.wait_for_timeout(1500)
+    settle(page, "3 of 10 rows graded")
+    assert grades() == expected
+    assert_healthy(page)
 
 
 @pytest.mark.parametrize("width", [1024, 1280])

@@ -154,8 +154,11 @@ def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_
     rejected = store.add(Annotation(**common, query_id="q2", doc_id="u4", annotator="bob"))
     store.review(rejected.id, False, "rev")
     store.add(Annotation(**{**common, "task": "other"}, query_id="q1", doc_id="u2", annotator="ann"))
+    store.add(Annotation(**{**common, "failure_type": "grade_0"}, query_id="q2", doc_id="u5", annotator="ann"))
+    store.add(Annotation(**{**common, "failure_type": "grade_2"}, query_id="q2", doc_id="u6", annotator="ann"))
     negatives = judged_not_relevant(store.list(), "R2MED", "T")
-    assert negatives == {"q1": {"u1": 0}, "q3": {"x": 0}}
+    assert negatives == {"q1": {"u1": 0}, "q3": {"x": 0}, "q2": {"u5": 0}}  # a list's grade 0 counts too
+    negatives = {q: d for q, d in negatives.items() if q != "q2"}
     row = compare_with_additions({"A": A}, QRELS, {}, negatives=negatives).iloc[0]
     assert row["with"] == pytest.approx(row["without"])  # q3 did not join the means with a 0
     assert row["judged_with"] == pytest.approx((3 / 5 + 1 / 2) / 2)  # u1 now judged in A's q1 top 5

@@ -22,6 +22,7 @@ from r2med_core.explore import (
     step,
 )
 from r2med_core.identity import labels_blind
+from r2med_core.list_judging import explorer_annotators
 from r2med_core.report import metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
 from views import auth, judge, labels, state, ui
@@ -177,7 +178,7 @@ terms = query_terms(dataset.queries[qid])
 query_labels = labels.labels_for(dataset, qid)
 # Blind first (sign-in on): until this person saves their own label on the query they see the query and
 # the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
-blind = labels_blind(acting.person, acting.config, [a.annotator for a in query_labels])
+blind = labels_blind(acting.person, acting.config, explorer_annotators(query_labels))
 bridge = frozenset() if blind else shared_with_gold(dataset, qid)
 with st.container(border=True):
     st.markdown(f"**Query {ui.md(qid)}**")

@@ -7,8 +7,9 @@ from typing import Any
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
+from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
 from r2med_core.identity import PermissionDenied, authorize, labels_blind
+from r2med_core.list_judging import explorer_annotators
 from r2med_core.runs import Run
 from views import auth, ui
 from views.state import bound, show_flash, view, widget_key
@@ -40,7 +41,7 @@ def label_form(
         c1, c2 = st.columns(2)
         c1.selectbox(
             "Failure type",
-            list(TAXONOMY),
+            [c for c in TAXONOMY if c not in GRADE_CODES],  # grades are given on the List judging page
             index=None,
             placeholder="Choose a failure type",
             format_func=lambda c: TAXONOMY[c].label,
@@ -93,7 +94,7 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], b
         v.flash_error = "Not saved: the annotation store is unavailable. Your note is kept."
         return
     if blind:  # blind only if it is their first label on the query (checked again: another tab may have saved)
-        earlier = [a.annotator for a in store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)]
+        earlier = explorer_annotators(store.list(dataset=dataset.source, task=dataset.name, query_id=query_id))
         blind = labels_blind(person, acting.config, earlier)
     try:
         annotation = Annotation(

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from r2med_core import DEMO_TASKS
+from r2med_core.list_judging import SaveOnce
 from r2med_core.systems import rewritten_name
 
 DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
@@ -184,3 +185,10 @@ def explorer_link(query_id: str, system: str) -> str:
     params = view().to_params()
     params.update({"q": query_id, "system": system})
     return "explorer?" + urlencode(params, doseq=True)
+
+
+def save_once() -> SaveOnce:
+    """The session's ``list_judging.SaveOnce``: grade events already handled, so each is saved once."""
+    if "list_judging_events" not in st.session_state:
+        st.session_state["list_judging_events"] = SaveOnce()
+    return st.session_state["list_judging_events"]

@@ -1,0 +1,256 @@
+"""Judging a whole ranked list at speed: relevance grades 0-2 for one query's top-k, saved as they are given.
+
+The page's keyboard component sends *grade events* (an id, a document, a grade). Streamlit hands a
+component's value to every rerun of the page, so the same event arrives many times: ``SaveOnce``
+remembers which ids were handled, and ``save_grades`` stores each event once (a grade equal to the
+annotator's latest grade on the document is not stored again either). Grades are labels like any other
+(``grade_0`` … ``grade_2`` in ``annotations.TAXONOMY``): one row per grade, the latest per annotator
+stands, agreement and the review queue cover them, and they never change the qrels by themselves.
+
+Blind first: a row shows the qrels grade and others' labels only once the annotator graded it; a grade
+is recorded ``blind`` (with sign-in on) when the annotator had seen neither for that document — no earlier
+label of theirs on it, and none on the query outside list judging (the explorer reveals the whole query).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore, AnnotationStoreError
+from .runs import Run
+
+GRADES: tuple[int, ...] = (0, 1, 2)
+#: The label code of each grade.
+GRADE_TYPE: dict[int, str] = {grade: code for code, grade in GRADE_CODES.items()}
+#: Event ids remembered per session; far more than one sitting's keypresses, so memory stays bounded.
+MEMORY = 20_000
+_MAX_ID = 80
+
+
+@dataclass(frozen=True)
+class GradeEvent:
+    """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress."""
+
+    event_id: str
+    doc_id: str
+    grade: int
+
+
+def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeEvent], list[str]]:
+    """The grade events in a component value ``{"events": [{"id", "doc", "grade"}, …]}``, and what was wrong
+    with the rest. The value comes from the browser, so anything else (a document not in the list shown,
+    a grade outside 0-2, a missing id) is refused, never stored."""
+    if value is None:
+        return [], []
+    raw = value.get("events") if isinstance(value, Mapping) else None
+    if not isinstance(raw, list):
+        return [], ["the list sent no events list"]
+    events: list[GradeEvent] = []
+    problems: list[str] = []
+    for item in raw:
+        if not isinstance(item, Mapping):
+            problems.append("an event that is not an object")
+            continue
+        event_id, doc_id, grade = item.get("id"), item.get("doc"), item.get("grade")
+        if not isinstance(event_id, str) or not event_id or len(event_id) > _MAX_ID:
+            problems.append("an event without a valid id")
+        elif not isinstance(doc_id, str) or doc_id not in documents:
+            problems.append(f"a grade for a document not in this list ({str(doc_id)[:40]!r})")
+        elif isinstance(grade, bool) or not isinstance(grade, int) or grade not in GRADES:
+            problems.append(f"grade {str(grade)[:10]!r} is not 0, 1 or 2")
+        else:
+            events.append(GradeEvent(event_id, doc_id, grade))
+    return events, problems
+
+
+@dataclass
+class SaveOnce:
+    """The event ids already handled in this session (saved, unchanged or refused), oldest forgotten first
+    beyond ``MEMORY``, with what happened to each so a rerun can show it again."""
+
+    memory: int = MEMORY
+    _done: OrderedDict[str, Outcome] = field(default_factory=OrderedDict)
+
+    def fresh(self, events: Iterable[GradeEvent]) -> list[GradeEvent]:
+        """The events not handled yet, each once, in the order given."""
+        seen: set[str] = set()
+        out = []
+        for event in events:
+            if event.event_id not in self._done and event.event_id not in seen:
+                seen.add(event.event_id)
+                out.append(event)
+        return out
+
+    def record(self, outcome: Outcome) -> None:
+        self._done[outcome.event.event_id] = outcome
+        while len(self._done) > self.memory:
+            self._done.popitem(last=False)
+
+    def outcome(self, event_id: str) -> Outcome | None:
+        return self._done.get(event_id)
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._done
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one event: ``saved`` (a new label, ``label_id``), ``unchanged`` (the annotator's latest
+    grade already), or ``refused`` with ``error``."""
+
+    event: GradeEvent
+    status: str
+    label_id: int | None = None
+    error: str = ""
+
+
+def latest_grades(labels: Iterable[Annotation], annotator: str) -> dict[str, int]:
+    """The annotator's latest grade per document (names compare case-insensitively)."""
+    mine = annotator.strip().lower()
+    out: dict[str, int] = {}
+    for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
+        if label.doc_id is not None and label.failure_type in GRADE_CODES and label.annotator.strip().lower() == mine:
+            out[label.doc_id] = GRADE_CODES[label.failure_type]
+    return out
+
+
+def grade_blind(signed_in: bool, labels_on_query: Iterable[Annotation], annotator: str, doc_id: str) -> bool:
+    """Whether a grade on ``doc_id`` now is blind: sign-in is on, and the annotator has no label on this
+    document and none on the query but list grades (any other label was made in the explorer, which shows
+    the whole query's judgements once its annotator saved one)."""
+    if not signed_in:
+        return False
+    mine = annotator.strip().lower()
+    for label in labels_on_query:
+        if label.annotator.strip().lower() != mine:
+            continue
+        if label.doc_id == doc_id or label.failure_type not in GRADE_CODES:
+            return False
+    return True
+
+
+def explorer_annotators(labels_on_query: Iterable[Annotation]) -> list[str]:
+    """Who labelled the query outside list judging: the explorer shows them its judgements (blind first
+    ends with their own label there). List grades are left out, so grading a few rows here does not
+    unblind the explorer — and a later list grade can still truthfully be recorded blind."""
+    return [label.annotator for label in labels_on_query if label.failure_type not in GRADE_CODES]
+
+
+def save_grades(
+    store: AnnotationStore,
+    ledger: SaveOnce,
+    events: Iterable[GradeEvent],
+    *,
+    dataset: str,
+    task: str,
+    query_id: str,
+    ranking: Run,
+    annotator: str,
+    signed_in: bool = False,
+) -> list[Outcome]:
+    """Store every event ``ledger`` has not handled, each as one grade label by ``annotator`` recording the
+    ranking shown (``ranking.name``) and the document's rank in it; return their outcomes.
+
+    A failed write is refused with its reason (and remembered: the annotator presses the key again, which
+    is a new event). Nothing but what the events name is stored.
+    """
+    todo = ledger.fresh(events)
+    if not todo:
+        return []
+    labels = store.list(dataset=dataset, task=task, query_id=query_id)
+    outcomes = []
+    for event in todo:
+        latest = latest_grades(labels, annotator)
+        if latest.get(event.doc_id) == event.grade:
+            outcome = Outcome(event, "unchanged")
+        else:
+            try:
+                label = store.add(
+                    Annotation(
+                        dataset=dataset,
+                        task=task,
+                        query_id=query_id,
+                        doc_id=event.doc_id,
+                        system=ranking.name,
+                        rank=ranking.rank_of(query_id, event.doc_id),
+                        failure_type=GRADE_TYPE[event.grade],
+                        annotator=annotator,
+                        blind=grade_blind(signed_in, labels, annotator, event.doc_id),
+                    )
+                )
+            except (ValueError, AnnotationStoreError) as err:
+                outcome = Outcome(event, "refused", error=str(err))
+            else:
+                labels.append(label)
+                outcome = Outcome(event, "saved", label_id=label.id)
+        ledger.record(outcome)
+        outcomes.append(outcome)
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Row:
+    """One document of the list as the annotator sees it. ``qrels_grade`` and ``others`` are only filled
+    once the annotator graded the row (blind first); ``qrels_grade`` None then means unjudged."""
+
+    rank: int
+    doc_id: str
+    text: str
+    grade: int | None
+    revealed: bool
+    qrels_grade: int | None = None
+    others: tuple[str, ...] = ()
+
+    def to_args(self) -> dict[str, object]:
+        """The row as the component's JSON (text is shown with textContent there, never as HTML)."""
+        return {
+            "rank": self.rank,
+            "doc": self.doc_id,
+            "text": self.text,
+            "grade": self.grade,
+            "revealed": self.revealed,
+            "qrels": self.qrels_grade,
+            "others": list(self.others),
+        }
+
+
+def list_rows(
+    ranking: Run,
+    query_id: str,
+    k: int,
+    corpus: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    labels_on_query: Iterable[Annotation],
+    annotator: str,
+) -> list[Row]:
+    """The top-``k`` rows of ``ranking`` for one query, each with the annotator's latest grade and, for the
+    rows they graded, the qrels grade and the other annotators' labels."""
+    labels = list(labels_on_query)
+    mine = latest_grades(labels, annotator) if annotator.strip() else {}
+    me = annotator.strip().lower()
+    rows = []
+    for rank, (doc_id, _score) in enumerate(ranking.top(query_id, k), start=1):
+        grade = mine.get(doc_id)
+        revealed = grade is not None
+        others: tuple[str, ...] = ()
+        if revealed:
+            latest: dict[str, str] = {}
+            for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
+                if label.doc_id == doc_id and label.annotator.strip().lower() != me:
+                    known = TAXONOMY.get(label.failure_type)
+                    latest[label.annotator] = known.label if known else label.failure_type
+            others = tuple(f"{who}: {what}" for who, what in latest.items())
+        rows.append(
+            Row(
+                rank=rank,
+                doc_id=doc_id,
+                text=corpus.get(doc_id, ""),
+                grade=grade,
+                revealed=revealed,
+                qrels_grade=qrels.get(query_id, {}).get(doc_id) if revealed else None,
+                others=others,
+            )
+        )
+    return rows

@@ -1,0 +1,251 @@
+"""Judging a list by keyboard: each grade event is stored once however often a rerun delivers it,
+bad events from the browser are refused, and rows stay blind until their annotator graded them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r2med_core.agreement import agreement
+from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore
+from r2med_core.list_judging import (
+    GradeEvent,
+    SaveOnce,
+    grade_blind,
+    latest_grades,
+    list_rows,
+    parse_events,
+    save_grades,
+)
+from r2med_core.runs import Run
+
+QID = "q1"
+RUN = Run("bm25", {QID: [("d1", 3.0), ("d2", 2.0), ("d3", 1.0), ("d4", 0.5)]})
+DOCS = ["d1", "d2", "d3"]
+CORPUS = {"d1": "first <b>text</b>", "d2": "second", "d3": "third", "d4": "fourth"}
+QRELS = {QID: {"d2": 1}}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> AnnotationStore:
+    return AnnotationStore(tmp_path / "labels.sqlite")
+
+
+def _save(
+    store: AnnotationStore, ledger: SaveOnce, events: list[GradeEvent], who: str = "ann", signed_in: bool = False
+):
+    return save_grades(
+        store,
+        ledger,
+        events,
+        dataset="demo:t",
+        task="t",
+        query_id=QID,
+        ranking=RUN,
+        annotator=who,
+        signed_in=signed_in,
+    )
+
+
+def _value(*events: tuple[str, str, int]) -> dict:
+    return {"events": [{"id": i, "doc": d, "grade": g} for i, d, g in events]}
+
+
+def test_grade_codes_are_registered_document_labels() -> None:
+    assert set(GRADE_CODES.values()) == {0, 1, 2}
+    for code in GRADE_CODES:
+        assert TAXONOMY[code].scope == "document"
+    with pytest.raises(ValueError, match="doc_id is required"):
+        Annotation(dataset="d", task="t", query_id=QID, failure_type="grade_1", annotator="a")
+
+
+def test_an_event_delivered_on_every_rerun_is_saved_once(store: AnnotationStore) -> None:
+    ledger = SaveOnce()
+    value = _value(("e1", "d1", 2), ("e2", "d2", 0))
+    for _rerun in range(4):  # Streamlit hands the same component value to every rerun
+        events, problems = parse_events(value, DOCS)
+        assert problems == []
+        _save(store, ledger, events)
+    saved = store.list()
+    assert [(a.doc_id, a.failure_type, a.rank, a.system, a.annotator) for a in saved] == [
+        ("d1", "grade_2", 1, "bm25", "ann"),
+        ("d2", "grade_0", 2, "bm25", "ann"),
+    ]
+    # The component re-sends the pending list with a new event appended: only the new one is stored.
+    events, _ = parse_events(_value(("e1", "d1", 2), ("e2", "d2", 0), ("e3", "d1", 1)), DOCS)
+    outcomes = _save(store, ledger, events)
+    assert [(o.event.event_id, o.status) for o in outcomes] == [("e3", "saved")]
+    for _rerun in range(3):  # e1 (grade 2 on d1) comes again after the regrade: it must not win again
+        assert _save(store, ledger, events) == []
+    assert latest_grades(store.list(), "ANN") == {"d1": 1, "d2": 0}  # a regrade adds a row; the latest stands
+    assert len(store) == 3
+
+
+def test_the_same_event_twice_in_one_value_and_an_unchanged_grade_add_nothing(store: AnnotationStore) -> None:
+    ledger = SaveOnce()
+    events, _ = parse_events(_value(("e1", "d3", 1), ("e1", "d3", 1)), DOCS)
+    assert [o.status for o in _save(store, ledger, events)] == ["saved"]
+    # A new keypress giving the grade already stored (say, after a page reload lost the session) is no new row.
+    events, _ = parse_events(_value(("e9", "d3", 1)), DOCS)
+    assert [o.status for o in _save(store, SaveOnce(), events)] == ["unchanged"]
+    assert len(store) == 1
+
+
+def test_the_ledger_forgets_oldest_ids_beyond_its_memory() -> None:
+    from r2med_core.list_judging import Outcome
+
+    ledger = SaveOnce(memory=2)
+    for name in ("a", "b", "c"):
+        ledger.record(Outcome(GradeEvent(name, "d1", 1), "saved"))
+    assert "a" not in ledger and "b" in ledger and "c" in ledger
+
+
+@pytest.mark.parametrize(
+    ("item", "problem"),
+    [
+        ({"id": "x", "doc": "d4", "grade": 1}, "not in this list"),  # ranked, but below the list shown
+        ({"id": "x", "doc": "../etc", "grade": 1}, "not in this list"),
+        ({"id": "x", "doc": "d1", "grade": 3}, "not 0, 1 or 2"),
+        ({"id": "x", "doc": "d1", "grade": True}, "not 0, 1 or 2"),
+        ({"id": "x", "doc": "d1", "grade": "1"}, "not 0, 1 or 2"),
+        ({"doc": "d1", "grade": 1}, "valid id"),
+        ({"id": "x" * 200, "doc": "d1", "grade": 1}, "valid id"),
+        ("d1", "not an object"),
+    ],
+)
+def test_events_the_list_did_not_offer_are_refused(store: AnnotationStore, item: object, problem: str) -> None:
+    events, problems = parse_events({"events": [item]}, DOCS)
+    assert events == [] and len(problems) == 1 and problem in problems[0]
+    _save(store, SaveOnce(), events)
+    assert len(store) == 0
+
+
+def test_a_value_that_is_not_an_events_list_is_refused() -> None:
+    assert parse_events(None, DOCS) == ([], [])
+    assert parse_events({"events": "d1"}, DOCS)[0] == []
+    assert parse_events(["d1"], DOCS)[1] == ["the list sent no events list"]
+
+
+def test_a_refused_write_is_reported_and_not_retried(store: AnnotationStore) -> None:
+    ledger = SaveOnce()
+    events, _ = parse_events(_value(("e1", "d1", 2)), DOCS)
+    outcomes = _save(store, ledger, events, who="bad\x00name")
+    assert outcomes[0].status == "refused" and "NUL" in outcomes[0].error
+    assert _save(store, ledger, events) == []  # handled: the annotator presses again (a new event)
+    assert len(store) == 0
+
+
+def test_grades_are_blind_until_the_annotator_saw_the_document_judged(store: AnnotationStore) -> None:
+    ledger = SaveOnce()
+    _save(store, ledger, parse_events(_value(("e1", "d1", 2), ("e2", "d2", 1)), DOCS)[0], signed_in=True)
+    assert [a.blind for a in store.list()] == [True, True]  # a grade on d1 says nothing about d2
+    # A regrade of a row whose judgement is now shown is not blind.
+    _save(store, ledger, parse_events(_value(("e3", "d1", 0)), DOCS)[0], signed_in=True)
+    assert store.list()[-1].blind is False
+    # A label made in the explorer (which then shows the whole query's judgements) ends blindness.
+    store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
+    assert grade_blind(True, store.list(), "ann", "d3") is False
+    assert grade_blind(True, store.list(), "someone else", "d3") is True
+    assert grade_blind(False, [], "ann", "d3") is False  # without sign-in nothing is recorded blind
+
+
+def test_rows_show_judgements_and_others_labels_only_once_graded(store: AnnotationStore) -> None:
+    ledger = SaveOnce()
+    _save(store, ledger, parse_events(_value(("b1", "d2", 2), ("b2", "d1", 0)), DOCS)[0], who="bob")
+    rows = list_rows(RUN, QID, 3, CORPUS, QRELS, store.list(), "ann")
+    assert [r.doc_id for r in rows] == DOCS and [r.rank for r in rows] == [1, 2, 3]
+    assert all(not r.revealed and r.qrels_grade is None and r.others == () and r.grade is None for r in rows)
+    assert rows[0].to_args()["text"] == "first <b>text</b>"  # passed as text; the component sets textContent
+    _save(store, ledger, parse_events(_value(("a1", "d2", 1)), DOCS)[0], who="ann")
+    rows = list_rows(RUN, QID, 3, CORPUS, QRELS, store.list(), "ann")
+    assert rows[1].revealed and rows[1].grade == 1 and rows[1].qrels_grade == 1
+    assert rows[1].others == ("bob: Grade 2: highly relevant",)
+    assert not rows[0].revealed and rows[0].others == ()  # bob's grade on d1 stays hidden: ann has not graded it
+
+
+def test_list_grades_count_in_agreement(store: AnnotationStore) -> None:
+    for who, grades in (("ann", (2, 1, 0)), ("bob", (2, 1, 1))):
+        events = [GradeEvent(f"{who}{i}", doc, g) for i, (doc, g) in enumerate(zip(DOCS, grades))]
+        _save(store, SaveOnce(), events, who=who)
+    (pair,) = agreement(store.list()).pairs
+    assert (pair.units, pair.agreed) == (3, 2)
+
+
+def test_list_grades_do_not_unblind_the_explorer(store: AnnotationStore) -> None:
+    from r2med_core.identity import AuthConfig, Person, labels_blind
+    from r2med_core.list_judging import explorer_annotators
+
+    config = AuthConfig(proxy_header="X-User")
+    ann = Person("ann", "proxy", frozenset({"annotator"}))
+    _save(store, SaveOnce(), [GradeEvent("e1", "d1", 2)], signed_in=True)
+    assert labels_blind(ann, config, explorer_annotators(store.list()))  # the explorer still hides the qrels
+    store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
+    assert not labels_blind(ann, config, explorer_annotators(store.list()))
+
+
+# --------------------------------------------------------------------------- the page (AppTest, no browser)
+
+
+def _page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str):  # type: ignore[no-untyped-def]
+    """The Judge a list page on the demo, and the component key of query ``qid``'s top 10 under bm25."""
+    from streamlit.testing.v1 import AppTest
+
+    from r2med_core import load_demo
+    from views.state import scope, widget_key
+    from views.ui import dataset_key
+
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+    monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "data"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    dataset = load_demo("clinical-case")
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "streamlit_app.py"), default_timeout=300)
+    at.query_params["task"] = "clinical-case"
+    at.query_params["systems"] = "bm25"
+    at.run()
+    at.switch_page("views/list_judging.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    qid = next(iter(dataset.queries))
+    key = widget_key("lj_list", scope(scope(dataset_key(dataset)), qid, "bm25", 10))
+    return at, key, dataset, qid
+
+
+def _page_labels(tmp_path: Path) -> list[Annotation]:
+    path = tmp_path / "data" / "annotations.sqlite"
+    return AnnotationStore(path).list() if path.exists() else []
+
+
+def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from r2med_core import run_system
+
+    at, key, dataset, qid = _page(monkeypatch, tmp_path)
+    first, second = [doc for doc, _ in run_system(dataset, "bm25").top(qid, 2)]
+    at.session_state[key] = {"events": [{"id": "k1", "doc": second, "grade": 2}]}
+    at.run()  # no name yet: nothing is saved, and the keypress is not kept for later
+    assert _page_labels(tmp_path) == []
+    at.text_input(key="w_annotator").set_value("Dr. Typed").run()
+    at.session_state[key] = {
+        "events": [{"id": "k1", "doc": second, "grade": 2}, {"id": "k2", "doc": first, "grade": 1}]
+    }
+    for _ in range(3):
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [(a.doc_id, a.failure_type, a.rank, a.annotator, a.blind) for a in _page_labels(tmp_path)] == [
+        (first, "grade_1", 1, "Dr. Typed", False)
+    ]
+    assert any("1 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
+
+
+def test_the_read_only_demo_saves_no_grade(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    at, key, dataset, qid = _page(monkeypatch, tmp_path, R2MED_DEMO_MODE="1")
+    from r2med_core import run_system
+
+    doc = run_system(dataset, "bm25").top(qid, 1)[0][0]
+    at.session_state[key] = {"events": [{"id": "k1", "doc": doc, "grade": 2}]}
+    at.run()
+    assert not at.exception
+    assert _page_labels(tmp_path) == []
+    assert not at.text_input  # no name is asked: nothing can be saved here
