@@ -30,6 +30,7 @@ PAGES = [
     st.Page("views/rewriting.py", title="Query rewriting", url_path="rewriting"),
     st.Page("views/whatif.py", title="What-if query", url_path="whatif"),
     st.Page("views/annotations.py", title="Annotations", url_path="annotations"),
+    st.Page("views/adjudication.py", title="Adjudication", url_path="adjudication"),
 ]
 
 page = st.navigation(PAGES)
