@@ -138,14 +138,21 @@ class QueueItem:
 
 
 def review_queue(
-    labels: Iterable[Annotation], *, task: str | None = None, annotator: str | None = None
+    labels: Iterable[Annotation],
+    *,
+    task: str | None = None,
+    annotator: str | None = None,
+    include_disagreements: bool = True,
 ) -> list[QueueItem]:
     """Proposed "relevant but unjudged" additions and unresolved disagreements, in one list (oldest
     first), optionally only one task's or those involving one annotator. An addition that is part of a
-    disagreement appears once, as the disagreement."""
+    disagreement appears once, as the disagreement; without ``include_disagreements`` (they are settled
+    on the Adjudication page, ``adjudication``) it does not appear at all."""
     labels = [a for a in labels if task is None or a.task == task]
     items = [QueueItem("disagreement", unit, tuple(rated.values())) for unit, rated in disagreements(labels)]
     in_dispute = {item.unit for item in items}
+    if not include_disagreements:
+        items = []
     items += [
         QueueItem("proposed addition", unit_of(a), (a,))
         for a in labels
