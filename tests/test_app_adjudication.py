@@ -78,3 +78,24 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
     table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
     assert list(table["adjudicated"]) == [1] and list(table["same label after"]) == [1]
     assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+
+    # A second reviewer overturns it from the history: the first decision is kept, superseded.
+    at.text_input(key="w_annotator").input("Dr. Two").run()
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    kind.set_value("lexical_trap")
+    (grade,) = [s for s in at.selectbox if s.label == "Judgement"]
+    grade.set_value(0)
+    _submit(at).click().run()
+    assert not at.exception and any("superseding decision" in s.value for s in at.success)
+    first, second = history(AnnotationStore())
+    assert first == decision and (second.reviewer, second.supersedes, second.grade) == ("Dr. Two", first.id, 0)
+    assert AnnotationStore().list() == made
+    # The pair was never judged: grade 0 is still an addition (an explicit "not relevant" judgement).
+    assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+
+
+def test_the_annotations_page_sends_disagreements_to_adjudication() -> None:
+    _seed()
+    at = open_app("annotations", task=TASK)
+    assert not [b for b in at.button if b.label == "Keep this one"]
+    assert any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))
