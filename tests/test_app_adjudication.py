@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r2med_core import load_demo
-from r2med_core.adjudication import history
+from r2med_core.adjudication import decide, history
 from r2med_core.annotations import Annotation, AnnotationStore
 from views.ui import md
 
@@ -99,3 +99,23 @@ def test_the_annotations_page_sends_disagreements_to_adjudication() -> None:
     at = open_app("annotations", task=TASK)
     assert not [b for b in at.button if b.label == "Keep this one"]
     assert any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))
+
+
+def test_a_decision_made_meanwhile_is_not_overwritten_and_the_choice_is_kept() -> None:
+    qid, doc, _ = _seed()
+    at = open_app("adjudication", task=TASK)
+    at.text_input(key="w_annotator").input("Dr. Rev").run()
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    kind.set_value("lexical_trap")
+    (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
+    reason.input("shares words only")
+    other = decide(AnnotationStore(), ("demo:" + TASK, TASK, qid, doc), "relevant_unjudged", "Dr. Two", grade=2)
+    _submit(at).click().run()  # Dr. Rev's page still shows the unit undecided
+    assert not at.exception
+    assert any("changed while you decided" in e.value and "Your choice is kept" in e.value for e in at.error)
+    assert history(AnnotationStore()) == [other]  # Dr. Two's decision stands, nothing overwritten
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
+    assert (kind.value, reason.value) == ("lexical_trap", "shares words only")  # kept for another try
+    _submit(at).click().run()  # now it knowingly supersedes Dr. Two's decision
+    assert [d.supersedes for d in history(AnnotationStore())] == [None, other.id]

@@ -313,6 +313,7 @@ PAGES = {
     "rewriting": (f"?task={TASK}&{SYSTEMS}", "Generate rewrites with an LLM"),
     "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
     "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
+    "adjudication": (f"?task={TASK}&{SYSTEMS}", "Raw labels (CSV)"),
 }
 TITLES = {
     "explorer": "Query explorer",
@@ -322,6 +323,7 @@ TITLES = {
     "rewriting": "Query rewriting",
     "whatif": "What-if query",
     "annotations": "Annotations",
+    "adjudication": "Adjudication",
 }
 
 

@@ -62,7 +62,8 @@ def _reviewer() -> Person | None:
 
 
 def _keys(item: AdjudicationItem) -> dict[str, str]:
-    within = state.scope(*item.unit, item.decision.id if item.decision else "")
+    # Keyed by the unit only: when another decision lands meanwhile, what the reviewer chose is kept.
+    within = state.scope(*item.unit)
     return {name: state.widget_key(f"adj_{name}", within) for name in ("type", "grade", "reason")}
 
 
@@ -90,6 +91,8 @@ def _record(item: AdjudicationItem) -> None:
     except (PermissionDenied, StaleDecision, ValueError, AnnotationStoreError) as err:
         v.flash_error = f"Not saved: {ui.md(err)}. Your choice is kept below."
         return
+    for key in keys.values():  # saved: the form starts empty again (a choice is never carried over)
+        st.session_state.pop(key, None)
     replaced = f", superseding decision #{made.supersedes}" if made.supersedes else ""
     v.flash = (
         f"Decision #{made.id} recorded for {ui.md(describe(item.unit))}: {ui.md(_type_label(code))} "
