@@ -199,6 +199,25 @@ def test_a_foreign_adjudications_table_is_reported_and_left_alone(tmp_path: Path
         assert conn.execute("SELECT * FROM adjudications").fetchall() == [("someone else's",)]
 
 
+def test_a_foreign_postgres_adjudications_table_is_reported_and_left_alone(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    from r2med_core.annotations import AnnotationStoreError
+
+    url = postgres_urls()
+    _make_schema_3(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE adjudications (verdict TEXT)")
+        conn.execute("INSERT INTO adjudications VALUES ('someone else''s')")
+    with pytest.raises(
+        AnnotationStoreError, match=r"adjudications table is not an annotation store's .*left untouched"
+    ):
+        AnnotationStore(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT * FROM adjudications").fetchall() == [("someone else's",)]
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(3,)]
+
+
 # --------------------------------------------------------------------------- qrels additions and corrections
 
 
