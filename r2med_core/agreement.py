@@ -5,6 +5,8 @@ When two or more annotators labelled the same unit, their failure types are comp
 (scikit-learn) for each pair of annotators over the units both labelled, and Fleiss' kappa (statsmodels)
 when three or more annotators labelled the same units. Units whose annotators disagree are listed to be
 adjudicated; together with the proposed "relevant but unjudged" additions they make the review queue.
+``agreement_report`` gives both kappas per task before and after adjudication (``with_decisions`` says
+precisely what "after" means).
 """
 
 from __future__ import annotations
