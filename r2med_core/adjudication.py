@@ -32,7 +32,9 @@ from .annotations import (
     get_failure_type,
     utc_now,
 )
+from .evaluation import Results, evaluate
 from .identity import PermissionDenied
+from .runs import Run
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
 
@@ -336,6 +338,16 @@ def adjudicated_qrels(qrels: Qrels, changes: Iterable[QrelsChange]) -> Qrels:
     for change in changes:
         merged.setdefault(change.query_id, {})[change.doc_id] = change.grade
     return merged
+
+
+def reevaluate_adjudicated(
+    run: Run, qrels: Qrels, changes: Iterable[QrelsChange], dataset_name: str = "", *, depth: int = 100
+) -> tuple[Results, Results]:
+    """Score ``run`` against the original and the adjudicated judgements (additions and corrections
+    applied): what the reviewers' decisions change. Team judgements, not the benchmark's."""
+    original = evaluate(run, qrels, dataset_name=dataset_name, depth=depth)
+    adjudicated = evaluate(run, adjudicated_qrels(qrels, changes), dataset_name=dataset_name, depth=depth)
+    return original, adjudicated
 
 
 def _trec_safe(identifier: str) -> bool:

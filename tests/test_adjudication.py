@@ -28,6 +28,7 @@ from r2med_core.adjudication import (
     qrels_changes,
     qrels_changes_csv,
     qrels_changes_text,
+    reevaluate_adjudicated,
 )
 from r2med_core.agreement import agreement_report, report_csv, with_decisions
 from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
@@ -256,6 +257,24 @@ def test_decisions_become_qrels_additions_and_corrections() -> None:
     assert [r["id"] for r in history_rows] == ["1", "2", "3", "4", "5", "6"]
     with pytest.raises(ValueError, match="a decision on a whole query has none"):
         Decision(dataset=DATASET, task=TASK, query_id="q1", failure_type="other", grade=1, reviewer="rev")
+
+
+def test_reevaluation_uses_the_adjudicated_qrels() -> None:
+    from r2med_core.evaluation import evaluate
+    from r2med_core.runs import Run
+
+    run = Run("sys", {"q1": [("new", 3.0), ("gold", 2.0), ("weak", 1.0)], "q2": [("x", 1.0), ("y", 0.5)]})
+    qrels = {"q1": {"gold": 2, "weak": 1}, "q2": {"y": 1}}
+    decisions = [
+        _decision("new", "relevant_unjudged", 2, id=1),
+        _decision("y", "gold_questionable", 0, id=2, query="q2"),
+    ]
+    changes = qrels_changes(decisions, qrels)
+    original, adjudicated = reevaluate_adjudicated(run, qrels, changes)
+    assert original.means == evaluate(run, qrels).means
+    expected = evaluate(run, {"q1": {"gold": 2, "weak": 1, "new": 2}, "q2": {"y": 0}})
+    assert adjudicated.means == expected.means
+    assert adjudicated.per_query.loc["q1", "ndcg_at_10"] > original.per_query.loc["q1", "ndcg_at_10"]
 
 
 # --------------------------------------------------------------------------- agreement before / after

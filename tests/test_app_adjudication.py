@@ -40,7 +40,7 @@ def _submit(at):  # type: ignore[no-untyped-def]
 
 def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
     qid, doc, made = _seed()
-    at = open_app("adjudication", task=TASK)
+    at = open_app("adjudication", task=TASK, systems=["bm25"])
     assert not at.exception and not at.error
     assert any(s.value.startswith("Waiting for a decision (1)") for s in at.subheader)
     assert any(md("*answers* <b>it</b>") in m.value for m in at.markdown)  # the note is escaped, never formatted
@@ -78,6 +78,8 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
     table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
     assert list(table["adjudicated"]) == [1] and list(table["same label after"]) == [1]
     assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+    rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns).set_index("qrels")
+    assert set(rows.index) == {"original qrels", "adjudicated qrels"}
 
     # A second reviewer overturns it from the history: the first decision is kept, superseded.
     at.text_input(key="w_annotator").input("Dr. Two").run()
@@ -96,14 +98,14 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
 
 def test_the_annotations_page_sends_disagreements_to_adjudication() -> None:
     _seed()
-    at = open_app("annotations", task=TASK)
+    at = open_app("annotations", task=TASK, systems=["bm25"])
     assert not [b for b in at.button if b.label == "Keep this one"]
     assert any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))
 
 
 def test_a_decision_made_meanwhile_is_not_overwritten_and_the_choice_is_kept() -> None:
     qid, doc, _ = _seed()
-    at = open_app("adjudication", task=TASK)
+    at = open_app("adjudication", task=TASK, systems=["bm25"])
     at.text_input(key="w_annotator").input("Dr. Rev").run()
     (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
     kind.set_value("lexical_trap")

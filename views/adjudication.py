@@ -20,11 +20,14 @@ from r2med_core.adjudication import (
     qrels_changes,
     qrels_changes_csv,
     qrels_changes_text,
+    reevaluate_adjudicated,
 )
 from r2med_core.agreement import agreement_report, report_csv
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError
+from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
 from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own
+from r2med_core.report import metric_label
 from views import auth, state, ui
 
 PAGE = 20  # units drawn at once
@@ -295,3 +298,28 @@ d[2].download_button(
     "Every decision with history (CSV)", decisions_csv(decisions), file_name="r2med_decisions.csv", mime="text/csv"
 )
 d[3].download_button("Raw labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+
+# ------------------------------------------------------------------ re-evaluation
+st.subheader(f"Re-evaluation with the adjudicated qrels on {ui.md(dataset.name)}")
+if not changes:
+    st.caption("No standing decision changes this task's judgements yet.")
+else:
+    st.caption(
+        "The original judgements → with the adjudicated additions and corrections applied. These are "
+        "your team's judgements, not the benchmark's."
+    )
+    rows = []
+    for name in state.systems_in_play():
+        computed = ui.safe_results(dataset, name)
+        if computed is None:
+            continue
+        original, adjudicated = reevaluate_adjudicated(computed[0], dataset.qrels, changes, dataset.name)
+        for which, result in (("original qrels", original), ("adjudicated qrels", adjudicated)):
+            rows.append(
+                {"system": ui.system_label(name), "qrels": which}
+                | {metric_label(m): result.means[m] for m in MAIN_METRICS}
+            )
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.caption("Choose systems in the sidebar to re-evaluate them.")
