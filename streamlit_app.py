@@ -32,6 +32,7 @@ PAGES = [
     st.Page("views/list_judging.py", title="Judge a list", url_path="judge-list"),
     st.Page("views/annotations.py", title="Annotations", url_path="annotations"),
     st.Page("views/judging.py", title="Judging", url_path="judging"),
+    st.Page("views/adjudication.py", title="Adjudication", url_path="adjudication"),
 ]
 
 page = st.navigation(PAGES)

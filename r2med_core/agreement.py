@@ -5,10 +5,15 @@ When two or more annotators labelled the same unit, their failure types are comp
 (scikit-learn) for each pair of annotators over the units both labelled, and Fleiss' kappa (statsmodels)
 when three or more annotators labelled the same units. Units whose annotators disagree are listed to be
 adjudicated; together with the proposed "relevant but unjudged" additions they make the review queue.
+``agreement_report`` gives both kappas per task before and after adjudication (``with_decisions`` says
+precisely what "after" means).
 """
 
 from __future__ import annotations
 
+import copy
+import csv
+import io
 import itertools
 import math
 import warnings
@@ -20,6 +25,7 @@ import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import fleiss_kappa
 
+from .adjudication import Decision, current
 from .annotations import Annotation
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
@@ -134,14 +140,21 @@ class QueueItem:
 
 
 def review_queue(
-    labels: Iterable[Annotation], *, task: str | None = None, annotator: str | None = None
+    labels: Iterable[Annotation],
+    *,
+    task: str | None = None,
+    annotator: str | None = None,
+    include_disagreements: bool = True,
 ) -> list[QueueItem]:
     """Proposed "relevant but unjudged" additions and unresolved disagreements, in one list (oldest
     first), optionally only one task's or those involving one annotator. An addition that is part of a
-    disagreement appears once, as the disagreement."""
+    disagreement appears once, as the disagreement; without ``include_disagreements`` (they are settled
+    on the Adjudication page, ``adjudication``) it does not appear at all."""
     labels = [a for a in labels if task is None or a.task == task]
     items = [QueueItem("disagreement", unit, tuple(rated.values())) for unit, rated in disagreements(labels)]
     in_dispute = {item.unit for item in items}
+    if not include_disagreements:
+        items = []
     items += [
         QueueItem("proposed addition", unit_of(a), (a,))
         for a in labels
@@ -150,3 +163,129 @@ def review_queue(
     if annotator is not None:
         items = [item for item in items if annotator in item.annotators]
     return sorted(items, key=lambda item: min(a.created_at for a in item.labels))
+
+
+# --------------------------------------------------------------------------- before and after adjudication
+
+
+def with_decisions(labels: Iterable[Annotation], decisions: Iterable[Decision]) -> list[Annotation]:
+    """The labels as adjudicated: on every unit with a standing decision, each label's failure type is
+    the decision's (the disagreeing labels are replaced; the agreeing ones already equal it). Units
+    without a decision keep their labels. Copies: the stored labels are never changed."""
+    standing = current(decisions)
+    out = []
+    for annotation in labels:
+        decision = standing.get(unit_of(annotation))
+        if decision is not None and decision.failure_type != annotation.failure_type:
+            annotation = copy.copy(annotation)
+            object.__setattr__(annotation, "failure_type", decision.failure_type)
+        out.append(annotation)
+    return out
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One line of the agreement report: a pair's Cohen's kappa or the group's Fleiss' kappa on one task,
+    before and after adjudication, over the same units (``agreed_*`` is None for Fleiss' kappa)."""
+
+    dataset: str
+    task: str
+    measure: str  # "Cohen's kappa" or "Fleiss' kappa"
+    annotators: tuple[str, ...]
+    units: int
+    adjudicated: int  # of these units, how many have a standing decision
+    agreed_before: int | None
+    agreed_after: int | None
+    kappa_before: float
+    kappa_after: float
+
+
+REPORT_HEADER = (
+    "dataset",
+    "task",
+    "measure",
+    "annotators",
+    "units",
+    "adjudicated_units",
+    "agreed_before",
+    "agreed_after",
+    "kappa_before",
+    "kappa_after",
+)
+
+
+def agreement_report(
+    labels: Iterable[Annotation], decisions: Iterable[Decision], *, blind_only: bool = False
+) -> list[ReportRow]:
+    """Agreement per task and per annotator pair, before and after adjudication.
+
+    *Before*: ``agreement`` on the labels as saved (``blind_only``: only blind labels, as the page counts
+    them with sign-in on). *After*: the same, on ``with_decisions(labels)``: every counted label on a
+    decided unit takes the decision's failure type. Which labels and units count is decided before the
+    replacement, so both columns measure the same units and pairs; only the failure types differ.
+    """
+    labels = [a for a in labels if a.blind] if blind_only else list(labels)
+    decisions = list(decisions)
+    standing = current(decisions)
+    rows: list[ReportRow] = []
+    for dataset, task in sorted({(a.dataset, a.task) for a in labels}):
+        mine = [a for a in labels if (a.dataset, a.task) == (dataset, task)]
+        rated = {unit: r for unit, r in ratings(mine).items() if len(r) >= 2}
+        before, after = agreement(mine), agreement(with_decisions(mine, decisions))
+        for b, a in zip(before.pairs, after.pairs):
+            shared = [u for u, r in rated.items() if b.annotator_a in r and b.annotator_b in r]
+            rows.append(
+                ReportRow(
+                    dataset,
+                    task,
+                    "Cohen's kappa",
+                    (b.annotator_a, b.annotator_b),
+                    b.units,
+                    sum(u in standing for u in shared),
+                    b.agreed,
+                    a.agreed,
+                    b.kappa,
+                    a.kappa,
+                )
+            )
+        if before.group is not None and after.group is not None:
+            counts = pd.Series([len(r) for r in rated.values()], dtype=int)
+            raters = int(counts[counts >= 3].mode().max())  # as ``agreement`` chooses them
+            counted = [u for u, r in rated.items() if len(r) == raters]
+            rows.append(
+                ReportRow(
+                    dataset,
+                    task,
+                    "Fleiss' kappa",
+                    before.group.annotators,
+                    before.group.units,
+                    sum(u in standing for u in counted),
+                    None,
+                    None,
+                    before.group.kappa,
+                    after.group.kappa,
+                )
+            )
+    return rows
+
+
+def report_csv(rows: Iterable[ReportRow]) -> str:
+    """The report as CSV; annotators are joined with " · "; an undefined kappa is an empty cell."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(REPORT_HEADER)
+    for r in rows:
+        cells = [
+            r.dataset,
+            r.task,
+            r.measure,
+            " · ".join(r.annotators),
+            r.units,
+            r.adjudicated,
+            r.agreed_before,
+            r.agreed_after,
+            r.kappa_before,
+            r.kappa_after,
+        ]
+        writer.writerow(["" if c is None or (isinstance(c, float) and math.isnan(c)) else c for c in cells])
+    return buffer.getvalue()

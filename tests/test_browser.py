@@ -318,6 +318,8 @@ PAGES = {
     "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
     "judge-list": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "rows graded"),
     "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
+    "judging": (f"?task={TASK}&{SYSTEMS}", "Nothing to judge on this task"),
+    "adjudication": (f"?task={TASK}&{SYSTEMS}", "Raw labels (CSV)"),
 }
 TITLES = {
     "explorer": "Query explorer",
@@ -328,6 +330,8 @@ TITLES = {
     "whatif": "What-if query",
     "judge-list": "Judge a list",
     "annotations": "Annotations",
+    "judging": "Judging",
+    "adjudication": "Adjudication",
 }
 
 

@@ -292,6 +292,50 @@ def test_an_expired_or_tampered_login_cookie_is_refused(browser: Browser, oidc_a
     assert all(a.annotator != "rita@example.org" or a.note == "mine" for a in AnnotationStore(store_path).list())
 
 
+def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
+    browser: Browser, oidc_app: tuple[str, Path], qid: str
+) -> None:
+    from r2med_core.adjudication import history
+    from r2med_core.annotations import Annotation
+
+    base, store_path = oidc_app
+    doc = _unjudged(qid, 3)
+    store = AnnotationStore(store_path)
+    common = {"dataset": f"demo:{TASK}", "task": TASK, "query_id": qid, "doc_id": doc, "blind": True}
+    before = [
+        store.add(Annotation(**common, failure_type="relevant_unjudged", annotator="rita@example.org")),
+        store.add(Annotation(**common, failure_type="lexical_trap", annotator="alice@example.org")),
+    ]
+    # Rita (annotator and reviewer) labelled the unit: she may not decide it.
+    context = _context(browser, base)
+    page = context.new_page()
+    _sign_in(page, "rita@example.org")
+    page.goto(f"/adjudication?task={TASK}")
+    settle(page, "Raw labels (CSV)")
+    item = page.locator('[data-testid="stVerticalBlock"]').filter(has_text=f"document {doc}")
+    assert item.get_by_text("You labelled this unit").first.is_visible()
+    assert page.get_by_role("button", name="Record decision").is_disabled()
+    context.close()
+    # Rob (reviewer) decides it; the decision records his signed-in identity, the labels stay.
+    context = _context(browser, base)
+    page = context.new_page()
+    _sign_in(page, "rob@example.org")
+    page.goto(f"/adjudication?task={TASK}")
+    settle(page, "Raw labels (CSV)")
+    _choose(page, "Adjudicated failure type", "Lexical trap")
+    page.get_by_label("Reason (optional)").fill("shares the words, not the answer")
+    page.get_by_role("button", name="Record decision").click()
+    settle(page, "The labels are kept as they were")
+    (decision,) = history(AnnotationStore(store_path), unit=(f"demo:{TASK}", TASK, qid, doc))
+    assert (decision.reviewer, decision.failure_type, decision.reason) == (
+        "rob@example.org",
+        "lexical_trap",
+        "shares the words, not the answer",
+    )
+    assert [a for a in AnnotationStore(store_path).list() if a.doc_id == doc] == before
+    context.close()
+
+
 # --------------------------------------------------------------------------- reverse proxy and the roles file
 
 

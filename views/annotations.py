@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from r2med_core.adjudication import adjudication_queue, history
 from r2med_core.agreement import QueueItem, agreement, review_queue
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, reevaluate
 from r2med_core.data import DataError
@@ -253,7 +254,7 @@ everything = store.list()
 st.subheader("Review queue")
 st.caption(
     "Proposed 'relevant but unjudged' additions count as judgements only once accepted here; where annotators "
-    "disagree, keep the label that is right (the others are marked rejected, never deleted)."
+    "disagree, a reviewer decides on the Adjudication page (the labels are kept as saved)."
 )
 tasks = sorted({str(a.task) for a in everything})
 annotators = sorted({str(a.annotator) for a in everything})
@@ -264,7 +265,14 @@ queue = review_queue(
     everything,
     task=None if task_filter == ALL else task_filter,
     annotator=None if who_filter == ALL else who_filter,
+    include_disagreements=False,
 )
+disputed = adjudication_queue(everything, history(store), task=None if task_filter == ALL else task_filter)
+if disputed:
+    st.page_link(
+        "views/adjudication.py",
+        label=f"{len(disputed)} unit(s) where annotators disagree wait on the Adjudication page",
+    )
 if not queue:
     st.caption("Nothing to review.")
 for item in queue[:QUEUE_PAGE]:

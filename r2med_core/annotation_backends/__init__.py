@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 URL_ENV = "R2MED_ANNOTATIONS_URL"
 #: Schema version (SQLite: ``PRAGMA user_version``; PostgreSQL: the ``annotations_schema`` table); a newer
 #: store is refused rather than misread.
-SCHEMA_VERSION = 3  # 2: rank, reviewer, reviewed_at; 3: blind
+SCHEMA_VERSION = 4  # 2: rank, reviewer, reviewed_at; 3: blind; 4: the adjudications table
 #: The columns, in the order ``Annotation`` lists its fields.
 COLUMNS: tuple[str, ...] = (
     "id",
@@ -51,6 +51,23 @@ INDEXES: dict[str, tuple[str, ...]] = {
     "annotations_by_query": ("dataset", "task", "query_id"),
     "annotations_by_content": ("dataset", "task", "query_id", "doc_id", "annotator", "created_at"),
 }
+#: Schema 4: reviewers' adjudication decisions, one row per decision (a later one supersedes, never
+#: overwrites, an earlier one; the labels themselves are never changed by a decision).
+ADJUDICATION_COLUMNS: tuple[str, ...] = (
+    "id",
+    "dataset",
+    "task",
+    "query_id",
+    "doc_id",
+    "failure_type",
+    "grade",
+    "reason",
+    "reviewer",
+    "decided_at",
+    "supersedes",
+    "label_ids",
+)
+ADJUDICATION_INDEX = ("adjudications_by_unit", ("dataset", "task", "query_id", "doc_id"))
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
@@ -155,6 +172,8 @@ def open_backend(target: str | Path, timeout: float) -> Backend:
 
 __all__ = [
     "ADDED_COLUMNS",
+    "ADJUDICATION_COLUMNS",
+    "ADJUDICATION_INDEX",
     "COLUMNS",
     "INDEXES",
     "SCHEMA_VERSION",

@@ -22,7 +22,18 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from . import ADDED_COLUMNS, COLUMNS, INDEXES, SCHEMA_VERSION, URL_ENV, AnnotationStoreError, redact_url, url_secrets
+from . import (
+    ADDED_COLUMNS,
+    ADJUDICATION_COLUMNS,
+    ADJUDICATION_INDEX,
+    COLUMNS,
+    INDEXES,
+    SCHEMA_VERSION,
+    URL_ENV,
+    AnnotationStoreError,
+    redact_url,
+    url_secrets,
+)
 
 #: The pip requirement that provides psycopg with its own libpq.
 REQUIREMENT = "psycopg[binary]"
@@ -52,6 +63,23 @@ CREATE TABLE annotations (
     reviewer TEXT NOT NULL DEFAULT '',
     reviewed_at TEXT,
     blind INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))
+)
+"""
+# Schema 4: created when missing, so a schema-3 store gains it with every label kept as it was.
+_CREATE_ADJUDICATIONS = """
+CREATE TABLE adjudications (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT,
+    failure_type TEXT NOT NULL,
+    grade INTEGER CHECK (grade IS NULL OR grade >= 0),
+    reason TEXT NOT NULL DEFAULT '',
+    reviewer TEXT NOT NULL CHECK (reviewer <> ''),
+    decided_at TEXT NOT NULL,
+    supersedes BIGINT REFERENCES adjudications (id),
+    label_ids TEXT NOT NULL DEFAULT ''
 )
 """
 _UNTOUCHED = "the database was left untouched — choose another database or schema"
@@ -157,7 +185,7 @@ class PostgresBackend:
                 name
                 for (name,) in db.execute(
                     "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-                    "AND table_name IN ('annotations', 'annotations_schema')"
+                    "AND table_name IN ('annotations', 'annotations_schema', 'adjudications')"
                 ).fetchall()
             }
             version = 0
@@ -185,6 +213,24 @@ class PostgresBackend:
             else:
                 db.execute(_CREATE_TABLE)
                 present = set(COLUMNS)
+            if "adjudications" in tables:
+                have = {
+                    name
+                    for (name,) in db.execute(
+                        "SELECT column_name FROM information_schema.columns "
+                        "WHERE table_schema = current_schema() AND table_name = 'adjudications'"
+                    ).fetchall()
+                }
+                lacking = [name for name in ADJUDICATION_COLUMNS if name not in have]
+                if lacking:
+                    raise AnnotationStoreError(
+                        f"{self.location}: its adjudications table is not an annotation store's (it lacks "
+                        f"column(s) {', '.join(lacking)}); {_UNTOUCHED}"
+                    )
+            else:
+                index, indexed = ADJUDICATION_INDEX
+                db.execute(_CREATE_ADJUDICATIONS)
+                db.execute(f"CREATE INDEX {index} ON adjudications ({', '.join(indexed)})")
             # DDL only for what is missing, so a role without CREATE rights can use an up-to-date store.
             for name in ADDED_COLUMNS:
                 if name not in present:

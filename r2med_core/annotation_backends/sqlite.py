@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import ADDED_COLUMNS, COLUMNS, SCHEMA_VERSION, AnnotationStoreError
+from . import ADDED_COLUMNS, ADJUDICATION_COLUMNS, COLUMNS, SCHEMA_VERSION, AnnotationStoreError
 
 _SQL_TYPES = {
     "rank": "INTEGER",
@@ -43,6 +43,24 @@ CREATE TABLE IF NOT EXISTS annotations (
 CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
 CREATE INDEX IF NOT EXISTS annotations_by_content
     ON annotations (dataset, task, query_id, doc_id, annotator, created_at);
+"""
+# Schema 4: created when missing, so a schema-3 store gains it with every label kept as it was.
+_ADJUDICATIONS = """
+CREATE TABLE IF NOT EXISTS adjudications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT,
+    failure_type TEXT NOT NULL,
+    grade INTEGER CHECK (grade IS NULL OR grade >= 0),
+    reason TEXT NOT NULL DEFAULT '',
+    reviewer TEXT NOT NULL CHECK (reviewer <> ''),
+    decided_at TEXT NOT NULL,
+    supersedes INTEGER REFERENCES adjudications (id),
+    label_ids TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS adjudications_by_unit ON adjudications (dataset, task, query_id, doc_id);
 """
 _UNTOUCHED = "the file was left untouched — move it aside or choose another path"
 
@@ -136,13 +154,13 @@ class SQLiteBackend:
                     f"{SCHEMA_VERSION}); the file was left untouched"
                 )
             if "annotations" in tables:
-                self._check_existing(conn)
+                self._check_existing(conn, "adjudications" in tables)
             self.journal_mode = self._enable_wal(conn)
             # One transaction, so a concurrent first open waits for (or finds) the finished schema, and an
             # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
+                for statement in filter(str.strip, (_SCHEMA + _ADJUDICATIONS).split(";")):
                     conn.execute(statement)
                 present = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
                 for name in ADDED_COLUMNS:
@@ -172,7 +190,7 @@ class SQLiteBackend:
                     raise
                 time.sleep(0.02)
 
-    def _check_existing(self, conn: sqlite3.Connection) -> None:
+    def _check_existing(self, conn: sqlite3.Connection, has_adjudications: bool = False) -> None:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
         missing = [name for name in COLUMNS if name not in columns and name not in ADDED_COLUMNS]
         if missing:
@@ -180,6 +198,14 @@ class SQLiteBackend:
                 f"{self.file}: its annotations table lacks column(s) {', '.join(missing)}; "
                 "the file was left untouched — choose another path"
             )
+        if has_adjudications:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(adjudications)")}
+            missing = [name for name in ADJUDICATION_COLUMNS if name not in columns]
+            if missing:
+                raise AnnotationStoreError(
+                    f"{self.file}: its adjudications table is not an annotation store's (it lacks column(s) "
+                    f"{', '.join(missing)}); the file was left untouched — choose another path"
+                )
         status = [row[0] for row in conn.execute("PRAGMA quick_check")]
         if status != ["ok"]:
             raise AnnotationStoreError(

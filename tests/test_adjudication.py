@@ -1,0 +1,351 @@
+"""Adjudication: decisions in their own table on SQLite and PostgreSQL (schema 4), the queue, qrels
+additions/corrections, and agreement before/after checked against scikit-learn and statsmodels."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sklearn.metrics import cohen_kappa_score
+from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
+
+from r2med_core.adjudication import (
+    Decision,
+    SelfAdjudication,
+    StaleDecision,
+    adjudicated_qrels,
+    adjudication_items,
+    adjudication_queue,
+    current,
+    decide,
+    decisions_csv,
+    history,
+    qrels_changes,
+    qrels_changes_csv,
+    qrels_changes_text,
+    reevaluate_adjudicated,
+)
+from r2med_core.agreement import agreement_report, report_csv, with_decisions
+from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
+from r2med_core.annotations import Annotation, AnnotationStore
+
+from .test_annotations import DATASET, TASK, label
+
+Target = str | Path
+UNIT = (DATASET, TASK, "q1", "d1")
+
+
+def _disputed(store: AnnotationStore) -> list[Annotation]:
+    """alice and bob disagree on (q1, d1); carol labelled q2's d5 alone."""
+    return [
+        store.add(label(annotator="alice", failure_type="relevant_unjudged", note="answers it", blind=True)),
+        store.add(label(annotator="bob", failure_type="lexical_trap", note="same words only", blind=True)),
+        store.add(label(annotator="carol", query_id="q2", doc_id="d5", failure_type="wrong_aspect")),
+    ]
+
+
+def test_decisions_are_kept_with_their_history_and_labels_stay_untouched(
+    new_target: Callable[[str], Target],
+) -> None:
+    target = new_target("history")
+    store = AnnotationStore(target)
+    labels = _disputed(store)
+    before = store.list()
+    (item,) = adjudication_queue(store.list(), history(store))
+    assert item.unit == UNIT and item.annotators == ("alice", "bob") and item.decision is None
+
+    first = decide(store, UNIT, "relevant_unjudged", "Dr. Rev", grade=1, reason="answers the question")
+    assert (first.reviewer, first.grade, first.reason, first.supersedes) == ("Dr. Rev", 1, "answers the question", None)
+    assert first.decided_at.endswith("Z") and set(first.label_ids) == {labels[0].id, labels[1].id}
+    assert adjudication_queue(store.list(), history(store)) == []  # decided: out of the queue
+
+    # A second reviewer overturns it: the first decision is superseded, never overwritten.
+    second = decide(store, UNIT, "lexical_trap", "Dr. Two", grade=0, reason="", replacing=first.id)
+    reopened = AnnotationStore(target)
+    assert [(d.id, d.failure_type, d.reviewer, d.supersedes) for d in history(reopened)] == [
+        (first.id, "relevant_unjudged", "Dr. Rev", None),
+        (second.id, "lexical_trap", "Dr. Two", first.id),
+    ]
+    assert current(history(reopened))[UNIT] == second
+    assert history(reopened, unit=(DATASET, TASK, "q2", "d5")) == []
+    assert reopened.list() == before  # every label exactly as it was: decisions never touch them
+    (settled,) = adjudication_items(reopened.list(), history(reopened))
+    assert settled.decision == second and not settled.waiting
+
+    # A label arriving after the decision reopens the unit.
+    store.add(label(annotator="dave", failure_type="wrong_aspect"))
+    (again,) = adjudication_queue(store.list(), history(store))
+    assert again.reopened and again.decision == second
+
+
+def test_self_adjudication_is_refused_clearly_and_nothing_is_lost(new_target: Callable[[str], Target]) -> None:
+    store = AnnotationStore(new_target("self"))
+    _disputed(store)
+    kept = decide(store, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    labels_before, decisions_before = store.list(), history(store)
+    with pytest.raises(SelfAdjudication, match=r"Alice labelled clinical-case · query q1 · document d1: nobody"):
+        decide(store, UNIT, "relevant_unjudged", " Alice ", grade=2, replacing=kept.id)  # case and spaces ignored
+    assert store.list() == labels_before and history(store) == decisions_before
+    # Carol did not label (q1, d1): she may decide it.
+    assert decide(store, UNIT, "relevant_unjudged", "carol", grade=2, replacing=kept.id).supersedes == kept.id
+
+
+def test_a_decision_on_a_stale_view_or_a_bad_decision_is_refused(new_target: Callable[[str], Target]) -> None:
+    store = AnnotationStore(new_target("stale"))
+    _disputed(store)
+    first = decide(store, UNIT, "lexical_trap", "Dr. Rev")
+    with pytest.raises(StaleDecision, match=r"you saw no decision, the current one is #\d+ by Dr. Rev"):
+        decide(store, UNIT, "relevant_unjudged", "Dr. Two", grade=1)  # Dr. Two's page predates Dr. Rev's decision
+    with pytest.raises(ValueError, match="needs the grade the document deserves"):
+        decide(store, UNIT, "relevant_unjudged", "Dr. Two", replacing=first.id)
+    with pytest.raises(ValueError, match="no labels on clinical-case · query q9"):
+        decide(store, (DATASET, TASK, "q9", "d1"), "lexical_trap", "Dr. Two")
+    with pytest.raises(ValueError, match="unknown failure type"):
+        decide(store, UNIT, "no_such_type", "Dr. Two", replacing=first.id)
+    with pytest.raises(ValueError, match="reviewer must be a non-empty string"):
+        decide(store, UNIT, "lexical_trap", "  ", replacing=first.id)
+    assert [d.id for d in history(store)] == [first.id]
+
+
+def _make_schema_3(target: Target) -> None:
+    """A store exactly as schema 3 left it: the annotations table only."""
+    if is_postgres_url(target):
+        import psycopg
+
+        from r2med_core.annotation_backends.postgres import _CREATE_TABLE
+
+        with psycopg.connect(str(target), autocommit=True) as conn:
+            conn.execute(_CREATE_TABLE)
+            conn.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO annotations_schema VALUES (3)")
+        return
+    from r2med_core.annotation_backends.sqlite import _SCHEMA
+
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(target)
+    conn.executescript(_SCHEMA + "PRAGMA user_version = 3;")
+    conn.close()
+
+
+def _version(target: Target) -> int:
+    if is_postgres_url(target):
+        import psycopg
+
+        with psycopg.connect(str(target), autocommit=True) as conn:
+            return int(conn.execute("SELECT max(version) FROM annotations_schema").fetchone()[0])
+    with sqlite3.connect(target) as conn:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def test_a_schema_3_store_gains_the_adjudications_table_and_keeps_every_label(
+    new_target: Callable[[str], Target],
+) -> None:
+    target = new_target("v3")
+    _make_schema_3(target)
+    # Rows written through SQL, as the schema-3 version wrote them (accepted, reviewed, blind, query-level).
+    REVIEWED = "2024-02-01T00:00:00.000000Z"
+    rows = [
+        ("q1", "d1", "relevant_unjudged", "alice", "2024-01-01T00:00:00.000000Z", 1, 3, "rev", REVIEWED, 1),
+        ("q1", "d1", "lexical_trap", "bob", "2024-01-02T00:00:00.000000Z", 0, None, "", None, 1),
+        ("q2", None, "rewrite_hallucination", "bob", "2024-01-03T00:00:00.000000Z", 0, None, "", None, 0),
+    ]  # fmt: skip
+    insert = (
+        "INSERT INTO annotations (dataset, task, query_id, doc_id, system, failure_type, note, annotator, created_at, "
+        "accepted, rank, reviewer, reviewed_at, blind) VALUES (?, ?, ?, ?, 'bm25', ?, 'n', ?, ?, ?, ?, ?, ?, ?)"
+    )
+    if is_postgres_url(target):
+        import psycopg
+
+        with psycopg.connect(str(target), autocommit=True) as conn:
+            for row in rows:
+                conn.execute(insert.replace("?", "%s"), (DATASET, TASK, *row))
+    else:
+        with sqlite3.connect(target) as conn:
+            conn.executemany(insert, [(DATASET, TASK, *row) for row in rows])
+    store = AnnotationStore(target)
+    labels = store.list()
+    assert [(a.query_id, a.doc_id, a.failure_type, a.annotator, a.status, a.rank, a.blind) for a in labels] == [
+        ("q1", "d1", "relevant_unjudged", "alice", "accepted", 3, True),
+        ("q1", "d1", "lexical_trap", "bob", "proposed", None, True),
+        ("q2", None, "rewrite_hallucination", "bob", "proposed", None, False),
+    ]
+    assert labels[0].reviewer == "rev" and labels[0].reviewed_at == REVIEWED
+    assert _version(target) == SCHEMA_VERSION == 4
+    assert history(store) == []
+    made = decide(store, UNIT, "lexical_trap", "carol", grade=0)
+    reopened = AnnotationStore(target)  # a second open migrates nothing and loses nothing
+    assert reopened.list() == labels and history(reopened) == [made]
+
+
+def test_a_foreign_adjudications_table_is_reported_and_left_alone(tmp_path: Path) -> None:
+    from r2med_core.annotations import AnnotationStoreError
+
+    path = tmp_path / "store.sqlite"
+    AnnotationStore(path).add(label())
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE adjudications")
+        conn.execute("CREATE TABLE adjudications (verdict TEXT)")
+        conn.execute("INSERT INTO adjudications VALUES ('someone else''s')")
+        conn.execute("PRAGMA user_version = 3")
+    with pytest.raises(
+        AnnotationStoreError, match=r"adjudications table is not an annotation store's .*left untouched"
+    ):
+        AnnotationStore(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT * FROM adjudications").fetchall() == [("someone else's",)]
+
+
+def test_a_foreign_postgres_adjudications_table_is_reported_and_left_alone(postgres_urls: Callable[[], str]) -> None:
+    import psycopg
+
+    from r2med_core.annotations import AnnotationStoreError
+
+    url = postgres_urls()
+    _make_schema_3(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE adjudications (verdict TEXT)")
+        conn.execute("INSERT INTO adjudications VALUES ('someone else''s')")
+    with pytest.raises(
+        AnnotationStoreError, match=r"adjudications table is not an annotation store's .*left untouched"
+    ):
+        AnnotationStore(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT * FROM adjudications").fetchall() == [("someone else's",)]
+        assert conn.execute("SELECT version FROM annotations_schema").fetchall() == [(3,)]
+
+
+# --------------------------------------------------------------------------- qrels additions and corrections
+
+
+def _decision(doc: str, code: str, grade: int | None, *, id: int, query: str = "q1", who: str = "rev") -> Decision:
+    return Decision(
+        id=id, dataset=DATASET, task=TASK, query_id=query, doc_id=doc, failure_type=code, grade=grade, reviewer=who
+    )
+
+
+def test_decisions_become_qrels_additions_and_corrections() -> None:
+    qrels = {"q1": {"gold": 2, "weak": 1}}
+    decisions = [
+        _decision("new", "relevant_unjudged", 1, id=1),  # never judged: an addition
+        _decision("gold", "gold_questionable", 0, id=2),  # judged relevant, the reviewer says not: a correction
+        _decision("weak", "gold_questionable", None, id=3),  # questioned, grade left alone: no change
+        _decision("new", "relevant_unjudged", 2, id=4, who="rev2"),  # supersedes #1
+        _decision("same", "lexical_trap", 1, id=5, query="q2"),  # addition on another query
+        _decision("weak", "other", 1, id=6, query="q1"),  # supersedes #3 with the grade it has: no change
+    ]
+    changes = qrels_changes(decisions, qrels)
+    assert [(c.kind, c.query_id, c.doc_id, c.original, c.grade, c.decision.id) for c in changes] == [
+        ("correction", "q1", "gold", 2, 0, 2),
+        ("addition", "q1", "new", None, 2, 4),
+        ("addition", "q2", "same", None, 1, 5),
+    ]
+    assert qrels_changes_text(changes) == "q1 0 gold 0\nq1 0 new 2\nq2 0 same 1\n"
+    assert adjudicated_qrels(qrels, changes) == {"q1": {"gold": 0, "weak": 1, "new": 2}, "q2": {"same": 1}}
+    assert qrels == {"q1": {"gold": 2, "weak": 1}}  # the original is not changed
+    table = list(csv.DictReader(io.StringIO(qrels_changes_csv(changes))))
+    assert [(r["kind"], r["doc_id"], r["original_grade"], r["adjudicated_grade"], r["reviewer"]) for r in table] == [
+        ("correction", "gold", "2", "0", "rev"),
+        ("addition", "new", "", "2", "rev2"),
+        ("addition", "same", "", "1", "rev"),
+    ]
+    history_rows = list(csv.DictReader(io.StringIO(decisions_csv(decisions))))
+    assert [r["id"] for r in history_rows] == ["1", "2", "3", "4", "5", "6"]
+    with pytest.raises(ValueError, match="a decision on a whole query has none"):
+        Decision(dataset=DATASET, task=TASK, query_id="q1", failure_type="other", grade=1, reviewer="rev")
+
+
+def test_reevaluation_uses_the_adjudicated_qrels() -> None:
+    from r2med_core.evaluation import evaluate
+    from r2med_core.runs import Run
+
+    run = Run("sys", {"q1": [("new", 3.0), ("gold", 2.0), ("weak", 1.0)], "q2": [("x", 1.0), ("y", 0.5)]})
+    qrels = {"q1": {"gold": 2, "weak": 1}, "q2": {"y": 1}}
+    decisions = [
+        _decision("new", "relevant_unjudged", 2, id=1),
+        _decision("y", "gold_questionable", 0, id=2, query="q2"),
+    ]
+    changes = qrels_changes(decisions, qrels)
+    original, adjudicated = reevaluate_adjudicated(run, qrels, changes)
+    assert original.means == evaluate(run, qrels).means
+    expected = evaluate(run, {"q1": {"gold": 2, "weak": 1, "new": 2}, "q2": {"y": 0}})
+    assert adjudicated.means == expected.means
+    assert adjudicated.per_query.loc["q1", "ndcg_at_10"] > original.per_query.loc["q1", "ndcg_at_10"]
+
+
+# --------------------------------------------------------------------------- agreement before / after
+
+
+def _rated(codes: dict[str, list[str]], *, task: str = TASK) -> list[Annotation]:
+    return [
+        label(
+            id=100 * n + i,
+            annotator=who,
+            doc_id=f"d{i}",
+            task=task,
+            failure_type=code,
+            blind=True,
+            created_at=f"2025-01-01T00:{n:02d}:{i:02d}Z",
+        )
+        for n, (who, row) in enumerate(codes.items())
+        for i, code in enumerate(row)
+    ]
+
+
+def test_agreement_before_and_after_adjudication_matches_sklearn_and_statsmodels() -> None:
+    A, B, C = "lexical_trap", "wrong_aspect", "gold_questionable"
+    codes = {
+        "alice": [A, A, B, B, C, A],
+        "bob": [A, B, B, A, C, A],
+        "carol": [A, B, A, B, C, B],
+    }
+    labels = _rated(codes)
+    # Reviewers settle d1 as B and d3 as A; d2 and d5 stay as labelled.
+    decisions = [_decision("d1", B, None, id=1), _decision("d3", A, None, id=2)]
+    after = {who: list(row) for who, row in codes.items()}
+    for who in after:
+        after[who][1], after[who][3] = B, A
+    rows = agreement_report(labels, decisions)
+    pairs = {r.annotators: r for r in rows if r.measure == "Cohen's kappa"}
+    assert set(pairs) == {("alice", "bob"), ("alice", "carol"), ("bob", "carol")}
+    for (x, y), row in pairs.items():
+        assert row.units == 6 and row.adjudicated == 2 and row.task == TASK
+        assert row.kappa_before == pytest.approx(cohen_kappa_score(codes[x], codes[y]))
+        assert row.kappa_after == pytest.approx(cohen_kappa_score(after[x], after[y]))
+        assert row.agreed_before == sum(p == q for p, q in zip(codes[x], codes[y]))
+        assert row.agreed_after == sum(p == q for p, q in zip(after[x], after[y]))
+    (group,) = [r for r in rows if r.measure == "Fleiss' kappa"]
+    table_before, _ = aggregate_raters([[codes[w][i] for w in codes] for i in range(6)])
+    table_after, _ = aggregate_raters([[after[w][i] for w in after] for i in range(6)])
+    assert group.kappa_before == pytest.approx(fleiss_kappa(table_before))
+    assert group.kappa_after == pytest.approx(fleiss_kappa(table_after))
+    assert group.kappa_after > group.kappa_before and (group.units, group.adjudicated) == (6, 2)
+    assert [a.failure_type for a in labels[:2]] == [A, A]  # with_decisions copies; the labels are unchanged
+    assert with_decisions(labels, decisions)[1].failure_type == B
+
+    text = report_csv(rows)
+    parsed = list(csv.DictReader(io.StringIO(text)))
+    assert [r["annotators"] for r in parsed] == ["alice · bob", "alice · carol", "bob · carol", "alice · bob · carol"]
+    first = parsed[0]
+    assert float(first["kappa_before"]) == pytest.approx(cohen_kappa_score(codes["alice"], codes["bob"]))
+    assert float(first["kappa_after"]) == pytest.approx(cohen_kappa_score(after["alice"], after["bob"]))
+    assert (first["units"], first["adjudicated_units"], parsed[3]["agreed_before"]) == ("6", "2", "")
+
+
+def test_the_report_is_per_task_counts_blind_labels_and_leaves_undefined_kappa_empty() -> None:
+    labels = _rated({"alice": ["lexical_trap", "wrong_aspect"], "bob": ["lexical_trap", "lexical_trap"]})
+    other = _rated({"alice": ["other", "other"], "bob": ["other", "other"]}, task="clinical-evidence")
+    seen = [label(annotator="carol", doc_id="d0", failure_type="wrong_aspect", blind=False)]  # not blind
+    rows = agreement_report(labels + other + seen, [], blind_only=True)
+    assert [(r.task, r.annotators) for r in rows] == [
+        ("clinical-case", ("alice", "bob")),
+        ("clinical-evidence", ("alice", "bob")),
+    ]
+    assert math.isnan(rows[1].kappa_before)  # one category: undefined, never a made-up number
+    assert list(csv.DictReader(io.StringIO(report_csv(rows))))[1]["kappa_before"] == ""
+    counted = agreement_report(labels + seen, [])  # counting every label brings carol's pairs in
+    assert len([r for r in counted if r.measure == "Cohen's kappa"]) == 3

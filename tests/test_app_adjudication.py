@@ -1,0 +1,123 @@
+"""The Adjudication page driven with AppTest: a reviewer settles a disagreement; the labels stay as saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from r2med_core import load_demo
+from r2med_core.adjudication import decide, history
+from r2med_core.annotations import Annotation, AnnotationStore
+from views.ui import md
+
+from .test_app import open_app
+
+TASK = "clinical-evidence"
+
+
+@pytest.fixture(autouse=True)
+def _compute_without_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+
+
+def _seed() -> tuple[str, str, list[Annotation]]:
+    dataset = load_demo(TASK)
+    qid = next(iter(dataset.queries))
+    doc = next(d for d in dataset.corpus if d not in dataset.qrels.get(qid, {}))
+    store = AnnotationStore()
+    common = {"dataset": dataset.source, "task": TASK, "query_id": qid, "doc_id": doc, "system": "bm25", "blind": True}
+    note = "*answers* <b>it</b>"
+    made = [
+        store.add(Annotation(**common, failure_type="relevant_unjudged", annotator="alice", note=note)),
+        store.add(Annotation(**common, failure_type="lexical_trap", annotator="bob")),
+    ]
+    return qid, doc, made
+
+
+def _submit(at):  # type: ignore[no-untyped-def]
+    (button,) = [b for b in at.button if b.label.startswith("Record")]
+    return button
+
+
+def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
+    qid, doc, made = _seed()
+    at = open_app("adjudication", task=TASK, systems=["bm25"])
+    assert not at.exception and not at.error
+    assert any(s.value.startswith("Waiting for a decision (1)") for s in at.subheader)
+    assert any(md("*answers* <b>it</b>") in m.value for m in at.markdown)  # the note is escaped, never formatted
+
+    at.text_input(key="w_annotator").input("alice").run()  # alice labelled it: she cannot decide it
+    assert _submit(at).disabled
+
+    at.text_input(key="w_annotator").input("Dr. Rev").run()
+    assert not _submit(at).disabled
+    _submit(at).click().run()  # no failure type chosen: refused, nothing saved
+    assert any("choose the adjudicated failure type" in e.value for e in at.error)
+    assert history(AnnotationStore()) == []
+
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    kind.set_value("relevant_unjudged")
+    (grade,) = [s for s in at.selectbox if s.label == "Judgement"]
+    grade.set_value(1)
+    (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
+    reason.input("It answers the question")
+    _submit(at).click().run()
+    assert not at.exception
+    assert any("recorded" in s.value and md("Dr. Rev") in s.value for s in at.success), [e.value for e in at.error]
+    (decision,) = history(AnnotationStore())
+    assert (decision.failure_type, decision.grade, decision.reviewer, decision.reason) == (
+        "relevant_unjudged",
+        1,
+        "Dr. Rev",
+        "It answers the question",
+    )
+    assert (decision.query_id, decision.doc_id) == (qid, doc)
+    assert AnnotationStore().list() == made  # the labels are exactly as saved
+    assert any(s.value.startswith("Waiting for a decision (0)") for s in at.subheader)
+
+    # The report shows kappa before and after; the adjudicated addition is counted for this task.
+    table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
+    assert list(table["adjudicated"]) == [1] and list(table["same label after"]) == [1]
+    assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+    rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns).set_index("qrels")
+    assert set(rows.index) == {"original qrels", "adjudicated qrels"}
+
+    # A second reviewer overturns it from the history: the first decision is kept, superseded.
+    at.text_input(key="w_annotator").input("Dr. Two").run()
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    kind.set_value("lexical_trap")
+    (grade,) = [s for s in at.selectbox if s.label == "Judgement"]
+    grade.set_value(0)
+    _submit(at).click().run()
+    assert not at.exception and any("superseding decision" in s.value for s in at.success)
+    first, second = history(AnnotationStore())
+    assert first == decision and (second.reviewer, second.supersedes, second.grade) == ("Dr. Two", first.id, 0)
+    assert AnnotationStore().list() == made
+    # The pair was never judged: grade 0 is still an addition (an explicit "not relevant" judgement).
+    assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+
+
+def test_the_annotations_page_sends_disagreements_to_adjudication() -> None:
+    _seed()
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    assert not [b for b in at.button if b.label == "Keep this one"]
+    assert any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))
+
+
+def test_a_decision_made_meanwhile_is_not_overwritten_and_the_choice_is_kept() -> None:
+    qid, doc, _ = _seed()
+    at = open_app("adjudication", task=TASK, systems=["bm25"])
+    at.text_input(key="w_annotator").input("Dr. Rev").run()
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    kind.set_value("lexical_trap")
+    (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
+    reason.input("shares words only")
+    other = decide(AnnotationStore(), ("demo:" + TASK, TASK, qid, doc), "relevant_unjudged", "Dr. Two", grade=2)
+    _submit(at).click().run()  # Dr. Rev's page still shows the unit undecided
+    assert not at.exception
+    assert any("changed while you decided" in e.value and "Your choice is kept" in e.value for e in at.error)
+    assert history(AnnotationStore()) == [other]  # Dr. Two's decision stands, nothing overwritten
+    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
+    (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
+    assert (kind.value, reason.value) == ("lexical_trap", "shares words only")  # kept for another try
+    _submit(at).click().run()  # now it knowingly supersedes Dr. Two's decision
+    assert [d.supersedes for d in history(AnnotationStore())] == [None, other.id]

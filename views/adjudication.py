@@ -1,0 +1,325 @@
+"""Adjudication: reviewers settle units whose annotators disagree (the labels are never changed), see
+agreement before and after, and download the adjudicated qrels changes and the raw labels."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from r2med_core.adjudication import (
+    AdjudicationItem,
+    Decision,
+    StaleDecision,
+    adjudication_items,
+    decide,
+    decisions_csv,
+    describe,
+    history,
+    qrels_changes,
+    qrels_changes_csv,
+    qrels_changes_text,
+    reevaluate_adjudicated,
+)
+from r2med_core.agreement import agreement_report, report_csv
+from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError
+from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.explore import shorten
+from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own
+from r2med_core.report import metric_label
+from views import auth, state, ui
+
+PAGE = 20  # units drawn at once
+ALL = "(all)"
+KEEP_GRADE = "keep"  # the grade choice "leave the judgements as they are"
+
+
+def _type_label(code: object) -> str:
+    return TAXONOMY[code].label if code in TAXONOMY else str(code)
+
+
+def _grade_label(choice: object) -> str:
+    return "leave the judgement as it is" if choice == KEEP_GRADE else f"grade {choice}"
+
+
+def _reviewer() -> Person | None:
+    """Who may adjudicate now, or None with the reason left in the flash (shown on the page)."""
+    v = state.view()
+    if ui.read_only():
+        v.flash_error = "Adjudicating is off in this read-only demo."
+        return None
+    acting = auth.acting()
+    if acting.error:
+        v.flash_error = f"Not done: sign-in is misconfigured ({ui.md(acting.error)})."
+        return None
+    if not acting.signed_in_mode:
+        if acting.person is None:
+            v.flash_error = "Type your name under 'Your name' first: decisions record who made them."
+        return acting.person
+    try:
+        return authorize(acting.person, "review", config=acting.config)
+    except PermissionDenied as err:
+        v.flash_error = f"Not done: {ui.md(err)}."
+        return None
+
+
+def _keys(item: AdjudicationItem) -> dict[str, str]:
+    # Keyed by the unit only: when another decision lands meanwhile, what the reviewer chose is kept.
+    within = state.scope(*item.unit)
+    return {name: state.widget_key(f"adj_{name}", within) for name in ("type", "grade", "reason")}
+
+
+def _record(item: AdjudicationItem) -> None:
+    """Save the decision typed in ``item``'s form (a submit callback); on failure the form keeps it all."""
+    v, keys = state.view(), _keys(item)
+    person = _reviewer()
+    if person is None or store is None:
+        return
+    code = st.session_state.get(keys["type"])
+    if code is None:
+        v.flash_error = "Not saved: choose the adjudicated failure type."
+        return
+    grade = st.session_state.get(keys["grade"], KEEP_GRADE)
+    try:
+        made = decide(
+            store,
+            item.unit,
+            code,
+            person.name,
+            grade=None if grade == KEEP_GRADE else int(grade),
+            reason=st.session_state.get(keys["reason"], ""),
+            replacing=item.decision.id if item.decision else None,
+        )
+    except (PermissionDenied, StaleDecision, ValueError, AnnotationStoreError) as err:
+        v.flash_error = f"Not saved: {ui.md(err)}. Your choice is kept below."
+        return
+    for key in keys.values():  # saved: the form starts empty again (a choice is never carried over)
+        st.session_state.pop(key, None)
+    replaced = f", superseding decision #{made.supersedes}" if made.supersedes else ""
+    v.flash = (
+        f"Decision #{made.id} recorded for {ui.md(describe(item.unit))}: {ui.md(_type_label(code))} "
+        f"by {ui.md(made.reviewer)}{replaced}. The labels are kept as they were."
+    )
+
+
+def _label_line(a: Annotation) -> str:
+    note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
+    blind = " · blind" if a.blind else ""
+    return ui.md(f"{_type_label(a.failure_type)} by {a.annotator} · {a.system or 'no system'}{blind}{note}")
+
+
+def _decision_line(d: Decision) -> str:
+    grade = "" if d.grade is None else f" · grade {d.grade}"
+    reason = f" — “{shorten(d.reason, 200)}”" if d.reason else ""
+    return ui.md(f"#{d.id}: {_type_label(d.failure_type)}{grade} by {d.reviewer} at {d.decided_at}{reason}")
+
+
+def _own(labels: tuple[Annotation, ...]) -> bool:
+    person = acting.person
+    if person is None:
+        return False
+    if not person.verified:  # a typed name: the store still refuses a reviewer who labelled the unit
+        return any(a.annotator.strip().lower() == person.name.strip().lower() for a in labels)
+    try:
+        check_not_own(person, [a.annotator for a in labels])
+    except PermissionDenied:
+        return True
+    return False
+
+
+def _item(item: AdjudicationItem) -> None:
+    _, task, query_id, doc_id = item.unit
+    with st.container(border=True):
+        target = f"document {doc_id}" if doc_id is not None else "the whole query"
+        st.markdown(f"**{ui.md(task)}** · query {ui.md(query_id)} · {ui.md(target)}")
+        if task == dataset.name and query_id in dataset.queries:
+            st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
+        for label in item.labels:
+            st.markdown("- " + _label_line(label))
+        if item.decision is not None:
+            st.caption("Standing decision " + _decision_line(item.decision))
+            if item.reopened:
+                st.warning("New labels arrived after this decision: it needs another look.")
+        own = _own(item.labels)
+        if own:
+            st.caption("You labelled this unit: another reviewer decides it (nobody adjudicates their own label).")
+        keys = _keys(item)
+        with st.form(state.widget_key("adj_form", keys["type"].split(".", 1)[1]), clear_on_submit=False):
+            c1, c2 = st.columns(2)
+            c1.selectbox(
+                "Adjudicated failure type",
+                list(TAXONOMY),
+                index=None,
+                placeholder="Choose the failure type",
+                format_func=_type_label,
+                key=keys["type"],
+            )
+            if doc_id is not None:
+                judged = dataset.qrels.get(query_id, {}).get(doc_id) if task == dataset.name else None
+                c2.selectbox(
+                    "Judgement",
+                    [KEEP_GRADE, 0, 1, 2],
+                    format_func=_grade_label,
+                    key=keys["grade"],
+                    help="The grade the pair deserves; exported as a qrels addition (not judged yet) or "
+                    f"correction (judged). Judged now: {'not judged' if judged is None else f'grade {judged}'}.",
+                )
+            st.text_input("Reason (optional)", key=keys["reason"], max_chars=2000)
+            st.form_submit_button(
+                "Record decision" if item.decision is None else "Record a new decision (supersedes)",
+                on_click=_record,
+                args=(item,),
+                type="primary",
+                disabled=ui.read_only() or own or not may_review,
+            )
+
+
+dataset = ui.current_dataset()
+store = ui.annotation_store()
+st.title("Adjudication")
+if store is None:
+    st.stop()
+st.caption(
+    "Where annotators disagree on a query or a (query, document), a reviewer records the decision: the "
+    "failure type, for a document optionally the judgement grade, and why. Decisions are kept with their "
+    "history (a later one supersedes, never overwrites); every label stays as it was saved."
+)
+state.show_flash()
+acting = auth.acting()
+may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
+
+if not acting.signed_in_mode:
+    st.text_input(
+        "Your name",
+        key=state.bound("annotator"),
+        on_change=state.store("annotator"),
+        placeholder="recorded with every decision",
+        help="Asked once and kept for this session.",
+    )
+elif acting.person is None:
+    st.info("Sign in (in the sidebar) to adjudicate.")
+elif not may_review:
+    st.info(
+        f"{ui.md(acting.person.name)} ({ui.md(', '.join(sorted(acting.person.roles)) or 'no role')}) may not "
+        "adjudicate: it needs the reviewer or admin role."
+    )
+else:
+    st.caption(f"Decisions are recorded as **{ui.md(acting.person.name)}**; nobody adjudicates their own label.")
+
+labels = store.list()
+decisions = history(store)
+tasks = sorted({str(a.task) for a in labels})
+task_filter = st.selectbox("Task", [ALL, *tasks], key="w_adj_task")
+items = adjudication_items(labels, decisions, task=None if task_filter == ALL else task_filter)
+waiting = [item for item in items if item.waiting]
+decided = [item for item in items if not item.waiting]
+
+st.subheader(f"Waiting for a decision ({len(waiting)})")
+if not waiting:
+    st.caption("Nothing to adjudicate: no unit where annotators disagree is undecided.")
+for item in waiting[:PAGE]:
+    _item(item)
+if len(waiting) > PAGE:
+    st.caption(f"Showing the oldest {PAGE} of {len(waiting)}; the next appear as these are decided.")
+
+if decided:
+    with st.expander(f"Decided ({len(decided)}) — history, and superseding a decision"):
+        for item in decided[:PAGE]:
+            earlier = [d for d in decisions if d.unit == item.unit and d.id != (item.decision and item.decision.id)]
+            if earlier:
+                st.caption("Superseded: " + "; ".join(_decision_line(d) for d in earlier))
+            _item(item)
+
+# ------------------------------------------------------------------ agreement before / after
+st.subheader("Agreement before and after adjudication")
+blind_only = acting.signed_in_mode
+report = agreement_report(labels, decisions, blind_only=blind_only)
+st.caption(
+    "Per task and per annotator pair (Cohen's kappa), and for three or more annotators on the same items "
+    "(Fleiss' kappa). **Before**: the labels as saved"
+    + (" (blind labels only, as with sign-in)" if blind_only else "")
+    + ". **After**: on every decided item each of these labels takes the decision's failure type; the same "
+    "items and pairs are counted, only the types differ. Undefined (one failure type only) is left empty."
+)
+if not report:
+    st.caption("Appears when two or more annotators label the same query or (query, document).")
+else:
+
+    def _kappa(value: float) -> str:
+        return "undefined" if math.isnan(value) else f"{value:.3f}"
+
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "task": r.task,
+                    "measure": r.measure,
+                    "annotators": " · ".join(r.annotators),
+                    "items": r.units,
+                    "adjudicated": r.adjudicated,
+                    "same label before": r.agreed_before,
+                    "same label after": r.agreed_after,
+                    "kappa before": _kappa(r.kappa_before),
+                    "kappa after": _kappa(r.kappa_after),
+                }
+                for r in report
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    st.download_button("Agreement report (CSV)", report_csv(report), file_name="r2med_agreement.csv", mime="text/csv")
+
+# ------------------------------------------------------------------ exports
+st.subheader("Downloads")
+task_decisions = [d for d in decisions if (d.dataset, d.task) == (dataset.source, dataset.name)]
+changes = qrels_changes(task_decisions, dataset.qrels)
+n_add = sum(c.kind == "addition" for c in changes)
+st.caption(
+    f"On {ui.md(dataset.name)}: {n_add} qrels addition(s) and {len(changes) - n_add} correction(s) from the "
+    "standing decisions. The TREC file lists `qid 0 docid grade` lines to apply after the original qrels "
+    "(each overrides the pair's grade); the CSV adds the original grade and the decision behind each line."
+)
+d = st.columns(4)
+d[0].download_button(
+    f"Adjudicated qrels changes for {dataset.name} (TREC)",
+    qrels_changes_text(changes),
+    file_name=f"{dataset.name}_qrels_adjudicated.txt",
+    mime="text/plain",
+)
+d[1].download_button(
+    "Adjudicated qrels changes (CSV)",
+    qrels_changes_csv(changes),
+    file_name=f"{dataset.name}_qrels_adjudicated.csv",
+    mime="text/csv",
+)
+d[2].download_button(
+    "Every decision with history (CSV)", decisions_csv(decisions), file_name="r2med_decisions.csv", mime="text/csv"
+)
+d[3].download_button("Raw labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+
+# ------------------------------------------------------------------ re-evaluation
+st.subheader(f"Re-evaluation with the adjudicated qrels on {ui.md(dataset.name)}")
+if not changes:
+    st.caption("No standing decision changes this task's judgements yet.")
+else:
+    st.caption(
+        "The original judgements → with the adjudicated additions and corrections applied. These are "
+        "your team's judgements, not the benchmark's."
+    )
+    rows = []
+    for name in state.systems_in_play():
+        computed = ui.safe_results(dataset, name)
+        if computed is None:
+            continue
+        original, adjudicated = reevaluate_adjudicated(computed[0], dataset.qrels, changes, dataset.name)
+        for which, result in (("original qrels", original), ("adjudicated qrels", adjudicated)):
+            rows.append(
+                {"system": ui.system_label(name), "qrels": which}
+                | {metric_label(m): result.means[m] for m in MAIN_METRICS}
+            )
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.caption("Choose systems in the sidebar to re-evaluate them.")
