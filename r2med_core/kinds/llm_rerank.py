@@ -187,10 +187,11 @@ class LLMRerankKind(SystemKind):
         return out
 
     def _estimate(self, dataset: Dataset, spec: SystemSpec, k: int) -> lr.Estimate | None:
-        """The job's cost with cached replies counted, once the first stage is on disk (else None)."""
+        """The job's cost with cached replies counted, once the first stage is on disk or cheap enough
+        to compute by itself (the operator's ``R2MED_COMPUTE_SECONDS``; else None)."""
         depth, first_k = _depths(spec, k)
         base = spec.members[0]
-        if estimate_seconds(dataset, base, first_k) > 0.0:
+        if estimate_seconds(dataset, base, first_k) > load_settings().compute_seconds:
             return None
         first = run_system(dataset, base, k=first_k)
         return lr.estimate(
@@ -226,8 +227,8 @@ class LLMRerankKind(SystemKind):
         if found is None:
             requests = self._requests_without_run(dataset, spec)
             return [
-                f"Up to {requests} LLM requests for {len(dataset.queries)} queries (cached replies are counted "
-                "once the first stage is computed).",
+                f"Up to {requests} LLM requests for {len(dataset.queries)} queries (cached replies and prompt "
+                "tokens are counted once the first stage is computed).",
                 where,
             ]
         return [found.summary(), where]
