@@ -154,7 +154,7 @@ def test_a_list_wise_run_is_computed_through_the_kind_and_only_after_a_click(llm
     assert estimate_seconds(dataset, LIST) > 0
     notes = " ".join(cost_notes(dataset, LIST))
     assert f"{len(dataset.queries)} requests to send (0 of {len(dataset.queries)} cached)" in notes
-    assert llm.url in notes and "prompt tokens" in notes
+    assert "endpoint at 127.0.0.1" in notes and "prompt tokens" in notes and KEY not in notes
     assert llm.requests == []  # estimating sent nothing
 
     run = run_system(dataset, LIST)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import llm_rerank as lr
 from ..data import Dataset
@@ -220,7 +221,7 @@ class LLMRerankKind(SystemKind):
     def cost_notes(self, dataset: Dataset, spec: SystemSpec, k: int) -> list[str]:
         endpoint = operator_endpoint(spec.name)
         where = (
-            f"Requests go to the operator's endpoint {endpoint.url} (model {spec.name}); "
+            f"Requests go to the operator's endpoint at {urlsplit(endpoint.url).hostname} (model {spec.name}); "
             "the cost is these tokens at that endpoint's price."
         )
         found = self._estimate(dataset, spec, k)
