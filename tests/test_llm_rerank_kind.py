@@ -258,3 +258,37 @@ def test_a_link_to_an_llm_reranking_shows_its_cost_and_asks_only_after_compute_t
     assert "onerror" not in " ".join(str(h.proto.body) for h in at.get("html"))
     assert any("not the benchmark" in c.value for c in at.caption)
     assert KEY not in str(at.query_params)
+
+
+def test_the_visitors_base_url_never_receives_a_reranking_and_cancel_resumes_from_the_cache(
+    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm.responder = reverse_ids
+    llm.latency = 1.0  # long enough to press Cancel while it runs
+    dataset = load_demo(TASK)
+    with FakeLLM() as visitors:
+        at = _fresh_app("explorer", task=TASK, systems=["bm25", LIST], system=LIST)
+        at.text_input(key="w_llm_url").input(visitors.url).run()
+        at.text_input(key="w_llm_model").input("visitor-model").run()
+        at.button(key=f"compute:{LIST}").click().run()
+        key = run_job_key(dataset, LIST)
+        job = REGISTRY.get(key)
+        assert job is not None
+        if job.state == "running":
+            assert at.get("progress")  # the job's progress, with Cancel
+            at.button(key=f"cancel:{'|'.join(key)}").click().run()
+        assert job.wait(300)
+        assert visitors.requests == []  # the operator's endpoint only, whatever the visitor typed
+    assert job.state == "cancelled", job.state
+    sent = len(llm.requests)
+    assert 0 < sent < len(dataset.queries)
+    at.run()
+    resume = at.button(key=f"compute:{LIST}")
+    assert "resumes where it stopped" in resume.label
+    assert md(f"{len(dataset.queries) - sent} requests to send ({sent} of") in " ".join(c.value for c in at.caption)
+    llm.latency = 0.0
+    resume.click().run()
+    job = REGISTRY.get(key)
+    assert job is not None and job.wait(300) and job.state == "done", job.error
+    assert len(llm.requests) == len(dataset.queries)  # the cancelled job's replies were not asked again
+    assert {r["body"]["model"] for r in llm.requests} == {"fake-model"}
