@@ -195,8 +195,9 @@ class SystemKind(ABC):
         return sum(estimate_seconds(dataset, m, k) for m in spec.members)
 
     def asks_llm(self, dataset: Dataset, spec: SystemSpec, k: int) -> bool:
-        """Whether computing its run (not on disk) may send requests to an LLM API: such work is
-        started only by a click, however cheap it looks (a link never spends the operator's key)."""
+        """Whether computing its run, when it is not on disk, may send requests to an LLM API: such
+        work is started only by a click, however cheap it looks (a link never spends the operator's
+        key). ``needs_click`` asks this first, then whether the run is on disk."""
         return any(needs_click(dataset, m, max(k, 100)) for m in spec.members)
 
     def cost_notes(self, dataset: Dataset, spec: SystemSpec, k: int) -> list[str]:
@@ -428,9 +429,9 @@ def needs_click(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> boo
     shows its cost and a Compute button, never starting it from a link or by itself."""
     spec = parse_system(system) if isinstance(system, str) else system
     kind = spec.system_kind
-    if kind.stores_run and is_computed(dataset, spec, k):
+    if not kind.asks_llm(dataset, spec, k):  # most systems: no LLM inside, no run key to build
         return False
-    return kind.asks_llm(dataset, spec, k)
+    return not (kind.stores_run and is_computed(dataset, spec, k))
 
 
 def cost_notes(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> list[str]:

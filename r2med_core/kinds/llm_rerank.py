@@ -174,7 +174,7 @@ class LLMRerankKind(SystemKind):
         return Run(str(spec), {q: r[:k] for q, r in run.rankings.items()}, run.seconds)
 
     def asks_llm(self, dataset: Dataset, spec: SystemSpec, k: int) -> bool:
-        return True  # its run is not on disk: computing it may send requests
+        return True  # unless its run is on disk (``needs_click`` checks), computing it may send requests
 
     def models(self, spec: SystemSpec) -> tuple[tuple[str, str], ...]:
         return (*super().models(spec), ("llm", spec.name))
