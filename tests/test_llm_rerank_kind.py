@@ -102,6 +102,9 @@ def test_the_name_parses_into_base_model_depth_and_mode_and_bad_forms_say_what_i
     ]:
         with pytest.raises(SpecError, match="SYSTEM>llmrerank:list:MODEL@K"):
             parse_system(bad)
+    for path in ["bm25>llmrerank:list:.@10", "bm25>llmrerank:list:/etc@10", "bm25>llmrerank:point:~/m@3"]:
+        with pytest.raises(SpecError, match="not a path"):
+            parse_system(path)
     with pytest.raises(SpecError, match="only a list-wise reranking takes"):
         parse_system("bm25>llmrerank:point:m@10+window4-2")
     with pytest.raises(SpecError, match="sliding window needs"):

@@ -121,6 +121,9 @@ class LLMRerankKind(SystemKind):
         found = _REST.fullmatch(rest)
         if found is None or found["mode"] not in MODES or not found["model"].strip():
             raise SpecError(usage + " with K a whole number of at least 1")
+        model = found["model"]
+        if model.startswith(("/", ".", "~")) or "\\" in model or any(ch.isspace() for ch in model):
+            raise SpecError(f"{text!r}: MODEL is the name an LLM endpoint knows the model by, not a path")
         depth = _whole(found["k"])
         if depth is None:
             raise SpecError(usage + " with K a whole number of at least 1")
@@ -134,7 +137,7 @@ class LLMRerankKind(SystemKind):
             except lr.LLMRerankError as err:
                 raise SpecError(f"{text!r}: {err}") from None
             window = (size, step)
-        return llm_reranked_spec(parse(text[:at]), found["mode"], found["model"], depth, window)
+        return llm_reranked_spec(parse(text[:at]), found["mode"], model, depth, window)
 
     def format(self, spec: SystemSpec) -> str:
         window = spec.param("window")
