@@ -92,7 +92,8 @@ class SystemSpec:
         return self.with_rewrite(None)
 
     def models(self) -> tuple[tuple[str, str], ...]:
-        """The models it would load, as ``(role, model)`` with role "dense" or "reranker"."""
+        """The models it would load or ask, as ``(role, model)`` with role "dense", "reranker" or "llm"
+        (an LLM on the operator's endpoint)."""
         return self.system_kind.models(self)
 
 
