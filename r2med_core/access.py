@@ -56,7 +56,10 @@ def system_refusal(name: str, settings: Settings, offered: Iterable[str] = ()) -
     if reason:
         return reason
     for role, model in spec.models():
-        reason = model_refusal(model, settings) if role == "dense" else reranker_refusal(model, settings)
+        if role == "llm":  # sent to the operator's endpoint only, and only after a click
+            reason = "this read-only demo runs no LLM" if settings.demo_mode else None
+        else:
+            reason = model_refusal(model, settings) if role == "dense" else reranker_refusal(model, settings)
         if reason:
             return reason
     return None

@@ -826,6 +826,33 @@ def pointwise_rerank(
     return Run(pointwise_name(run.name, endpoint.model, k), rankings, run.seconds + asker.seconds), explanations
 
 
+def cached_explanations(
+    run: Run,
+    dataset: Dataset,
+    endpoint: AnyEndpoint,
+    k: int = 10,
+    *,
+    query_ids: list[str] | None = None,
+    max_tokens: int | None = None,
+) -> dict[str, dict[str, Explanation]]:
+    """The point-wise judge's explanations that are in the reply cache, sending nothing: what
+    ``pointwise_rerank`` with these settings found (for the explorer, after the run was computed).
+    ``query_ids`` limits it to those queries; a document whose reply is not cached is left out."""
+    plan = _plan(run, dataset, k)
+    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
+    dry = _Asker("pointwise", endpoint, dry=True)
+    out: dict[str, dict[str, Explanation]] = {}
+    for qid in plan if query_ids is None else [q for q in query_ids if q in plan]:
+        query, docs = plan[qid]
+        for doc in docs:
+            try:
+                reply = dry.ask(pointwise_messages(query, dataset.corpus[doc]), logprobs=True)
+            except _NotCached:
+                continue
+            out.setdefault(qid, {})[doc] = explain(reply.content, reply.distribution)
+    return out
+
+
 # --------------------------------------------------------------------------- before a Compute click
 
 
@@ -937,6 +964,7 @@ __all__ = [
     "RerankIncomplete",
     "RerankReport",
     "Window",
+    "cached_explanations",
     "estimate",
     "listwise_messages",
     "listwise_rerank",

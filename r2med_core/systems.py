@@ -14,11 +14,14 @@ from .data import Dataset
 from .kinds.base import (
     MAX_FUSION_DEPTH,
     RUN_FORMAT_VERSION,
+    Explanations,
     SpecError,
     SystemKind,
     SystemSpec,
+    cost_notes,
     estimate_seconds,
     is_computed,
+    needs_click,
     parse_system,
     queries_left_out,
     register,
@@ -29,6 +32,7 @@ from .kinds.base import (
     run_system,
     search_text,
     split_top_level,
+    system_explanations,
 )
 from .kinds.bm25 import BM25_ENGINES, BM25_LABELS, bm25_index_key, bm25_queries, bm25_retriever
 from .kinds.dense import dense_model, dense_query_vectors, dense_retriever
@@ -39,18 +43,21 @@ __all__ = [
     "BM25_LABELS",
     "MAX_FUSION_DEPTH",
     "RUN_FORMAT_VERSION",
+    "Explanations",
     "SpecError",
     "SystemKind",
     "SystemSpec",
     "bm25_index_key",
     "bm25_queries",
     "bm25_retriever",
+    "cost_notes",
     "dense_instruction_notes",
     "dense_query_vectors",
     "dense_retriever",
     "estimate_seconds",
     "is_computed",
     "leaf_systems",
+    "needs_click",
     "parse_system",
     "published_kind",
     "queries_left_out",
@@ -63,6 +70,7 @@ __all__ = [
     "run_key",
     "run_system",
     "search_text",
+    "system_explanations",
 ]
 
 # Older private names some callers and tests use.

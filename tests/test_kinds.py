@@ -22,7 +22,7 @@ from r2med_core.runs import Run
 from r2med_core.settings import load_settings
 from r2med_core.systems import parse_system, published_kind, run_system, search_text
 
-BUILT_IN = {"bm25", "dense", "fusion", "run", "rerank", "oracle"}
+BUILT_IN = {"bm25", "dense", "fusion", "run", "rerank", "llmrerank", "oracle"}
 
 
 def test_every_built_in_kind_is_registered_and_found_by_name() -> None:

@@ -291,6 +291,10 @@ with right:
     else:
         st.subheader(f"Retrieved top {depth}")
     shown_run = rankings[which]
+    shown_system = {"original query": v.system, "rewritten query": rewritten_system}.get(which)
+    reasons = ui.explanations(dataset, shown_system, qid) if shown_system else None
+    if reasons is not None:
+        st.caption(f"Under each document: {ui.md(reasons.note)}, by {ui.md(reasons.by)}.")
     st.dataframe(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, width="stretch")
     for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
         grade = dataset.positives(qid).get(doc)
@@ -301,6 +305,10 @@ with right:
             st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
             st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
         st.caption(ui.md(preview(text)))
+        if reasons is not None and doc in reasons.texts:
+            with st.container(border=True):
+                st.markdown(f"**Why, says {ui.md(reasons.by)}:** {ui.md(reasons.texts[doc])}")
+                st.caption(ui.md(reasons.details[doc]))
 
 # ------------------------------------------------------------------ labelling
 st.divider()

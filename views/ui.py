@@ -39,13 +39,22 @@ from r2med_core.generation import (
 )
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
+from r2med_core.kinds.llm_rerank import use_operator
 from r2med_core.progress import Progress
 from r2med_core.provenance import Provenance, run_provenance
 from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
 from r2med_core.stats import DatasetSummary, LengthHistogram, dataset_summary, length_histogram
-from r2med_core.systems import SpecError, parse_system, run_system
+from r2med_core.systems import (
+    Explanations,
+    SpecError,
+    cost_notes,
+    needs_click,
+    parse_system,
+    run_system,
+    system_explanations,
+)
 from views.state import view
 
 T = TypeVar("T")
@@ -195,6 +204,8 @@ def is_ready(dataset: Dataset, system: str) -> bool:
     """
     if ("run", dataset_key(dataset), system) in _memo():
         return True
+    if needs_click(dataset, system):  # LLM requests cost the operator money: never without a click
+        return False
     return estimate_seconds(dataset, system) <= load_settings().compute_seconds
 
 
@@ -237,6 +248,8 @@ def compute_panel(dataset: Dataset, system: str) -> None:
         resumed = " (resumes where it stopped)" if job is not None and job.state == "cancelled" else ""
         with st.container(border=True):
             st.markdown(f"**{label}** is not computed on this task yet.")
+            for note in cost_notes(dataset, system):
+                st.caption(md(note))
             if st.button(f"Compute (≈ {format_seconds(seconds)}){resumed}", key=f"compute:{system}", type="primary"):
                 start_run(dataset, system)
                 job_progress(key)
@@ -331,7 +344,9 @@ def _secrets() -> dict[str, Any]:
 def settings() -> Settings:
     """The operator's settings (environment, then secrets); a bad value stops the app with its name."""
     try:
-        return load_settings(extra=_secrets())
+        found = load_settings(extra=_secrets())
+        use_operator(operator_llm(found, secrets=_secrets()))  # the server's, for LLM reranking jobs
+        return found
     except ValueError as err:
         st.error(f"The server is misconfigured: {md(err)}. The operator must fix this setting.")
         st.stop()
@@ -372,6 +387,14 @@ def live_llm() -> Resolved:
 def live_endpoint() -> Endpoint | None:
     """The live endpoint the user configured (model required), or None."""
     return live_llm().endpoint
+
+
+def explanations(dataset: Dataset, system: str, query_id: str) -> Explanations | None:
+    """A system's per-document reasons for a query (a point-wise LLM reranking's), from the cache only."""
+    try:
+        return system_explanations(dataset, system, query_id)
+    except SpecError:
+        return None
 
 
 def get_reranked(dataset: Dataset, system: str) -> Run | None:

@@ -3,14 +3,15 @@ registry that ``parse_system`` consults (as ir_measures finds its measures).
 
 Built in: ``bm25`` (BM25 engines), ``dense`` (dense presets and ``dense:<model>``), ``fusion``
 (``rrf(A,B,...)``), ``imported_run`` (``run:<name>``), ``rerank`` (``SYSTEM>rerank:MODEL@K``, a
-cross-encoder over a first-stage system) and ``oracle`` (``oracle:<retriever>``, retrieval with the
+cross-encoder over a first-stage system), ``llmrerank`` (``SYSTEM>llmrerank:list|point:MODEL@K``, an
+LLM on the operator's endpoint, computed only after a click) and ``oracle`` (``oracle:<retriever>``, retrieval with the
 reference answer: a diagnostic). ``base`` holds the contract (``SystemKind``), the spec
 (``SystemSpec``), the registry and the cached ``run_system``; ``r2med_core.systems`` re-exports the
 public names, so callers need not know which module a kind lives in.
 
 How to add a kind
 -----------------
-1. Add one module here, e.g. ``kinds/llmrerank.py``; every module of this package is imported when
+1. Add one module here, e.g. ``kinds/mykind.py``; every module of this package is imported when
    the package is, so nothing else needs editing.
 2. Subclass ``base.SystemKind`` and decorate it with ``@register``. Set ``name`` (the spec's
    ``kind``), ``grammar`` (shown when a name matches no kind) and ``priority`` (parse order: a kind
@@ -24,10 +25,13 @@ How to add a kind
 4. Override what differs from the defaults: ``searches_text``/``search`` for typed queries,
    ``models`` (what a link must be allowed to load), ``published_kind``, ``differences`` (fidelity to
    the benchmark), ``estimate_seconds``, ``link_refusal``, ``check`` (fail fast on a dataset that
-   cannot run it), ``stores_run = False`` when your run is cheap to rebuild from cached parts.
+   cannot run it), ``stores_run = False`` when your run is cheap to rebuild from cached parts,
+   ``asks_llm`` (True when computing sends paid LLM requests: the app then waits for a click),
+   ``cost_notes`` (requests and tokens shown before that click) and ``explanations`` (per-document
+   reasons the explorer shows, e.g. a point-wise LLM judge's).
 
-A kind that wraps a base system (an LLM reranker ``llmrerank:MODEL@K:<system>``, or the cross-
-encoder's ``SYSTEM>rerank:…``) keeps the base in ``members=(base,)`` and its settings in ``params``;
+A kind that wraps a base system (the LLM reranker's ``SYSTEM>llmrerank:list:MODEL@K``, or the
+cross-encoder's ``SYSTEM>rerank:…``) keeps the base in ``members=(base,)`` and its settings in ``params``;
 the defaults then pass rewrites, models, fidelity and the refusal of a link on to the base, and its
 ``compute`` calls ``run_system(dataset, base, …)`` so the first stage is cached once for every
 wrapper. A kind that needs the dataset's reference answers (the answer oracle) reads them from

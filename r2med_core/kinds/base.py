@@ -92,8 +92,21 @@ class SystemSpec:
         return self.with_rewrite(None)
 
     def models(self) -> tuple[tuple[str, str], ...]:
-        """The models it would load, as ``(role, model)`` with role "dense" or "reranker"."""
+        """The models it would load or ask, as ``(role, model)`` with role "dense", "reranker" or "llm"
+        (an LLM on the operator's endpoint)."""
         return self.system_kind.models(self)
+
+
+@dataclass(frozen=True)
+class Explanations:
+    """A system's reasons for one query's documents: ``texts[doc]`` is a model's untrusted text
+    (escape it before rendering), ``details[doc]`` a short line (its answer and score); ``by`` names
+    the model and ``note`` says what the texts are (and whether that is the benchmark's setting)."""
+
+    by: str
+    note: str
+    texts: dict[str, str]
+    details: dict[str, str]
 
 
 class SystemKind(ABC):
@@ -181,6 +194,20 @@ class SystemKind(ABC):
     def estimate_seconds(self, dataset: Dataset, spec: SystemSpec, k: int) -> float:
         """How long computing it would take here when its run is not cached."""
         return sum(estimate_seconds(dataset, m, k) for m in spec.members)
+
+    def asks_llm(self, dataset: Dataset, spec: SystemSpec, k: int) -> bool:
+        """Whether computing its run, when it is not on disk, may send requests to an LLM API: such
+        work is started only by a click, however cheap it looks (a link never spends the operator's
+        key). ``needs_click`` asks this first, then whether the run is on disk."""
+        return any(needs_click(dataset, m, max(k, 100)) for m in spec.members)
+
+    def cost_notes(self, dataset: Dataset, spec: SystemSpec, k: int) -> list[str]:
+        """What computing it would cost besides time (requests, tokens), shown before the click."""
+        return [note for m in spec.members for note in cost_notes(dataset, m, max(k, 100))]
+
+    def explanations(self, dataset: Dataset, spec: SystemSpec, query_id: str) -> Explanations | None:
+        """Why it placed a query's documents where it did, per document, when it can say (None)."""
+        return None
 
     def link_refusal(self, spec: SystemSpec, offered: set[str], refuse: Callable[[str], str | None]) -> str | None:
         """Why a link may not name it, given how a plain system is refused (``refuse``); the models it
@@ -398,6 +425,31 @@ def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -
     return kind.estimate_seconds(dataset, spec, k)
 
 
+def needs_click(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> bool:
+    """True when computing the system's run may send LLM requests (it is not on disk): the app then
+    shows its cost and a Compute button, never starting it from a link or by itself."""
+    spec = parse_system(system) if isinstance(system, str) else system
+    kind = spec.system_kind
+    if not kind.asks_llm(dataset, spec, k):  # most systems: no LLM inside, no run key to build
+        return False
+    return not (kind.stores_run and is_computed(dataset, spec, k))
+
+
+def cost_notes(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> list[str]:
+    """What computing the system's run would cost besides time (nothing when it is on disk)."""
+    spec = parse_system(system) if isinstance(system, str) else system
+    kind = spec.system_kind
+    if kind.stores_run and is_computed(dataset, spec, k):
+        return []
+    return kind.cost_notes(dataset, spec, k)
+
+
+def system_explanations(dataset: Dataset, system: SystemSpec | str, query_id: str) -> Explanations | None:
+    """The system's per-document reasons for a query (a point-wise LLM judge's), or None."""
+    spec = parse_system(system) if isinstance(system, str) else system
+    return spec.system_kind.explanations(dataset, spec, query_id)
+
+
 # --------------------------------------------------------------------------- free-text queries
 
 _LOADED: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -441,4 +493,3 @@ def search_text(
 def done(progress: Progress | None, spec: SystemSpec, verb: str = "done") -> None:
     """The final progress report every kind gives."""
     report(progress, 1.0, f"{spec.label}: {verb}")
-
