@@ -248,6 +248,10 @@ class Usage:
         """``{"prompt": n, "completion": m}``: the shape kept in cache entries and provenance records."""
         return {"prompt": self.prompt_tokens, "completion": self.completion_tokens}
 
+    def record(self, model: str, use: str) -> dict[str, Any]:
+        """One entry of ``Run.usage`` and a provenance record's ``llm_usage``."""
+        return {"model": model, "use": use, **self.to_json()}
+
     @classmethod
     def from_json(cls, obj: Any) -> Usage:
         """Read ``to_json``'s shape; anything else (an older cache entry without usage) is 0 tokens."""

@@ -731,7 +731,8 @@ def listwise_rerank(
             rankings[qid] = list(run.top(qid, k))
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM listwise reranking: done ({result.summary()})")
-    return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds)
+    usage = (*run.usage, asker.spent.record(endpoint.model, "listwise rerank")) if asker.spent else run.usage
+    return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds, usage)
 
 
 def pointwise_rerank(
@@ -800,7 +801,9 @@ def pointwise_rerank(
             result.sources[item.source] = result.sources.get(item.source, 0) + 1
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
-    return Run(pointwise_name(run.name, endpoint.model, k), rankings, run.seconds + asker.seconds), explanations
+    usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if asker.spent else run.usage
+    named = pointwise_name(run.name, endpoint.model, k)
+    return Run(named, rankings, run.seconds + asker.seconds, usage), explanations
 
 
 # --------------------------------------------------------------------------- before a Compute click
