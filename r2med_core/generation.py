@@ -1150,6 +1150,23 @@ def live_generation_settings(dataset: Dataset, method: str, llm_name: str) -> di
     return endpoint if isinstance(endpoint, dict) else None
 
 
+def rewrite_usage(dataset: Dataset, method: str, llm_name: str) -> dict[str, Any] | None:
+    """The LLM use behind a dataset's ``(method, llm_name)`` rewrite when it is a recorded live
+    generation of an API server (``Usage.record`` of its model: the tokens its texts cost, cached
+    ones included), else None (a precomputed rewrite file, a local model, no such rewrite)."""
+    texts = dataset.rewrites.get((method, llm_name))
+    settings = live_generation_settings(dataset, method, llm_name) if texts else None
+    if not settings or settings.get("base_url") == "local" or live_rewrites(dataset, method, llm_name) != texts:
+        return None
+    try:
+        meta = json.loads((_set_dir(dataset) / method / llm_name / "meta.json").read_text(encoding="utf-8"))
+        spent = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+    except (OSError, ValueError, RecursionError, AttributeError):
+        spent = {}
+    usage = total_usage(Usage.from_json(u) for qid, u in spent.items() if qid in texts)
+    return usage.record(str(settings.get("model", llm_name)), f"{method} rewriting ({llm_name})")
+
+
 def live_rewrites(dataset: Dataset, method: str, llm_name: str) -> dict[str, str] | None:
     """Texts generated earlier for this dataset under ``llm_name`` (None when there are none)."""
     if not _LLM_NAME.fullmatch(llm_name):

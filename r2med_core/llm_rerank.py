@@ -586,6 +586,11 @@ def _run_jobs(
 # --------------------------------------------------------------------------- the rerankers
 
 
+def _api(endpoint: AnyEndpoint) -> bool:
+    """A server (whose tokens are metered), not a model in this process."""
+    return not isinstance(endpoint, LocalEndpoint)
+
+
 def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]]:
     """Per query: its original text and the top-k documents the corpus knows (others cannot be shown)."""
     if k < 1:
@@ -731,7 +736,7 @@ def listwise_rerank(
             rankings[qid] = list(run.top(qid, k))
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM listwise reranking: done ({result.summary()})")
-    usage = (*run.usage, asker.spent.record(endpoint.model, "listwise rerank")) if asker.spent else run.usage
+    usage = (*run.usage, asker.spent.record(endpoint.model, "listwise rerank")) if _api(endpoint) else run.usage
     return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds, usage)
 
 
@@ -801,7 +806,7 @@ def pointwise_rerank(
             result.sources[item.source] = result.sources.get(item.source, 0) + 1
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
-    usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if asker.spent else run.usage
+    usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if _api(endpoint) else run.usage
     named = pointwise_name(run.name, endpoint.model, k)
     return Run(named, rankings, run.seconds + asker.seconds, usage), explanations
 

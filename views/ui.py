@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -155,13 +156,14 @@ def get_run(dataset: Dataset, system: str) -> Run:
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def _provenance(key: str, system: str, seconds: float | None, _dataset: Dataset) -> Provenance:
-    return run_provenance(_dataset, system, wall_seconds=seconds)
+def _provenance(key: str, system: str, seconds: float | None, usage: str, _dataset: Dataset) -> Provenance:
+    return run_provenance(_dataset, system, wall_seconds=seconds, usage=json.loads(usage))
 
 
 def get_provenance(dataset: Dataset, system: str, run: Run) -> Provenance:
-    """Where the system's numbers come from (data, models, rewrites, code, machine), once per run."""
-    return _provenance(dataset_key(dataset), system, run.seconds, dataset)
+    """Where the system's numbers come from (data, models, rewrites, code, machine, tokens), once per run."""
+    usage = json.dumps(list(run.usage), sort_keys=True)  # part of the key: a remade run may cost otherwise
+    return _provenance(dataset_key(dataset), system, run.seconds, usage, dataset)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
