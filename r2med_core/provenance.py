@@ -107,7 +107,7 @@ class Provenance:
     @property
     def uses_api(self) -> bool:
         """Whether a paid API is behind the run (an LLM use, OpenAI embeddings) rather than local weights."""
-        return bool(self.llm_usage) or any(m["id"].startswith("text-embedding-") for m in self.models)
+        return bool(self.llm_usage) or any(str(m.get("id", "?")).startswith("text-embedding-") for m in self.models)
 
     def cost(self, prices: Mapping[str, Price] | None = None) -> str:
         """What the run cost beyond this machine's time, in words for a table: tokens, and money only
@@ -139,8 +139,8 @@ class Provenance:
         data = self.dataset
         where = data.get("revision") or data.get("fingerprint") or "?"
         rows.append(("dataset", f"{data.get('name', '?')} · {data.get('source', '?')} · {where}"))
-        rows += [("model", f"{m['id']} @ {m.get('revision', '?')}") for m in self.models]
-        rows += [("rewrite", f"{r['rewrite']} · texts {r.get('fingerprint', '?')}") for r in self.rewrites]
+        rows += [("model", f"{m.get('id', '?')} @ {m.get('revision', '?')}") for m in self.models]
+        rows += [("rewrite", f"{r.get('rewrite', '?')} · texts {r.get('fingerprint', '?')}") for r in self.rewrites]
         rows.append(("code", f"r2med-explorer {self.project.get('version', '?')} ({self.project.get('commit', '?')})"))
         rows.append(("packages", ", ".join(f"{k} {v}" for k, v in self.packages.items())))
         hw = self.hardware
@@ -389,13 +389,13 @@ def differences(a: Provenance, b: Provenance) -> list[str]:
     for key, what in (("revision", "dataset revision"), ("fingerprint", "dataset content")):
         if da.get(key) and db.get(key) and da[key] != db[key]:
             out.append(f"{what} differs: {da[key]} vs {db[key]}")
-    models_a = {m["id"]: m.get("revision") for m in a.models}
-    models_b = {m["id"]: m.get("revision") for m in b.models}
+    models_a = {str(m.get("id", "?")): m.get("revision") for m in a.models}
+    models_b = {str(m.get("id", "?")): m.get("revision") for m in b.models}
     for model in sorted(models_a.keys() & models_b.keys()):
         if models_a[model] != models_b[model]:
             out.append(f"model {model} at revision {models_a[model]} vs {models_b[model]}")
-    rewrites_a = {r["rewrite"]: r.get("fingerprint") for r in a.rewrites}
-    rewrites_b = {r["rewrite"]: r.get("fingerprint") for r in b.rewrites}
+    rewrites_a = {str(r.get("rewrite", "?")): r.get("fingerprint") for r in a.rewrites}
+    rewrites_b = {str(r.get("rewrite", "?")): r.get("fingerprint") for r in b.rewrites}
     for rewrite in sorted(rewrites_a.keys() & rewrites_b.keys()):
         if rewrites_a[rewrite] != rewrites_b[rewrite]:
             out.append(f"rewrite {rewrite} has other texts ({rewrites_a[rewrite]} vs {rewrites_b[rewrite]})")

@@ -39,9 +39,10 @@ from r2med_core.generation import (
     live_rewrites,
 )
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
+from r2med_core.imported_runs import kept_provenance
 from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
 from r2med_core.progress import Progress
-from r2med_core.provenance import Provenance, run_provenance
+from r2med_core.provenance import Provenance, ProvenanceError, run_provenance
 from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
@@ -157,6 +158,12 @@ def get_run(dataset: Dataset, system: str) -> Run:
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _provenance(key: str, system: str, seconds: float | None, usage: str, _dataset: Dataset) -> Provenance:
+    kept = kept_provenance(_dataset, system, settings())  # a reopened report's run: where it was made
+    if kept is not None:
+        try:
+            return Provenance.from_json(kept, source=system)
+        except ProvenanceError:
+            pass  # unreadable: say what is known here instead
     return run_provenance(_dataset, system, wall_seconds=seconds, usage=json.loads(usage))
 
 
