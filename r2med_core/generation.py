@@ -248,6 +248,10 @@ class Usage:
         """``{"prompt": n, "completion": m}``: the shape kept in cache entries and provenance records."""
         return {"prompt": self.prompt_tokens, "completion": self.completion_tokens}
 
+    def describe(self) -> str:
+        """``1,234 prompt + 56 completion tokens``."""
+        return f"{self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens"
+
     def record(self, model: str, use: str) -> dict[str, Any]:
         """One entry of ``Run.usage`` and a provenance record's ``llm_usage``."""
         return {"model": model, "use": use, **self.to_json()}
@@ -899,6 +903,8 @@ class GenerationReport:
             parts.append(f"{len(self.failed)} failed")
         if self.remaining:
             parts.append(f"{len(self.remaining)} not tried")
+        if self.tokens:
+            parts.append(self.tokens.describe())
         return f"{self.method} · {self.llm_name} ({self.endpoint}): " + ", ".join(parts)
 
     def problem(self) -> str | None:

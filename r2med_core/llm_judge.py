@@ -407,6 +407,8 @@ class JudgeReport:
             parts.append(f"{len(self.failed)} failed")
         if self.remaining:
             parts.append(f"{len(self.remaining)} not tried")
+        if self.tokens:
+            parts.append(self.tokens.describe())
         return f"{self.model} ({self.endpoint}): " + ", ".join(parts)
 
     def problem(self) -> str | None:

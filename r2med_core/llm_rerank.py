@@ -161,6 +161,8 @@ class RerankReport:
             parts.append(f"{len(self.remaining)} not done")
         if self.notes:
             parts.append(f"{len(self.notes)} queries with notes")
+        if self.tokens:
+            parts.append(self.tokens.describe())
         return f"{self.method} ({self.endpoint}): " + ", ".join(parts)
 
     def problem(self) -> str | None:

@@ -616,6 +616,7 @@ def test_tokens_are_summed_per_batch_and_a_cached_set_still_says_what_it_cost(de
     prompt, completion = sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent)
     assert prompt > 0 and completion > 0
     assert first.tokens == first.spent == gen.Usage(prompt, completion)
+    assert first.summary().endswith(f", {prompt:,} prompt + {completion:,} completion tokens")  # what the user sees
 
     again = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")  # 5 cached, 7 new
     assert again.from_cache == 5 and again.generated == len(qids) - 5
@@ -627,6 +628,7 @@ def test_tokens_are_summed_per_batch_and_a_cached_set_still_says_what_it_cost(de
 
     cached = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
     assert cached.generated == 0 and not cached.tokens and cached.spent == again.spent
+    assert "tokens" not in cached.summary()  # nothing spent this time
     assert gen.live_generation_usage(demo, "hyde", "live") == again.spent
 
 
