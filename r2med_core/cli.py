@@ -171,7 +171,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     name = safe_name(args.run_name or (run.name if args.rerank else str(spec)))
     results = evaluate(run, dataset.qrels, dataset_name=dataset.name, depth=depth, seconds=run.seconds)
     out = Path(args.output_dir)
-    record = run_provenance(dataset, str(spec), reranker=args.rerank, wall_seconds=run.seconds)
+    record = run_provenance(dataset, str(spec), reranker=args.rerank, wall_seconds=run.seconds, usage=run.usage)
     write_outputs(run, results, out, name, record)  # the same files a sweep writes per cell
     if args.rerank:
         label = f"{spec.label} → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"

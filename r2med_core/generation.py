@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 from weakref import WeakKeyDictionary
 
@@ -220,6 +220,68 @@ def lamer_passages(dataset: Dataset, first_stage: Run, query_id: str, k: int = L
     return [dataset.corpus[doc] for doc, _ in first_stage.top(query_id, k) if doc in dataset.corpus]
 
 
+# --------------------------------------------------------------------------- tokens
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens spent on replies, as the server's ``usage`` says (0 when it sends none).
+
+    Summed over a run it is what the run cost; a reply served from a cache costs 0 new tokens, yet
+    keeps the tokens spent making it, so a run built from the cache still says what it cost.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+    def __bool__(self) -> bool:
+        return self.total_tokens > 0
+
+    def to_json(self) -> dict[str, int]:
+        """``{"prompt": n, "completion": m}``: the shape kept in cache entries and provenance records."""
+        return {"prompt": self.prompt_tokens, "completion": self.completion_tokens}
+
+    def describe(self) -> str:
+        """``1,234 prompt + 56 completion tokens``."""
+        return f"{self.prompt_tokens:,} prompt + {self.completion_tokens:,} completion tokens"
+
+    def record(self, model: str, use: str) -> dict[str, Any]:
+        """One entry of ``Run.usage`` and a provenance record's ``llm_usage``."""
+        return {"model": model, "use": use, **self.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Usage:
+        """Read ``to_json``'s shape; anything else (an older cache entry without usage) is 0 tokens."""
+        if not isinstance(obj, dict):
+            return cls()
+        return cls(_count(obj.get("prompt")), _count(obj.get("completion")))
+
+    @classmethod
+    def from_response(cls, response: Any) -> Usage:
+        """The ``usage`` of an OpenAI-compatible chat completion (0 for what it leaves out)."""
+        usage = getattr(response, "usage", None)
+        return cls(_count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None)))
+
+
+def _count(value: Any) -> int:
+    """A token count from untrusted JSON: a non-negative int, else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return int(value) if value >= 0 and value == value and value != float("inf") else 0
+
+
+def total_usage(usages: Iterable[Usage]) -> Usage:
+    return sum(usages, Usage())
+
+
+
 # --------------------------------------------------------------------------- the per-query cache
 
 
@@ -256,25 +318,34 @@ def _entry(key: str) -> Path:
     return _cache_dir() / "replies" / key[:2] / f"{key}.json"
 
 
-def _cache_get(key: str) -> str | None:
+def _cache_get(key: str) -> tuple[str, Usage] | None:
+    """The cached text and the tokens spent making it (0 for an entry older than usage metering)."""
     try:
         payload = json.loads(_entry(key).read_text(encoding="utf-8"))
         text = payload["hy_doc"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        usage = Usage.from_json(payload.get("usage"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    return text if isinstance(text, str) and text.strip() else None
+    return (text, usage) if isinstance(text, str) and text.strip() else None
 
 
-def _cache_put(key: str, text: str, endpoint: AnyEndpoint, method: str) -> None:
-    payload = {"hy_doc": text, "model": endpoint.identity()["model"], "method": method, "prompt": PROMPT_VERSION}
+def _cache_put(key: str, text: str, endpoint: AnyEndpoint, method: str, usage: Usage = Usage()) -> None:
+    payload = {
+        "hy_doc": text,
+        "model": endpoint.identity()["model"],
+        "method": method,
+        "prompt": PROMPT_VERSION,
+        "usage": usage.to_json(),
+    }
     atomic_write_text(_entry(key), json.dumps(payload, ensure_ascii=False))
 
 
 # --------------------------------------------------------------------------- backends
 
 
-class _Failure(Exception):
-    """One query could not be generated. ``batch``: stop the whole batch (wrong key, server down)."""
+class LLMFailure(Exception):
+    """One request could not be answered; ``message`` says why (the key already redacted).
+    ``batch``: stop the whole batch (wrong key, server down), not just this request."""
 
     def __init__(self, message: str, *, batch: bool = False) -> None:
         super().__init__(message)
@@ -282,12 +353,15 @@ class _Failure(Exception):
         self.batch = batch
 
 
-class _Backend(Protocol):
-    def complete(self, messages: list[dict[str, str]]) -> str: ...
+_Failure = LLMFailure  # the name this module used before the public client API
 
 
-def _redact(text: str, secret: str | None) -> str:
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` (an API key) replaced by ``***``."""
     return text.replace(secret, "***") if secret else text
+
+
+_redact = redact
 
 
 def _retry_after(response: Any, limit: float) -> float | None:
@@ -670,6 +744,119 @@ class _LocalBackend:
         return text
 
 
+# --------------------------------------------------------------------------- the public client
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One chat reply: its text (stripped, the key replaced by ``***``; still untrusted), what it
+    cost, the reply tokens with their log-probabilities when asked for and sent, and its time."""
+
+    text: str
+    usage: Usage = Usage()
+    logprobs: list[dict[str, Any]] | None = None
+    seconds: float = 0.0
+
+
+def _logprob_tokens(response: Any) -> list[dict[str, Any]] | None:
+    """The reply tokens with their log-probabilities (plain dicts), when the server sent them."""
+    try:
+        content = response.choices[0].logprobs.content
+    except (AttributeError, IndexError, TypeError):
+        return None
+    if not isinstance(content, list) or not content:
+        return None
+    out = []
+    for item in content:
+        token, logprob = getattr(item, "token", None), getattr(item, "logprob", None)
+        if not isinstance(token, str) or not isinstance(logprob, (int, float)):
+            return None
+        top = [
+            {"token": t.token, "logprob": t.logprob}
+            for t in getattr(item, "top_logprobs", None) or []
+            if isinstance(getattr(t, "token", None), str) and isinstance(getattr(t, "logprob", None), (int, float))
+        ]
+        out.append({"token": token, "logprob": float(logprob), "top_logprobs": top})
+    return out
+
+
+class ChatClient:
+    """An OpenAI-compatible chat server (or a ``LocalEndpoint``) with this project's request rules.
+
+    Only plain headers leave and the key only as ``Authorization``; the key is redacted from every
+    reply and message; ``endpoint.timeout`` is a total deadline per request; 429 and 5xx are retried
+    up to ``max_retries`` times with backoff (Retry-After honoured, at most ``max_delay`` s), timeouts
+    and refused connections twice. A failure raises ``LLMFailure`` (``batch``: stop the batch).
+    ``usage`` sums the tokens of every reply this client received (thread-safe).
+    """
+
+    def __init__(
+        self,
+        endpoint: AnyEndpoint,
+        *,
+        max_retries: int = 5,
+        base_delay: float = 1.0,
+        max_delay: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.endpoint = endpoint
+        self.secret = getattr(endpoint, "api_key", None)
+        self._lock = threading.Lock()
+        self.usage = Usage()
+        try:
+            self._backend: Any = (
+                _LocalBackend(endpoint)
+                if isinstance(endpoint, LocalEndpoint)
+                else _OpenAIBackend(
+                    endpoint, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep
+                )
+            )
+        except Exception as err:  # the client refused its settings; never leak the key
+            message = str(err) if isinstance(err, GenerationError) else f"{type(err).__name__}: {err}"
+            raise LLMFailure(redact(message, self.secret), batch=True) from None
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.endpoint, LocalEndpoint)
+
+    def chat(self, messages: list[dict[str, str]], *, top_logprobs: int | None = None) -> Reply:
+        """Send ``messages``; ``top_logprobs``: also ask for the reply tokens' log-probabilities
+        (a server that refuses them is asked again without, and not asked for them again)."""
+        started = time.perf_counter()
+        tokens = None
+        if self.local:
+            text, usage = self._backend.complete(messages), Usage()
+        else:
+            extra = {"logprobs": True, "top_logprobs": top_logprobs} if top_logprobs else {}
+            response = self._backend.request(messages, **extra)
+            text, usage = _reply_text(response, self.endpoint.url), Usage.from_response(response)
+            tokens = _logprob_tokens(response) if top_logprobs else None
+        with self._lock:
+            self.usage = self.usage + usage
+        return Reply(redact(text, self.secret), usage, tokens, time.perf_counter() - started)
+
+    def fail_message(self, err: Exception) -> str:
+        """What to tell a user about an unexpected error in a request (the key redacted)."""
+        if isinstance(err, LLMFailure):
+            return err.message
+        return redact(f"{type(err).__name__}: {err}", self.secret)
+
+
+def chat(
+    endpoint: AnyEndpoint,
+    messages: list[dict[str, str]],
+    *,
+    max_retries: int = 5,
+    base_delay: float = 1.0,
+    max_delay: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
+    top_logprobs: int | None = None,
+) -> Reply:
+    """One chat request with ``ChatClient``'s rules; raises ``LLMFailure`` when it cannot be answered."""
+    client = ChatClient(endpoint, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep)
+    return client.chat(messages, top_logprobs=top_logprobs)
+
+
 # --------------------------------------------------------------------------- the batch
 
 
@@ -692,6 +879,18 @@ class GenerationReport:
     texts: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     remaining: list[str] = field(default_factory=list)
+    usage: dict[str, Usage] = field(default_factory=dict)  # per query: what making its text cost
+    cached: set[str] = field(default_factory=set)  # queries answered from the cache
+
+    @property
+    def tokens(self) -> Usage:
+        """Tokens spent by this batch (cache hits cost nothing new)."""
+        return total_usage(u for qid, u in self.usage.items() if qid not in self.cached)
+
+    @property
+    def spent(self) -> Usage:
+        """Tokens it cost to make every text the batch holds, cached ones included."""
+        return total_usage(self.usage[qid] for qid in self.texts if qid in self.usage)
 
     @property
     def complete(self) -> bool:
@@ -704,6 +903,8 @@ class GenerationReport:
             parts.append(f"{len(self.failed)} failed")
         if self.remaining:
             parts.append(f"{len(self.remaining)} not tried")
+        if self.tokens:
+            parts.append(self.tokens.describe())
         return f"{self.method} · {self.llm_name} ({self.endpoint}): " + ", ".join(parts)
 
     def problem(self) -> str | None:
@@ -764,7 +965,8 @@ def generate_rewrites(
             key = generation_key(endpoint, method, query, dataset.family, passages, task=dataset.name, prompts=prompts)
             hit = _cache_get(key)
             if hit is not None:
-                result.texts[qid] = hit
+                result.texts[qid], result.usage[qid] = hit
+                result.cached.add(qid)
                 result.from_cache += 1
             else:
                 messages = build_messages(method, query, dataset.family, passages, task=dataset.name, prompts=prompts)
@@ -782,28 +984,23 @@ def generate_rewrites(
     tell()
     if jobs:
         try:
-            backend: _Backend = (
-                _LocalBackend(endpoint)
-                if isinstance(endpoint, LocalEndpoint)
-                else _OpenAIBackend(
-                    endpoint, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep
-                )
+            client = ChatClient(
+                endpoint, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep
             )
-        except Exception as err:  # the client refused its settings; never leak the key
-            message = str(err) if isinstance(err, GenerationError) else f"{type(err).__name__}: {err}"
-            result.error = _redact(message, getattr(endpoint, "api_key", None))
+        except LLMFailure as failure:  # the client refused its settings (message redacted)
+            result.error = failure.message
             result.stopped, result.remaining = True, [qid for qid, _, _ in jobs]
             return result
-        _run_jobs(jobs, backend, endpoint, result, should_stop, max_consecutive_failures, max(1, workers), tell)
+        _run_jobs(jobs, client, endpoint, result, should_stop, max_consecutive_failures, max(1, workers), tell)
         result.texts = {qid: result.texts[qid] for qid in wanted if qid in result.texts}
     if result.texts and record:
-        _record_set(dataset, method, llm_name, endpoint, result.texts, prompts)
+        _record_set(dataset, method, llm_name, endpoint, result.texts, prompts, result.usage)
     return result
 
 
 def _run_jobs(
     jobs: list[tuple[str, str, list[dict[str, str]]]],
-    backend: _Backend,
+    client: ChatClient,
     endpoint: AnyEndpoint,
     result: GenerationReport,
     should_stop: Callable[[], bool] | None,
@@ -813,7 +1010,7 @@ def _run_jobs(
 ) -> None:
     """Run the uncached queries, at most ``workers`` at a time, in query order; stop cleanly."""
     queue = list(reversed(jobs))
-    running: dict[Future[str], tuple[str, str]] = {}
+    running: dict[Future[Reply], tuple[str, str]] = {}
     consecutive = 0
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="r2med-generate") as pool:
         while queue or running:
@@ -822,15 +1019,15 @@ def _run_jobs(
                     result.stopped = True
                     break
                 qid, key, messages = queue.pop()
-                running[pool.submit(backend.complete, messages)] = (qid, key)
+                running[pool.submit(client.chat, messages)] = (qid, key)
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 qid, key = running.pop(future)
                 try:
-                    text = future.result()
-                except _Failure as failure:
+                    reply = future.result()
+                except LLMFailure as failure:
                     result.failed[qid] = failure.message
                     consecutive += 1
                     if failure.batch and not result.error:
@@ -839,13 +1036,13 @@ def _run_jobs(
                         result.error = f"{consecutive} queries in a row failed, stopping — last: {failure.message}"
                         result.stopped = True
                 except Exception as err:  # a bug in a backend must not lose the finished queries
-                    result.failed[qid] = _redact(f"{type(err).__name__}: {err}", getattr(endpoint, "api_key", None))
+                    result.failed[qid] = client.fail_message(err)
                     consecutive += 1
                 else:
                     consecutive = 0
-                    text = _redact(text, getattr(endpoint, "api_key", None))  # a reply echoing the key
-                    _cache_put(key, text, endpoint, result.method)
-                    result.texts[qid] = text
+                    text = reply.text  # a reply echoing the key is already redacted
+                    _cache_put(key, text, endpoint, result.method, reply.usage)
+                    result.texts[qid], result.usage[qid] = text, reply.usage
                     result.generated += 1
                 tell()
             if result.stopped:
@@ -910,19 +1107,41 @@ def _record_set(
     endpoint: AnyEndpoint,
     texts: dict[str, str],
     prompts: Prompts = OFFICIAL_PROMPTS,
+    usage: dict[str, Usage] | None = None,
 ) -> None:
-    """Remember a batch under its LLM name; a later batch of the same endpoint and prompts adds to it."""
+    """Remember a batch under its LLM name; a later batch of the same endpoint and prompts adds to it.
+
+    The tokens each text cost are kept beside it, so a run using the set says what it cost."""
     folder = _set_dir(dataset) / method / llm_name
     identity = {**endpoint.identity(), "prompt": PROMPT_VERSION, **prompts.identity()}
     merged = dict(texts)
+    spent = {qid: u.to_json() for qid, u in (usage or {}).items() if qid in texts}
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         if meta.get("endpoint") == identity:
             merged = {**(live_rewrites(dataset, method, llm_name) or {}), **texts}
-    except (OSError, ValueError, RecursionError):
+            earlier = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+            spent = {**{q: u for q, u in earlier.items() if q in merged}, **spent}
+    except (OSError, ValueError, RecursionError, AttributeError):
         pass
     save_rewrites(merged, dataset, folder / REWRITE_FILE)
-    atomic_write_text(folder / "meta.json", json.dumps({"endpoint": identity, "queries": len(merged)}, indent=1))
+    meta = {"endpoint": identity, "queries": len(merged), "usage": spent}
+    atomic_write_text(folder / "meta.json", json.dumps(meta, indent=1))
+
+
+def live_generation_usage(dataset: Dataset, method: str, llm_name: str) -> Usage | None:
+    """The tokens it cost to make a recorded live generation (summed over its texts), or None when
+    none is recorded or the server reported no usage."""
+    if not _LLM_NAME.fullmatch(llm_name):
+        return None
+    try:
+        meta = json.loads((_set_dir(dataset) / method / llm_name / "meta.json").read_text(encoding="utf-8"))
+        spent = meta.get("usage") if isinstance(meta, dict) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(spent, dict):
+        return None
+    return total_usage(Usage.from_json(u) for u in spent.values()) or None
 
 
 def live_generation_settings(dataset: Dataset, method: str, llm_name: str) -> dict[str, Any] | None:
@@ -935,6 +1154,23 @@ def live_generation_settings(dataset: Dataset, method: str, llm_name: str) -> di
         return None
     endpoint = meta.get("endpoint") if isinstance(meta, dict) else None
     return endpoint if isinstance(endpoint, dict) else None
+
+
+def rewrite_usage(dataset: Dataset, method: str, llm_name: str) -> dict[str, Any] | None:
+    """The LLM use behind a dataset's ``(method, llm_name)`` rewrite when it is a recorded live
+    generation of an API server (``Usage.record`` of its model: the tokens its texts cost, cached
+    ones included), else None (a precomputed rewrite file, a local model, no such rewrite)."""
+    texts = dataset.rewrites.get((method, llm_name))
+    settings = live_generation_settings(dataset, method, llm_name) if texts else None
+    if not settings or settings.get("base_url") == "local" or live_rewrites(dataset, method, llm_name) != texts:
+        return None
+    try:
+        meta = json.loads((_set_dir(dataset) / method / llm_name / "meta.json").read_text(encoding="utf-8"))
+        spent = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+    except (OSError, ValueError, RecursionError, AttributeError):
+        spent = {}
+    usage = total_usage(Usage.from_json(u) for qid, u in spent.items() if qid in texts)
+    return usage.record(str(settings.get("model", llm_name)), f"{method} rewriting ({llm_name})")
 
 
 def live_rewrites(dataset: Dataset, method: str, llm_name: str) -> dict[str, str] | None:

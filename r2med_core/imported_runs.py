@@ -367,6 +367,26 @@ def _runs_dir_entries(dataset: Dataset, settings: Settings) -> list[RunEntry]:
     return entries
 
 
+def keep_provenance(entry: RunEntry, record: dict[str, Any]) -> None:
+    """Remember where an uploaded run came from (a saved report's provenance record), beside it."""
+    if entry.origin != UPLOADS:
+        return  # the operator's runs folder is theirs: nothing is written there
+    meta = _upload_meta(entry.path)
+    meta["provenance"] = record
+    atomic_write_text(entry.path.with_suffix(".json"), json.dumps(meta, indent=1))
+
+
+def kept_provenance(dataset: Dataset, system: str, settings: Settings | None = None) -> dict[str, Any] | None:
+    """The provenance record kept with an uploaded run ``run:<name>`` (from a reopened report), or None."""
+    if not system.startswith(RUN_PREFIX):
+        return None
+    entry = available_runs(dataset, settings).get(system.removeprefix(RUN_PREFIX))
+    if entry is None or entry.origin != UPLOADS:
+        return None
+    record = _upload_meta(entry.path).get("provenance")
+    return record if isinstance(record, dict) else None
+
+
 def available_runs(dataset: Dataset, settings: Settings | None = None) -> dict[str, RunEntry]:
     """Every run offered for this dataset, by name (the operator's runs folder wins a clash)."""
     settings = settings or load_settings()

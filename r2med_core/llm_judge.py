@@ -37,7 +37,7 @@ from sklearn.metrics import cohen_kappa_score
 from .annotations import Annotation, AnnotationStore, check_unjudged
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import Dataset
-from .generation import Endpoint, _Failure, _OpenAIBackend, _redact
+from .generation import ChatClient, Endpoint, LLMFailure, Usage, redact, total_usage
 from .progress import Progress, report
 from .runs import Run
 
@@ -218,7 +218,7 @@ def parse_grade(reply: str) -> ParsedGrade:
 def clean_explanation(reply: str, secret: str | None = None) -> str:
     """An explanation as kept and shown: the key redacted, one paragraph, at most
     ``MAX_EXPLANATION_CHARS`` characters (it is still untrusted text: render it escaped)."""
-    text = " ".join(_redact(reply, secret).split())
+    text = " ".join(redact(reply, secret).split())
     text = "".join(ch for ch in text if ch.isprintable())
     if len(text) > MAX_EXPLANATION_CHARS:
         text = text[: MAX_EXPLANATION_CHARS - 1].rstrip() + "…"
@@ -261,10 +261,11 @@ class Explanation:
     error: str | None = None
     from_cache: bool = False
     prompt: str = EXPLAIN_PROMPT_VERSION
+    usage: Usage = field(default_factory=Usage)  # what asking for it cost (kept with the cached explanation)
 
 
-def _backend(endpoint: Endpoint, max_retries: int, sleep: Callable[[float], None]) -> _OpenAIBackend:
-    return _OpenAIBackend(endpoint, max_retries=max_retries, base_delay=1.0, max_delay=30.0, sleep=sleep)
+def _backend(endpoint: Endpoint, max_retries: int, sleep: Callable[[float], None]) -> ChatClient:
+    return ChatClient(endpoint, max_retries=max_retries, base_delay=1.0, max_delay=30.0, sleep=sleep)
 
 
 def cached_explanation(endpoint: Endpoint, query: str, passage: str) -> Explanation | None:
@@ -273,7 +274,8 @@ def cached_explanation(endpoint: Endpoint, query: str, passage: str) -> Explanat
     text = payload.get("text") if payload else None
     if not isinstance(text, str) or not text.strip():
         return None
-    return Explanation(endpoint.model, clean_explanation(text, endpoint.api_key), from_cache=True)
+    usage = Usage.from_json(payload.get("usage")) if payload else Usage()
+    return Explanation(endpoint.model, clean_explanation(text, endpoint.api_key), from_cache=True, usage=usage)
 
 
 def explain_relevance(
@@ -290,17 +292,17 @@ def explain_relevance(
         return hit
     chosen = explain_endpoint(endpoint)
     try:
-        reply = _backend(chosen, max_retries, sleep).complete(explain_messages(query, passage))
-    except _Failure as failure:
+        reply = _backend(chosen, max_retries, sleep).chat(explain_messages(query, passage))
+    except LLMFailure as failure:
         return Explanation(endpoint.model, error=failure.message)
-    except Exception as err:  # the client refused its settings; never leak the key
-        return Explanation(endpoint.model, error=_redact(f"{type(err).__name__}: {err}", endpoint.api_key))
-    text = clean_explanation(reply, endpoint.api_key)
+    except Exception as err:  # never leak the key
+        return Explanation(endpoint.model, error=redact(f"{type(err).__name__}: {err}", endpoint.api_key))
+    text = clean_explanation(reply.text, endpoint.api_key)
     if not text:
-        return Explanation(endpoint.model, error="the model returned an empty explanation")
-    payload = {"text": text, "model": endpoint.model, "prompt": EXPLAIN_PROMPT_VERSION}
+        return Explanation(endpoint.model, error="the model returned an empty explanation", usage=reply.usage)
+    payload = {"text": text, "model": endpoint.model, "prompt": EXPLAIN_PROMPT_VERSION, "usage": reply.usage.to_json()}
     atomic_write_text(_entry("explain", explanation_key(endpoint, query, passage)), json.dumps(payload))
-    return Explanation(endpoint.model, text)
+    return Explanation(endpoint.model, text, usage=reply.usage)
 
 
 # --------------------------------------------------------------------------- which pairs to judge
@@ -387,6 +389,13 @@ class JudgeReport:
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
     error: str | None = None
     remaining: list[tuple[str, str]] = field(default_factory=list)
+    usage: dict[tuple[str, str], Usage] = field(default_factory=dict)  # per graded pair: what its grade cost
+    tokens: Usage = field(default_factory=Usage)  # all this batch spent, unusable replies too (cache hits: 0)
+
+    @property
+    def spent(self) -> Usage:
+        """What it cost to make every grade the report holds, cached ones included."""
+        return total_usage(self.usage[unit] for unit in self.grades if unit in self.usage)
 
     @property
     def complete(self) -> bool:
@@ -398,6 +407,8 @@ class JudgeReport:
             parts.append(f"{len(self.failed)} failed")
         if self.remaining:
             parts.append(f"{len(self.remaining)} not tried")
+        if self.tokens:
+            parts.append(self.tokens.describe())
         return f"{self.model} ({self.endpoint}): " + ", ".join(parts)
 
     def problem(self) -> str | None:
@@ -443,9 +454,17 @@ def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: Endpoint) -> Est
 
 
 def _cached_grade(endpoint: Endpoint, query: str, passage: str) -> int | None:
+    found = _cached(endpoint, query, passage)
+    return None if found is None else found[0]
+
+
+def _cached(endpoint: Endpoint, query: str, passage: str) -> tuple[int, Usage] | None:
+    """A cached grade and the tokens it cost to make."""
     payload = _read("grades", grade_key(endpoint, query, passage))
     grade = payload.get("grade") if payload else None
-    return grade if isinstance(grade, int) and not isinstance(grade, bool) and grade in GRADES else None
+    if not isinstance(grade, int) or isinstance(grade, bool) or grade not in GRADES:
+        return None
+    return grade, Usage.from_json(payload.get("usage") if payload else None)
 
 
 def _first_of_each(pairs: Iterable[Pair]) -> list[Pair]:
@@ -478,11 +497,11 @@ def judge_pairs(
     todo: list[tuple[Pair, str, str]] = []
     for pair in pairs:
         query, passage = dataset.queries[pair.query_id], dataset.corpus[pair.doc_id]
-        grade = _cached_grade(endpoint, query, passage)
-        if grade is None:
+        found = _cached(endpoint, query, passage)
+        if found is None:
             todo.append((pair, query, passage))
         else:
-            result.grades[pair.query_id, pair.doc_id] = grade
+            result.grades[pair.query_id, pair.doc_id], result.usage[pair.query_id, pair.doc_id] = found
             result.from_cache += 1
     total = len(pairs)
 
@@ -495,11 +514,9 @@ def judge_pairs(
         return result
     chosen = judge_endpoint(endpoint)
     try:
-        backend = _OpenAIBackend(
-            chosen, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep
-        )
-    except Exception as err:  # the client refused its settings; never leak the key
-        result.error = _redact(f"{type(err).__name__}: {err}", endpoint.api_key)
+        client = ChatClient(chosen, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep)
+    except LLMFailure as failure:  # the client refused its settings (the key redacted)
+        result.error = redact(failure.message, endpoint.api_key)
         result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo]
         return result
     consecutive = 0
@@ -510,8 +527,8 @@ def judge_pairs(
             result.error = "stopped; run again to resume (finished pairs are cached)"
             break
         try:
-            reply = _redact(backend.complete(judge_messages(query, passage)), endpoint.api_key)
-        except _Failure as failure:
+            answer = client.chat(judge_messages(query, passage))
+        except LLMFailure as failure:
             result.failed[unit] = failure.message
             if failure.batch:
                 result.error = failure.message
@@ -519,6 +536,7 @@ def judge_pairs(
                 break
             consecutive += 1
         else:
+            reply = redact(answer.text, endpoint.api_key)
             parsed = parse_grade(reply)
             if parsed.grade is None:
                 result.failed[unit] = f"unusable reply ({parsed.problem}): {clean_explanation(reply)[:120]!r}"
@@ -526,15 +544,16 @@ def judge_pairs(
             else:
                 consecutive = 0
                 payload = {"grade": parsed.grade, "reply": reply[:2000], "model": endpoint.model}
-                payload["prompt"] = JUDGE_PROMPT_VERSION
+                payload["prompt"], payload["usage"] = JUDGE_PROMPT_VERSION, answer.usage.to_json()
                 atomic_write_text(_entry("grades", grade_key(endpoint, query, passage)), json.dumps(payload))
-                result.grades[unit] = parsed.grade
+                result.grades[unit], result.usage[unit] = parsed.grade, answer.usage
                 result.judged += 1
         if consecutive >= max_consecutive_failures:
             result.error = f"{consecutive} pairs in a row failed, stopping — last: {result.failed[unit]}"
             result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo[position + 1 :]]
             break
         tell()
+    result.tokens = client.usage
     return result
 
 

@@ -49,11 +49,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import generation as gen
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import Dataset
 from .endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
-from .generation import AnyEndpoint, GenerationError, LocalEndpoint
+from .generation import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, Usage, redact
 from .progress import Progress, report
 from .prompts import OFFICIAL_MAX_TOKENS
 from .runs import Ranking, Run
@@ -147,6 +146,8 @@ class RerankReport:
     remaining: list[str] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)
     sources: dict[str, int] = field(default_factory=dict)
+    tokens: Usage = field(default_factory=Usage)  # spent by this job (cache hits: 0)
+    spent: Usage = field(default_factory=Usage)  # what every reply used cost to make, cached ones included
 
     @property
     def complete(self) -> bool:
@@ -160,6 +161,8 @@ class RerankReport:
             parts.append(f"{len(self.remaining)} not done")
         if self.notes:
             parts.append(f"{len(self.notes)} queries with notes")
+        if self.tokens:
+            parts.append(self.tokens.describe())
         return f"{self.method} ({self.endpoint}): " + ", ".join(parts)
 
     def problem(self) -> str | None:
@@ -415,6 +418,7 @@ class _Reply:
     content: str
     distribution: list[tuple[str, float]] | None = None
     seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)  # the tokens it cost, kept with the cached reply
 
 
 def reply_key(method: str, endpoint: AnyEndpoint, messages: list[dict[str, str]], logprobs: bool) -> str:
@@ -434,36 +438,20 @@ def _cache_get(key: str) -> _Reply | None:
         raw = payload.get("distribution")
         distribution = [(str(t), float(lp)) for t, lp in raw] if isinstance(raw, list) else None
         seconds = float(payload.get("seconds", 0.0))
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        usage = Usage.from_json(payload.get("usage"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    return _Reply(content, distribution, seconds) if isinstance(content, str) else None
+    return _Reply(content, distribution, seconds, usage) if isinstance(content, str) else None
 
 
 def _cache_put(key: str, reply: _Reply) -> None:
-    payload = {"content": reply.content, "distribution": reply.distribution, "seconds": reply.seconds}
+    payload = {
+        "content": reply.content,
+        "distribution": reply.distribution,
+        "seconds": reply.seconds,
+        "usage": reply.usage.to_json(),
+    }
     atomic_write_text(_entry(key), json.dumps(payload, ensure_ascii=False))
-
-
-def _logprob_tokens(response: Any) -> list[dict[str, Any]] | None:
-    """The reply tokens with their log-probabilities (plain dicts), when the server sent them."""
-    try:
-        content = response.choices[0].logprobs.content
-    except (AttributeError, IndexError, TypeError):
-        return None
-    if not isinstance(content, list) or not content:
-        return None
-    out = []
-    for item in content:
-        token, logprob = getattr(item, "token", None), getattr(item, "logprob", None)
-        if not isinstance(token, str) or not isinstance(logprob, (int, float)):
-            return None
-        top = [
-            {"token": t.token, "logprob": t.logprob}
-            for t in getattr(item, "top_logprobs", None) or []
-            if isinstance(getattr(t, "token", None), str) and isinstance(getattr(t, "logprob", None), (int, float))
-        ]
-        out.append({"token": token, "logprob": float(logprob), "top_logprobs": top})
-    return out
 
 
 class _Stopped(Exception):
@@ -493,23 +481,19 @@ class _Asker:
         self.retry = retry or {}
         self.sent = self.from_cache = 0
         self.seconds = 0.0  # request time of every reply used, cached ones included (summed)
+        self.tokens = Usage()  # spent now
+        self.spent = Usage()  # every reply used, cached ones included
         self.lock = threading.Lock()
         self.started = time.monotonic()
-        self._backend: Any = None
+        self._client: ChatClient | None = None
         self.secret = getattr(endpoint, "api_key", None)
 
-    def backend(self) -> Any:
+    def client(self) -> ChatClient:
+        """Made on the first request (raises ``LLMFailure`` when the client refuses its settings)."""
         with self.lock:
-            if self._backend is None:
-                try:
-                    if isinstance(self.endpoint, LocalEndpoint):
-                        self._backend = gen._LocalBackend(self.endpoint)
-                    else:
-                        self._backend = gen._OpenAIBackend(self.endpoint, **self.retry)
-                except Exception as err:  # the client refused its settings; never leak the key
-                    message = str(err) if isinstance(err, GenerationError) else f"{type(err).__name__}: {err}"
-                    raise gen._Failure(gen._redact(message, self.secret), batch=True) from None
-            return self._backend
+            if self._client is None:
+                self._client = ChatClient(self.endpoint, **self.retry)
+            return self._client
 
     def tick(self) -> None:
         if self.progress is None or not self.total:
@@ -529,29 +513,23 @@ class _Asker:
             with self.lock:
                 self.from_cache += 1
                 self.seconds += hit.seconds
+                self.spent = self.spent + hit.usage
             return hit
         if self.dry:
             raise _NotCached
         if self.should_stop is not None and self.should_stop():
             raise _Stopped
-        backend = self.backend()
-        started = time.perf_counter()
-        distribution = None
-        if isinstance(self.endpoint, LocalEndpoint):
-            content = backend.complete(messages)
-        else:
-            extra = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if logprobs else {}
-            response = backend.request(messages, **extra)
-            content = gen._reply_text(response, self.endpoint.url)
-            tokens = _logprob_tokens(response) if logprobs else None
-            distribution = answer_distribution(tokens) if tokens else None
-            if distribution and self.secret and any(self.secret in t for t, _ in distribution):
-                distribution = None
-        reply = _Reply(gen._redact(content, self.secret), distribution, time.perf_counter() - started)
+        answer = self.client().chat(messages, top_logprobs=TOP_LOGPROBS if logprobs else None)
+        distribution = answer_distribution(answer.logprobs) if answer.logprobs else None
+        if distribution and self.secret and any(self.secret in t for t, _ in distribution):
+            distribution = None
+        reply = _Reply(answer.text, distribution, answer.seconds, answer.usage)
         _cache_put(key, reply)
         with self.lock:
             self.sent += 1
             self.seconds += reply.seconds
+            self.tokens = self.tokens + reply.usage
+            self.spent = self.spent + reply.usage
         return reply
 
 
@@ -588,7 +566,7 @@ def _run_jobs(
                     consecutive = 0
                 except _Stopped:
                     result.stopped = True
-                except gen._Failure as failure:
+                except LLMFailure as failure:
                     result.failed[name] = failure.message
                     consecutive += 1
                     if failure.batch and not result.error:
@@ -597,16 +575,22 @@ def _run_jobs(
                         result.error = f"{consecutive} requests in a row failed, stopping — last: {failure.message}"
                         result.stopped = True
                 except Exception as err:  # a bug must not lose the finished work
-                    result.failed[name] = gen._redact(f"{type(err).__name__}: {err}", asker.secret)
+                    result.failed[name] = redact(f"{type(err).__name__}: {err}", asker.secret)
                     consecutive += 1
             if result.stopped:
                 queue.clear()
     result.remaining = [name for name, _ in jobs if name not in done and name not in result.failed]
     result.sent, result.from_cache = asker.sent, asker.from_cache
+    result.tokens, result.spent = asker.tokens, asker.spent
     return done
 
 
 # --------------------------------------------------------------------------- the rerankers
+
+
+def _api(endpoint: AnyEndpoint) -> bool:
+    """A server (whose tokens are metered), not a model in this process."""
+    return not isinstance(endpoint, LocalEndpoint)
 
 
 def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]]:
@@ -754,7 +738,8 @@ def listwise_rerank(
             rankings[qid] = list(run.top(qid, k))
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM listwise reranking: done ({result.summary()})")
-    return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds)
+    usage = (*run.usage, asker.spent.record(endpoint.model, "listwise rerank")) if _api(endpoint) else run.usage
+    return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds, usage)
 
 
 def pointwise_rerank(
@@ -823,7 +808,9 @@ def pointwise_rerank(
             result.sources[item.source] = result.sources.get(item.source, 0) + 1
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
-    return Run(pointwise_name(run.name, endpoint.model, k), rankings, run.seconds + asker.seconds), explanations
+    usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if _api(endpoint) else run.usage
+    named = pointwise_name(run.name, endpoint.model, k)
+    return Run(named, rankings, run.seconds + asker.seconds, usage), explanations
 
 
 def cached_explanations(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .cache import fingerprint
+from .settings import Price
 
 #: Bump when the record's fields change meaning.
 PROVENANCE_VERSION = 1
@@ -56,7 +57,9 @@ class ProvenanceError(ValueError):
 class Provenance:
     """One run's origins. ``dataset``: name, source and revision (a hub commit) or content
     fingerprint (a local folder); ``models``: each model id with its revision; ``rewrites``: each
-    rewrite's ``method:llm`` with a fingerprint of its texts; ``tokens``: what an API system used."""
+    rewrite's ``method:llm`` with a fingerprint of its texts; ``tokens``: what API LLMs used in all
+    (``prompt``, ``completion``), and ``llm_usage`` the same per LLM use (``model``, ``use``,
+    ``prompt``, ``completion``) — cached replies count what they cost when they were made."""
 
     system: str
     dataset: dict[str, Any]
@@ -69,11 +72,13 @@ class Provenance:
     tokens: dict[str, int] | None = None
     created: str = ""
     version: int = PROVENANCE_VERSION
+    llm_usage: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         payload = asdict(self)
         payload["models"] = [dict(m) for m in self.models]
         payload["rewrites"] = [dict(r) for r in self.rewrites]
+        payload["llm_usage"] = [dict(u) for u in self.llm_usage]
         return payload
 
     @classmethod
@@ -94,37 +99,80 @@ class Provenance:
                 tokens=None if obj.get("tokens") is None else {str(k): int(v) for k, v in obj["tokens"].items()},
                 created=str(obj.get("created") or ""),
                 version=int(obj.get("version") or PROVENANCE_VERSION),
+                llm_usage=tuple(_usage_entry(u) for u in obj.get("llm_usage") or ()),
             )
         except (TypeError, ValueError, AttributeError) as err:
             raise ProvenanceError(f"{source}: malformed provenance record ({err})") from None
 
     @property
     def uses_api(self) -> bool:
-        """Whether a model behind the run is a paid API (OpenAI embeddings) rather than local weights."""
-        return any(m["id"].startswith("text-embedding-") for m in self.models)
+        """Whether a paid API is behind the run (an LLM use, OpenAI embeddings) rather than local weights."""
+        return bool(self.llm_usage) or any(str(m.get("id", "?")).startswith("text-embedding-") for m in self.models)
 
-    def cost(self) -> str:
-        """What the run cost beyond this machine's time, in words for a table."""
-        if self.tokens:
-            return ", ".join(f"{v:,} {k} tokens" for k, v in self.tokens.items())
+    def cost(self, prices: Mapping[str, Price] | None = None) -> str:
+        """What the run cost beyond this machine's time, in words for a table: tokens, and money only
+        where the operator configured a price for every model that spent them (never a guess)."""
+        if self.tokens and any(self.tokens.values()):
+            words = ", ".join(f"{v:,} {k} tokens" for k, v in self.tokens.items())
+            money = self.money(prices or {})
+            return f"{words} ({money})" if money else words
+        if self.llm_usage:
+            return "API calls (the server reported no token usage)"
         return "API calls (tokens not recorded)" if self.uses_api else "none (local models)"
 
-    def summary_rows(self) -> list[tuple[str, str]]:
-        """``(what, value)`` pairs for a table on screen."""
+    def money(self, prices: Mapping[str, Price]) -> str | None:
+        """``≈ 0.0123 USD at the configured prices``, or None when a model that spent tokens has no price
+        (or prices differ in currency)."""
+        spent = [u for u in self.llm_usage if u.get("prompt") or u.get("completion")]
+        if not spent or any(u.get("model") not in prices for u in spent):
+            return None
+        currencies = {prices[u["model"]].currency for u in spent}
+        if len(currencies) != 1:
+            return None
+        total = sum(prices[u["model"]].of(int(u.get("prompt", 0)), int(u.get("completion", 0))) for u in spent)
+        currency = currencies.pop()
+        return f"≈ {total:.4g}{' ' + currency if currency else ''} at the configured price per 1M tokens"
+
+    def summary_rows(self, prices: Mapping[str, Price] | None = None) -> list[tuple[str, str]]:
+        """``(what, value)`` pairs for a table on screen (``prices``: the operator's, for ``cost``)."""
         rows = [("system", self.system)]
         data = self.dataset
         where = data.get("revision") or data.get("fingerprint") or "?"
         rows.append(("dataset", f"{data.get('name', '?')} · {data.get('source', '?')} · {where}"))
-        rows += [("model", f"{m['id']} @ {m.get('revision', '?')}") for m in self.models]
-        rows += [("rewrite", f"{r['rewrite']} · texts {r.get('fingerprint', '?')}") for r in self.rewrites]
+        rows += [("model", f"{m.get('id', '?')} @ {m.get('revision', '?')}") for m in self.models]
+        rows += [("rewrite", f"{r.get('rewrite', '?')} · texts {r.get('fingerprint', '?')}") for r in self.rewrites]
         rows.append(("code", f"r2med-explorer {self.project.get('version', '?')} ({self.project.get('commit', '?')})"))
         rows.append(("packages", ", ".join(f"{k} {v}" for k, v in self.packages.items())))
         hw = self.hardware
         rows.append(("hardware", f"{hw.get('device', '?')} · {hw.get('gpu') or hw.get('cpu') or '?'}"))
         if self.wall_seconds is not None:
             rows.append(("wall time", f"{self.wall_seconds:.2f} s"))
-        rows.append(("cost", self.cost()))
+        rows += [
+            ("LLM use", f"{u.get('use', '?')} · {u.get('model', '?')}: {int(u.get('prompt', 0)):,} prompt + "
+             f"{int(u.get('completion', 0)):,} completion tokens")
+            for u in self.llm_usage
+        ]
+        rows.append(("cost", self.cost(prices)))
         return rows
+
+
+def _usage_entry(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise TypeError("an llm_usage entry is not an object")
+    return {
+        "model": str(obj.get("model", "")),
+        "use": str(obj.get("use", "")),
+        "prompt": int(obj.get("prompt") or 0),
+        "completion": int(obj.get("completion") or 0),
+    }
+
+
+def usage_totals(entries: Iterable[Mapping[str, Any]]) -> dict[str, int] | None:
+    """``{"prompt": n, "completion": m}`` summed over LLM uses (None when there are none)."""
+    entries = list(entries)
+    if not entries:
+        return None
+    return {key: sum(int(e.get(key) or 0) for e in entries) for key in ("prompt", "completion")}
 
 
 # --------------------------------------------------------------------------- what the machine is
@@ -242,8 +290,12 @@ def collect(
     wall_seconds: float | None = None,
     tokens: Mapping[str, int] | None = None,
     device: str | None = None,
+    llm_usage: Iterable[Mapping[str, Any]] = (),
 ) -> Provenance:
-    """The provenance of ``system``'s run on ``dataset`` on this machine, now."""
+    """The provenance of ``system``'s run on ``dataset`` on this machine, now. ``tokens`` default to
+    the sum of ``llm_usage``."""
+    usage = tuple(_usage_entry(u) for u in llm_usage)
+    tokens = tokens if tokens is not None else usage_totals(usage)
     return Provenance(
         system=system,
         dataset=dataset_provenance(dataset),
@@ -255,6 +307,7 @@ def collect(
         wall_seconds=wall_seconds,
         tokens=dict(tokens) if tokens else None,
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        llm_usage=usage,
     )
 
 
@@ -293,14 +346,23 @@ def run_provenance(
     reranker: str | None = None,
     wall_seconds: float | None = None,
     tokens: Mapping[str, int] | None = None,
+    usage: Iterable[Mapping[str, Any]] = (),
 ) -> Provenance:
-    """``collect`` for a system name (and an optional cross-encoder reranker model)."""
+    """``collect`` for a system name (and an optional cross-encoder reranker model).
+
+    ``usage``: the run's LLM uses (``Run.usage``, e.g. an LLM reranking); the live rewrites the
+    system uses add what generating them cost."""
     models, rewrites = system_models(system)
     if reranker:
         from .rerank import RERANKER_PRESETS
 
         models.append(RERANKER_PRESETS.get(reranker, reranker))
-    return collect(dataset, system, models=models, rewrites=rewrites, wall_seconds=wall_seconds, tokens=tokens)
+    from .generation import rewrite_usage
+
+    spent = [*usage, *(entry for method, llm in rewrites if (entry := rewrite_usage(dataset, method, llm)))]
+    return collect(
+        dataset, system, models=models, rewrites=rewrites, wall_seconds=wall_seconds, tokens=tokens, llm_usage=spent
+    )
 
 
 def write_provenance(provenance: Provenance, results_path: Path) -> Path:
@@ -327,13 +389,13 @@ def differences(a: Provenance, b: Provenance) -> list[str]:
     for key, what in (("revision", "dataset revision"), ("fingerprint", "dataset content")):
         if da.get(key) and db.get(key) and da[key] != db[key]:
             out.append(f"{what} differs: {da[key]} vs {db[key]}")
-    models_a = {m["id"]: m.get("revision") for m in a.models}
-    models_b = {m["id"]: m.get("revision") for m in b.models}
+    models_a = {str(m.get("id", "?")): m.get("revision") for m in a.models}
+    models_b = {str(m.get("id", "?")): m.get("revision") for m in b.models}
     for model in sorted(models_a.keys() & models_b.keys()):
         if models_a[model] != models_b[model]:
             out.append(f"model {model} at revision {models_a[model]} vs {models_b[model]}")
-    rewrites_a = {r["rewrite"]: r.get("fingerprint") for r in a.rewrites}
-    rewrites_b = {r["rewrite"]: r.get("fingerprint") for r in b.rewrites}
+    rewrites_a = {str(r.get("rewrite", "?")): r.get("fingerprint") for r in a.rewrites}
+    rewrites_b = {str(r.get("rewrite", "?")): r.get("fingerprint") for r in b.rewrites}
     for rewrite in sorted(rewrites_a.keys() & rewrites_b.keys()):
         if rewrites_a[rewrite] != rewrites_b[rewrite]:
             out.append(f"rewrite {rewrite} has other texts ({rewrites_a[rewrite]} vs {rewrites_b[rewrite]})")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from .cache import atomic_write_text
 from .data import DataError, Problem
@@ -26,6 +27,9 @@ class Run:
     name: str
     rankings: dict[str, Ranking] = field(default_factory=dict)
     seconds: float = 0.0  # how long retrieval took, for the results file's evaluation_time
+    #: Tokens API LLMs spent making it (rewriting, reranking), one ``{"model", "use", "prompt",
+    #: "completion"}`` per LLM use; cached replies count what they cost when they were made.
+    usage: tuple[dict[str, Any], ...] = ()
 
     def __len__(self) -> int:
         return len(self.rankings)
@@ -43,7 +47,7 @@ class Run:
         return self._ranks.get(query_id, {}).get(doc_id)
 
     def truncated(self, k: int) -> Run:
-        return Run(self.name, {qid: r[:k] for qid, r in self.rankings.items()}, self.seconds)
+        return Run(self.name, {qid: r[:k] for qid, r in self.rankings.items()}, self.seconds, self.usage)
 
     def as_score_dict(self) -> dict[str, dict[str, float]]:
         """The ``{qid: {docid: score}}`` shape pytrec_eval takes."""

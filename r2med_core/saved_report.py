@@ -30,10 +30,19 @@ import plotly.graph_objects as go
 
 from .data import DataError, Dataset, Problem
 from .evaluation import CUTOFFS, MAIN_METRICS, PairedTest, Results, holm, paired_test
-from .imported_runs import RUN_PREFIX, ImportedRun, RunEntry, parse_run, sanitize_run_name, save_upload
+from .imported_runs import (
+    RUN_PREFIX,
+    ImportedRun,
+    RunEntry,
+    keep_provenance,
+    parse_run,
+    sanitize_run_name,
+    save_upload,
+)
+from .provenance import Provenance, ProvenanceError
 from .report import curves_table, metric_label
 from .runs import Run, format_trec
-from .settings import Settings, load_settings
+from .settings import Price, Settings, load_settings
 
 REPORT_FORMAT = "r2med-explorer-report"
 REPORT_VERSION = 1
@@ -51,13 +60,15 @@ _BLOCK = re.compile(rb'<script type="application/json" id="' + DATA_ID.encode() 
 @dataclass(frozen=True, eq=False)
 class ReportSystem:
     """One system in a report: its canonical name (``bm25``, ``run:gpu-model``), the label shown,
-    its run and results, and a note when its setting is not the benchmark's."""
+    its run and results, a note when its setting is not the benchmark's, and where its numbers
+    come from (``provenance``: data, models, code, machine, tokens), shown in the report."""
 
     name: str
     label: str
     run: Run
     results: Results
     note: str = ""
+    provenance: Provenance | None = None
 
 
 def letter(index: int) -> str:
@@ -182,10 +193,17 @@ def _best(values: Sequence[float], digits: int) -> set[int]:
     return {i for i, v in enumerate(shown) if v == top}
 
 
-def latex_table(systems: Sequence[ReportSystem], sig: Significance, *, dataset_name: str, digits: int = 4) -> str:
+def latex_table(
+    systems: Sequence[ReportSystem],
+    sig: Significance,
+    *,
+    dataset_name: str,
+    digits: int = 4,
+    prices: Mapping[str, Price] | None = None,
+) -> str:
     """A booktabs table: best value per metric in bold, superscript letters for the systems a
     system is significantly better than (the others as phantoms, so columns stay aligned), and a
-    caption naming the test, alpha and the correction."""
+    caption naming the test, alpha and the correction; then each system's provenance as a comment."""
     letters = [letter(i) for i in range(len(systems))]
     lines = [
         "% Made by R2MED Explorer. Needs \\usepackage{booktabs} in the preamble.",
@@ -221,7 +239,27 @@ def latex_table(systems: Sequence[ReportSystem], sig: Significance, *, dataset_n
             cells.append(value)
         lines.append(f"{letters[index]} & {latex_escape(system.label)} & " + " & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
+    lines += latex_provenance(systems, letters, prices)
     return "\n".join(lines) + "\n"
+
+
+def latex_provenance(
+    systems: Sequence[ReportSystem], letters: Sequence[str], prices: Mapping[str, Price] | None = None
+) -> list[str]:
+    """Each system's provenance record as a LaTeX comment block (ignored when typeset). The JSON is
+    ASCII with every line break escaped, so no text in it can end the comment and reach TeX."""
+    lines: list[str] = []
+    for mark, system in zip(letters, systems, strict=True):
+        if system.provenance is None:
+            continue
+        if not lines:
+            lines.append("%")
+            lines.append("% Provenance of each system (R2MED Explorer's record: data, models, code, machine, tokens).")
+        record = json.dumps(system.provenance.to_json(), indent=1, ensure_ascii=True, sort_keys=True)
+        cost = system.provenance.cost(prices)
+        lines.append(f"% ({mark}) {json.dumps(system.label, ensure_ascii=True)}: cost {json.dumps(cost)}")
+        lines += [f"%   {line}" for line in record.splitlines()]
+    return lines
 
 
 # --------------------------------------------------------------------------- HTML
@@ -284,6 +322,7 @@ class Report:
         settings: Mapping[str, str] | None = None,
         baseline_tests: Sequence[PairedTest] = (),
         title: str = "Comparison",
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         if len(systems) < 1:
             raise ValueError("a report needs at least one system")
@@ -295,6 +334,7 @@ class Report:
         self.settings = dict(settings or {})
         self.baseline_tests = tuple(baseline_tests)
         self.title = title
+        self.prices = dict(prices or {})  # the operator's price per 1M tokens, for the cost lines
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         if test not in TESTS or correction not in CORRECTIONS:
             raise ValueError(f"unknown test {test!r} or correction {correction!r}")
@@ -311,7 +351,9 @@ class Report:
         )
 
     def latex(self, digits: int = 4) -> str:
-        return latex_table(self.systems, self.significance, dataset_name=self.dataset_name, digits=digits)
+        return latex_table(
+            self.systems, self.significance, dataset_name=self.dataset_name, digits=digits, prices=self.prices
+        )
 
     # ------------------------------------------------------------------ the HTML file
 
@@ -327,9 +369,10 @@ class Report:
                 left_out.append((system.label, err.problems[0].message))
                 continue
             digest = hashlib.sha256(trec.encode("utf-8")).hexdigest()
-            embedded.append(
-                {"name": system.name, "label": system.label, "note": system.note, "trec": trec, "sha256": digest}
-            )
+            entry = {"name": system.name, "label": system.label, "note": system.note, "trec": trec, "sha256": digest}
+            if system.provenance is not None:
+                entry["provenance"] = system.provenance.to_json()
+            embedded.append(entry)
         return embedded, left_out
 
     def payload(self) -> dict[str, Any]:
@@ -391,6 +434,9 @@ class Report:
             parts.append(
                 f'<p class="note">The run of {_e(label)} is not in this file and cannot be reopened: {_e(reason)}.</p>'
             )
+        provenance = self._provenance_section()
+        if provenance:
+            parts += ["<h2>Provenance</h2>", provenance]
         parts += ["<h2>Charts</h2>", *charts]
         parts.append(f'<script type="application/json" id="{DATA_ID}">{_json_for_script(self.payload())}</script>')
         parts.append("</body></html>")
@@ -405,6 +451,29 @@ class Report:
         )
         head = "<tr><th>mark</th><th>system</th><th>canonical name</th><th>setting</th><th>queries evaluated</th></tr>"
         return f"<table>{head}{rows}</table>"
+
+    def _provenance_section(self) -> str:
+        """Each system's provenance, folded: a summary table and the full record (all escaped)."""
+        blocks = []
+        for index, system in enumerate(self.systems):
+            record = system.provenance
+            if record is None:
+                continue
+            rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in record.summary_rows(self.prices))
+            full = json.dumps(record.to_json(), indent=2, ensure_ascii=False, sort_keys=True)
+            blocks.append(
+                f"<details><summary>{letter(index)} · {_e(system.label)} — {_e(record.cost(self.prices))}</summary>"
+                f"<dl>{rows}</dl><details><summary>the full record (JSON)</summary><pre>{_e(full)}</pre></details>"
+                "</details>"
+            )
+        if not blocks:
+            return ""
+        note = (
+            '<p class="note">Where each system\'s numbers come from: the data revision, the models, the rewrites, '
+            "the code and packages, the machine, and the tokens API LLMs spent (cached replies count what they "
+            "cost when they were made).</p>"
+        )
+        return note + "\n".join(blocks)
 
     def _means_table(self, sig: Significance, digits: int = 4) -> str:
         best = {m: _best([s.results.means[m] for s in self.systems], digits) for m in self.metrics}
@@ -513,6 +582,7 @@ class SavedRun:
     name: str
     label: str
     trec: str
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)
@@ -576,7 +646,13 @@ def read_report(data: bytes, label: str) -> SavedReport:
             raise fail(f"run {n} of the runs block lacks its name, label, TREC text or checksum", line)
         if hashlib.sha256(entry["trec"].encode("utf-8")).hexdigest() != entry["sha256"]:
             raise fail(f"the run of {entry['name']!r} was changed after the report was saved (checksum mismatch)", line)
-        runs.append(SavedRun(entry["name"], entry["label"], entry["trec"]))
+        record = None
+        if entry.get("provenance") is not None:
+            try:
+                record = Provenance.from_json(entry["provenance"], source=f"the provenance of {entry['name']!r}")
+            except ProvenanceError as err:
+                raise fail(str(err), line) from None
+        runs.append(SavedRun(entry["name"], entry["label"], entry["trec"], record))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise fail("the runs block names a system twice", line)
@@ -645,6 +721,8 @@ def reopen_report(dataset: Dataset, data: bytes, file_name: str, settings: Setti
             entry, imported = save_upload(dataset, run.trec.encode("utf-8"), upload_file_name(run.name), settings)
         except DataError as err:
             raise DataError([Problem(f"{label} › {run.name}", p.line, p.message) for p in err.problems]) from None
+        if run.provenance is not None:  # the run keeps where it came from, not where it was reopened
+            keep_provenance(entry, run.provenance.to_json())
         entries.append((entry, imported, run))
         warnings += [f"{label} › {run.name}: {w.message}" for w in imported.warnings]
     return Reopened(tuple(entries), tuple(warnings))

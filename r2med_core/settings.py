@@ -24,6 +24,7 @@ secrets); ``r2med_core.endpoints`` decides where that key may go.
 | ``R2MED_ENCODE_BACKEND`` | ``auto`` (ONNX on CPU if installed and faster), ``torch``, ``onnx``, ``onnx-int8`` | auto |
 | ``R2MED_SWEEP_DIR`` | the ``--output-dir`` of a ``sweep``, whose grid the Leaderboard shows | unset |
 | ``R2MED_COMPUTE_SECONDS`` | work estimated longer than this waits for a click on "Compute" | 2 |
+| ``R2MED_LLM_PRICES`` | price per 1M tokens by model: ``gpt-4o=2.5/10 USD,…`` (input/output) | none: tokens only |
 """
 
 from __future__ import annotations
@@ -38,6 +39,43 @@ from pathlib import Path
 ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
 
 _TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Price:
+    """What the operator says a model costs per 1M prompt (input) and completion (output) tokens."""
+
+    input_per_million: float
+    output_per_million: float
+    currency: str = ""
+
+    def of(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
+
+
+def parse_prices(text: str | None) -> dict[str, Price]:
+    """``R2MED_LLM_PRICES``: ``MODEL=INPUT/OUTPUT [CURRENCY]`` entries, comma-separated; raises
+    ValueError naming the variable and the entry that cannot be read."""
+    prices: dict[str, Price] = {}
+    for entry in (text or "").split(","):
+        if not entry.strip():
+            continue
+        model, _, value = entry.partition("=")
+        parts = value.split()
+        amounts = parts[0].split("/") if parts else []
+        try:
+            if not model.strip() or len(amounts) != 2 or len(parts) > 2:
+                raise ValueError
+            numbers = [float(a) for a in amounts]
+            if any(not 0 <= n < float("inf") for n in numbers):
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"R2MED_LLM_PRICES: cannot read {entry.strip()!r}; write MODEL=INPUT/OUTPUT [CURRENCY], "
+                "prices per 1M tokens, e.g. gpt-4o=2.5/10 USD"
+            ) from None
+        prices[model.strip()] = Price(numbers[0], numbers[1], parts[1] if len(parts) == 2 else "")
+    return prices
 
 
 @dataclass(frozen=True)
@@ -58,10 +96,16 @@ class Settings:
     def llm_reply_max_bytes(self) -> int:
         return int(self.llm_reply_max_mb * 1024 * 1024)
     llm_endpoints: tuple[str, ...] = ()
+    llm_prices: tuple[tuple[str, Price], ...] = ()  # (model, price) pairs: Settings stays hashable
     device: str = "auto"
     encode_backend: str = "auto"
     sweep_dir: Path | None = None
     compute_seconds: float = 2.0
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """The operator's price per 1M tokens by model id (empty: costs are shown in tokens only)."""
+        return dict(self.llm_prices)
 
     @property
     def upload_max_bytes(self) -> int:
@@ -138,6 +182,7 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         encode_backend=backend,
         sweep_dir=sweep_dir,
         compute_seconds=_number(env.get("R2MED_COMPUTE_SECONDS"), "R2MED_COMPUTE_SECONDS", 2.0) or 2.0,
+        llm_prices=tuple(parse_prices(env.get("R2MED_LLM_PRICES")).items()),
     )
 
 

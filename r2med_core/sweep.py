@@ -108,7 +108,7 @@ def sweep(
     result = SweepResult(notes=notes)
     for i, (cell, run, results) in enumerate(runner(datasets, cells, top_k)):
         name = safe_name(cell.system)
-        record = run_provenance(datasets[cell.task], cell.system, wall_seconds=run.seconds)
+        record = run_provenance(datasets[cell.task], cell.system, wall_seconds=run.seconds, usage=run.usage)
         write_outputs(run, results, out / safe_name(cell.task), name, record)
         result.rows.append(
             {"task": cell.task, "system": cell.system, "file": f"{safe_name(cell.task)}/{name}.json"}

@@ -613,3 +613,28 @@ def test_labels_kept_in_postgresql_show_where_they_live_without_the_password(
     assert not at.exception, [e.value for e in at.exception]
     errors = " ".join(e.value for e in at.error)
     assert "Annotations are unavailable" in errors and md(location) in errors and "s3cret" not in errors
+
+
+def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at_a_set_price(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from r2med_core.generation import Endpoint, generate_rewrites
+
+    from .test_generation import KEY, FakeLLM, demo_replies
+
+    demo = load_demo("qa-reference")
+    with FakeLLM(demo_replies("qa-reference")) as server:
+        made = generate_rewrites(demo, "hyde", Endpoint(server.url, "writer-model", api_key=KEY), llm_name="live")
+    tokens = f"{made.spent.prompt_tokens:,} prompt tokens, {made.spent.completion_tokens:,} completion tokens"
+    at = open_app("leaderboard", task="qa-reference", systems=["bm25", "bm25+hyde:live"])
+    cost = dict(zip(frame(at, "system")["system"], frame(at, "system")["cost"], strict=True))
+    assert cost["BM25 (R2MED official)"] == "none (local models)"
+    live = next(label for label in cost if "live" in label)
+    assert cost[live] == tokens  # no price configured: tokens only, never a guessed price
+
+    monkeypatch.setenv("R2MED_LLM_PRICES", "writer-model=1000000/2000000 credits")
+    priced = open_app("leaderboard", task="qa-reference", systems=["bm25+hyde:live"])
+    money = made.spent.prompt_tokens + 2 * made.spent.completion_tokens
+    assert frame(priced, "system")["cost"].tolist() == [
+        f"{tokens} (≈ {money:.4g} credits at the configured price per 1M tokens)"
+    ]

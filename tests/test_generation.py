@@ -49,7 +49,8 @@ class FakeLLM:
     bytes)``, ``("empty",)``, ``("nochoices",)``, ``("say", content)``. A request asking for
     ``logprobs`` gets ``logprobs(content)`` as the choice's ``logprobs.content`` when that is set
     (else none, as servers without log-probabilities answer); ``refuse_logprobs`` answers such a
-    request 400 instead, as some servers do. ``latency`` seconds are slept before every reply.
+    request 400 instead, as some servers do. ``latency`` seconds are slept before every reply. Replies
+    carry ``usage`` (``usage_of``: prompt and reply words) unless ``usage`` is set False.
     """
 
     def __init__(self, replies: dict[str, str] | None = None) -> None:
@@ -57,6 +58,7 @@ class FakeLLM:
         self.responder: Callable[[list[dict[str, str]]], str] | None = None
         self.logprobs: Callable[[str], list[dict[str, Any]]] | None = None
         self.refuse_logprobs = False
+        self.usage = True
         self.latency = 0.0
         self.script: list[tuple[Any, ...]] = []
         self.requests: list[dict[str, Any]] = []
@@ -129,9 +131,11 @@ class FakeLLM:
             choices = [] if kind == "nochoices" else [_choice(content)]
             if choices and payload.get("logprobs") and self.logprobs is not None and content:
                 choices[0]["logprobs"] = {"content": self.logprobs(content)}
-            data = json.dumps(
-                {"id": "c1", "object": "chat.completion", "created": 0, "model": payload["model"], "choices": choices}
-            ).encode()
+            model = payload["model"]
+            reply = {"id": "c1", "object": "chat.completion", "created": 0, "model": model, "choices": choices}
+            if self.usage and choices:
+                reply["usage"] = usage_of(payload["messages"], content or "")
+            data = json.dumps(reply).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)
         handler.send_header("Content-Length", str(len(data)))
@@ -147,6 +151,13 @@ class FakeLLM:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def usage_of(messages: list[dict[str, str]], content: str) -> dict[str, int]:
+    """The ``usage`` the fake server reports: words of the prompt and of the reply (deterministic)."""
+    prompt = sum(len(m["content"].split()) for m in messages)
+    completion = len(content.split())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _choice(content: str | None) -> dict[str, Any]:
@@ -596,6 +607,49 @@ def test_live_generations_are_recorded_by_name(demo, llm: FakeLLM) -> None:
     assert generate_rewrites(demo, "hyde", endpoint(llm)).llm_name == "fake-model"  # default name: the model's
     with pytest.raises(GenerationError, match="LLM name"):
         with_rewrites(demo, "hyde", "bad+name", recorded)
+
+
+def test_tokens_are_summed_per_batch_and_a_cached_set_still_says_what_it_cost(demo, llm: FakeLLM) -> None:
+    qids = list(demo.queries)
+    first = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live", query_ids=qids[:5])
+    sent = [usage_of(r["body"]["messages"], first.texts[q]) for r, q in zip(llm.requests, qids[:5], strict=True)]
+    prompt, completion = sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent)
+    assert prompt > 0 and completion > 0
+    assert first.tokens == first.spent == gen.Usage(prompt, completion)
+    assert first.summary().endswith(f", {prompt:,} prompt + {completion:,} completion tokens")  # what the user sees
+
+    again = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")  # 5 cached, 7 new
+    assert again.from_cache == 5 and again.generated == len(qids) - 5
+    new = [usage_of(r["body"]["messages"], again.texts[q]) for r, q in zip(llm.requests[5:], qids[5:], strict=True)]
+    new_usage = gen.Usage(sum(u["prompt_tokens"] for u in new), sum(u["completion_tokens"] for u in new))
+    assert again.tokens == new_usage  # cache hits cost nothing new …
+    assert again.spent == new_usage + gen.Usage(prompt, completion)  # … yet keep what they cost to make
+    assert gen.live_generation_usage(demo, "hyde", "live") == again.spent
+
+    cached = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
+    assert cached.generated == 0 and not cached.tokens and cached.spent == again.spent
+    assert "tokens" not in cached.summary()  # nothing spent this time
+    assert gen.live_generation_usage(demo, "hyde", "live") == again.spent
+
+
+def test_a_server_without_usage_costs_zero_tokens_not_a_guess(demo, llm: FakeLLM) -> None:
+    llm.usage = False
+    result = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
+    assert result.complete and not result.tokens and gen.live_generation_usage(demo, "hyde", "live") is None
+
+
+def test_public_chat_client_redacts_meters_and_reports_failures(llm: FakeLLM) -> None:
+    llm.script = [("say", f"the key is {KEY}"), ("say", "two words")]
+    client = gen.ChatClient(endpoint(llm), **fast())
+    messages = [{"role": "user", "content": "one two three"}]
+    reply = client.chat(messages)
+    assert reply.text == "the key is ***" and reply.usage == gen.Usage(3, 4)
+    assert gen.chat(endpoint(llm), messages, **fast()).usage == gen.Usage(3, 2)
+    assert client.usage == gen.Usage(3, 4)  # each client sums its own replies
+    llm.script = [(401, {}, {"error": {"message": f"bad key {KEY}"}})]
+    with pytest.raises(gen.LLMFailure) as failed:
+        client.chat(messages)
+    assert failed.value.batch and "rejected the API key" in failed.value.message and KEY not in failed.value.message
 
 
 def test_offline_generator_missing_is_a_clear_message(demo, monkeypatch) -> None:

@@ -14,7 +14,7 @@ from r2med_core import load_demo, run_system
 from r2med_core.agreement import review_queue
 from r2med_core.annotations import AnnotationStore
 from r2med_core.cache import cache_root
-from r2med_core.generation import Endpoint
+from r2med_core.generation import Endpoint, Usage
 from r2med_core.jobs import REGISTRY
 from r2med_core.llm_judge import (
     JUDGE_PROMPT_VERSION,
@@ -33,7 +33,7 @@ from r2med_core.llm_judge import (
     unjudged_pairs,
 )
 
-from .test_generation import KEY, FakeLLM, closed_port
+from .test_generation import KEY, FakeLLM, closed_port, usage_of
 
 
 class ScriptedLLM(FakeLLM):
@@ -159,6 +159,24 @@ def test_judging_grades_caches_and_resumes_without_new_requests(dataset, bm25) -
         assert estimate(dataset, pairs, endpoint(fake)).requests == 0
         hotter = judge_pairs(dataset, pairs[:1], Endpoint(fake.url, "another-model", api_key=KEY), **fast())
         assert hotter.judged == 1 and len(fake.requests) == 7  # another model is judged afresh
+
+
+def test_judge_tokens_are_metered_and_cached_grades_keep_what_they_cost(dataset, bm25, server: ScriptedLLM) -> None:
+    pairs = unjudged_pairs(dataset, [bm25], k=2)[:4]
+    first = judge_pairs(dataset, pairs[:2], endpoint(server), **fast())
+    sent = [usage_of(r["body"]["messages"], "final score: 1") for r in server.requests]
+    cost = Usage(sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent))
+    assert cost.prompt_tokens > 0 and cost.completion_tokens == 2 * 3
+    assert first.tokens == first.spent == cost
+
+    more = judge_pairs(dataset, pairs, endpoint(server), **fast())  # two cached, two new
+    assert more.from_cache == 2 and more.judged == 2
+    new = [usage_of(r["body"]["messages"], "final score: 1") for r in server.requests[2:]]
+    new_cost = Usage(sum(u["prompt_tokens"] for u in new), sum(u["completion_tokens"] for u in new))
+    assert more.tokens == new_cost and more.spent == cost + new_cost
+
+    cached = judge_pairs(dataset, pairs, endpoint(server), **fast())
+    assert not cached.tokens and cached.spent == cost + new_cost and len(server.requests) == 4
 
 
 def test_the_same_pair_found_by_two_systems_is_graded_once(dataset, bm25, server: ScriptedLLM) -> None:
@@ -352,8 +370,11 @@ def test_explanation_is_cached_capped_and_names_its_model(dataset, server: Scrip
     assert passage[:200] in prompt and "bridging step" in prompt
     assert server.requests[0]["body"]["temperature"] == 0.0
 
+    spent = usage_of(server.requests[0]["body"]["messages"], long_reply)
+    assert said.usage == Usage(spent["prompt_tokens"], spent["completion_tokens"])
     again = explain_relevance(ep, query, passage)
     assert again.from_cache and again.text == said.text and len(server.requests) == 1
+    assert again.usage == said.usage  # the cached explanation keeps what it cost
     assert cached_explanation(ep, query, passage) == again
     other = Endpoint(server.url, "other-model", api_key=KEY)
     assert cached_explanation(other, query, passage) is None  # cached per model

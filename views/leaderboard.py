@@ -57,6 +57,7 @@ if dataset.name not in PUBLISHED_TASKS:
 published_task = dataset.name in PUBLISHED_TASKS
 rows = []
 local_kinds: list[str] = []
+prices = ui.settings().prices  # the operator's price per 1M tokens; without one, tokens only
 for name in state.systems_in_play():
     computed = ui.safe_results(dataset, name)
     if computed is None:
@@ -68,7 +69,7 @@ for name in state.systems_in_play():
         f"local {metric_label(metric)}": round(local, 4),
         "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
         "time (s)": None if record.wall_seconds is None else round(record.wall_seconds, 2),
-        "cost": record.cost(),
+        "cost": record.cost(prices),
         "data": record.dataset.get("revision", "")[:12] or record.dataset["fingerprint"][:12],
         "device": record.hardware.get("device"),
     }

@@ -118,7 +118,9 @@ for name, result in results.items():
     record = ui.get_provenance(dataset, name, runs[name])
     with cols[3].popover("Provenance", help="Where these numbers come from: data, models, code, machine."):
         st.dataframe(
-            pd.DataFrame(record.summary_rows(), columns=["what", "value"]), hide_index=True, width="stretch"
+            pd.DataFrame(record.summary_rows(ui.settings().prices), columns=["what", "value"]),
+            hide_index=True,
+            width="stretch",
         )
         st.download_button(
             "Provenance JSON",

@@ -50,7 +50,14 @@ def download_buttons(
     )
     alpha = c[1].selectbox("alpha", ALPHAS, index=ALPHAS.index(0.05), key="w_report_alpha")
     systems = [
-        ReportSystem(r.run_name, ui.system_label(r.run_name), run, r, ui.fidelity_badge(dataset, r.run_name))
+        ReportSystem(
+            r.run_name,
+            ui.system_label(r.run_name),
+            run,
+            r,
+            ui.fidelity_badge(dataset, r.run_name),
+            ui.get_provenance(dataset, r.run_name, run),
+        )
         for run, r in computed
     ]
     report = Report(
@@ -62,6 +69,7 @@ def download_buttons(
         settings=_settings(dataset, extra_settings or {}),
         baseline_tests=baseline_tests,
         title=title,
+        prices=ui.settings().prices,
     )
     stem = f"{safe_name(dataset.name)}_{safe_name(title.lower())}"
     c[2].download_button(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,10 +39,11 @@ from r2med_core.generation import (
     live_rewrites,
 )
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
+from r2med_core.imported_runs import kept_provenance
 from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
 from r2med_core.kinds.llm_rerank import use_operator
 from r2med_core.progress import Progress
-from r2med_core.provenance import Provenance, run_provenance
+from r2med_core.provenance import Provenance, ProvenanceError, run_provenance
 from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
@@ -164,13 +166,20 @@ def get_run(dataset: Dataset, system: str) -> Run:
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def _provenance(key: str, system: str, seconds: float | None, _dataset: Dataset) -> Provenance:
-    return run_provenance(_dataset, system, wall_seconds=seconds)
+def _provenance(key: str, system: str, seconds: float | None, usage: str, _dataset: Dataset) -> Provenance:
+    kept = kept_provenance(_dataset, system, settings())  # a reopened report's run: where it was made
+    if kept is not None:
+        try:
+            return Provenance.from_json(kept, source=system)
+        except ProvenanceError:
+            pass  # unreadable: say what is known here instead
+    return run_provenance(_dataset, system, wall_seconds=seconds, usage=json.loads(usage))
 
 
 def get_provenance(dataset: Dataset, system: str, run: Run) -> Provenance:
-    """Where the system's numbers come from (data, models, rewrites, code, machine), once per run."""
-    return _provenance(dataset_key(dataset), system, run.seconds, dataset)
+    """Where the system's numbers come from (data, models, rewrites, code, machine, tokens), once per run."""
+    usage = json.dumps(list(run.usage), sort_keys=True)  # part of the key: a remade run may cost otherwise
+    return _provenance(dataset_key(dataset), system, run.seconds, usage, dataset)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)

@@ -395,7 +395,7 @@ def run_system(dataset: Dataset, spec: SystemSpec | str, k: int = 100, progress:
 
     def build(folder: Path) -> None:
         run = _compute(dataset, spec, k, progress)
-        payload = {"name": run.name, "seconds": run.seconds, "rankings": run.rankings}
+        payload = {"name": run.name, "seconds": run.seconds, "rankings": run.rankings, "usage": list(run.usage)}
         (folder / "run.json").write_text(json.dumps(payload), encoding="utf-8")
         result["run"] = run
 
@@ -404,7 +404,8 @@ def run_system(dataset: Dataset, spec: SystemSpec | str, k: int = 100, progress:
             return result["run"]
         payload = json.loads((folder / "run.json").read_text(encoding="utf-8"))
         rankings = {qid: [(doc, float(score)) for doc, score in r] for qid, r in payload["rankings"].items()}
-        return Run(payload["name"], rankings, payload["seconds"])
+        usage = tuple(u for u in payload.get("usage") or () if isinstance(u, dict))
+        return Run(payload["name"], rankings, payload["seconds"], usage)
 
     return cached("runs", run_key(dataset, spec, k), build, load)
 
