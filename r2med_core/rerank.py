@@ -314,4 +314,5 @@ def rerank(
         else:
             rankings[qid] = list(ranking) if keep_tail else list(ranking[:k])
     report(progress, 1.0, f"Reranking with {model}: done")
-    return Run(reranked_name(run.name, model, k, keep_tail), rankings, run.seconds + float(payload["seconds"]))
+    name = reranked_name(run.name, model, k, keep_tail)
+    return Run(name, rankings, run.seconds + float(payload["seconds"]), run.usage)  # keeps the first stage's tokens

@@ -169,8 +169,11 @@ def test_a_list_wise_run_is_computed_through_the_kind_and_only_after_a_click(llm
         assert run.top(qid) == [(doc, float(3 - i)) for i, doc in enumerate(top3[::-1])]
     assert run.name == LIST and is_computed(dataset, LIST) and not needs_click(dataset, LIST)
     assert cost_notes(dataset, LIST) == []
-    run_system(dataset, LIST)
+    (use,) = run.usage  # the tokens the server reported, kept with the run for its provenance
+    assert use["model"] == "fake-model" and use["prompt"] > 0 and use["completion"] > 0
+    again = run_system(dataset, LIST)
     assert len(llm.requests) == len(dataset.queries)  # the stored run, nothing sent again
+    assert again.usage == run.usage  # and it still says what it cost to make
 
 
 def test_point_wise_explanations_come_from_the_cache_only(llm: FakeLLM, tiny_r2med: Path) -> None:

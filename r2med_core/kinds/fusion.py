@@ -59,7 +59,8 @@ class FusionKind(SystemKind):
             step = scaled(progress, i / len(spec.members), (i + 1) / len(spec.members))
             runs.append(run_system(dataset, member, k=max(k, MEMBER_DEPTH), progress=step))
         fused = reciprocal_rank_fusion(runs, str(spec), depth=k)
-        return Run(fused.name, fused.rankings, time.perf_counter() - started)
+        usage = tuple(entry for run in runs for entry in run.usage)  # what each member's LLM use cost
+        return Run(fused.name, fused.rankings, time.perf_counter() - started, usage)
 
     def search(
         self, dataset: Dataset, spec: SystemSpec, text: str, k: int, hy_doc: str | None, progress: Progress | None

@@ -51,7 +51,7 @@ class ImportedRunKind(SystemKind):
     def compute(self, dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
         imported = _imported(load_run, dataset, spec.name).run
         done(progress, spec, "loaded")
-        return Run(str(spec), {q: r[:k] for q, r in imported.rankings.items()}, imported.seconds)
+        return Run(str(spec), {q: r[:k] for q, r in imported.rankings.items()}, imported.seconds, imported.usage)
 
     def no_text_reason(self, spec: SystemSpec) -> str:
         return f"{spec.label} is a fixed run of the dataset's own queries: it cannot search typed text"

@@ -174,7 +174,7 @@ class LLMRerankKind(SystemKind):
             run = lr.listwise_rerank(
                 first, dataset, endpoint, depth, window=_window(spec), workers=WORKERS, progress=rest
             )
-        return Run(str(spec), {q: r[:k] for q, r in run.rankings.items()}, run.seconds)
+        return Run(str(spec), {q: r[:k] for q, r in run.rankings.items()}, run.seconds, run.usage)
 
     def asks_llm(self, dataset: Dataset, spec: SystemSpec, k: int) -> bool:
         return True  # unless its run is on disk (``needs_click`` checks), computing it may send requests

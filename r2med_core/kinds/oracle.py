@@ -95,7 +95,7 @@ class OracleKind(SystemKind):
         answered = oracle_dataset(dataset, spec.param("with_query"))
         run = run_system(answered, spec.members[0], k=k, progress=progress)
         done(progress, spec)
-        return Run(str(spec), run.rankings, run.seconds)
+        return Run(str(spec), run.rankings, run.seconds, run.usage)
 
     def no_text_reason(self, spec: SystemSpec) -> str:
         return f"{LABEL} retrieves with the dataset's reference answers: it cannot search typed text"

@@ -85,7 +85,7 @@ class RerankKind(SystemKind):
         depth = spec.param("k")
         first = run_system(dataset, spec.members[0], k=max(k, depth, FIRST_STAGE_DEPTH))
         reranked = rerank(first, dataset, spec.name, depth, keep_tail=spec.param("tail"), progress=progress)
-        return Run(str(spec), {q: r[:k] for q, r in reranked.rankings.items()}, reranked.seconds)
+        return Run(str(spec), {q: r[:k] for q, r in reranked.rankings.items()}, reranked.seconds, reranked.usage)
 
     def models(self, spec: SystemSpec) -> tuple[tuple[str, str], ...]:
         return (*super().models(spec), ("reranker", spec.name))
