@@ -53,7 +53,7 @@ PROPOSER_PREFIX = "proposed by "
 
 CAPTION = (
     "A diagnostic, not a benchmark metric: each failed query (no gold document in the top {depth}) is "
-    "classed with the answer oracle {oracle} (retrieval with the reference answer). Reasoning gap: the "
+    "classed with the answer oracle ({oracle}). Reasoning gap: the "
     "oracle finds a gold document in its top {depth}; representation gap: even the oracle misses; possibly "
     "unjudged: the system's top {depth} holds a document the LLM judge proposed relevant (stored proposals "
     "not rejected); no reference answer: the query has none."
@@ -104,8 +104,9 @@ class Diagnosis:
     def n_failed(self) -> int:
         return sum(q.failed for q in self.queries)
 
-    def caption(self) -> str:
-        return CAPTION.format(depth=self.depth, oracle=self.oracle)
+    def caption(self, oracle_label: str | None = None) -> str:
+        """What the classes mean and which oracle made them (its label, else its name)."""
+        return CAPTION.format(depth=self.depth, oracle=oracle_label or self.oracle)
 
 
 def _best_gold_rank(run: Run | None, query_id: str, gold: Collection[str]) -> int | None:

@@ -35,10 +35,10 @@ COLORS = {
 
 
 def oracle_options() -> list[str]:
-    """BM25's oracle (quick, the default) first, then the oracle of every plain retriever in play,
-    each on the answer and on query + answer."""
+    """BM25's oracle (quick, the default) first, then the offline MiniLM's and that of every plain
+    retriever in play, each on the answer and on query + answer."""
     out = []
-    for retriever in dict.fromkeys(["bm25", *state.view().systems]):
+    for retriever in dict.fromkeys(["bm25", "minilm", *state.view().systems]):
         for name in (f"oracle:{retriever}", f"oracle:{retriever}+q"):
             try:
                 out.append(str(parse_system(name)))
@@ -119,7 +119,7 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
     )
     fig.update_layout(barmode="stack")
     st.plotly_chart(fig, width="stretch", key="diagnosis_bars")
-    st.caption(ui.md(first.caption()) + f" Oracle: {ui.md(ui.system_label(first.oracle))}.")
+    st.caption(ui.md(first.caption(ui.system_label(first.oracle))))
     table = frame.pivot(index="system", columns="class", values="queries")[list(FAILURE_CLASSES)]
     table.insert(0, "failed", table.sum(axis=1))
     st.dataframe(table, width="stretch")
@@ -138,7 +138,7 @@ def explorer_classes(dataset: Dataset, system: str, run: Run, table: pd.DataFram
         key=state.bound("diag", options, []),
         on_change=state.store("diag"),
         placeholder="every query",
-        help=ui.md(found.caption()) + " The oracle is chosen on the Metrics page.",
+        help=ui.md(found.caption(ui.system_label(found.oracle))) + " The oracle is chosen on the Metrics page.",
     )
     return with_failure_class(table, found), True
 

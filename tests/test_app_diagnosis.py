@@ -1,0 +1,106 @@
+"""The failure diagnosis in the app (AppTest): the Metrics page's stacked bars and caption, the
+explorer's class column, filter and CSV, and a slow oracle that waits for a click."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import streamlit
+
+from r2med_core import load_demo, run_system
+from r2med_core.diagnosis import REASONING_GAP, diagnose
+from views.ui import md
+
+from .test_app import by_label, open_app
+
+TASK = "clinical-case"
+
+
+@pytest.fixture(autouse=True)
+def _compute_without_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")  # runs are not what these tests are about
+
+
+def expected(system: str, oracle: str = "oracle:bm25") -> dict[str, str]:
+    demo = load_demo(TASK)
+    return diagnose(demo, run_system(demo, system), run_system(demo, oracle), oracle=oracle).class_of()
+
+
+def diagnosis_bars(at: Any) -> dict[str, dict[str, int]]:
+    """The diagnosis chart as {class: {system label: failed queries}}."""
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    (spec,) = [s for s in specs if "by class" in str(s["layout"].get("title", ""))]
+    assert spec["layout"]["barmode"] == "stack"
+    return {trace["name"]: dict(zip(trace["x"], values(trace["y"]))) for trace in spec["data"]}
+
+
+def values(data: Any) -> list[int]:
+    """A plotly array, plain or binary-encoded ({"dtype", "bdata"})."""
+    if isinstance(data, dict):
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
+    return list(data)
+
+
+def test_metrics_shows_failure_classes_per_system_labelled_a_diagnostic() -> None:
+    at = open_app("metrics", task=TASK, systems=["bm25", "minilm"])
+    bars = diagnosis_bars(at)
+    for system, label in (("bm25", "BM25 (R2MED official)"), ("minilm", "MiniLM-L6-v2 (offline; not a paper model)")):
+        classes = list(expected(system).values())
+        for name, per_system in bars.items():
+            assert per_system[label] == classes.count(name), (system, name)
+    assert sum(bars[REASONING_GAP].values()) > 0
+    captions = [c.value for c in at.caption if "not a benchmark metric" in c.value]
+    assert (
+        len(captions) == 1
+        and md("(Answer oracle (diagnostic, not a benchmark setting): BM25 (R2MED official) on the answer)")
+        in captions[0]
+    )
+
+    by_label(at.selectbox, "Answer oracle").set_value("oracle:bm25+q").run()
+    assert not at.exception
+    (caption,) = [c.value for c in at.caption if "not a benchmark metric" in c.value]
+    assert md("BM25 (R2MED official) on the query + answer)") in caption
+    classes = list(expected("bm25", "oracle:bm25+q").values())
+    assert diagnosis_bars(at)[REASONING_GAP]["BM25 (R2MED official)"] == classes.count(REASONING_GAP)
+
+
+def test_a_slow_oracle_waits_for_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = load_demo(TASK)
+    run_system(demo, "bm25")  # cached: the page shows it at once
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "1")  # bm25 is cached (0 s); the MiniLM oracle is not
+    at = open_app("metrics", task=TASK, systems=["bm25"], oracle="oracle:minilm")
+    assert by_label(at.selectbox, "Answer oracle").value == "oracle:minilm"
+    assert at.button(key="compute:oracle:minilm").label.startswith("Compute (≈")
+    assert not [c for c in at.get("plotly_chart") if "by class" in c.proto.spec]  # nothing computed unasked
+
+
+def test_the_explorer_filters_by_failure_class_and_exports_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    downloads: dict[str, Any] = {}
+    original = streamlit.download_button
+
+    def recording(label: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+        downloads[label] = data
+        return original(label, data, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "download_button", recording)
+    want = expected("bm25")
+    at = open_app("explorer", task=TASK, systems=["bm25"], system="bm25")
+    table = next(df.value for df in at.dataframe if "failure_class" in df.value.columns)
+    assert dict(zip(table["query_id"], table["failure_class"])) == want
+
+    by_label(at.multiselect, "Failure class (diagnostic)").set_value([REASONING_GAP]).run()
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "failure_class" in df.value.columns)
+    gaps = sorted(q for q, c in want.items() if c == REASONING_GAP)
+    assert gaps and sorted(table["query_id"]) == gaps
+    exported = pd.read_csv(io.StringIO(downloads["Download these queries (CSV)"]), dtype={"query_id": str})
+    assert sorted(exported["query_id"]) == gaps and set(exported["failure_class"]) == {REASONING_GAP}
+    assert at.query_params["diag"] == [REASONING_GAP] or at.query_params["diag"] == REASONING_GAP
+    at.button(key="w_next").click().run()  # Next steps through the filtered queries only
+    assert at.query_params["q"] in gaps
