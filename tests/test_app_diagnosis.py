@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,11 @@ import pytest
 import streamlit
 
 from r2med_core import load_demo, run_system
-from r2med_core.diagnosis import REASONING_GAP, diagnose
+from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.diagnosis import NO_REFERENCE, POSSIBLY_UNJUDGED, PROPOSER_PREFIX, REASONING_GAP, diagnose
 from views.ui import md
 
+from .conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl
 from .test_app import by_label, open_app
 
 TASK = "clinical-case"
@@ -104,3 +107,38 @@ def test_the_explorer_filters_by_failure_class_and_exports_it(monkeypatch: pytes
     assert at.query_params["diag"] == [REASONING_GAP] or at.query_params["diag"] == REASONING_GAP
     at.button(key="w_next").click().run()  # Next steps through the filtered queries only
     assert at.query_params["q"] in gaps
+
+
+def test_the_judges_stored_proposal_makes_a_failure_possibly_unjudged() -> None:
+    demo = load_demo(TASK)
+    want = expected("bm25")
+    failed = next(q for q, c in want.items() if c == REASONING_GAP)
+    top = next(doc for doc, _ in run_system(demo, "bm25").top(failed, 10) if doc not in demo.qrels[failed])
+    AnnotationStore().add(  # the store the app opens ($R2MED_DATA_HOME, set per test)
+        Annotation(
+            dataset=demo.source,
+            task=demo.name,
+            query_id=failed,
+            doc_id=top,
+            failure_type="relevant_unjudged",
+            annotator=f"{PROPOSER_PREFIX}toy-judge",
+        )
+    )
+    at = open_app("explorer", task=TASK, systems=["bm25"], system="bm25")
+    table = next(df.value for df in at.dataframe if "failure_class" in df.value.columns)
+    classes = dict(zip(table["query_id"], table["failure_class"]))
+    assert classes == {**want, failed: POSSIBLY_UNJUDGED}
+
+
+def test_a_task_without_reference_answers_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_DATA_ROOTS", str(tmp_path))
+    root = tmp_path / "no-answers"
+    write_jsonl(root / "corpus.jsonl", TINY_CORPUS)
+    write_jsonl(root / "query.jsonl", [{k: v for k, v in q.items() if k != "answer"} for q in TINY_QUERIES])
+    write_jsonl(root / "qrels.jsonl", [*TINY_QRELS, {"q_id": "q3", "p_id": "gout_0", "score": 1}])
+    at = open_app("metrics", source="local", folder=str(root), systems=["bm25"])
+    assert not at.error, [e.value for e in at.error]
+    assert any("no reference answers" in c.value for c in at.caption)
+    bars = diagnosis_bars(at)
+    assert sum(bars[NO_REFERENCE].values()) >= 1  # "A question nobody judged" finds no gout document
+    assert sum(sum(v.values()) for k, v in bars.items() if k != NO_REFERENCE) == 0
