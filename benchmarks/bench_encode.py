@@ -25,7 +25,7 @@ import numpy as np
 from benchmarks.bench_bm25 import make_corpus
 from r2med_core.data import DEMO_TASKS, load_demo
 from r2med_core.encoding import discard_chunks, encode_corpus, format_seconds
-from r2med_core.hardware import resolve_backend
+from r2med_core.hardware import record_backend_speeds, resolve_backend
 from r2med_core.retrieval.dense import PRESETS, DenseRetriever, offline_model_path
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
@@ -155,7 +155,8 @@ def main() -> None:
         f"({tokens.mean():.0f} tokens each on average, max {raw.max_seq_length}), MiniLM-L6-v2, "
         f"batch {args.batch_size}, CPU, best of {args.rounds} interleaved rounds; load average now {_load()}"
     )
-    print(f"'auto' resolves to {resolve_backend('auto', 'cpu')} here")
+    record_backend_speeds({b: args.docs / best[f"r2med_core {b}"].wall for b in timed})
+    print(f"'auto' resolves to {resolve_backend('auto', 'cpu')} here (this run's speeds are kept for it)")
     header = f"{'encoder':<28}{'docs/s':>8}{'vs raw':>8}{'vs torch':>9}{'CPU/wall':>9}{'top10 ∩':>9}{'top10 ≡':>9}"
     print(header + "".join(f"{name:>26}" for name in TASK_DOCS))
     reference, torch_wall = best["raw sentence-transformers"].wall, best["r2med_core torch"].wall

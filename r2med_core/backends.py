@@ -1,5 +1,5 @@
-"""An opt-in faster CPU encoder: the model's transformer exported to ONNX (optionally int8) and run by
-ONNX Runtime, with the model's own tokenizer, pooling and normalisation.
+"""A CPU encoder (chosen by ``auto`` where measured faster): the model's transformer exported to ONNX
+(optionally int8) and run by ONNX Runtime, with the model's own tokenizer, pooling and normalisation.
 
 sentence-transformers' own ``backend="onnx"``/``"openvino"`` need ``optimum``/``optimum-intel``, whose
 releases pin ``transformers<5`` and so cannot be installed next to this project's transformers; the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -149,6 +150,23 @@ def query_table(dataset: Dataset, results: Results, run: Run, depth: int = 100) 
             }
         )
     return pd.DataFrame(rows, columns=QUERY_TABLE_COLUMNS)
+
+
+def mask_blind(table: pd.DataFrame, blind_ids: Iterable[str]) -> pd.DataFrame:
+    """The query table as someone labelling blind may see it: for the queries they have not labelled yet
+    only the id and text; every other cell (scores, gold counts, ranks, and any column added later) is
+    left empty, so the table cannot tell them which queries fail. Score filters then skip those rows."""
+    hidden = table["query_id"].isin(set(blind_ids))
+    if not hidden.any():
+        return table
+    out = table.copy()
+    for column in out.columns:
+        if column in ("query_id", "query"):
+            continue
+        numeric = pd.api.types.is_numeric_dtype(out[column])
+        out[column] = out[column].astype("float64" if numeric else "object")
+        out.loc[hidden, column] = float("nan") if numeric else None
+    return out
 
 
 def step(ids: list[str], current: str, offset: int) -> str | None:

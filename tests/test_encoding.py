@@ -280,3 +280,103 @@ def test_the_onnx_backend_ranks_like_torch_and_is_its_own_cache_entry() -> None:
     top_b = np.argsort(-(qb @ b.T), axis=1)[:, :10]
     assert np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top_a, top_b)]) >= 0.95
     assert torch_side.cache_key("c") != onnx_side.cache_key("c")
+
+
+def test_auto_runs_onnx_on_a_cpu_only_when_it_is_importable_and_measured_faster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from r2med_core import hardware
+
+    monkeypatch.setattr(hardware, "onnx_importable", lambda: True)
+    assert hardware.resolve_backend("auto", "cpu") == "torch"  # nothing measured on this machine yet
+    hardware.record_backend_speeds({"torch": 20.0, "onnx": 30.0})
+    assert hardware.resolve_backend("auto", "cpu") == "onnx"
+    assert hardware.resolve_backend(None, "cpu") == "onnx"
+    assert hardware.resolve_backend("auto", "cuda") == "torch"
+    assert hardware.resolve_backend("auto", "cuda:1") == "torch"
+    assert hardware.resolve_backend("torch", "cpu") == "torch"  # an explicit choice is kept
+    assert DenseRetriever(PRESETS["minilm"], device="cpu").backend == "onnx"
+    for name in ("bmr-410m", "inst-l", "e5", "nv"):  # decoders, unpooled prompts, remote code
+        assert DenseRetriever(PRESETS[name], device="cpu").backend == "torch", name
+    monkeypatch.setenv("R2MED_ENCODE_BACKEND", "torch")
+    assert DenseRetriever(PRESETS["minilm"], device="cpu").backend == "torch"  # the operator's setting wins
+    hardware.record_backend_speeds({"torch": 30.0, "onnx": 20.0})
+    monkeypatch.setenv("R2MED_ENCODE_BACKEND", "auto")
+    assert DenseRetriever(PRESETS["minilm"], device="cpu").backend == "torch"  # torch measured faster
+
+
+def test_auto_falls_back_to_torch_when_onnxruntime_cannot_be_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from r2med_core import hardware
+
+    hardware.record_backend_speeds({"torch": 20.0, "onnx": 30.0})
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    assert not hardware.onnx_importable()
+    assert hardware.resolve_backend("auto", "cpu") == "torch"
+    assert DenseRetriever(PRESETS["minilm"], device="cpu", backend="auto").backend == "torch"
+
+
+def test_the_cache_key_follows_the_resolved_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2med_core import hardware
+
+    monkeypatch.setattr(hardware, "onnx_importable", lambda: True)
+    torch_key = DenseRetriever(PRESETS["minilm"], device="cpu").cache_key("c")  # auto → torch
+    assert torch_key == DenseRetriever(PRESETS["minilm"], backend="torch").cache_key("c")
+    hardware.record_backend_speeds({"torch": 20.0, "onnx": 30.0})
+    onnx_key = DenseRetriever(PRESETS["minilm"], device="cpu").cache_key("c")  # auto → onnx
+    assert onnx_key == DenseRetriever(PRESETS["minilm"], backend="onnx").cache_key("c")
+    assert onnx_key != torch_key
+    int8_key = DenseRetriever(PRESETS["minilm"], backend="onnx-int8").cache_key("c")
+    assert len({str(k) for k in (torch_key, onnx_key, int8_key)}) == 3
+
+
+def _top10(retriever: DenseRetriever, texts: list[str], queries: list[str]) -> np.ndarray:
+    docs, q = retriever.encode(texts, "doc"), retriever.encode(queries, "query")
+    return np.argsort(-(q @ docs.T), axis=1, kind="stable")[:, :10]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+def test_onnx_gives_torch_s_top_10_with_prompts_and_pair_inputs_on_the_demo() -> None:
+    from dataclasses import replace
+
+    dataset = load_demo("clinical-evidence")
+    texts, queries = list(dataset.corpus.values()), list(dataset.queries.values())
+    for model in (
+        PRESETS["minilm"],
+        replace(PRESETS["minilm"], query_prompt="query: ", doc_prompt="passage: "),  # e5/bge-style prefixes
+        replace(PRESETS["minilm"], doc_pair=True),  # MedCPT-style ("", text) documents
+    ):
+        torch_top = _top10(DenseRetriever(model, backend="torch"), texts, queries)
+        onnx_top = _top10(DenseRetriever(model, backend="onnx"), texts, queries)
+        assert (torch_top == onnx_top).all(), model
+    prompted = replace(PRESETS["minilm"], query_prompt="query: ")
+    with_prompt = DenseRetriever(prompted, backend="onnx").encode(queries[:3], "query")
+    without = DenseRetriever(PRESETS["minilm"], backend="onnx").encode(queries[:3], "query")
+    by_torch = DenseRetriever(prompted, backend="torch").encode(queries[:3], "query")
+    assert np.min(np.sum(with_prompt * by_torch, axis=1)) > 0.999  # the prompt reached the ONNX model
+    assert np.max(np.sum(with_prompt * without, axis=1)) < 0.9999
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+def test_auto_on_onnx_uses_a_cached_torch_entry_instead_of_encoding_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from r2med_core import hardware
+    from r2med_core.cache import entry_path
+
+    dataset = load_demo("clinical-evidence")
+    ids, texts = list(dataset.corpus), list(dataset.corpus.values())
+    made_on_gpu = DenseRetriever(PRESETS["minilm"], backend="torch")  # e.g. `encode` on a GPU, then `import`
+    made_on_gpu.index_corpus(ids, texts, dataset.fingerprint)
+    hardware.record_backend_speeds({"torch": 20.0, "onnx": 30.0})
+    here = DenseRetriever(PRESETS["minilm"], device="cpu")
+    assert here.backend == "onnx"
+    monkeypatch.setattr(here, "encode", lambda *a, **k: pytest.fail("re-encoded a cached corpus"))
+    here.index_corpus(ids, texts, dataset.fingerprint)
+    assert here.doc_ids == ids
+    assert not entry_path("dense", here.cache_key(dataset.fingerprint)).exists()
+    # Without a torch entry, auto's ONNX entry is its own (never a torch key holding ONNX vectors).
+    fresh = DenseRetriever(PRESETS["minilm"], device="cpu")
+    fresh.index_corpus(ids[:20], texts[:20], "another corpus")
+    assert entry_path("dense", fresh.cache_key("another corpus")).is_dir()
+    torch_key = DenseRetriever(PRESETS["minilm"], backend="torch").cache_key("another corpus")
+    assert not entry_path("dense", torch_key).exists()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from r2med_core.data import load_r2med_dir
 from r2med_core.evaluation import evaluate
 from r2med_core.explore import (
@@ -12,6 +14,7 @@ from r2med_core.explore import (
     gold_frame,
     gold_rows,
     highlight,
+    mask_blind,
     query_table,
     query_terms,
     retrieved_frame,
@@ -29,6 +32,23 @@ def test_highlight_escapes_before_marking() -> None:
     assert "<mark>Insulin</mark>" in html and "<mark>treated</mark>" in html  # same stem as "treating"
     assert "<mark>alert</mark>" in html  # inside escaped markup, still only text
     assert html.count("<mark>") == html.count("</mark>")
+
+
+def test_a_blind_annotator_sees_no_scores_of_queries_they_have_not_labelled(tiny_r2med: Path) -> None:
+    """Blind first: the table keeps every query's id and text, blanks the rest for the unlabelled ones,
+    and the score filters cannot pick them out (q2 fails; filtering on failure must not reveal it)."""
+    ds = load_r2med_dir(tiny_r2med)
+    run = _tiny_run()
+    table = query_table(ds, evaluate(run, ds.qrels), run)
+    masked = mask_blind(table, ["q2"])
+    q1, q2 = (masked[masked["query_id"] == q].iloc[0] for q in ("q1", "q2"))
+    assert q2["query"] == table[table["query_id"] == "q2"].iloc[0]["query"]
+    assert all(pd.isna(q2[c]) for c in masked.columns if c not in ("query_id", "query"))
+    assert q1["ndcg_at_10"] == table[table["query_id"] == "q1"].iloc[0]["ndcg_at_10"] and q1["gold"] > 0
+    assert list(filter_queries(masked, failures_only=True)["query_id"]) == []
+    assert list(filter_queries(masked, missed_gold=True)["query_id"]) == ["q1"]
+    assert list(filter_queries(masked, search="troponin")["query_id"]) == ["q2"]  # text search still finds it
+    assert mask_blind(table, []) is table
 
 
 def test_highlight_keeps_line_breaks_and_marks_nothing_without_terms() -> None:

@@ -12,6 +12,7 @@ from r2med_core.explore import (
     gold_frame,
     gold_rows,
     highlight,
+    mask_blind,
     overlap,
     preview,
     query_terms,
@@ -64,7 +65,10 @@ if rewrite and rewritten_system != v.system:  # an imported run has no variant o
         )
 
 # ------------------------------------------------------------------ the query table
+acting = auth.acting()
 table = ui.get_query_table(dataset, v.system, results, run)
+blind_ids = labels.blind_queries(dataset, acting, list(table["query_id"]))
+table = mask_blind(table, blind_ids)
 picker_key = state.widget_key("q", within)
 table_key = state.widget_key("all_queries", within)
 # Open when the session starts without a chosen query; after that it stays as the user left it (a filter
@@ -97,6 +101,11 @@ with st.expander(
     table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
     shown = diagnosis.filter_classes(filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search))
     st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it · Next/Previous follow filters")
+    if blind_ids:
+        st.caption(
+            f"Blind first: the {len(blind_ids)} queries you have not labelled yet show no scores, and the "
+            "score filters leave them out, until you save your own label on each."
+        )
     shown_ids = list(shown["query_id"])
 
     def _picked() -> None:
@@ -177,7 +186,6 @@ if filtered:
 
 terms = query_terms(dataset.queries[qid])
 query_labels = labels.labels_for(dataset, qid)
-acting = auth.acting()
 # Blind first (sign-in on): until this person saves their own label on the query they see the query and
 # the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
 blind = labels_blind(acting.person, acting.config, [a.annotator for a in query_labels])

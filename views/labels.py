@@ -108,7 +108,15 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], b
             annotator=person.name,
             blind=blind,
         )
-        check_unjudged(annotation, dataset.qrels)
+        already_judged = None
+        try:
+            check_unjudged(annotation, dataset.qrels)
+        except ValueError as err:
+            if not blind:
+                raise
+            # Blind, the annotator cannot know the document is judged, and refusing would tell them: the
+            # label is kept as their judgement (it agrees with the qrels, so it adds nothing to them).
+            already_judged = str(err).split(";")[0]
         store.add(annotation)
     except (ValueError, AnnotationStoreError) as err:
         v.flash_error = f"Not saved: {ui.md(err)}. Your note is kept."
@@ -116,7 +124,9 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], b
     st.session_state[keys["note"]] = ""
     st.session_state[keys["type"]] = None
     what = TAXONOMY[code].label + ("" if doc_id is None else f" on {ui.md(doc_id)}")
-    if code == "relevant_unjudged":
+    if already_judged:
+        v.flash = f"Saved: {what}. Now that you have labelled it: {ui.md(already_judged)}, so your label agrees."
+    elif code == "relevant_unjudged":
         v.flash = f"Saved: {what}, as a proposal for review on the Annotations page."
     else:
         v.flash = f"Saved: {what}"
@@ -124,6 +134,17 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], b
 
 def _taxonomy_help() -> str:
     return "\n".join(f"- **{t.label}**: {t.description}" for t in TAXONOMY.values())
+
+
+def blind_queries(dataset: Dataset, acting: auth.Acting, query_ids: list[str]) -> frozenset[str]:
+    """The queries this person has to label blind (sign-in on, may label, no label of theirs yet)."""
+    if not labels_blind(acting.person, acting.config, []):
+        return frozenset()  # no blind view for them at all: skip reading the store
+    store = ui.annotation_store()
+    annotators: dict[str, list[str]] = {}
+    for a in [] if store is None else store.list(dataset=dataset.source, task=dataset.name):
+        annotators.setdefault(a.query_id, []).append(a.annotator)
+    return frozenset(q for q in query_ids if labels_blind(acting.person, acting.config, annotators.get(q, [])))
 
 
 def labels_for(dataset: Dataset, query_id: str) -> list[Annotation]:
