@@ -142,3 +142,22 @@ def test_a_task_without_reference_answers_says_so(tmp_path: Path, monkeypatch: p
     bars = diagnosis_bars(at)
     assert sum(bars[NO_REFERENCE].values()) >= 1  # "A question nobody judged" finds no gout document
     assert sum(sum(v.values()) for k, v in bars.items() if k != NO_REFERENCE) == 0
+
+
+def test_a_blind_annotator_sees_no_failure_class_on_queries_they_have_not_labelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blind first: the class tells whether a query failed, so it is blanked with the scores (the sign-in
+    rules that pick the blind queries are tested in test_signin.py; here three are taken as blind)."""
+    want = expected("bm25")
+    blind = sorted(want)[:3]
+    monkeypatch.setattr("views.labels.blind_queries", lambda dataset, acting, ids: frozenset(blind))
+    at = open_app("explorer", task=TASK, systems=["bm25"], system="bm25")
+    table = next(df.value for df in at.dataframe if "failure_class" in df.value.columns)
+    classes = dict(zip(table["query_id"], table["failure_class"]))
+    assert all(pd.isna(classes[q]) for q in blind)
+    assert {q: c for q, c in classes.items() if q not in blind} == {q: c for q, c in want.items() if q not in blind}
+    every = [c for c in by_label(at.multiselect, "Failure class (diagnostic)").options]
+    by_label(at.multiselect, "Failure class (diagnostic)").set_value(every).run()
+    table = next(df.value for df in at.dataframe if "failure_class" in df.value.columns)
+    assert not set(blind) & set(table["query_id"])  # the class filter skips them, as the score filters do

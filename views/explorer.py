@@ -99,6 +99,7 @@ with st.expander(
         placeholder="e.g. troponin, or a query id",
     )
     table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
+    table = mask_blind(table, blind_ids)  # a query's failure class tells whether it failed: hidden too
     shown = diagnosis.filter_classes(filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search))
     st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it · Next/Previous follow filters")
     if blind_ids:
