@@ -25,7 +25,7 @@ from r2med_core.identity import labels_blind
 from r2med_core.list_judging import explorer_annotators
 from r2med_core.report import metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
-from views import auth, judge, labels, state, ui
+from views import auth, diagnosis, judge, labels, state, ui
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -99,7 +99,9 @@ with st.expander(
         on_change=state.store("search"),
         placeholder="e.g. troponin, or a query id",
     )
-    shown = filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search)
+    table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
+    table = mask_blind(table, blind_ids)  # a query's failure class tells whether it failed: hidden too
+    shown = diagnosis.filter_classes(filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search))
     st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it · Next/Previous follow filters")
     if blind_ids:
         st.caption(
@@ -123,7 +125,9 @@ with st.expander(
         selection_mode="single-row",
         key=state.widget_key("table", within),
         # The scores first and the query text last, so the numbers stay in view on a narrow screen.
-        column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank", "query"],
+        column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]
+        + ["failure_class"] * classed
+        + ["query"],
         column_config={
             "query_id": st.column_config.TextColumn("id", width=60),
             "query": st.column_config.TextColumn("query"),
@@ -138,7 +142,15 @@ with st.expander(
             "best_gold_rank": st.column_config.NumberColumn(
                 "best rank", width=75, help="Rank of the best-placed gold document."
             ),
+            "failure_class": st.column_config.TextColumn("failure class", help="A diagnostic, not a benchmark metric."),
         },
+    )
+    st.download_button(
+        "Download these queries (CSV)",
+        shown.to_csv(index=False),
+        file_name=f"{dataset.name}_queries.csv",
+        mime="text/csv",
+        key="w_queries_csv",
     )
 # ------------------------------------------------------------------ the selected query
 query_ids = list(table["query_id"]) if len(table) else list(dataset.queries)
@@ -147,7 +159,7 @@ if not query_ids:
     st.stop()
 if v.q not in query_ids:
     v.q = query_ids[0]
-filtered = bool(v.fail or v.missed or v.search.strip())
+filtered = bool(v.fail or v.missed or v.search.strip() or (classed and v.diag))
 walk = [q for q in shown_ids if q in query_ids] if filtered else query_ids  # what Next/Previous step through
 
 

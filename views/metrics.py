@@ -12,7 +12,7 @@ from r2med_core.evaluation import ALL_METRICS, CUTOFFS, MAIN_METRICS
 from r2med_core.report import curves_table, means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
-from views import saved_reports, state, ui
+from views import diagnosis, saved_reports, state, ui
 from views.pooling import section as pooling_section
 
 dataset = ui.current_dataset()
@@ -94,6 +94,8 @@ st.download_button(
     file_name=f"{dataset.name}_per_query.csv",
     mime="text/csv",
 )
+
+diagnosis.metrics_section(dataset, runs)
 
 st.subheader("Results files and runs")
 for name, result in results.items():

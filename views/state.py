@@ -37,6 +37,8 @@ class View:
     missed: bool = False
     search: str = ""
     depth: int = 10  # the explorer's "Show top"
+    oracle: str = ""  # the failure diagnosis's answer oracle ("" = r2med_core.diagnosis.DEFAULT_ORACLE)
+    diag: list[str] = field(default_factory=list)  # the explorer's failure-class filter ([] = every query)
     compare: list[str] | None = None  # None: not chosen yet (defaults apply); []: the user removed them all
     ask: str = ""  # the what-if page's typed query
     ask_systems: list[str] = field(default_factory=list)  # … and the systems it is run through
@@ -52,7 +54,7 @@ class View:
     llm_temperature: float = 0.0
     llm_max_tokens: int = 10240  # the benchmark's budget (PROTOCOL: live generation)
 
-    _LISTS = ("systems", "extra", "compare", "ask_systems")
+    _LISTS = ("systems", "extra", "compare", "ask_systems", "diag")
     _PRIVATE = (
         "annotator",
         "flash",
