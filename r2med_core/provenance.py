@@ -243,7 +243,14 @@ def collect(
     tokens: Mapping[str, int] | None = None,
     device: str | None = None,
 ) -> Provenance:
-    """The provenance of ``system``'s run on ``dataset`` on this machine, now."""
+    """The provenance of ``system``'s run on ``dataset`` on this machine, now.
+
+    A run without models encodes nothing, so its device is the CPU (resolving ``auto`` would
+    import torch, seconds of a BM25 run's time, only to record a device it never used).
+    """
+    models = tuple(models)
+    if device is None and not models:
+        device = "cpu"
     return Provenance(
         system=system,
         dataset=dataset_provenance(dataset),
