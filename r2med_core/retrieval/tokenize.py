@@ -455,7 +455,7 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
     return TokenIds(flat, offsets, terms)
 
 
-#: Below this many texts one process wins: a worker spends ~1.5 s importing numpy and NLTK before
+#: Below this many texts one process wins: a worker spends about a second starting (numpy, the regex) before
 #: its first chunk, about what one process needs for 10,000 texts.
 PARALLEL_MIN_TEXTS = 50_000
 _MAX_CHUNK = 10_000
