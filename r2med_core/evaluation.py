@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pytrec_eval
 
 from .runs import Run
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The union of the benchmark's cutoffs: pytrec_eval's (1, 10, 25, 50, 100) and BEIR's (1, 3, 5, 10, 100).
 CUTOFFS: tuple[int, ...] = (1, 3, 5, 10, 25, 50, 100)
@@ -88,18 +90,32 @@ def metric_name(pytrec_key: str) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Results:
-    """Mean metrics and the per-query table of one run on one dataset."""
+    """Mean metrics and the per-query table of one run on one dataset.
+
+    ``_per_query`` is the table, or pytrec_eval's rows until someone reads :attr:`per_query`: the
+    table is built on first use, so ``eval`` on the command line (means only) never imports
+    pandas (about half a second).
+    """
 
     dataset_name: str
     run_name: str
     means: dict[str, float]
-    per_query: pd.DataFrame
+    _per_query: pd.DataFrame | _Rows
     n_evaluated: int
     n_skipped: int
     seconds: float
     #: Things that change how to read the numbers (no query matched the judgements, queries that
     #: retrieved nothing …): the CLI prints them as ``note:`` lines and the app shows them.
     notes: tuple[str, ...] = ()
+
+    @property
+    def per_query(self) -> pd.DataFrame:
+        """One row per evaluated query (index ``query_id``), one column per metric."""
+        table = self._per_query
+        if isinstance(table, _Rows):
+            table = table.frame()
+            object.__setattr__(self, "_per_query", table)
+        return table
 
     def to_json(self, digits: int = 5) -> dict[str, Any]:
         """The benchmark's results file: dataset_name, model_name, evaluation_time, test."""
@@ -133,12 +149,8 @@ def evaluate(
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures)
     scores = evaluator.evaluate(run.truncated(depth).as_score_dict())
     rows = {qid: {metric_name(key): value for key, value in values.items()} for qid, values in scores.items()}
-    per_query = pd.DataFrame.from_dict(rows, orient="index")
-    if per_query.empty:
-        per_query = pd.DataFrame(columns=metrics)
-    per_query = per_query.reindex(columns=metrics)
-    per_query.index.name = "query_id"
-    means = {name: float(per_query[name].mean()) if len(per_query) else 0.0 for name in metrics}
+    per_query = _Rows(rows, tuple(metrics))
+    means = {name: per_query.mean(name) if rows else 0.0 for name in metrics}
     judged = {qid for qid, grades in qrels.items() if grades}
     elapsed = time.perf_counter() - started if seconds is None else seconds
     notes = _notes(run, judged)
@@ -146,12 +158,37 @@ def evaluate(
         dataset_name=dataset_name,
         run_name=run.name,
         means=means,
-        per_query=per_query,
-        n_evaluated=len(per_query),
-        n_skipped=len(judged - set(per_query.index)) + len(set(run.rankings) - judged),
+        _per_query=per_query,
+        n_evaluated=len(rows),
+        n_skipped=len(judged - set(rows)) + len(set(run.rankings) - judged),
         seconds=elapsed,
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """pytrec_eval's per-query scores, renamed: query id -> metric -> value."""
+
+    rows: dict[str, dict[str, float]]
+    metrics: tuple[str, ...]
+
+    def mean(self, metric: str) -> float:
+        """The mean over queries as pandas computes ``frame[metric].mean()`` (NaN skipped, same sum)."""
+        values = np.fromiter((row.get(metric, np.nan) for row in self.rows.values()), dtype=np.float64)
+        present = ~np.isnan(values)
+        count = int(present.sum())
+        return float(np.where(present, values, 0.0).sum() / count) if count else float("nan")
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        table = pd.DataFrame.from_dict(self.rows, orient="index")
+        if table.empty:
+            table = pd.DataFrame(columns=list(self.metrics))
+        table = table.reindex(columns=list(self.metrics))
+        table.index.name = "query_id"
+        return table
 
 
 def _notes(run: Run, judged: set[str]) -> tuple[str, ...]:
@@ -200,6 +237,8 @@ def paired_test(
     a: Results, b: Results, metric: str = "ndcg_at_10", *, n_resamples: int = 10_000, seed: int = 0
 ) -> PairedTest:
     """Paired t-test and a two-sided paired randomization (sign-flip) test via scipy."""
+    import pandas as pd
+
     joined = pd.concat([a.per_query[metric], b.per_query[metric]], axis=1, join="inner").dropna()
     x, y = joined.iloc[:, 0].to_numpy(float), joined.iloc[:, 1].to_numpy(float)
     diff = y - x

@@ -75,6 +75,8 @@ def resolve_device(requested: str | None = "auto") -> str:
         raise DeviceError(f"unknown device {requested!r}: use one of {', '.join(DEVICES)} (or cuda:N)")
     if kind == "auto":
         return available_devices()[0]
+    if requested == "cpu":  # always there: no need to import torch (seconds) to check
+        return requested
     if kind not in available_devices():
         raise DeviceError(f"device {requested!r} is not available here (available: {', '.join(available_devices())})")
     return requested

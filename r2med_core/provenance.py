@@ -293,9 +293,16 @@ def collect(
     llm_usage: Iterable[Mapping[str, Any]] = (),
 ) -> Provenance:
     """The provenance of ``system``'s run on ``dataset`` on this machine, now. ``tokens`` default to
-    the sum of ``llm_usage``."""
+    the sum of ``llm_usage``.
+
+    A run without models encodes nothing, so its device is the CPU (resolving ``auto`` would
+    import torch, seconds of a BM25 run's time, only to record a device it never used).
+    """
     usage = tuple(_usage_entry(u) for u in llm_usage)
     tokens = tokens if tokens is not None else usage_totals(usage)
+    models = tuple(models)
+    if device is None and not models:
+        device = "cpu"
     return Provenance(
         system=system,
         dataset=dataset_provenance(dataset),

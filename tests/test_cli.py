@@ -129,6 +129,24 @@ def test_help_and_the_command_line_start_without_heavy_libraries(code: str) -> N
     assert done.stdout.strip().splitlines()[-1] == "loaded: []"
 
 
+def test_bm25_eval_does_not_import_pandas_nltk_or_torch(tmp_path: Path) -> None:
+    """``eval --retriever bm25`` pays only for what BM25 needs (issue 17: whole-process speed vs bm25s)."""
+    out = str(tmp_path / "out")
+    argv = ["r2med_core", "eval", "--retriever", "bm25", "--demo", "qa-reference", "--output-dir", out]
+    heavy = ("pandas", "nltk", "sklearn", "torch", "sentence_transformers")
+    code = (
+        f"import runpy, sys\nsys.argv = {argv!r}\n"
+        "try:\n    runpy.run_module('r2med_core', run_name='__main__')\nexcept SystemExit as stop:\n"
+        "    assert not stop.code, stop.code\n"
+        f"print('loaded:', sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    env = {**os.environ, "R2MED_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "bm25.json").is_file()
+    assert done.stdout.strip().splitlines()[-1] == "loaded: []"
+
+
 def test_validate(tmp_path: Path) -> None:
     ok = cli("validate", "--data-dir", str(ROOT / "r2med_core" / "demo" / "clinical-case"))
     assert ok.returncode == 0 and ok.stdout.strip().endswith(": OK")

@@ -68,6 +68,17 @@ def test_every_number_equals_pytrec_eval(seed: int) -> None:
     assert set(results.means) == set(ALL_METRICS)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_means_are_bit_for_bit_pandas_means_of_the_per_query_table(seed: int) -> None:
+    """The means are computed without pandas (so ``eval`` does not import it) and must not move."""
+    run, qrels = _random_case(seed)
+    results = evaluate(run, qrels, depth=1000)
+    table = results.per_query
+    assert table.index.name == "query_id" and list(table.columns) == list(results.means)
+    assert results.means == {name: float(table[name].mean()) for name in table.columns}
+    assert results.n_evaluated == len(table)
+
+
 #: What the benchmark's dense evaluation (BEIR) asks pytrec_eval for.
 BEIR_MEASURES = {"ndcg_cut.1,3,5,10,100", "map_cut.1,3,5,10,100", "recall.1,3,5,10,100", "P.1,3,5,10,100"}
 

@@ -252,3 +252,55 @@ def test_token_ids_from_lists_round_trips() -> None:
     tokens = TokenIds.from_lists([[0, 1, 1], [], [2]], ["a", "b", "c"])
     assert tokens.offsets.tolist() == [0, 3, 3, 4]
     assert [tokens.tokens(i) for i in range(3)] == [["a", "b", "b"], [], ["c"]]
+
+
+# --- the Porter stemmer copy ----------------------------------------------------------------
+
+DEMO = Path(__file__).resolve().parents[1] / "r2med_core" / "demo"
+# Every suffix a Porter rule looks at, so random stems run through every step and condition.
+PORTER_SUFFIXES = (
+    "s sses ies ss eed ed ing ated ating ized izing bled bling y ly ily bly ably ibly ally entli "
+    "eli ousli ational tional enci anci izer bli abli alli logi logy ization ation ator alism "
+    "iveness fulness ousness aliti iviti biliti icate ative alize iciti ical ful ness al ance ence "
+    "er ic able ible ant ement ment ent ion sion tion ou ism ate iti ous ive ize e ll ee yy"
+).split()
+
+
+def _words_to_stem() -> set[str]:
+    """Lower-cased raw tokens of the demo corpus and the fixtures, plus synthetic words."""
+    pattern = tokenize_module._token_pattern()
+    paths = [*DEMO.rglob("*.jsonl"), *FIXTURES.glob("*.jsonl")]
+    texts = [text for path in paths for text in path.read_text(encoding="utf-8").splitlines()]
+    words = {tokenize_module._lower(raw) for text in texts for raw in pattern.findall(text)}
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdeefghiijklmnoopqrsstuuvwxyyz"))
+    for _ in range(40_000):
+        stem = "".join(rng.choice(letters, size=int(rng.integers(1, 9))))
+        words.add(stem + (PORTER_SUFFIXES[int(rng.integers(len(PORTER_SUFFIXES)))] if rng.random() < 0.8 else ""))
+    return words
+
+
+def test_porter_copy_stems_every_word_as_nltk_does() -> None:
+    """Our copy of NLTK's Porter stemmer must give NLTK's stem (Lucene's, see PROTOCOL) for every word."""
+    from nltk.stem.porter import PorterStemmer as NltkPorter
+
+    from r2med_core.retrieval.porter import PorterStemmer
+
+    words = _words_to_stem()
+    assert len(words) > 40_000
+    ours, theirs = PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS), NltkPorter(mode=NltkPorter.MARTIN_EXTENSIONS)
+    differ = [(w, ours.stem(w, to_lowercase=False), theirs.stem(w, to_lowercase=False)) for w in sorted(words)]
+    differ = [d for d in differ if d[1] != d[2]]
+    assert differ == [], f"{len(differ)} words stem differently, first: {differ[:3]}"
+    assert tokenize_module._stem("possibly") == theirs.stem("possibly") == "possibl"
+
+
+def test_tokenizing_does_not_import_nltk() -> None:
+    """NLTK's import (about a second: it pulls in scikit-learn, pandas, scipy) is not paid by BM25."""
+    probe = (
+        "import sys; from r2med_core.retrieval.tokenize import tokenize_to_ids; "
+        "assert tokenize_to_ids(['Running quickly, the biologists possibly rode.']).terms; "
+        "print(sorted(m for m in ('nltk', 'sklearn', 'pandas', 'scipy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -2,7 +2,7 @@
 
 Why a module of its own, started with ``python -m``: a multiprocessing pool re-imports the parent's
 ``__main__`` (the app, pytest, a benchmark) in every worker before the first chunk; this entry
-imports only the tokenizer, so a worker is ready in the time it takes to import numpy and NLTK.
+imports only the tokenizer, so a worker is ready in the time it takes to import numpy.
 """
 
 from __future__ import annotations

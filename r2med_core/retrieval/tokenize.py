@@ -16,9 +16,10 @@ than 255 UTF-16 units is chopped into pieces of at most 255, not dropped.
 Speed: text is first split on whitespace (which always ends a token), and each distinct chunk —
 and each distinct raw token inside it — is analysed once and memoised, so tokenizing a corpus is
 mostly ``str.split`` plus dictionary look-ups done in C. Stemming uses NLTK's Porter stemmer in
-``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems (imported on first use: importing NLTK
-takes about a second). :func:`tokenize_to_ids` spreads a large corpus over worker processes when
-there are idle cores for them, and merges their ids into exactly the single-process result.
+``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems, from a copy of its module
+(:mod:`r2med_core.retrieval.porter`): importing NLTK itself takes about a second.
+:func:`tokenize_to_ids` spreads a large corpus over worker processes when there are idle cores
+for them, and merges their ids into exactly the single-process result.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import numpy as np
 from r2med_core.progress import Progress, report
 
 if TYPE_CHECKING:
-    from nltk.stem.porter import PorterStemmer
+    from r2med_core.retrieval.porter import PorterStemmer
 
 __all__ = [
     "ANALYZER_VERSION",
@@ -79,8 +80,8 @@ _CACHE_LIMIT = 1_000_000
 
 @functools.cache
 def _stemmer() -> PorterStemmer:
-    """NLTK's Porter stemmer, imported on first use (NLTK drags in scikit-learn and pandas)."""
-    from nltk.stem.porter import PorterStemmer
+    """NLTK's Porter stemmer (our copy of its module: ``import nltk`` drags in scikit-learn and pandas)."""
+    from r2med_core.retrieval.porter import PorterStemmer
 
     return PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS)
 
@@ -454,7 +455,7 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
     return TokenIds(flat, offsets, terms)
 
 
-#: Below this many texts one process wins: a worker spends ~1.5 s importing numpy and NLTK before
+#: Below this many texts one process wins: a worker spends about a second starting (numpy, the regex) before
 #: its first chunk, about what one process needs for 10,000 texts.
 PARALLEL_MIN_TEXTS = 50_000
 _MAX_CHUNK = 10_000
