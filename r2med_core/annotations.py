@@ -24,7 +24,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -545,10 +545,7 @@ class AnnotationStore:
 
     def to_dataframe(self, **filters: str | None) -> pd.DataFrame:
         """The matching labels as a table, one column per Annotation field, plus ``status``."""
-        labels = self.list(**filters)
-        frame = pd.DataFrame([asdict(a) for a in labels], columns=list(FIELDS))
-        frame["status"] = [_safe_status(a) for a in labels]
-        return frame
+        return labels_frame(self.list(**filters))
 
     def flagged(self, **filters: str | None) -> builtins.list[tuple[Annotation, builtins.list[str]]]:
         """Stored labels that break a rule (written by another tool, an older version or by hand), each
@@ -695,6 +692,14 @@ class AnnotationStore:
         path = Path(path)
         atomic_write_text(path, self.qrels_additions_text(dataset, task))
         return path
+
+
+def labels_frame(labels: Iterable[Annotation]) -> pd.DataFrame:
+    """Labels as a table, one column per Annotation field, plus ``status``."""
+    labels = list(labels)
+    frame = pd.DataFrame([asdict(a) for a in labels], columns=list(FIELDS))
+    frame["status"] = [_safe_status(a) for a in labels]
+    return frame
 
 
 def _csv_cell(value: Any) -> Any:

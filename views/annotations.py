@@ -13,11 +13,11 @@ import streamlit as st
 
 from r2med_core.adjudication import adjudication_queue, history
 from r2med_core.agreement import QueueItem, agreement, review_queue
-from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, reevaluate
+from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, labels_frame, reevaluate
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
-from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own
+from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own, labels_blind, visible_labels
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
 from views import auth, judge, state, ui
@@ -249,8 +249,33 @@ elif not may_review:
 else:
     st.caption(f"Reviews are recorded as **{ui.md(acting.person.name)}**; nobody reviews their own label.")
 
+
+def _downloads(columns: list) -> None:
+    """Every label (CSV, JSONL) and the task's accepted additions (TREC)."""
+    e = columns
+    e[0].download_button("All labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+    e[1].download_button(
+        "All labels (JSONL)", store.jsonl_text(), file_name="r2med_annotations.jsonl", mime="application/jsonl"
+    )
+    e[2].download_button(
+        f"Qrels additions for {dataset.name} (TREC)",
+        store.qrels_additions_text(dataset.source, dataset.name),
+        file_name=f"{dataset.name}_qrels_additions.txt",
+        mime="text/plain",
+        help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
+    )
+
+
 # ------------------------------------------------------------------ review queue
-everything = store.list()
+# Blind first: someone who labels blind sees only the labels on queries they have labelled themselves.
+blind_annotator = labels_blind(acting.person, acting.config, [])
+everything = visible_labels(acting.person, acting.config, store.list())
+if blind_annotator:
+    st.info(
+        "**Blind first.** Other people's labels on a query appear here once you have saved your own label "
+        "on it; the downloads are for reviewers.",
+        icon=":material/visibility_off:",
+    )
 st.subheader("Review queue")
 st.caption(
     "Proposed 'relevant but unjudged' additions count as judgements only once accepted here; where annotators "
@@ -281,7 +306,8 @@ if len(queue) > QUEUE_PAGE:
     st.caption(f"Showing the oldest {QUEUE_PAGE} of {len(queue)} items; the next appear as these are reviewed.")
 
 # ------------------------------------------------------------------ LLM relevance proposals
-judge.panel(dataset, store)
+if not blind_annotator:  # the model's proposals are for reviewers, and would show judgements
+    judge.panel(dataset, store)
 
 # ------------------------------------------------------------------ agreement
 st.subheader("Agreement between annotators")
@@ -324,7 +350,7 @@ else:
     )
 
 # ------------------------------------------------------------------ every label
-table = store.to_dataframe()
+table = labels_frame(everything)
 if table.empty:
     st.info("No labels yet. Open the Query explorer, pick a query and use **Label a failure** under it.")
 else:
@@ -371,17 +397,10 @@ else:
 # ------------------------------------------------------------------ exchange
 st.subheader("Export and import")
 e = st.columns(3)
-e[0].download_button("All labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
-e[1].download_button(
-    "All labels (JSONL)", store.jsonl_text(), file_name="r2med_annotations.jsonl", mime="application/jsonl"
-)
-e[2].download_button(
-    f"Qrels additions for {dataset.name} (TREC)",
-    store.qrels_additions_text(dataset.source, dataset.name),
-    file_name=f"{dataset.name}_qrels_additions.txt",
-    mime="text/plain",
-    help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
-)
+if blind_annotator:
+    st.caption("Downloads of every label and of the accepted additions are for reviewers (blind first).")
+else:
+    _downloads(e)
 if ui.read_only():
     st.caption("Importing labels is off in this read-only demo.")
 elif not may_manage:
