@@ -26,7 +26,7 @@ from r2med_core.agreement import agreement_report, report_csv
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
-from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own
+from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own, labels_blind
 from r2med_core.report import metric_label
 from views import auth, state, ui
 
@@ -204,6 +204,8 @@ elif not may_review:
         f"{ui.md(acting.person.name)} ({ui.md(', '.join(sorted(acting.person.roles)) or 'no role')}) may not "
         "adjudicate: it needs the reviewer or admin role."
     )
+    if labels_blind(acting.person, acting.config, []):
+        st.stop()  # blind first: the disagreements would show other people's labels before their own
 else:
     st.caption(f"Decisions are recorded as **{ui.md(acting.person.name)}**; nobody adjudicates their own label.")
 
