@@ -147,6 +147,19 @@ def judged_not_relevant(labels: Iterable[Annotation], dataset: str, task: str) -
     return negatives
 
 
+def with_decisions(additions: Qrels, negatives: Qrels, decided: Iterable[tuple[str, str, int]]) -> tuple[Qrels, Qrels]:
+    """The new judgements once reviewers adjudicated: each ``(query_id, doc_id, grade)`` decision on an
+    unjudged pair (``adjudication.qrels_changes`` of kind "addition") replaces whatever the labels said
+    about it — grade > 0 as an addition, grade 0 as judged not relevant. Inputs are not changed."""
+    additions = {q: dict(g) for q, g in additions.items()}
+    negatives = {q: dict(g) for q, g in negatives.items()}
+    for query_id, doc_id, grade in decided:
+        for judgements in (additions, negatives):
+            judgements.get(query_id, {}).pop(doc_id, None)
+        (additions if grade > 0 else negatives).setdefault(query_id, {})[doc_id] = grade
+    return {q: g for q, g in additions.items() if g}, {q: g for q, g in negatives.items() if g}
+
+
 def compare_with_additions(
     runs: Mapping[str, Run],
     qrels: Qrels,

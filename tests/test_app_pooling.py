@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from r2med_core import load_demo, run_system
+from r2med_core.adjudication import adjudication_queue, decide, history, qrels_changes, qrels_changes_text
 from r2med_core.annotations import AnnotationStore
 from r2med_core.pooling import JudgingQueue, compare_with_additions, judged_at_k, judged_not_relevant, pool
 from tests.test_app import by_label, open_app, save_label
@@ -98,3 +99,42 @@ def test_in_the_read_only_demo_no_pool_is_sent_and_nothing_is_judged(monkeypatch
     assert not at.exception and not at.error
     assert any("Nothing to judge" in i.value for i in at.info)
     assert JudgingQueue().items(load_demo(TASK).source, TASK) == [] and AnnotationStore().to_dataframe().empty
+
+
+def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scores() -> None:
+    """The team flow on the demo: a reviewer sends a pool, two annotators judge its first document
+    differently on the Judging page, the reviewer adjudicates it relevant, and Metrics' "with" column
+    then counts the decision (not the proposal, which nobody accepted); the export lists the addition."""
+    dataset = load_demo(TASK)
+    runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
+    at = open_app("metrics", task=TASK, systems=list(runs))
+    at.text_input(key="w_annotator").input("Rev").run()
+    at.button(key="w_pool_send").click().run()
+    first = JudgingQueue().items(dataset.source, dataset.name)[0]
+    for name, verdict in (("Ann", "relevant_unjudged"), ("Dan", "not_relevant")):  # each in their own session
+        judge = open_app("judging", task=TASK, systems=list(runs))
+        judge.text_input(key="w_annotator").input(name)  # in the label form: sent with Save
+        assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in judge.markdown), name
+        by_label(judge.selectbox, "Failure type").set_value(verdict)
+        save_label(judge)
+        assert not judge.exception
+    store = AnnotationStore()
+    assert sorted((a.annotator, a.doc_id, a.failure_type) for a in store.list()) == [
+        ("Ann", first.doc_id, "relevant_unjudged"),
+        ("Dan", first.doc_id, "not_relevant"),
+    ]
+    unit = (dataset.source, dataset.name, first.query_id, first.doc_id)
+    assert [item.unit for item in adjudication_queue(store.list(), history(store))] == [unit]
+    at.switch_page("views/metrics.py").run()
+    before = _pool_table(at)
+    assert list(before["with"]) == pytest.approx(list(before["without"]))  # a proposal is not a judgement
+
+    decide(store, unit, "relevant_unjudged", "Rev", grade=2, reason="answers it")
+    at.run()
+    after = _pool_table(at)
+    decided = {first.query_id: {first.doc_id: 2}}
+    expected = compare_with_additions(runs, dataset.qrels, decided)
+    assert list(after["with"]) == pytest.approx(list(expected["with"]))
+    assert any(w > wo for w, wo in zip(after["with"], after["without"]))  # it moved a system that retrieved it
+    changes = qrels_changes(history(store), dataset.qrels)
+    assert f"{first.query_id} 0 {first.doc_id} 2\n" in qrels_changes_text(changes)

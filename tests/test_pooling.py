@@ -19,6 +19,7 @@ from r2med_core.pooling import (
     judged_at_k,
     judged_not_relevant,
     pool,
+    with_decisions,
 )
 from r2med_core.runs import Run
 
@@ -166,3 +167,14 @@ def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_
         "u2",
         "u3",
     ]
+
+
+def test_a_reviewers_decision_replaces_what_the_labels_said_about_a_pair() -> None:
+    additions = {"q1": {"u1": 1, "u2": 1}}
+    negatives = {"q1": {"u3": 0}, "q2": {"u4": 0}}
+    new_additions, new_negatives = with_decisions(
+        additions, negatives, [("q1", "u1", 0), ("q2", "u4", 2), ("q3", "x", 1)]
+    )
+    assert new_additions == {"q1": {"u2": 1}, "q2": {"u4": 2}, "q3": {"x": 1}}
+    assert new_negatives == {"q1": {"u3": 0, "u1": 0}}
+    assert additions == {"q1": {"u1": 1, "u2": 1}} and negatives == {"q1": {"u3": 0}, "q2": {"u4": 0}}  # untouched

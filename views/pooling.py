@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from r2med_core import Dataset
+from r2med_core.adjudication import history, qrels_changes
 from r2med_core.annotations import AnnotationStoreError, Qrels, extended_qrels
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
@@ -16,12 +17,12 @@ from r2med_core.explore import highlight, query_terms
 from r2med_core.identity import PermissionDenied, authorize
 from r2med_core.pooling import (
     DEFAULT_DEPTH,
-    NOT_RELEVANT,
     JudgingQueue,
     Pool,
     compare_with_additions,
     judged_not_relevant,
     pool,
+    with_decisions,
 )
 from r2med_core.report import metric_label
 from r2med_core.runs import Run
@@ -42,12 +43,14 @@ def _judgements(dataset: Dataset) -> tuple[Qrels, Qrels]:
     if store is None:
         return {}, {}
     try:
-        labels = store.list(dataset=dataset.source, task=dataset.name, failure_type=NOT_RELEVANT)
+        labels = store.list(dataset=dataset.source, task=dataset.name)
         additions = store.qrels_additions(dataset.source, dataset.name)
+        decisions = history(store, dataset=dataset.source, task=dataset.name)
     except AnnotationStoreError as err:
         st.error(f"The new judgements could not be read, so 'with' equals 'without': {ui.md(err)}")
         return {}, {}
-    return additions, judged_not_relevant(labels, dataset.source, dataset.name)
+    decided = [(c.query_id, c.doc_id, c.grade) for c in qrels_changes(decisions, dataset.qrels) if c.kind == "addition"]
+    return with_decisions(additions, judged_not_relevant(labels, dataset.source, dataset.name), decided)
 
 
 @st.cache_data(show_spinner="Scoring with the new judgements …", max_entries=32)
