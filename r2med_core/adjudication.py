@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .annotation_backends import ADJUDICATION_COLUMNS
 from .annotations import (
     Annotation,
     AnnotationStore,
@@ -38,21 +39,7 @@ from .runs import Run
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
 
-_COLUMNS = (
-    "id",
-    "dataset",
-    "task",
-    "query_id",
-    "doc_id",
-    "failure_type",
-    "grade",
-    "reason",
-    "reviewer",
-    "decided_at",
-    "supersedes",
-    "label_ids",
-)
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM adjudications"
+_SELECT = f"SELECT {', '.join(ADJUDICATION_COLUMNS)} FROM adjudications"
 
 
 class SelfAdjudication(PermissionDenied):
@@ -117,7 +104,7 @@ class Decision:
     def _from_row(cls, row: Sequence[Any]) -> Decision:
         """Rebuild a stored row without validation: a type registered by another session still reads."""
         obj = object.__new__(cls)
-        for name, value in zip(_COLUMNS, row):
+        for name, value in zip(ADJUDICATION_COLUMNS, row):
             if name == "label_ids":
                 value = tuple(int(i) for i in str(value).split(",") if i.strip().isdigit())
             elif name in ("id", "grade", "supersedes") and value is not None:
@@ -394,9 +381,9 @@ def decisions_csv(decisions: Iterable[Decision]) -> str:
     """Every decision with its history (``supersedes``) as CSV; ``label_ids`` are space-separated."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(_COLUMNS)
+    writer.writerow(ADJUDICATION_COLUMNS)
     for d in decisions:
-        cells = [getattr(d, name) for name in _COLUMNS]
+        cells = [getattr(d, name) for name in ADJUDICATION_COLUMNS]
         cells[-1] = " ".join(map(str, d.label_ids))
         writer.writerow(["" if value is None else value for value in cells])
     return buffer.getvalue()
