@@ -189,25 +189,16 @@ state.show_flash()
 acting = auth.acting()
 may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
 
-if not acting.signed_in_mode:
-    st.text_input(
-        "Your name",
-        key=state.bound("annotator"),
-        on_change=state.store("annotator"),
-        placeholder="recorded with every decision",
-        help="Asked once and kept for this session.",
-    )
-elif acting.person is None:
-    st.info("Sign in (in the sidebar) to adjudicate.")
-elif not may_review:
-    st.info(
-        f"{ui.md(acting.person.name)} ({ui.md(', '.join(sorted(acting.person.roles)) or 'no role')}) may not "
-        "adjudicate: it needs the reviewer or admin role."
-    )
-    if labels_blind(acting.person, acting.config, []):
-        st.stop()  # blind first: the disagreements would show other people's labels before their own
-else:
-    st.caption(f"Decisions are recorded as **{ui.md(acting.person.name)}**; nobody adjudicates their own label.")
+auth.reviewer_line(
+    acting,
+    verb="adjudicate",
+    recorded="Decisions are recorded",
+    own="adjudicates their own label",
+    placeholder="recorded with every decision",
+    name_help="Asked once and kept for this session.",
+)
+if acting.signed_in_mode and not may_review and labels_blind(acting.person, acting.config, []):
+    st.stop()  # blind first: the disagreements would show other people's labels before their own
 
 labels = store.list()
 decisions = history(store)

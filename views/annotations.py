@@ -231,23 +231,14 @@ if flagged:
     )
 
 # ------------------------------------------------------------------ who is reviewing
-if not acting.signed_in_mode:
-    st.text_input(
-        "Your name",
-        key=state.bound("annotator"),
-        on_change=state.store("annotator"),
-        placeholder="recorded with every review",
-        help="Asked once and kept for this session (also used when you label in the Query explorer).",
-    )
-elif acting.person is None:
-    st.info("Sign in (in the sidebar) to review labels.")
-elif not may_review:
-    st.info(
-        f"{ui.md(acting.person.name)} ({ui.md(', '.join(sorted(acting.person.roles)) or 'no role')}) may not review "
-        "labels: reviewing needs the reviewer or admin role."
-    )
-else:
-    st.caption(f"Reviews are recorded as **{ui.md(acting.person.name)}**; nobody reviews their own label.")
+auth.reviewer_line(
+    acting,
+    verb="review labels",
+    recorded="Reviews are recorded",
+    own="reviews their own label",
+    placeholder="recorded with every review",
+    name_help="Asked once and kept for this session (also used when you label in the Query explorer).",
+)
 
 
 def _downloads(columns: list) -> None:

@@ -21,7 +21,7 @@ from r2med_core.identity import (
     typed_person,
 )
 from views import ui
-from views.state import view
+from views.state import bound, store, view
 
 
 @dataclass(frozen=True)
@@ -125,3 +125,23 @@ def panel() -> None:
     for provider in found:
         label = "Sign in" if provider is None else f"Sign in with {provider}"
         st.button(label, key=f"w_sign_in_{provider or ''}", on_click=st.login, args=(provider,) if provider else ())
+
+
+def reviewer_line(who: Acting, *, verb: str, recorded: str, own: str, placeholder: str, name_help: str) -> None:
+    """Who reviews on this page: the typed name without sign-in, else the signed-in person (``recorded``
+    as them; nobody ``own``) or why they may not ``verb``. Shared by the Annotations and Adjudication pages."""
+    if not who.signed_in_mode:
+        st.text_input(
+            "Your name",
+            key=bound("annotator"),
+            on_change=store("annotator"),
+            placeholder=placeholder,
+            help=name_help,
+        )
+    elif who.person is None:
+        st.info(f"Sign in (in the sidebar) to {verb}.")
+    elif not who.person.may("review"):
+        roles = ", ".join(sorted(who.person.roles)) or "no role"
+        st.info(f"{ui.md(who.person.name)} ({ui.md(roles)}) may not {verb}: it needs the reviewer or admin role.")
+    else:
+        st.caption(f"{recorded} as **{ui.md(who.person.name)}**; nobody {own}.")
