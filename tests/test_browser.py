@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -94,39 +95,30 @@ def _log_tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
-@pytest.fixture(scope="module")
-def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``streamlit run`` on a free port with its own empty cache; stopped at the end of the module."""
-    work = tmp_path_factory.mktemp("browser-app")
-    port = _free_port()
+@contextmanager
+def streamlit_server(
+    work: Path, env_extra: dict[str, str], secrets: Path | None = None, port: int | None = None
+) -> Iterator[str]:
+    """``streamlit run streamlit_app.py`` on 127.0.0.1 with its own data folder; the base URL."""
+    port = port or _free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("R2MED_")},
         "R2MED_CACHE_DIR": str(work / "cache"),
         "R2MED_DATA_HOME": str(work / "data"),
-        "HF_HUB_OFFLINE": "1",  # the demo needs only the offline MiniLM
-        "R2MED_COMPUTE_SECONDS": "100000",  # pages render everything; Compute gating is tested in test_jobs.py
+        "HF_HUB_OFFLINE": "1",
+        "R2MED_COMPUTE_SECONDS": "100000",
         "PYTHONUNBUFFERED": "1",
+        **env_extra,
     }
-    APP_DATA[base] = work / "data"
-    log_path = work / "streamlit.log"
     command = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        "streamlit_app.py",
-        "--server.address",
-        "127.0.0.1",
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-        "--server.fileWatcherType",
-        "none",  # files edited during the run must not reload the app mid-test
-    ]
+        sys.executable, "-m", "streamlit", "run", "streamlit_app.py",
+        "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+        # Only the given secrets file (or none at all): never the developer's own .streamlit/secrets.toml.
+        "--secrets.files", str(secrets or work / "no-secrets.toml"),
+    ]  # fmt: skip
+    log_path = work / "streamlit.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -151,6 +143,15 @@ def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def app_url(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``streamlit run`` on a free port with its own empty cache; stopped at the end of the module."""
+    work = tmp_path_factory.mktemp("browser-app")
+    with streamlit_server(work, {}) as base:
+        APP_DATA[base] = work / "data"
+        yield base
 
 
 @pytest.fixture(scope="module")

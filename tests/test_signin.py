@@ -9,30 +9,23 @@ any other. Labels and reviews must record the signed-in identity, and roles must
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 from oidc_provider_mock import run_server_in_thread
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from r2med_core import load_demo, run_system
 from r2med_core.annotations import AnnotationStore
-from tests.test_browser import CHROMIUM_ARGS, VIEWPORT, _choose, _free_port, _log_tail, chromium, settle
+from tests.test_browser import VIEWPORT, _choose, _free_port, browser, chromium, settle, streamlit_server
 
-__all__ = ["chromium"]  # the fixture, shared with test_browser.py
+__all__ = ["browser", "chromium"]  # the fixtures, shared with test_browser.py
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-STARTUP_SECONDS = 120
 TASK = "clinical-case"
 COOKIE_SECRET = "a-test-cookie-secret-of-some-length"
 USER_COOKIE = "_streamlit_user"
@@ -42,66 +35,6 @@ ROLES = """\
 "rob@example.org" = "reviewer"
 "rita@example.org" = ["annotator", "reviewer"]
 """
-
-
-@contextmanager
-def streamlit_server(
-    work: Path, env_extra: dict[str, str], secrets: Path | None = None, port: int | None = None
-) -> Iterator[str]:
-    """``streamlit run streamlit_app.py`` on 127.0.0.1 with its own data folder; the base URL."""
-    port = port or _free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("R2MED_")},
-        "R2MED_CACHE_DIR": str(work / "cache"),
-        "R2MED_DATA_HOME": str(work / "data"),
-        "HF_HUB_OFFLINE": "1",
-        "R2MED_COMPUTE_SECONDS": "100000",
-        "PYTHONUNBUFFERED": "1",
-        **env_extra,
-    }
-    command = [
-        sys.executable, "-m", "streamlit", "run", "streamlit_app.py",
-        "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-        # Only the given secrets file (or none at all): never the developer's own .streamlit/secrets.toml.
-        "--secrets.files", str(secrets or work / "no-secrets.toml"),
-    ]  # fmt: skip
-    log_path = work / "streamlit.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"streamlit exited with code {process.returncode}:\n{_log_tail(log_path)}")
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit not healthy after {STARTUP_SECONDS} s:\n{_log_tail(log_path)}")
-            time.sleep(0.5)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: Path) -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture(scope="module")
