@@ -295,6 +295,53 @@ def test_porter_copy_stems_every_word_as_nltk_does() -> None:
     assert tokenize_module._stem("possibly") == theirs.stem("possibly") == "possibl"
 
 
+def _words_where_the_stemmers_part() -> set[str]:
+    """Words built to reach Martin Porter's departures from Snowball's Porter, and their neighbours.
+
+    Doubled letters of every kind (and digits, ``_``, ``'``, ``.``, which Lucene keeps inside a
+    token) before step 1b's ``ed``/``ing``, ``bl``/``log`` before ``i``/``y``, words of 1-3 characters.
+    """
+    rng = np.random.default_rng(7)
+    alphabet = np.array(list("abcdefghijklmnopqrstuvwxyzaeiouybl0123456789._:',"))
+    endings = [*PORTER_SUFFIXES, *(c + c for c in "abcdefghijklmnopqrstuvwxyz019_"), "bl", "log", "y", "ey", "oy"]
+    words: set[str] = set()
+    for _ in range(120_000):
+        stem = "".join(rng.choice(alphabet, size=int(rng.integers(0, 7))))
+        words.add(stem + "".join(rng.choice(endings, size=int(rng.integers(1, 4)))))
+    words.update("".join(rng.choice(alphabet, size=int(rng.integers(1, 4)))) for _ in range(3_000))
+    return words
+
+
+def test_stems_are_lucenes_whichever_stemmer_does_the_work() -> None:
+    """Most words go to PyStemmer's C Porter for speed; every stem must still be NLTK's MARTIN one (Lucene's)."""
+    from nltk.stem.porter import PorterStemmer as NltkPorter
+
+    assert tokenize_module._snowball_porter() is not None, "PyStemmer is a pinned requirement"
+    words = _words_to_stem() | _words_where_the_stemmers_part()
+    lucene = NltkPorter(mode=NltkPorter.MARTIN_EXTENSIONS)
+    differ = [(w, tokenize_module._stem(w), lucene.stem(w, to_lowercase=False)) for w in sorted(words)]
+    differ = [d for d in differ if d[1] != d[2]]
+    assert differ == [], f"{len(differ)} words stem differently, first: {differ[:3]}"
+    # The test means something only if the fast stemmer really took many of these words, including
+    # ones on which it would differ without the routing ("bly", "icced", "as"-sized words).
+    routed = tokenize_module._SNOWBALL_MAY_DIFFER
+    fast = [w for w in words if len(w) > 2 and w.isascii() and not routed.search(w)]
+    assert len(fast) > 0.4 * len(words)
+    snowball = tokenize_module._snowball_porter()
+    assert sum(snowball(w) != lucene.stem(w, to_lowercase=False) for w in words) > 1_000
+
+
+def test_ascii_pattern_finds_what_the_unicode_pattern_finds_in_ascii_text() -> None:
+    """ASCII chunks use a pattern cut down to ASCII (fast to compile); it must find the very same tokens."""
+    full, small = tokenize_module._token_pattern(), tokenize_module._token_pattern(ascii_only=True)
+    assert len(small.pattern) < len(full.pattern) / 10
+    rng = np.random.default_rng(3)
+    alphabet = np.array([*"aZ9_.,;:'\"-#*@/()&!?%+=~`^|<>[]{}$\\ \t", "ab", "42", "x.y", "3,1"])
+    texts = ["".join(rng.choice(alphabet, size=int(rng.integers(1, 40)))) for _ in range(20_000)]
+    texts += ["U.S.A.", "3.14", "1,000,000", "O'Neil's", "foo_bar__baz", "__init__", "a:b", "x'y'z", "'quoted'"]
+    assert [small.findall(t) for t in texts] == [full.findall(t) for t in texts]
+
+
 def test_tokenizing_does_not_import_nltk() -> None:
     """NLTK's import (about a second: it pulls in scikit-learn, pandas, scipy) is not paid by BM25."""
     probe = (
