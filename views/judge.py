@@ -4,9 +4,8 @@ relevance proposals with the judge's agreement with the qrels (annotations page)
 Nothing here contacts an LLM without a click, and nothing comes from the URL: the endpoint is the
 sidebar's (``ui.live_llm``, which applies the operator's key rule), or, for the proposals and the
 agreement, the offline demo model the operator picks (as on the Rewriting page; labelled demo quality,
-never a benchmark setting). Replies are untrusted text,
-shown escaped. Long batches run as background jobs (progress, Cancel); graded pairs are cached, so
-pressing the button again resumes.
+never a benchmark setting). Replies are untrusted text, shown escaped. Long batches run as background
+jobs (progress, Cancel); graded pairs are cached, so pressing the button again resumes.
 """
 
 from __future__ import annotations
@@ -51,31 +50,6 @@ DEPTHS = [3, 5, 10]
 # --------------------------------------------------------------------------- explorer: why relevant
 
 
-def _judge_choice() -> AnyEndpoint | None:
-    """The sidebar's live endpoint, or the offline demo model when the operator picks it (said so
-    where it is picked); None, with the reason shown, when neither can judge."""
-    source = st.radio(
-        "Judge model", [ui.LIVE_MODEL, ui.OFFLINE_MODEL], horizontal=True, key="w_judge_source", help=ui.OFFLINE_HELP
-    )
-    if source == ui.LIVE_MODEL:
-        endpoint = ui.live_endpoint()
-        if endpoint is None:
-            st.info(NO_ENDPOINT)
-        return endpoint
-    local = LocalEndpoint()
-    try:
-        local.location()
-    except GenerationError as err:
-        st.error(ui.md(err))
-        return None
-    st.caption(
-        "The offline demo model runs on this server's CPU (no key, no cost, seconds a pair): it shows how "
-        "judging works without a server. A 135M model rarely gives a usable score and its grades are demo "
-        "quality: not a benchmark setting, and no kappa to report."
-    )
-    return local
-
-
 def _show_explanation(found: Explanation) -> None:
     if found.text:
         st.markdown(ui.md(found.text))
@@ -114,6 +88,31 @@ def why_relevant(dataset: Dataset, query_id: str, doc_id: str, within: str) -> N
 
 
 # --------------------------------------------------------------------------- annotations: proposals
+
+
+def _judge_choice() -> AnyEndpoint | None:
+    """The sidebar's live endpoint, or the offline demo model when the operator picks it (said so
+    where it is picked); None, with the reason shown, when neither can judge."""
+    source = st.radio(
+        "Judge model", [ui.LIVE_MODEL, ui.OFFLINE_MODEL], horizontal=True, key="w_judge_source", help=ui.OFFLINE_HELP
+    )
+    if source == ui.LIVE_MODEL:
+        endpoint = ui.live_endpoint()
+        if endpoint is None:
+            st.info(NO_ENDPOINT)
+        return endpoint
+    local = LocalEndpoint()
+    try:
+        local.location()
+    except GenerationError as err:
+        st.error(ui.md(err))
+        return None
+    st.caption(
+        "The offline demo model runs on this server's CPU (no key, no cost, seconds a pair): it shows how "
+        "judging works without a server. A 135M model rarely gives a usable score and its grades are demo "
+        "quality: not a benchmark setting, and no kappa to report."
+    )
+    return local
 
 
 def _job_key(kind: str, dataset: Dataset, endpoint: AnyEndpoint, pairs: list[Pair], *extra: object) -> tuple[str, str]:
