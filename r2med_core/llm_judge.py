@@ -1,6 +1,8 @@
 """An LLM as relevance assessor: why a gold document is relevant, and proposed labels for unjudged ones.
 
-Two uses of an OpenAI-compatible endpoint (the same ``Endpoint`` and key rules as live rewriting):
+Two uses of an OpenAI-compatible endpoint (the same ``Endpoint`` and key rules as live rewriting), or
+of the offline demo model (a ``LocalEndpoint``, as in rewriting and reranking: a 135M model that often
+fails to give a score, for trying the pipeline without a server, never for a kappa to report):
 
 * ``explain_relevance`` names, in one or two sentences, the reasoning step that links a query to a
   gold document ("the case describes Wilson disease; this document is about copper chelation").
@@ -11,7 +13,7 @@ Two uses of an OpenAI-compatible endpoint (the same ``Endpoint`` and key rules a
   the qrels do judge, ``judge_agreement`` says how far the judge agrees with them (Cohen's kappa,
   confusion matrix), so users know how far to trust its proposals.
 
-Every reply is cached per (query, document, model and sampling, prompt version) with atomic writes,
+Every reply is cached per (query, document, model identity and sampling, prompt version) with atomic writes,
 so a cancelled or crashed batch resumes where it stopped and asking again costs nothing. Replies
 are untrusted text: grades are parsed strictly (a reply without a clear 0-3 final score fails its
 pair and is not cached), explanations are flattened and length-capped, and the API key is
@@ -37,7 +39,16 @@ from sklearn.metrics import cohen_kappa_score
 from .annotations import Annotation, AnnotationStore, check_unjudged
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import Dataset
-from .generation import ChatClient, Endpoint, LLMFailure, Usage, redact, total_usage
+from .generation import (
+    AnyEndpoint,
+    ChatClient,
+    GenerationError,
+    LLMFailure,
+    LocalEndpoint,
+    Usage,
+    redact,
+    total_usage,
+)
 from .progress import Progress, report
 from .runs import Run
 
@@ -122,18 +133,35 @@ def explain_messages(query: str, passage: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
 
-def judge_endpoint(endpoint: Endpoint) -> Endpoint:
+def _greedy(endpoint: AnyEndpoint, max_tokens: int, timeout: float) -> AnyEndpoint:
+    """Greedy decoding and a reply of at most ``max_tokens`` (both in the cache key). A local CPU model
+    keeps a shorter bound of its own (it has no timeout: it runs in this process)."""
+    if isinstance(endpoint, LocalEndpoint):
+        return replace(endpoint, temperature=0.0, max_tokens=min(endpoint.max_tokens, max_tokens))
+    timeout = min(endpoint.timeout, timeout)
+    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=max_tokens, timeout=timeout)
+
+
+def judge_endpoint(endpoint: AnyEndpoint) -> AnyEndpoint:
     """The endpoint as used for grading: greedy decoding, a short reply (part of the cache key) and at
     most ``JUDGE_TIMEOUT`` s a request."""
-    timeout = min(endpoint.timeout, JUDGE_TIMEOUT)
-    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=JUDGE_TOKENS, timeout=timeout)
+    return _greedy(endpoint, JUDGE_TOKENS, JUDGE_TIMEOUT)
 
 
-def explain_endpoint(endpoint: Endpoint) -> Endpoint:
+def explain_endpoint(endpoint: AnyEndpoint) -> AnyEndpoint:
     """The endpoint as used for an explanation: greedy, short, and at most ``EXPLAIN_TIMEOUT`` s a try
     (the page waits for it)."""
-    timeout = min(endpoint.timeout, EXPLAIN_TIMEOUT)
-    return replace(endpoint, temperature=0.0, top_p=None, seed=None, max_tokens=EXPLAIN_TOKENS, timeout=timeout)
+    return _greedy(endpoint, EXPLAIN_TOKENS, EXPLAIN_TIMEOUT)
+
+
+def judge_model(endpoint: AnyEndpoint) -> str:
+    """The judge's name as reports, proposals and agreement records show it: the server's model name,
+    or the offline demo model's ``-demo`` name (never a path on this server)."""
+    return endpoint.default_llm_name() if isinstance(endpoint, LocalEndpoint) else endpoint.model
+
+
+def _secret(endpoint: AnyEndpoint) -> str | None:
+    return getattr(endpoint, "api_key", None)
 
 
 # --------------------------------------------------------------------------- parsing untrusted replies
@@ -240,12 +268,14 @@ def _read(kind: str, key: str) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
-def explanation_key(endpoint: Endpoint, query: str, passage: str) -> str:
-    """Server, model, sampling, prompt version, query and document text; never the API key."""
+def explanation_key(endpoint: AnyEndpoint, query: str, passage: str) -> str:
+    """Server, model identity (a local model's file and size), sampling, prompt version, query and
+    document text; never the API key. Raises ``GenerationError`` when a local model is not installed."""
     return fingerprint("llm-explain", explain_endpoint(endpoint).identity(), EXPLAIN_PROMPT_VERSION, query, passage)
 
 
-def grade_key(endpoint: Endpoint, query: str, passage: str) -> str:
+def grade_key(endpoint: AnyEndpoint, query: str, passage: str) -> str:
+    """As ``explanation_key``: a local model's grade never reuses a server model's, nor the reverse."""
     return fingerprint("llm-judge", judge_endpoint(endpoint).identity(), JUDGE_PROMPT_VERSION, query, passage)
 
 
@@ -264,22 +294,28 @@ class Explanation:
     usage: Usage = field(default_factory=Usage)  # what asking for it cost (kept with the cached explanation)
 
 
-def _backend(endpoint: Endpoint, max_retries: int, sleep: Callable[[float], None]) -> ChatClient:
+def _backend(endpoint: AnyEndpoint, max_retries: int, sleep: Callable[[float], None]) -> ChatClient:
     return ChatClient(endpoint, max_retries=max_retries, base_delay=1.0, max_delay=30.0, sleep=sleep)
 
 
-def cached_explanation(endpoint: Endpoint, query: str, passage: str) -> Explanation | None:
-    """The explanation asked for earlier with these settings, or None; never contacts the server."""
-    payload = _read("explain", explanation_key(endpoint, query, passage))
+def cached_explanation(endpoint: AnyEndpoint, query: str, passage: str) -> Explanation | None:
+    """The explanation asked for earlier with these settings, or None; never contacts the server
+    (nor loads a local model: one that is not installed has nothing cached)."""
+    try:
+        key = explanation_key(endpoint, query, passage)
+    except GenerationError:
+        return None
+    payload = _read("explain", key)
     text = payload.get("text") if payload else None
     if not isinstance(text, str) or not text.strip():
         return None
     usage = Usage.from_json(payload.get("usage")) if payload else Usage()
-    return Explanation(endpoint.model, clean_explanation(text, endpoint.api_key), from_cache=True, usage=usage)
+    model = judge_model(endpoint)
+    return Explanation(model, clean_explanation(text, _secret(endpoint)), from_cache=True, usage=usage)
 
 
 def explain_relevance(
-    endpoint: Endpoint,
+    endpoint: AnyEndpoint,
     query: str,
     passage: str,
     *,
@@ -290,19 +326,22 @@ def explain_relevance(
     hit = cached_explanation(endpoint, query, passage)
     if hit is not None:
         return hit
-    chosen = explain_endpoint(endpoint)
+    model, secret = judge_model(endpoint), _secret(endpoint)
     try:
-        reply = _backend(chosen, max_retries, sleep).chat(explain_messages(query, passage))
+        key = explanation_key(endpoint, query, passage)
+        reply = _backend(explain_endpoint(endpoint), max_retries, sleep).chat(explain_messages(query, passage))
     except LLMFailure as failure:
-        return Explanation(endpoint.model, error=failure.message)
+        return Explanation(model, error=failure.message)
+    except GenerationError as err:  # a local model that is not installed
+        return Explanation(model, error=str(err))
     except Exception as err:  # never leak the key
-        return Explanation(endpoint.model, error=redact(f"{type(err).__name__}: {err}", endpoint.api_key))
-    text = clean_explanation(reply.text, endpoint.api_key)
+        return Explanation(model, error=redact(f"{type(err).__name__}: {err}", secret))
+    text = clean_explanation(reply.text, secret)
     if not text:
-        return Explanation(endpoint.model, error="the model returned an empty explanation", usage=reply.usage)
-    payload = {"text": text, "model": endpoint.model, "prompt": EXPLAIN_PROMPT_VERSION, "usage": reply.usage.to_json()}
-    atomic_write_text(_entry("explain", explanation_key(endpoint, query, passage)), json.dumps(payload))
-    return Explanation(endpoint.model, text, usage=reply.usage)
+        return Explanation(model, error="the model returned an empty explanation", usage=reply.usage)
+    payload = {"text": text, "model": model, "prompt": EXPLAIN_PROMPT_VERSION, "usage": reply.usage.to_json()}
+    atomic_write_text(_entry("explain", key), json.dumps(payload))
+    return Explanation(model, text, usage=reply.usage)
 
 
 # --------------------------------------------------------------------------- which pairs to judge
@@ -439,8 +478,9 @@ class Estimate:
         )
 
 
-def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: Endpoint) -> Estimate:
-    """Count the requests and tokens ``judge_pairs`` would spend (cached pairs cost nothing)."""
+def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> Estimate:
+    """Count the requests and tokens ``judge_pairs`` would spend (cached pairs cost nothing); raises
+    ``GenerationError`` when ``endpoint`` is a local model that is not installed."""
     pairs = list(pairs)
     cached = requests = chars = 0
     for pair in pairs:
@@ -450,15 +490,16 @@ def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: Endpoint) -> Est
             continue
         requests += 1
         chars += sum(len(m["content"]) for m in judge_messages(query, passage))
-    return Estimate(len(pairs), cached, requests, chars // 4, requests * JUDGE_TOKENS)
+    replies = judge_endpoint(endpoint).max_tokens or JUDGE_TOKENS
+    return Estimate(len(pairs), cached, requests, chars // 4, requests * replies)
 
 
-def _cached_grade(endpoint: Endpoint, query: str, passage: str) -> int | None:
+def _cached_grade(endpoint: AnyEndpoint, query: str, passage: str) -> int | None:
     found = _cached(endpoint, query, passage)
     return None if found is None else found[0]
 
 
-def _cached(endpoint: Endpoint, query: str, passage: str) -> tuple[int, Usage] | None:
+def _cached(endpoint: AnyEndpoint, query: str, passage: str) -> tuple[int, Usage] | None:
     """A cached grade and the tokens it cost to make."""
     payload = _read("grades", grade_key(endpoint, query, passage))
     grade = payload.get("grade") if payload else None
@@ -478,7 +519,7 @@ def _first_of_each(pairs: Iterable[Pair]) -> list[Pair]:
 def judge_pairs(
     dataset: Dataset,
     pairs: Iterable[Pair],
-    endpoint: Endpoint,
+    endpoint: AnyEndpoint,
     *,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
@@ -489,15 +530,22 @@ def judge_pairs(
     sleep: Callable[[float], None] = time.sleep,
 ) -> JudgeReport:
     """Grade every pair (or take its grade from the cache), one request at a time; never raises for
-    server trouble. A wrong key, an unreachable server or a lasting rate limit (429) stop the batch;
-    a reply without a usable score fails only its pair (and is not cached, so a rerun retries it).
+    server trouble. A wrong key, an unreachable server, a lasting rate limit (429) or a local model
+    that is not installed stop the batch; a reply without a usable score (the offline demo model's
+    often) fails only its pair (and is not cached, so a rerun retries it).
     ``progress`` may raise to cancel (the app's Cancel): grades made so far are cached."""
     pairs = _first_of_each(pairs)
-    result = JudgeReport(endpoint.model, endpoint.url)
+    model, secret = judge_model(endpoint), _secret(endpoint)
+    result = JudgeReport(model, endpoint.url)
     todo: list[tuple[Pair, str, str]] = []
-    for pair in pairs:
+    for position, pair in enumerate(pairs):
         query, passage = dataset.queries[pair.query_id], dataset.corpus[pair.doc_id]
-        found = _cached(endpoint, query, passage)
+        try:
+            found = _cached(endpoint, query, passage)
+        except GenerationError as err:  # a local model that is not installed: its identity is unknown
+            result.error = str(err)
+            result.remaining = [(p.query_id, p.doc_id) for p in pairs[position:]]
+            return result
         if found is None:
             todo.append((pair, query, passage))
         else:
@@ -507,7 +555,7 @@ def judge_pairs(
 
     def tell() -> None:
         done = len(result.grades) + len(result.failed)
-        report(progress, done / max(total, 1), f"LLM judge · {endpoint.model}: {done}/{total} pairs")
+        report(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs")
 
     tell()
     if not todo:
@@ -516,7 +564,7 @@ def judge_pairs(
     try:
         client = ChatClient(chosen, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep)
     except LLMFailure as failure:  # the client refused its settings (the key redacted)
-        result.error = redact(failure.message, endpoint.api_key)
+        result.error = redact(failure.message, secret)
         result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo]
         return result
     consecutive = 0
@@ -536,14 +584,14 @@ def judge_pairs(
                 break
             consecutive += 1
         else:
-            reply = redact(answer.text, endpoint.api_key)
+            reply = redact(answer.text, secret)
             parsed = parse_grade(reply)
             if parsed.grade is None:
                 result.failed[unit] = f"unusable reply ({parsed.problem}): {clean_explanation(reply)[:120]!r}"
                 consecutive += 1
             else:
                 consecutive = 0
-                payload = {"grade": parsed.grade, "reply": reply[:2000], "model": endpoint.model}
+                payload = {"grade": parsed.grade, "reply": reply[:2000], "model": model}
                 payload["prompt"], payload["usage"] = JUDGE_PROMPT_VERSION, answer.usage.to_json()
                 atomic_write_text(_entry("grades", grade_key(endpoint, query, passage)), json.dumps(payload))
                 result.grades[unit], result.usage[unit] = parsed.grade, answer.usage
@@ -560,9 +608,9 @@ def judge_pairs(
 # --------------------------------------------------------------------------- proposals
 
 
-def proposer_name(endpoint: Endpoint) -> str:
-    """The annotator recorded on the judge's proposals."""
-    return f"proposed by {endpoint.model}"
+def proposer_name(endpoint: AnyEndpoint) -> str:
+    """The annotator recorded on the judge's proposals (the offline model's name ends in ``-demo``)."""
+    return f"proposed by {judge_model(endpoint)}"
 
 
 @dataclass(frozen=True)
@@ -577,7 +625,7 @@ def propose_labels(
     dataset: Dataset,
     pairs: Iterable[Pair],
     grades: Mapping[tuple[str, str], int],
-    endpoint: Endpoint,
+    endpoint: AnyEndpoint,
     *,
     threshold: int = DEFAULT_THRESHOLD,
 ) -> ProposalReport:
@@ -670,7 +718,7 @@ def judge_agreement(
     dataset: Dataset,
     sample: Iterable[Pair],
     grades: Mapping[tuple[str, str], int],
-    endpoint: Endpoint,
+    endpoint: AnyEndpoint,
     *,
     threshold: int = DEFAULT_THRESHOLD,
 ) -> JudgeAgreement:
@@ -688,7 +736,7 @@ def judge_agreement(
     agreed = sum(x == y for x, y in zip(binary_truth, binary_judged))
     return JudgeAgreement(
         task=dataset.name,
-        model=endpoint.model,
+        model=judge_model(endpoint),
         prompt=JUDGE_PROMPT_VERSION,
         threshold=threshold,
         pairs=len(scored),
@@ -704,7 +752,7 @@ def _agreement_dir() -> Path:
     return cache_root() / "llm_judge" / "agreement"
 
 
-def record_agreement(dataset: Dataset, measured: JudgeAgreement, endpoint: Endpoint) -> Path:
+def record_agreement(dataset: Dataset, measured: JudgeAgreement, endpoint: AnyEndpoint) -> Path:
     """Keep the measurement (one file per task, model and prompt), so every task's shows on the page."""
     identity = judge_endpoint(endpoint).identity()
     key = fingerprint("judge-agreement", dataset.source, dataset.name, identity, measured.prompt)

