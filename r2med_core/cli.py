@@ -504,7 +504,8 @@ def _open_store(target: str | None) -> AnnotationStore:
 
     where: str | Path = default_store_target() if not target else target
     if "://" not in str(where) and not Path(where).is_file():
-        raise DataError([Problem(str(where), None, "no annotation store (pass --store FILE or set R2MED_ANNOTATIONS_URL)")])
+        missing = "no annotation store (pass --store FILE or set R2MED_ANNOTATIONS_URL)"
+        raise DataError([Problem(str(where), None, missing)])
     return AnnotationStore(where)
 
 
