@@ -283,13 +283,16 @@ def read_run_or_results(path: str | Path, dataset: Dataset | None = None) -> Imp
     """A run file as ``read_run_file`` reads it, or the ``NAME.json`` results ``eval`` and ``sweep`` write,
     whose run is the ``NAME.trec`` beside it (a results file holds means, not a ranking)."""
     path = Path(path)
-    trec = path.with_suffix(".trec")
-    if path.suffix.lower() == ".json" and path.is_file() and trec.is_file():
+    if path.suffix.lower() == ".json" and path.is_file():
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
-            obj = None
-        if isinstance(obj, dict) and isinstance(obj.get("test"), dict):
+            obj = None  # read_run_file reports what is wrong with it
+        if isinstance(obj, dict) and isinstance(obj.get("test"), dict) and "model_name" in obj:
+            trec = path.with_suffix(".trec")
+            if not trec.is_file():
+                missing = f"a results file holds no ranking, and its run {trec.name} is not beside it"
+                raise DataError([Problem(str(path), None, missing)])
             return read_run_file(trec, dataset, name=path.stem)
     return read_run_file(path, dataset)
 

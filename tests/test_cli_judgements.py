@@ -171,3 +171,12 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         timeout=300,
         env={**os.environ, **(env or {})},
     )
+
+
+def test_a_results_file_without_its_run_is_named_not_read_as_scores(runs: Path, tmp_path: Path, capsys) -> None:
+    alone = tmp_path / "bm25.json"
+    alone.write_text((runs / "bm25.json").read_text())
+    assert main(["pool", "--run", str(alone), "--demo", TASK, "--output", str(tmp_path / "p.txt")]) == 1
+    assert f"error: {alone}: a results file holds no ranking, and its run bm25.trec is not beside it" in (
+        capsys.readouterr().err
+    )
