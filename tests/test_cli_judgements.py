@@ -3,9 +3,6 @@ from the command line, each output exactly what the core function returns."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,8 @@ from r2med_core.explore import QUERY_TABLE_COLUMNS
 from r2med_core.pooling import compare_with_additions, new_judgements, pool, pool_csv, pool_text, with_judgements
 from r2med_core.runs import write_trec
 
-ROOT = Path(__file__).resolve().parent.parent
+from .test_cli import cli
+
 TASK = "clinical-evidence"
 
 
@@ -123,11 +121,11 @@ def test_pool_with_a_store_skips_new_judgements_and_prints_without_with_and_judg
 
 def test_pool_bad_input(runs: Path, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.sqlite"
-    done = _cli("pool", "--run", str(runs / "bm25.trec"), "--demo", TASK, "--output", str(tmp_path / "p.txt"),
+    done = cli("pool", "--run", str(runs / "bm25.trec"), "--demo", TASK, "--output", str(tmp_path / "p.txt"),
                 "--store", str(missing))
     assert done.returncode == 1 and f"error: {missing}: no annotation store" in done.stderr
     assert "Traceback" not in done.stderr and not missing.exists() and not (tmp_path / "p.txt").exists()
-    twice = _cli("pool", "--run", str(runs / "bm25.trec"), "--run", str(runs / "bm25.json"), "--demo", TASK,
+    twice = cli("pool", "--run", str(runs / "bm25.trec"), "--run", str(runs / "bm25.json"), "--demo", TASK,
                  "--output", str(tmp_path / "p.txt"))
     assert twice.returncode == 2 and "two runs are named 'bm25'" in twice.stderr
 
@@ -143,7 +141,7 @@ def test_qrels_applies_accepted_additions_and_adjudicated_corrections(runs: Path
     decide(store, (f"demo:{TASK}", TASK, qid, gold), "gold_questionable", "rev", grade=0)  # a correction
     out = tmp_path / "team.qrels"
     env = {"R2MED_ANNOTATIONS_URL": str(target)}  # found as the app finds it
-    done = _cli("qrels", "--demo", TASK, "--output", str(out), env=env)
+    done = cli("qrels", "--demo", TASK, "--output", str(out), env=env)
     assert done.returncode == 0, done.stderr
     assert out.read_text() == qrels_text(team_qrels(store, dataset))
     lines = set(out.read_text().splitlines())
@@ -155,22 +153,11 @@ def test_qrels_applies_accepted_additions_and_adjudicated_corrections(runs: Path
 
 def test_qrels_bad_input(tmp_path: Path) -> None:
     env = {"R2MED_ANNOTATIONS_URL": "", "R2MED_DATA_HOME": str(tmp_path)}
-    done = _cli("qrels", "--demo", TASK, "--output", str(tmp_path / "q.txt"), env=env)
+    done = cli("qrels", "--demo", TASK, "--output", str(tmp_path / "q.txt"), env=env)
     assert done.returncode == 1 and "no annotation store" in done.stderr and str(tmp_path) in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "q.txt").exists()
-    usage = _cli("qrels", "--demo", TASK, env=env)
+    usage = cli("qrels", "--demo", TASK, env=env)
     assert usage.returncode == 2 and "--output" in usage.stderr
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "r2med_core", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_a_results_file_without_its_run_is_named_not_read_as_scores(runs: Path, tmp_path: Path, capsys) -> None:
