@@ -30,9 +30,11 @@ from .annotations import (
     AnnotationStore,
     Qrels,
     _normalise_time,
+    extended_qrels,
     get_failure_type,
     utc_now,
 )
+from .data import DataError, Dataset, Problem
 from .evaluation import Results, evaluate
 from .identity import PermissionDenied
 from .runs import Run
@@ -325,6 +327,25 @@ def adjudicated_qrels(qrels: Qrels, changes: Iterable[QrelsChange]) -> Qrels:
     for change in changes:
         merged.setdefault(change.query_id, {})[change.doc_id] = change.grade
     return merged
+
+
+def team_qrels(store: AnnotationStore, dataset: Dataset) -> Qrels:
+    """The task's judgements with the team's work applied: the accepted additions (grade 1), then the
+    standing decisions' grades (additions and corrections; a decision replaces what the labels said)."""
+    additions = store.qrels_additions(dataset.source, dataset.name)
+    changes = qrels_changes(history(store, dataset=dataset.source, task=dataset.name), dataset.qrels)
+    return adjudicated_qrels(extended_qrels(dataset.qrels, additions), changes)
+
+
+def qrels_text(qrels: Mapping[str, Mapping[str, int]], label: str = "qrels") -> str:
+    """Whole qrels as TREC text (``qid 0 docid grade`` per line). An id a TREC line cannot hold raises
+    DataError (``label`` names the qrels): a full qrels file never silently loses a judgement."""
+    bad = [(q, d) for q, grades in qrels.items() for d in grades if not (_trec_safe(q) and _trec_safe(d))]
+    if bad:
+        raise DataError(
+            [Problem(label, None, f"query {q!r}, document {d!r}: an id a TREC line cannot hold") for q, d in bad[:20]]
+        )
+    return "".join(f"{q} 0 {d} {grade}\n" for q, grades in qrels.items() for d, grade in grades.items())
 
 
 def reevaluate_adjudicated(

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cache import cache_root, entry_path
-from .data import DEMO_TASKS, DataError, Dataset, load_demo, load_dir, validate_dir
+from .cache import atomic_write_text, cache_root, entry_path
+from .data import DEMO_TASKS, DataError, Dataset, Problem, load_demo, load_dir, validate_dir
 from .generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
@@ -41,6 +41,8 @@ from .tasks import TASKS, get_task
 # Commands import what they run (systems, evaluation, sweep, rerank pull in scipy, pandas, nltk …)
 # inside their function, so ``--help`` and a usage error answer at once.
 if TYPE_CHECKING:
+    from .annotations import AnnotationStore
+    from .runs import Run
     from .systems import SystemSpec
 
 DATA_ENV = "R2MED_DATA_DIR"
@@ -475,6 +477,152 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- diagnosis, pooling, team qrels
+
+
+def _read_runs(paths: Sequence[Path], dataset: Dataset) -> dict[str, Run]:
+    """Each ``--run`` (a run file, a kit's folder, or the NAME.json ``eval`` writes) checked against the
+    dataset, keyed by its name; warnings go to stderr as ``evaluate-run`` prints them."""
+    from .imported_runs import read_run_or_results
+
+    runs: dict[str, Run] = {}
+    for path in paths:
+        imported = read_run_or_results(path, dataset)
+        for warning in imported.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if imported.run.name in runs:
+            raise UsageError(f"{path}: two runs are named {imported.run.name!r}; rename one of the files")
+        runs[imported.run.name] = imported.run
+    return runs
+
+
+def _open_store(target: str | None) -> AnnotationStore:
+    """``--store`` (a SQLite file or a postgresql:// URL), else where the app keeps labels
+    (``R2MED_ANNOTATIONS_URL``, else ``annotations.sqlite`` in ``R2MED_DATA_HOME`` or the user data folder).
+    A SQLite file that does not exist is an error, not a new empty store."""
+    from .annotations import AnnotationStore, default_store_target
+
+    where: str | Path = default_store_target() if not target else target
+    if "://" not in str(where) and not Path(where).is_file():
+        missing = "no annotation store (pass --store FILE or set R2MED_ANNOTATIONS_URL)"
+        raise DataError([Problem(str(where), None, missing)])
+    return AnnotationStore(where)
+
+
+def _store_error(err: Exception) -> int:
+    print(f"error: annotation store: {err}", file=sys.stderr)
+    return 1
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from .annotation_backends import AnnotationStoreError
+    from .diagnosis import classed_queries, diagnose, judge_proposals, oracle_run
+
+    if not args.oracle.startswith("oracle:"):
+        raise UsageError(f"--oracle must be oracle:RETRIEVER or oracle:RETRIEVER+q, not {args.oracle!r}")
+    dataset = _load(args)
+    runs = _read_runs(args.run, dataset)
+    try:
+        proposals = judge_proposals(_open_store(args.store), dataset) if args.store is not None else {}
+    except AnnotationStoreError as err:
+        return _store_error(err)
+    progress, close = _eta_bar()
+    try:
+        oracle = oracle_run(dataset, args.oracle, progress)
+    finally:
+        close()
+    if oracle is None:
+        print(f"note: {dataset.name} has no reference answers: the oracle cannot class its failures")
+    if args.store is None:
+        print("note: without --store no LLM judge proposals are read, so no query is 'possibly unjudged'")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, run in runs.items():
+        found = diagnose(dataset, run, oracle, oracle=args.oracle, proposals=proposals)
+        path = args.output_dir / f"{safe_name(dataset.name)}_{safe_name(name)}_queries.csv"
+        atomic_write_text(path, classed_queries(dataset, run, found).to_csv(index=False))
+        written.append(path)
+        print(f"{name}: {found.n_failed} of {len(found.queries)} judged queries failed")
+        for failure_class, count in found.counts().items():
+            print(f"  {failure_class:<20} {count}")
+    print(f"note: {found.caption()}")
+    print(f"wrote {', '.join(map(str, written))}")
+    return 0
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    from .annotation_backends import AnnotationStoreError
+    from .evaluation import MAIN_METRICS
+    from .pooling import (
+        DEFAULT_DEPTH,
+        compare_with_additions,
+        new_judgements,
+        pool,
+        pool_csv,
+        pool_text,
+        with_judgements,
+    )
+
+    if args.metric not in MAIN_METRICS:
+        raise UsageError(f"--metric must be one of {', '.join(MAIN_METRICS)}, got {args.metric!r}")
+    dataset = _load(args)
+    runs = _read_runs(args.run, dataset)
+    additions, negatives = {}, {}
+    if args.store is not None:
+        try:
+            additions, negatives = new_judgements(_open_store(args.store), dataset)
+        except AnnotationStoreError as err:
+            return _store_error(err)
+    pooled = pool(runs, with_judgements(dataset.qrels, additions, negatives), args.depth)
+    as_csv = args.format == "csv" or (args.format is None and args.output.suffix.lower() == ".csv")
+    atomic_write_text(args.output, pool_csv(pooled) if as_csv else pool_text(pooled))
+    contributed, unique = pooled.contributed(), pooled.unique()
+    width = max(len(name) for name in runs)
+    print(f"{'system':<{width}}  pooled @{args.depth}  only it")
+    for name in runs:
+        print(f"{name:<{width}}  {contributed[name]:>10}  {unique[name]:>7}")
+    if args.store is not None:
+        table = compare_with_additions(
+            runs, dataset.qrels, additions, negatives=negatives, metric=args.metric, k=DEFAULT_DEPTH,
+            dataset_name=dataset.name,
+        )
+        n_added, n_negative = (sum(len(g) for g in q.values()) for q in (additions, negatives))
+        print(f"{n_added} accepted addition(s), {n_negative} judged not relevant (not the benchmark's qrels)")
+        judged = f"Judged@{DEFAULT_DEPTH}"
+        print(f"{'system':<{width}}  {'without':>8}  {'with':>8}  {'rank':>7}  {judged:>9}  {judged + ' with':>14}")
+        for row in table.to_dict("records"):
+            rank = f"{row['rank_without']}→{row['rank_with']}"
+            print(
+                f"{row['system']:<{width}}  {row['without']:>8.4f}  {row['with']:>8.4f}  {rank:>7}  "
+                f"{row['judged_without']:>9.4f}  {row['judged_with']:>14.4f}"
+            )
+        print(f"note: without / with: {args.metric}; rank 1 is the best")
+    print(
+        f"wrote {args.output} ({len(pooled)} unjudged document(s) in the top {args.depth} of {len(runs)} "
+        f"system(s), over {len(pooled.docs)} judged quer{'y' if len(pooled.docs) == 1 else 'ies'})"
+    )
+    return 0
+
+
+def cmd_qrels(args: argparse.Namespace) -> int:
+    from .adjudication import qrels_text, team_qrels
+    from .annotation_backends import AnnotationStoreError
+
+    dataset = _load(args)
+    try:
+        qrels = team_qrels(_open_store(args.store), dataset)
+    except AnnotationStoreError as err:
+        return _store_error(err)
+    atomic_write_text(args.output, qrels_text(qrels, str(args.output)))
+    changed = sum(
+        grade != dataset.qrels.get(qid, {}).get(doc) for qid, grades in qrels.items() for doc, grade in grades.items()
+    )
+    total = sum(len(grades) for grades in qrels.values())
+    print(f"{dataset.name}: {total} judgements, {changed} added or changed by the team (not the benchmark's qrels)")
+    print(f"wrote {args.output}")
+    return 0
+
+
 def _split_systems(text: str) -> list[str]:
     """Comma-separated systems; commas inside rrf(...) stay with their system."""
     from .systems import _split_top_level
@@ -635,6 +783,48 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--output-dir", required=True, type=Path)
     sw.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="run on a Ray cluster (none: local Ray)")
     sw.set_defaults(handler=cmd_sweep)
+
+    di = commands.add_parser(
+        "diagnose",
+        help="class each run's failed queries with the answer oracle (a diagnostic), write TASK_RUN_queries.csv",
+    )
+    di.add_argument(
+        "--run", required=True, action="append", type=Path,
+        help="a TREC run, score JSON, a kit's folder, or eval's NAME.json (repeat for more runs)",
+    )
+    _add_source(di)
+    di.add_argument("--oracle", default="oracle:bm25", help="oracle:RETRIEVER or oracle:RETRIEVER+q (default: BM25's)")
+    di.add_argument(
+        "--store", nargs="?", const="", metavar="TARGET",
+        help="read the LLM judge's proposals from the annotation store (none: where the app keeps it)",
+    )
+    di.add_argument("--output-dir", required=True, type=Path)
+    di.set_defaults(handler=cmd_diagnose)
+
+    po = commands.add_parser("pool", help="pool the unjudged documents of the runs' top k (TREC-like or CSV)")
+    po.add_argument(
+        "--run", required=True, action="append", type=Path,
+        help="a TREC run, score JSON, a kit's folder, or eval's NAME.json (repeat for more runs)",
+    )
+    _add_source(po)
+    po.add_argument("--depth", type=_int_at_least(1), default=10, help="the top k pooled per run (default 10)")
+    po.add_argument("--output", required=True, type=Path, help="the pool to write (.csv: CSV, else qid 0 docid lines)")
+    po.add_argument("--format", choices=("trec", "csv"), help="default: csv for a .csv file, else trec")
+    po.add_argument(
+        "--store", nargs="?", const="", metavar="TARGET",
+        help="with the annotation store's new judgements: skip judged documents and print each run's metric "
+        "without / with them and Judged@10 (none: where the app keeps it)",
+    )
+    po.add_argument("--metric", default="ndcg_at_10", help="with --store: the metric shown (default ndcg_at_10)")
+    po.set_defaults(handler=cmd_pool)
+
+    qr = commands.add_parser(
+        "qrels", help="write the task's qrels with accepted additions and adjudicated corrections applied (TREC)"
+    )
+    _add_source(qr)
+    qr.add_argument("--store", metavar="TARGET", help="the annotation store (default: where the app keeps it)")
+    qr.add_argument("--output", required=True, type=Path)
+    qr.set_defaults(handler=cmd_qrels)
     return parser
 
 

@@ -32,8 +32,12 @@ import pandas as pd
 
 from .annotations import AnnotationStore
 from .data import Dataset
+from .evaluation import evaluate
+from .explore import query_table
 from .kinds.oracle import reference_answers
+from .progress import Progress
 from .runs import Run
+from .systems import run_system
 
 #: How deep a gold document must be for a query not to have failed (the benchmark's headline nDCG@10).
 DEPTH = 10
@@ -155,6 +159,14 @@ def diagnose(
     return Diagnosis(dataset.name, run.name, oracle, depth, tuple(out))
 
 
+def oracle_run(dataset: Dataset, oracle: str = DEFAULT_ORACLE, progress: Progress | None = None) -> Run | None:
+    """The oracle's run on ``dataset`` (cached as any system's), or None when the dataset has no
+    reference answers: then the oracle cannot run and ``diagnose`` classes without it."""
+    if not reference_answers(dataset):
+        return None
+    return run_system(dataset, oracle, progress=progress)
+
+
 def judge_proposals(store: AnnotationStore, dataset: Dataset) -> dict[str, frozenset[str]]:
     """The documents the LLM judge proposed relevant, per query, from the store's review queue:
     ``relevant_unjudged`` labels by "proposed by <model>" that no reviewer rejected."""
@@ -181,6 +193,13 @@ def with_failure_class(table: pd.DataFrame, diagnosis: Diagnosis, column: str = 
     out = table.copy()
     out[column] = [classes.get(qid, NOT_FAILED) for qid in out["query_id"]]
     return out
+
+
+def classed_queries(dataset: Dataset, run: Run, diagnosis: Diagnosis) -> pd.DataFrame:
+    """The explorer's query table of ``run`` with each query's class: the columns of its "Download
+    these queries (CSV)", every judged query."""
+    results = evaluate(run, dataset.qrels, dataset_name=dataset.name, seconds=run.seconds)
+    return with_failure_class(query_table(dataset, results, run), diagnosis)
 
 
 def filter_by_class(table: pd.DataFrame, classes: Collection[str], column: str = "failure_class") -> pd.DataFrame:

@@ -279,6 +279,24 @@ def read_run_file(
     return parse_run(path.read_bytes(), label or str(path), name or sanitize_run_name(path.name), dataset)
 
 
+def read_run_or_results(path: str | Path, dataset: Dataset | None = None) -> ImportedRun:
+    """A run file as ``read_run_file`` reads it, or the ``NAME.json`` results ``eval`` and ``sweep`` write,
+    whose run is the ``NAME.trec`` beside it (a results file holds means, not a ranking)."""
+    path = Path(path)
+    if path.suffix.lower() == ".json" and path.is_file():
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            obj = None  # read_run_file reports what is wrong with it
+        if isinstance(obj, dict) and isinstance(obj.get("test"), dict) and "model_name" in obj:
+            trec = path.with_suffix(".trec")
+            if not trec.is_file():
+                missing = f"a results file holds no ranking, and its run {trec.name} is not beside it"
+                raise DataError([Problem(str(path), None, missing)])
+            return read_run_file(trec, dataset, name=path.stem)
+    return read_run_file(path, dataset)
+
+
 def _score_file_in(folder: Path, label: str) -> Path:
     """The score JSON of a kit's result folder: files named like ``*score*`` first; metric files
     (``{"NDCG@10": 0.3}``) are recognised by their shape and skipped."""

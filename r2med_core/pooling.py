@@ -12,6 +12,8 @@ additions next to Judged@k (ir_measures), so a user sees which scores rest on ho
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,9 +25,10 @@ from typing import Any
 import ir_measures
 import pandas as pd
 
-from .annotations import Annotation, Qrels, default_store_path, extended_qrels, utc_now
+from .adjudication import history, qrels_changes
+from .annotations import Annotation, AnnotationStore, Qrels, default_store_path, extended_qrels, utc_now
 from .cache import atomic_write_text
-from .data import DataError, Problem
+from .data import DataError, Dataset, Problem
 from .evaluation import evaluate
 from .runs import Run
 
@@ -110,6 +113,32 @@ def pool(runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]], depth:
     return Pool(depth=depth, systems=systems, docs=docs)
 
 
+POOL_CSV_HEADER = ("query_id", "doc_id", "systems")
+
+
+def pool_csv(pooled: Pool) -> str:
+    """The pool as CSV, one (query, document) per row in the pool's order; ``systems`` lists the systems
+    that ranked the document within the depth, space-separated."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(POOL_CSV_HEADER)
+    for doc in pooled.items():
+        writer.writerow([doc.query_id, doc.doc_id, " ".join(doc.systems)])
+    return buffer.getvalue()
+
+
+def pool_text(pooled: Pool) -> str:
+    """The pool TREC-like: ``qid 0 docid`` per line, the qrels columns without the grade a judge adds.
+    Ids a TREC line cannot hold (empty, or with whitespace) raise DataError: the file would not read back."""
+    bad = [d for d in pooled.items() if not all(i and not any(c.isspace() for c in i) for i in (d.query_id, d.doc_id))]
+    if bad:
+        raise DataError(
+            [Problem("pool", None, f"query {d.query_id!r}, document {d.doc_id!r}: an id a TREC line cannot hold")
+             for d in bad[:20]]
+        )
+    return "".join(f"{d.query_id} 0 {d.doc_id}\n" for d in pooled.items())
+
+
 # --------------------------------------------------------------------------- holes and metrics
 
 
@@ -158,6 +187,23 @@ def with_decisions(additions: Qrels, negatives: Qrels, decided: Iterable[tuple[s
             judgements.get(query_id, {}).pop(doc_id, None)
         (additions if grade > 0 else negatives).setdefault(query_id, {})[doc_id] = grade
     return {q: g for q, g in additions.items() if g}, {q: g for q, g in negatives.items() if g}
+
+
+def with_judgements(qrels: Qrels, additions: Qrels, negatives: Qrels) -> Qrels:
+    """The qrels a new pool is taken against: the original ones plus the new judgements (``new_judgements``),
+    so documents someone judged since are not pooled again."""
+    return extended_qrels(extended_qrels(qrels, negatives), additions)
+
+
+def new_judgements(store: AnnotationStore, dataset: Dataset) -> tuple[Qrels, Qrels]:
+    """One task's new judgements from the store: the accepted additions (grade > 0) and the documents
+    judged not relevant (grade 0), with reviewers' adjudicated grades on unjudged pairs replacing the
+    labels (``with_decisions``). What "with" means in ``compare_with_additions`` and in later pools."""
+    labels = store.list(dataset=dataset.source, task=dataset.name)
+    additions = store.qrels_additions(dataset.source, dataset.name)
+    decisions = history(store, dataset=dataset.source, task=dataset.name)
+    decided = [(c.query_id, c.doc_id, c.grade) for c in qrels_changes(decisions, dataset.qrels) if c.kind == "addition"]
+    return with_decisions(additions, judged_not_relevant(labels, dataset.source, dataset.name), decided)
 
 
 def compare_with_additions(

@@ -178,3 +178,16 @@ def test_a_reviewers_decision_replaces_what_the_labels_said_about_a_pair() -> No
     assert new_additions == {"q1": {"u2": 1}, "q2": {"u4": 2}, "q3": {"x": 1}}
     assert new_negatives == {"q1": {"u3": 0, "u1": 0}}
     assert additions == {"q1": {"u1": 1, "u2": 1}} and negatives == {"q1": {"u3": 0}, "q2": {"u4": 0}}  # untouched
+
+
+def test_pool_downloads_trec_like_and_csv_in_the_pools_order() -> None:
+    from r2med_core.pooling import pool_csv, pool_text
+
+    pooled = pool({"A": A, "B": B}, QRELS, depth=4)
+    assert pool_text(pooled) == "q1 0 u2\nq1 0 u1\nq1 0 u5\nq2 0 u4\nq2 0 u6\n"
+    rows = pool_csv(pooled).splitlines()
+    assert rows[0] == "query_id,doc_id,systems" and rows[2] == "q1,u1,A B" and rows[-1] == "q2,u6,B"
+    spaced = pool({"A": _run("A", {"q1": ["a doc"]})}, QRELS, depth=1)
+    with pytest.raises(DataError, match="an id a TREC line cannot hold"):
+        pool_text(spaced)
+    assert pool_csv(spaced).splitlines()[1] == "q1,a doc,A"  # CSV quotes what TREC cannot hold

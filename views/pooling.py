@@ -9,8 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.adjudication import history, qrels_changes
-from r2med_core.annotations import AnnotationStoreError, Qrels, extended_qrels
+from r2med_core.annotations import AnnotationStoreError, Qrels
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import highlight, query_terms
@@ -20,9 +19,9 @@ from r2med_core.pooling import (
     JudgingQueue,
     Pool,
     compare_with_additions,
-    judged_not_relevant,
+    new_judgements,
     pool,
-    with_decisions,
+    with_judgements,
 )
 from r2med_core.report import metric_label
 from r2med_core.runs import Run
@@ -43,14 +42,10 @@ def _judgements(dataset: Dataset) -> tuple[Qrels, Qrels]:
     if store is None:
         return {}, {}
     try:
-        labels = store.list(dataset=dataset.source, task=dataset.name)
-        additions = store.qrels_additions(dataset.source, dataset.name)
-        decisions = history(store, dataset=dataset.source, task=dataset.name)
+        return new_judgements(store, dataset)
     except AnnotationStoreError as err:
         st.error(f"The new judgements could not be read, so 'with' equals 'without': {ui.md(err)}")
         return {}, {}
-    decided = [(c.query_id, c.doc_id, c.grade) for c in qrels_changes(decisions, dataset.qrels) if c.kind == "addition"]
-    return with_decisions(additions, judged_not_relevant(labels, dataset.source, dataset.name), decided)
 
 
 @st.cache_data(show_spinner="Scoring with the new judgements …", max_entries=32)
@@ -67,7 +62,7 @@ def _pool(
     key: tuple[str, tuple[str, ...]], judgements_json: str, depth: int, _runs: dict[str, Run], _qrels: Qrels
 ) -> Pool:
     additions, negatives = json.loads(judgements_json)
-    return pool(_runs, extended_qrels(extended_qrels(_qrels, negatives), additions), depth)
+    return pool(_runs, with_judgements(_qrels, additions, negatives), depth)
 
 
 def section(dataset: Dataset, runs: dict[str, Run]) -> None:
