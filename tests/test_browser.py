@@ -308,32 +308,44 @@ def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: P
     full_page_screenshot(page, "explorer-hyde")
 
 
+# The sidebar's sections and their pages (URL paths), in the router's order (streamlit_app.SECTIONS).
+SECTIONS = {
+    "Explore questions": ["overview", "explorer", "whatif"],
+    "Score systems": ["metrics", "compare", "leaderboard", "rewriting"],
+    "Judge relevance": ["judge-list", "judging", "annotations", "adjudication"],
+}
 PAGES = {
     # page: (URL after the path, text that is drawn last)
     "overview": (f"?task={TASK}&{SYSTEMS}", "Data source and license"),
     "explorer": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "Retrieved top 10"),
-    "compare": (f"?task={TASK}&{SYSTEMS}", "Largest gains"),
+    "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
     "metrics": (f"?task={TASK}&{SYSTEMS}", "Results files and runs"),
+    "compare": (f"?task={TASK}&{SYSTEMS}", "Largest gains"),
     "leaderboard": (f"?task={TASK}&{SYSTEMS}", "Your runs on"),
     "rewriting": (f"?task={TASK}&{SYSTEMS}", "Generate rewrites with an LLM"),
-    "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
     "judge-list": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "rows graded"),
-    "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
     "judging": (f"?task={TASK}&{SYSTEMS}", "Nothing to judge on this task"),
+    "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
     "adjudication": (f"?task={TASK}&{SYSTEMS}", "Raw labels (CSV)"),
 }
 TITLES = {
+    # page: its sidebar link and its h1 (the Overview's h1 is the task's title)
+    "overview": "Overview",
     "explorer": "Query explorer",
-    "compare": "Compare systems",
+    "whatif": "What-if query",
     "metrics": "Metrics",
+    "compare": "Compare systems",
     "leaderboard": "Leaderboard",
     "rewriting": "Query rewriting",
-    "whatif": "What-if query",
     "judge-list": "Judge a list",
-    "annotations": "Annotations",
     "judging": "Judging",
+    "annotations": "Annotations",
     "adjudication": "Adjudication",
 }
+
+
+def heading_of(name: str) -> str:
+    return dataset_summary(load_demo(TASK)).title if name == "overview" else TITLES[name]
 
 
 @pytest.mark.parametrize("name", list(PAGES))
@@ -343,7 +355,7 @@ def test_every_page_renders_and_is_screenshotted(page: Page, judged_ids: list[st
     settle(page, last_text)
     shot = full_page_screenshot(page, name)  # before the checks, so a failure can be looked at
     assert shot.stat().st_size > 10_000
-    title = TITLES.get(name) or dataset_summary(load_demo(TASK)).title
+    title = heading_of(name)
     heading = page.locator("h1").filter(has_text=title)
     assert heading.first.is_visible(), f"{name}: title {title!r} not shown"
     assert_healthy(page)
@@ -357,11 +369,40 @@ def test_sidebar_links_read_as_their_titles_and_the_query_table_fills_on_first_l
     page.goto("/explorer")
     settle(page, "judged queries")
     links = page.locator('[data-testid="stSidebarNavLink"]')
-    assert [text.strip() for text in links.all_inner_texts()] == ["Overview", *TITLES.values()]
+    assert [text.strip() for text in links.all_inner_texts()] == list(TITLES.values())
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.locator('[role="gridcell"]').first.wait_for(state="attached")
     assert grid.locator('[role="row"]').count() == 1 + len(judged_ids)  # header + one row per judged query
     assert judged_ids[0] in grid.locator('[role="gridcell"]').all_inner_texts()
+
+
+def test_sidebar_groups_the_pages_under_section_headings_and_each_link_opens_its_page(page: Page) -> None:
+    """The sidebar shows the three section headings in order, each with its own pages' links (the hidden
+    Start page in none); a click on a link opens that page at its unchanged URL, its section still shown."""
+    page.goto(f"/overview?task={TASK}&{SYSTEMS}")
+    settle(page, "Data source and license")
+    nav = page.locator('[data-testid="stSidebarNav"]')
+    headers = nav.locator('[data-testid="stNavSectionHeader"]')
+    assert [text.strip() for text in headers.all_inner_texts()] == list(SECTIONS)
+    full_page_screenshot(page, "sidebar-sections")
+    for section, names in SECTIONS.items():
+        # A section is its header's parent: the header and, below it, the section's links.
+        group = headers.filter(has_text=section).locator("xpath=..")
+        links = group.locator('[data-testid="stSidebarNavLink"]')
+        assert [text.strip() for text in links.all_inner_texts()] == [TITLES[n] for n in names], section
+        for name in names:
+            links.filter(has_text=re.compile(rf"^\s*{re.escape(TITLES[name])}\s*$")).click()
+            page.wait_for_url(re.compile(rf"/{re.escape(name)}(\?|$)"))
+            page.locator("h1").filter(has_text=heading_of(name)).first.wait_for(state="visible", timeout=RENDER_MS)
+            assert urlparse(page.url).path == f"/{name}"
+            wait_for_param(page, "task", TASK, timeout_ms=RENDER_MS)  # the view follows (once the page ran)
+    settle(page, "Raw labels (CSV)")
+    assert_healthy(page)
+    assert nav.locator('[data-testid="stSidebarNavLink"]').filter(has_text="Start").count() == 0
+    page.goto("/")  # the hidden Start page still opens the Overview
+    page.wait_for_url(re.compile(r"/overview(\?|$)"))
+    settle(page, "Data source and license")
+    assert_healthy(page)
 
 
 # --------------------------------------------------------------------------- the triage loop
