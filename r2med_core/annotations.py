@@ -380,9 +380,9 @@ _INSERT_SQL = (
 _FILTERS = ("dataset", "task", "query_id", "doc_id", "failure_type", "system", "annotator")
 # The id columns use "=" so the (dataset, task, query_id) index narrows the search; the rest may be NULL.
 _DUPLICATE_SQL = (
-    "SELECT 1 FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND "
+    "SELECT id FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND "
     + " AND ".join(f"{name} IS ?" for name in FIELDS[4:])
-    + " LIMIT 1"
+    + " ORDER BY id LIMIT 1"
 )
 
 
@@ -595,29 +595,11 @@ class AnnotationStore:
     def import_jsonl_bytes(self, data: bytes, name: str = "upload", *, max_bytes: int | None = None) -> ImportReport:
         """``import_jsonl`` on content held in memory (an upload): ``name`` only labels the messages and is
         never used as a path. More than ``max_bytes`` is refused whole, with a DataError saying the limit."""
-        if max_bytes is not None and len(data) > max_bytes:
-            raise DataError(
-                [Problem(name, None, f"{len(data) / 2**20:.2f} MB is over the {max_bytes / 2**20:.2f} MB upload limit")]
-            )
-        parsed: builtins.list[tuple[int, Annotation | Problem]] = []
-        for number, raw in enumerate(data.split(b"\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
-            except UnicodeDecodeError as err:
-                parsed.append((number, Problem(name, number, f"not UTF-8 text (byte {err.start})")))
-                continue
-            except json.JSONDecodeError as err:
-                parsed.append((number, Problem(name, number, f"malformed JSON: {err.msg} (column {err.colno})")))
-                continue
-            except RecursionError:
-                parsed.append((number, Problem(name, number, "JSON nested too deeply")))
-                continue
-            if not isinstance(obj, dict):
-                parsed.append((number, Problem(name, number, "expected a JSON object per line")))
-                continue
-            parsed.append((number, _parse(obj, name, number)))
+        check_upload_size(data, name, max_bytes)
+        parsed: builtins.list[tuple[int, Annotation | Problem]] = [
+            (number, obj if isinstance(obj, Problem) else _parse(obj, name, number))
+            for number, obj in jsonl_objects(data, name)
+        ]
         return self._merge(parsed)
 
     def import_csv(self, path: str | Path) -> ImportReport:
@@ -648,19 +630,26 @@ class AnnotationStore:
         Rows go in batches of ``IMPORT_BATCH``, each its own short transaction, so annotators saving
         labels meanwhile wait milliseconds, not the whole import; a failure keeps the batches committed.
         """
-        added = skipped = 0
         errors = [item for _, item in parsed if isinstance(item, Problem)]
-        labels = [item for _, item in parsed if isinstance(item, Annotation)]
+        stored = self._store_labels([item for _, item in parsed if isinstance(item, Annotation)])
+        added = sum(1 for _, new in stored if new)
+        skipped = len(stored) - added
+        return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
+
+    def _store_labels(self, labels: builtins.list[Annotation]) -> builtins.list[tuple[int, bool]]:
+        """Per label, the id of its row and whether it was added now (False: an identical row was stored
+        already, or came earlier in ``labels``). In batches of ``IMPORT_BATCH`` short transactions."""
+        stored: builtins.list[tuple[int, bool]] = []
         for start in range(0, len(labels), IMPORT_BATCH):
             with self._connection(write=True) as conn:
                 for item in labels[start : start + IMPORT_BATCH]:
                     values = _row_values(item)
-                    if conn.execute(_DUPLICATE_SQL, values).fetchone():
-                        skipped += 1
-                        continue
-                    conn.execute(_INSERT_SQL, values)
-                    added += 1
-        return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
+                    found = conn.execute(_DUPLICATE_SQL, values).fetchone()
+                    if found:
+                        stored.append((int(found[0]), False))
+                    else:
+                        stored.append((int(conn.execute(_INSERT_SQL, values).fetchone()[0]), True))
+        return stored
 
     # ---------------------------------------------------------------- extending the judgements
 
@@ -712,6 +701,36 @@ def _read_file(path: Path) -> bytes:
     if not path.is_file():
         raise DataError([Problem(str(path), None, "file not found")])
     return path.read_bytes()
+
+
+def check_upload_size(data: bytes, name: str, max_bytes: int | None) -> None:
+    """DataError saying the limit when an upload holds more than ``max_bytes`` (None: no limit)."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise DataError(
+            [Problem(name, None, f"{len(data) / 2**20:.2f} MB is over the {max_bytes / 2**20:.2f} MB upload limit")]
+        )
+
+
+def jsonl_objects(data: bytes, name: str) -> builtins.list[tuple[int, dict[str, Any] | Problem]]:
+    """Each non-blank line of JSONL ``data`` as (line number, JSON object), or a Problem naming ``name``
+    and the line when it is not UTF-8, not JSON or not an object (a BOM on line 1 is allowed)."""
+    out: builtins.list[tuple[int, dict[str, Any] | Problem]] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
+        except UnicodeDecodeError as err:
+            out.append((number, Problem(name, number, f"not UTF-8 text (byte {err.start})")))
+            continue
+        except json.JSONDecodeError as err:
+            out.append((number, Problem(name, number, f"malformed JSON: {err.msg} (column {err.colno})")))
+            continue
+        except RecursionError:
+            out.append((number, Problem(name, number, "JSON nested too deeply")))
+            continue
+        out.append((number, obj if isinstance(obj, dict) else Problem(name, number, "expected a JSON object per line")))
+    return out
 
 
 def _parse(obj: Mapping[str, Any], name: str, number: int) -> Annotation | Problem:

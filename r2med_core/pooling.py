@@ -307,6 +307,38 @@ class JudgingQueue:
                 atomic_write_text(self.path, json.dumps({"version": QUEUE_VERSION, "tasks": data}, indent=1))
         return added
 
+    def every_task(self) -> list[tuple[str, str, QueueEntry]]:
+        """Every entry of every task as (dataset, task, entry), tasks in the order first sent: a backup's
+        view of the whole queue."""
+        out = []
+        for key, entries in self._read().items():
+            dataset, _, task = key.partition("\t")
+            try:
+                out += [(dataset, task, _entry(obj)) for obj in entries]
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                raise DataError([Problem(str(self.path), None, f"a malformed queue entry ({err!r})")]) from None
+        return out
+
+    def merge(self, entries: Iterable[tuple[str, str, QueueEntry]]) -> int:
+        """Add entries restored from a backup, who sent them and when kept; a (query, document) already
+        queued for its task is kept as it was. Returns how many were new."""
+        with self._locked():
+            data = self._read()
+            added = 0
+            seen: dict[str, set[tuple[str, str]]] = {}
+            for dataset, task, entry in entries:
+                key = _key(dataset, task)
+                queued = data.setdefault(key, [])
+                pairs = seen.setdefault(key, {(e["query_id"], e["doc_id"]) for e in queued})
+                if (entry.query_id, entry.doc_id) in pairs:
+                    continue
+                queued.append({**asdict(entry), "systems": list(entry.systems)})
+                pairs.add((entry.query_id, entry.doc_id))
+                added += 1
+            if added:
+                atomic_write_text(self.path, json.dumps({"version": QUEUE_VERSION, "tasks": data}, indent=1))
+        return added
+
     def pending(self, dataset: str, task: str, labels: Iterable[Annotation], annotator: str) -> list[QueueEntry]:
         """The entries ``annotator`` has not labelled yet (any label on the (query, document) counts;
         names compare case-insensitively)."""

@@ -121,3 +121,19 @@ def test_a_decision_made_meanwhile_is_not_overwritten_and_the_choice_is_kept() -
     assert (kind.value, reason.value) == ("lexical_trap", "shares words only")  # kept for another try
     _submit(at).click().run()  # now it knowingly supersedes Dr. Two's decision
     assert [d.supersedes for d in history(AnnotationStore())] == [None, other.id]
+
+
+def test_the_annotations_page_offers_a_full_backup_and_restores_it() -> None:
+    _seed()
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    assert not at.exception
+    assert any(b.proto.label == "Download a full backup" for b in at.get("download_button"))
+    assert any("Restore a full backup" in u.proto.label for u in at.get("file_uploader"))
+
+
+def test_the_read_only_demo_refuses_a_restore(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_DEMO_MODE", "1")
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    assert not at.exception
+    assert not any("Restore a full backup" in u.proto.label for u in at.get("file_uploader"))
+    assert not [b for b in at.button if b.label == "Restore"]

@@ -14,10 +14,12 @@ import streamlit as st
 from r2med_core.adjudication import adjudication_queue, history
 from r2med_core.agreement import QueueItem, agreement, review_queue
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, labels_frame, reevaluate
+from r2med_core.backup import backup_text, restore_backup_bytes
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
 from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own, labels_blind, visible_labels
+from r2med_core.pooling import JudgingQueue
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
 from views import auth, judge, state, ui
@@ -255,6 +257,13 @@ def _downloads(columns: list) -> None:
         mime="text/plain",
         help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
     )
+    st.download_button(
+        "Download a full backup",
+        backup_text(store, JudgingQueue()),
+        file_name="r2med_backup.jsonl",
+        mime="application/jsonl",
+        help="Labels, every adjudication decision with its history, and the judging queue; restore it below.",
+    )
 
 
 # ------------------------------------------------------------------ review queue
@@ -397,16 +406,21 @@ if ui.read_only():
 elif not may_manage:
     st.caption("Importing labels needs the admin role.")
 limit = _settings().upload_max_bytes
-uploaded = (
-    None
-    if ui.read_only() or not may_manage
-    else st.file_uploader(
-        f"Import labels exported as JSONL (merged; duplicates skipped; at most {limit / 2**20:g} MB)",
+
+
+def _uploader(label: str, key: str):  # type: ignore[no-untyped-def]
+    """A JSONL upload within the limit, for a manager only (never in the read-only demo)."""
+    if ui.read_only() or not may_manage:
+        return None
+    return st.file_uploader(
+        f"{label}; at most {limit / 2**20:g} MB)",
         type=["jsonl"],
         max_upload_size=max(1, math.ceil(limit / 2**20)),
-        key="w_ann_upload",
+        key=key,
     )
-)
+
+
+uploaded = _uploader("Import labels exported as JSONL (merged; duplicates skipped", "w_ann_upload")
 if uploaded is not None and st.button("Import", key="w_ann_import") and _person("manage") is not None:
     shown_name = ui.md(uploaded.name)  # only ever shown, never used as a path
     try:
@@ -429,6 +443,26 @@ if uploaded is not None and st.button("Import", key="w_ann_import") and _person(
             st.error(ui.md(f"{uploaded.name}:{problem.line}: {problem.message}"))
         if len(report.errors) > 20:
             st.caption(f"… and {len(report.errors) - 20} more bad lines.")
+
+backup = _uploader("Restore a full backup (merged; what is already here is kept", "w_ann_restore_upload")
+if backup is not None and st.button("Restore", key="w_ann_restore") and _person("manage") is not None:
+    try:
+        restored = restore_backup_bytes(store, backup.getvalue(), backup.name, JudgingQueue(), max_bytes=limit)
+    except DataError as err:
+        for problem in err.problems[:20]:
+            st.error(ui.md(str(problem)))
+    except AnnotationStoreError as err:
+        st.error(f"Restore stopped: {ui.md(err)}. What was restored is kept; restoring again adds the rest.")
+    else:
+        st.success(
+            f"Restored from {ui.md(backup.name)}: {restored.labels_added} labels, {restored.decisions_added} "
+            f"decisions, {restored.queue_added} queued documents added; "
+            f"{restored.labels_present + restored.decisions_present + restored.queue_present} already here."
+        )
+        for problem in restored.errors[:20]:
+            st.error(ui.md(str(problem)))
+        if len(restored.errors) > 20:
+            st.caption(f"… and {len(restored.errors) - 20} more bad lines.")
 
 # ------------------------------------------------------------------ re-evaluation
 st.subheader(f"Re-evaluation on {ui.md(dataset.name)}")

@@ -1,0 +1,175 @@
+"""Full backup and restore (labels, every adjudication decision with its history, the judging queue) on
+SQLite and PostgreSQL: a round trip into a fresh store loses nothing, a second restore adds nothing, and
+a bad line is reported by file and line while the rest is restored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from r2med_core.adjudication import current, decide, history
+from r2med_core.annotations import AnnotationStore
+from r2med_core.backup import BACKUP_VERSION, backup_text, restore_backup, restore_backup_bytes, write_backup
+from r2med_core.data import DataError
+from r2med_core.pooling import JudgingQueue, Pool, PooledDoc
+
+from .test_annotations import DATASET, TASK, label
+
+Target = str | Path
+UNIT = (DATASET, TASK, "q1", "d1")
+
+
+def _work(store: AnnotationStore, queue: JudgingQueue) -> None:
+    """A team's day: labels (one reviewed, one blind), a decision overturned by a second, a sent pool."""
+    alice = store.add(label(annotator="alice", note="answers it", blind=True, created_at="2025-01-01T08:00:00Z"))
+    store.add(label(annotator="bob", failure_type="lexical_trap", rank=3, created_at="2025-01-01T09:00:00Z"))
+    store.add(label(annotator="carol", query_id="q2", doc_id=None, failure_type="rewrite_hallucination"))
+    store.review(alice.id, True, "Dr. Rev")
+    first = decide(store, UNIT, "relevant_unjudged", "Dr. Rev", grade=1, reason="answers the question")
+    decide(store, UNIT, "lexical_trap", "Dr. Two", grade=0, reason="same words only", replacing=first.id)
+    pooled = Pool(10, ("bm25",), {"q3": (PooledDoc("q3", "d7", ("bm25", "dense")), PooledDoc("q3", "d8", ("bm25",)))})
+    queue.send(DATASET, TASK, pooled, "Paula")
+
+
+def _content(store: AnnotationStore) -> list[tuple[object, ...]]:
+    return [a.content() for a in store.list()]
+
+
+def _decisions(store: AnnotationStore) -> list[tuple[object, ...]]:
+    """Decisions without the store's ids: who, when, why, what, and which one each superseded (by position)."""
+    decisions = history(store)
+    position = {d.id: i for i, d in enumerate(decisions)}
+    labels = {a.id: a.content() for a in store.list()}
+    return [
+        (
+            d.unit,
+            d.failure_type,
+            d.grade,
+            d.reason,
+            d.reviewer,
+            d.decided_at,
+            position.get(d.supersedes),
+            sorted(labels[i] for i in d.label_ids),  # the labels the reviewer saw, in the target's ids
+        )
+        for d in decisions
+    ]
+
+
+def test_a_backup_restores_into_a_fresh_store_and_twice_adds_nothing(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source, queue = AnnotationStore(new_target("source")), JudgingQueue(tmp_path / "src" / "judging_queue.json")
+    _work(source, queue)
+    path = write_backup(source, tmp_path / "team.backup.jsonl", queue)
+    header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    assert header["version"] == BACKUP_VERSION and header["counts"] == {"label": 3, "decision": 2, "queue": 2}
+
+    target = AnnotationStore(new_target("target"))
+    target.add(label(annotator="dave", query_id="q9", doc_id="d9"))  # the target's own work: ids differ
+    target_queue = JudgingQueue(tmp_path / "dst" / "judging_queue.json")
+    report = restore_backup(target, path, target_queue)
+    assert report.errors == ()
+    assert (report.labels_added, report.decisions_added, report.queue_added) == (3, 2, 2)
+    assert _content(target)[1:] == _content(source)  # annotator, times, review, rank and blind flag kept
+    assert [a.id for a in target.list()[1:]] != [a.id for a in source.list()]  # new ids in the target
+    assert _decisions(target) == _decisions(source)  # who/when/why/grade and the supersession order
+    standing = current(history(target))[UNIT]
+    assert (standing.reviewer, standing.grade, standing.failure_type) == ("Dr. Two", 0, "lexical_trap")
+    assert target_queue.every_task() == queue.every_task()  # sent_by and sent_at as they were
+
+    again = restore_backup(target, path, target_queue)
+    assert again.added == 0 and again.errors == ()
+    assert (again.labels_present, again.decisions_present, again.queue_present) == (3, 2, 2)
+    assert len(target) == 4 and len(history(target)) == 2 and len(target_queue.every_task()) == 2
+
+
+def test_decisions_point_at_the_target_labels_after_new_ids(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source = AnnotationStore(new_target("source"))
+    _work(source, JudgingQueue(tmp_path / "judging_queue.json"))
+    target = AnnotationStore(new_target("target"))
+    for n in range(5):  # shift every id the target hands out
+        target.delete(target.add(label(annotator=f"x{n}")).id)
+    report = restore_backup_bytes(target, backup_text(source).encode(), "team.jsonl")
+    assert report.errors == () and report.decisions_added == 2
+    ids = {a.id for a in target.list()}
+    first, second = history(target)
+    assert set(first.label_ids) <= ids and len(first.label_ids) == 2 and second.supersedes == first.id
+    assert {a.annotator for a in target.list() if a.id in first.label_ids} == {"alice", "bob"}
+
+
+def test_bad_lines_are_named_by_file_and_line_and_the_rest_restores(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source = AnnotationStore(new_target("source"))
+    source.add(label(annotator="alice"))
+    source.add(label(annotator="bob", failure_type="lexical_trap"))
+    decide(source, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    lines = backup_text(source).splitlines()  # header, 2 labels, 1 decision
+    decision = json.loads(lines[3])
+    lines[2:2] = ["{not json"]  # line 3
+    lines.append(json.dumps({**decision, "id": 99, "query_id": "q404", "supersedes": None}))  # line 6
+    lines.append(json.dumps({"kind": "mystery"}))  # line 7
+    lines.append(json.dumps({**decision, "id": 100, "supersedes": 55}))  # line 8
+    path = tmp_path / "damaged.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    target = AnnotationStore(new_target("target"))
+    report = restore_backup(target, path)
+    messages = [str(p) for p in report.errors]
+    assert [p.line for p in report.errors] == [3, 6, 7, 8], messages
+    assert all(m.startswith(f"{path}:") for m in messages)
+    assert "malformed JSON" in messages[0]
+    assert "unknown unit" in messages[1] and "q404" in messages[1]
+    assert "unknown kind 'mystery'" in messages[2]
+    assert "supersedes #55" in messages[3]
+    assert (report.labels_added, report.decisions_added) == (2, 1)  # the good lines are restored
+    assert [d.reviewer for d in history(target)] == ["Dr. Rev"]
+
+
+@pytest.mark.parametrize(
+    ("first_line", "message"),
+    [
+        ('{"format": "r2med-annotation-backup", "version": 7}', "backup version 7 is not one this app reads"),
+        ("{oops", "not a full backup (malformed JSON"),
+        (json.dumps({"dataset": DATASET, "task": TASK}), "not a full backup: the first line has no"),
+    ],
+)
+def test_a_file_that_is_not_a_backup_of_this_version_is_refused_whole(
+    new_target: Callable[[str], Target], first_line: str, message: str
+) -> None:
+    target = AnnotationStore(new_target("target"))
+    body = first_line + "\n" + json.dumps({"kind": "label", **asdict(label())}) + "\n"
+    with pytest.raises(DataError) as caught:
+        restore_backup_bytes(target, body.encode(), "old.jsonl")
+    (problem,) = caught.value.problems
+    assert (problem.path, problem.line) == ("old.jsonl", 1) and message in problem.message
+    assert len(target) == 0
+
+
+def test_an_upload_over_the_limit_is_refused_and_its_name_is_never_a_path(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source = AnnotationStore(new_target("source"))
+    source.add(label())
+    data = backup_text(source).encode()
+    target = AnnotationStore(new_target("target"))
+    with pytest.raises(DataError, match="upload limit"):
+        restore_backup_bytes(target, data, "big.jsonl", max_bytes=len(data) - 1)
+    assert len(target) == 0
+    report = restore_backup_bytes(target, data, str(tmp_path / "no-such-file.jsonl"), max_bytes=len(data))
+    assert report.labels_added == 1  # the name only labels messages
+
+
+def test_queue_lines_without_a_queue_are_reported_not_dropped(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source, queue = AnnotationStore(new_target("source")), JudgingQueue(tmp_path / "judging_queue.json")
+    _work(source, queue)
+    report = restore_backup_bytes(AnnotationStore(new_target("target")), backup_text(source, queue).encode(), "b")
+    assert len(report.errors) == 2 and all("no queue to restore it into" in p.message for p in report.errors)
