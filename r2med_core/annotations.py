@@ -476,22 +476,6 @@ class AnnotationStore:
                 raise KeyError(f"no annotation with id {annotation_id}")
         return self.get(annotation_id)
 
-    def adjudicate(self, keep_id: int, reviewer: str) -> builtins.list[Annotation]:
-        """Settle a disagreement: accept label ``keep_id`` and reject the other annotators' labels on the
-        same query or (query, document), in one transaction (rows are kept, marked by the reviewer)."""
-        if not isinstance(reviewer, str) or not reviewer.strip():
-            raise ValueError("a review needs the reviewer's name")
-        kept = self.get(keep_id)
-        now = utc_now()
-        with self._connection(write=True) as conn:
-            conn.execute(
-                "UPDATE annotations SET accepted = CASE WHEN id = ? THEN 1 ELSE 0 END, reviewer = ?, reviewed_at = ? "
-                "WHERE dataset = ? AND task = ? AND query_id = ? AND doc_id IS ?",
-                (keep_id, reviewer.strip(), now, kept.dataset, kept.task, kept.query_id, kept.doc_id),
-            )
-        same = self.list(dataset=kept.dataset, task=kept.task, query_id=kept.query_id, doc_id=kept.doc_id)
-        return [a for a in same if a.doc_id == kept.doc_id]
-
     # ---------------------------------------------------------------- reading
 
     def get(self, annotation_id: int) -> Annotation:

@@ -640,17 +640,6 @@ def test_check_unjudged_refuses_a_gold_document() -> None:
     check_unjudged(label(doc_id="d1", failure_type="gold_questionable"), qrels)  # disputing gold is fine
 
 
-def test_adjudicating_a_disagreement_keeps_every_row(store: AnnotationStore) -> None:
-    a = store.add(label(annotator="alice"))
-    b = store.add(label(annotator="bob", failure_type="lexical_trap"))
-    elsewhere = store.add(label(annotator="carol", doc_id="d9"))
-    settled = store.adjudicate(b.id or 0, "Dr. Rev")
-    assert {x.id: x.status for x in settled} == {a.id: "rejected", b.id: "accepted"}
-    assert all(x.reviewer == "Dr. Rev" and x.reviewed_at for x in settled)
-    assert store.get(elsewhere.id or 0).status == "proposed" and len(store) == 3
-    assert store.qrels_additions(DATASET, TASK) == {}
-
-
 IMPORTER = """
 import sys, time
 from pathlib import Path

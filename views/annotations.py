@@ -99,28 +99,6 @@ def _review(annotation_id: int, accept: bool) -> None:
     v.flash = f"{'Accepted' if accept else 'Rejected'} label #{annotation_id} as {ui.md(reviewer)}."
 
 
-def _keep(annotation_id: int) -> None:
-    """Settle a disagreement in favour of one label (the others are marked rejected, never deleted)."""
-    person, v = _person("review"), state.view()
-    if person is None or store is None:
-        return
-    kept = store.get(annotation_id)
-    unit = [
-        a
-        for a in store.list(dataset=kept.dataset, task=kept.task, query_id=kept.query_id, doc_id=kept.doc_id)
-        if a.doc_id == kept.doc_id
-    ]
-    if not _not_own(person, unit):
-        return
-    reviewer = person.name
-    try:
-        store.adjudicate(annotation_id, reviewer)
-    except (ValueError, KeyError, AnnotationStoreError) as err:
-        v.flash_error = f"Not reviewed: {ui.md(err)}"
-        return
-    v.flash = f"Kept label #{annotation_id}; the other labels on it are marked rejected by {ui.md(reviewer)}."
-
-
 def _delete(annotation_id: int) -> None:
     if _person("manage") is None:
         return
@@ -160,37 +138,26 @@ def _queue_item(item: QueueItem) -> None:
         own = _own(item.labels)
         if own:
             st.caption("You labelled this: another reviewer settles it (nobody reviews their own label).")
-        if item.kind == "proposed addition":
-            (label,) = item.labels
-            row = st.columns([6, 1, 1])
-            row[0].markdown(_label_line(label))
-            row[1].button(
-                "Accept",
-                key=f"w_accept_{label.id}",
-                on_click=_review,
-                args=(label.id, True),
-                type="primary",
-                disabled=ui.read_only() or own or not may_review,
-            )
-            row[2].button(
-                "Reject",
-                key=f"w_reject_{label.id}",
-                on_click=_review,
-                args=(label.id, False),
-                disabled=ui.read_only() or own or not may_review,
-            )
-            return
-        for label in item.labels:
-            row = st.columns([6, 2])
-            row[0].markdown(_label_line(label))
-            row[1].button(
-                "Keep this one",
-                key=f"w_keep_{label.id}",
-                on_click=_keep,
-                args=(label.id,),
-                disabled=ui.read_only() or own or not may_review,
-            )
-
+        # Only proposed additions reach this queue (include_disagreements=False): disagreements are
+        # decided on the Adjudication page, which records a decision and never changes a label.
+        (label,) = item.labels
+        row = st.columns([6, 1, 1])
+        row[0].markdown(_label_line(label))
+        row[1].button(
+            "Accept",
+            key=f"w_accept_{label.id}",
+            on_click=_review,
+            args=(label.id, True),
+            type="primary",
+            disabled=ui.read_only() or own or not may_review,
+        )
+        row[2].button(
+            "Reject",
+            key=f"w_reject_{label.id}",
+            on_click=_review,
+            args=(label.id, False),
+            disabled=ui.read_only() or own or not may_review,
+        )
 
 dataset = ui.current_dataset()
 store = ui.annotation_store()
