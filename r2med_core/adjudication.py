@@ -172,23 +172,7 @@ def decide(
                 "look at it and decide again (nothing was saved)"
             )
         ids = ",".join(str(int(i)) for i, _ in labels)
-        new_id = conn.execute(
-            "INSERT INTO adjudications (dataset, task, query_id, doc_id, failure_type, grade, reason, reviewer, "
-            "decided_at, supersedes, label_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (
-                *key,
-                decision.failure_type,
-                decision.grade,
-                decision.reason,
-                decision.reviewer,
-                decision.decided_at,
-                current_id,
-                ids,
-            ),
-        ).fetchone()[0]
-    return Decision._from_row(
-        (
-            int(new_id),
+        values = (
             *key,
             decision.failure_type,
             decision.grade,
@@ -198,8 +182,12 @@ def decide(
             current_id,
             ids,
         )
-    )
-
+        new_id = conn.execute(
+            "INSERT INTO adjudications (dataset, task, query_id, doc_id, failure_type, grade, reason, reviewer, "
+            "decided_at, supersedes, label_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            values,
+        ).fetchone()[0]
+    return Decision._from_row((int(new_id), *values))
 
 def history(
     store: AnnotationStore, *, dataset: str | None = None, task: str | None = None, unit: Unit | None = None
