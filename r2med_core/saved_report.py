@@ -24,12 +24,11 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 
 from .data import DataError, Dataset, Problem
-from .evaluation import CUTOFFS, MAIN_METRICS, PairedTest, Results, holm, paired_test
+from .evaluation import MAIN_METRICS, PairedTest, Results, holm, paired_test
+from .figures import curves_figure, means_figure, per_query_figure
 from .imported_runs import (
     RUN_PREFIX,
     ImportedRun,
@@ -40,7 +39,7 @@ from .imported_runs import (
     save_upload,
 )
 from .provenance import Provenance, ProvenanceError
-from .report import curves_table, metric_label
+from .report import metric_label
 from .runs import Run, format_trec
 from .settings import Price, Settings, load_settings
 
@@ -275,6 +274,7 @@ sup { color: #2563eb; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; }
 dt { font-weight: 600; }
 .note { color: #6b7280; font-size: 0.88rem; }
+.warn { color: #92400e; font-weight: 600; }
 code { background: #f3f4f6; padding: 0 0.25rem; border-radius: 3px; }
 """
 
@@ -298,11 +298,6 @@ def _json_for_script(payload: Any) -> str:
     return text
 
 
-def _plot_text(text: str) -> str:
-    """Plotly reads a subset of HTML in labels (``<b>``, ``<a href>``): escaped, it shows as written."""
-    return html.escape(text, quote=False)
-
-
 class Report:
     """A comparison of systems on one dataset, ready to save as HTML or LaTeX.
 
@@ -323,6 +318,7 @@ class Report:
         baseline_tests: Sequence[PairedTest] = (),
         title: str = "Comparison",
         prices: Mapping[str, Price] | None = None,
+        left_out: Sequence[str] = (),
     ) -> None:
         if len(systems) < 1:
             raise ValueError("a report needs at least one system")
@@ -335,6 +331,8 @@ class Report:
         self.baseline_tests = tuple(baseline_tests)
         self.title = title
         self.prices = dict(prices or {})  # the operator's price per 1M tokens, for the cost lines
+        #: Systems chosen on the page but not in the report (not computed yet): named, never silently dropped.
+        self.left_out = tuple(left_out)
         self.created = datetime.now(UTC).isoformat(timespec="seconds")
         if test not in TESTS or correction not in CORRECTIONS:
             raise ValueError(f"unknown test {test!r} or correction {correction!r}")
@@ -350,10 +348,19 @@ class Report:
             n_resamples=self.n_resamples,
         )
 
+    def left_out_lines(self) -> list[str]:
+        """One sentence per system chosen on the page that this report does not contain."""
+        return [
+            f"Not in this report: {label} was chosen on the page but had not been computed when it was saved."
+            for label in self.left_out
+        ]
+
     def latex(self, digits: int = 4) -> str:
-        return latex_table(
+        table = latex_table(
             self.systems, self.significance, dataset_name=self.dataset_name, digits=digits, prices=self.prices
         )
+        # LaTeX comments, one line each (a name's own line breaks cannot end the comment).
+        return "".join(f"% {' '.join(line.split())}\n" for line in self.left_out_lines()) + table
 
     # ------------------------------------------------------------------ the HTML file
 
@@ -403,7 +410,6 @@ class Report:
         figures = self._figures()
         charts = []
         for index, (heading, fig) in enumerate(figures):
-            fig.update_layout(template="plotly_white")
             body = fig.to_html(
                 full_html=False,
                 include_plotlyjs=index == 0,  # the library once, inlined: no network needed to open it
@@ -423,6 +429,7 @@ class Report:
             "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in settings.items()) + "</dl>",
             "<h2>Systems</h2>",
             self._systems_table(),
+            *(f'<p class="note warn">{_e(line)}</p>' for line in self.left_out_lines()),
             "<h2>Mean metrics</h2>",
             self._means_table(sig),
             f'<p class="note">Best value per metric in bold. A superscript letter marks a system significantly '
@@ -520,57 +527,14 @@ class Report:
         return f"<table>{head}{''.join(rows)}</table>{note}"
 
     def _figures(self) -> list[tuple[str, go.Figure]]:
-        labels = {s.name: _plot_text(s.label) for s in self.systems}
+        """The Metrics page's charts, from the same builders (:mod:`r2med_core.figures`)."""
+        labels = {s.name: s.label for s in self.systems}
         results = [s.results for s in self.systems]
-        means = pd.DataFrame(
-            [
-                {"system": labels[s.name], "metric": metric_label(m), "value": s.results.means[m]}
-                for s in self.systems
-                for m in self.metrics
-            ]
-        )
-        bars = px.bar(means, x="metric", y="value", color="system", barmode="group", range_y=[0, 1])
-        curves = px.line(
-            curves_table(results, labels),
-            x="k",
-            y="value",
-            color="system",
-            facet_col="metric",
-            markers=True,
-            facet_col_spacing=0.05,
-            log_x=True,
-        )
-        curves.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
-        curves.update_yaxes(matches=None, showticklabels=True, rangemode="tozero")
-        curves.update_xaxes(tickvals=list(CUTOFFS), ticktext=[str(k) for k in CUTOFFS])
         primary = self.metrics[0]
-        per_query = pd.concat(
-            [
-                pd.DataFrame(
-                    {
-                        "system": labels[s.name],
-                        "query": [_plot_text(str(q)) for q in s.results.per_query.index],
-                        "value": s.results.per_query[primary].to_numpy(),
-                    }
-                )
-                for s in self.systems
-            ],
-            ignore_index=True,
-        )
-        box = px.box(
-            per_query,
-            x="system",
-            y="value",
-            color="system",
-            points="all",
-            hover_name="query",
-            labels={"value": metric_label(primary)},
-        )
-        box.update_yaxes(range=[-0.03, 1.03])
         return [
-            ("Mean metrics", bars),
-            ("Metric @ k", curves),
-            (f"Per-query {metric_label(primary)}", box),
+            ("Mean metrics", means_figure(results, labels, self.metrics)),
+            ("Metric @ k", curves_figure(results, labels)),
+            (f"Per-query {metric_label(primary)}", per_query_figure(results, labels, primary)),
         ]
 
 

@@ -432,3 +432,86 @@ def test_a_report_whose_provenance_was_edited_badly_is_refused_naming_the_file(d
     with pytest.raises(DataError) as err:
         read_report(edited.encode("utf-8"), "edited.html")
     assert any("edited.html" in m and "provenance of 'bm25'" in m for m in _messages(err))
+
+
+# --------------------------------------------------------------------------- colours and left-out systems
+
+
+def _series_colours(fig) -> list[str]:  # type: ignore[no-untyped-def]
+    """Each legend entry's colour (marker for bars and boxes, line for curves), once per system."""
+    seen: dict[str, str] = {}
+    for trace in fig.data:
+        colour = trace.marker.color if trace.type in ("bar", "box") else trace.line.color
+        seen.setdefault(trace.legendgroup or trace.name, colour)
+    return list(seen.values())
+
+
+def test_a_report_built_inside_the_app_keeps_real_distinct_colours(dataset, systems) -> None:  # type: ignore[no-untyped-def]
+    """Inside a Streamlit process plotly's default template is Streamlit's, whose colours are
+    placeholders (#000001…) only its frontend fills in: a saved report must not draw with them."""
+    import plotly.io as pio
+    from streamlit.elements.lib.streamlit_plotly_theme import configure_streamlit_plotly_theme
+
+    configure_streamlit_plotly_theme()  # what importing streamlit's plotly element does in the app
+    assert pio.templates.default == "streamlit"
+    report = Report(dataset, systems, metrics=METRICS)
+    placeholder = re.compile(r"#0000(0[1-9]|[1-3]\d|40)\b")  # Streamlit's #000001 … #000040
+    assert not placeholder.search(report.html().split("<h2>Charts</h2>")[1])
+    for heading, fig in report._figures():
+        assert not placeholder.search(fig.to_json()), heading
+        colours = _series_colours(fig)
+        assert len(colours) == len(systems), heading
+        assert len(set(colours)) == len(systems), f"{heading}: series share a colour {colours}"
+        assert all(re.fullmatch(r"#[0-9A-Fa-f]{6}", c) and not c.startswith("#0000") for c in colours), colours
+
+
+@pytest.mark.usefixtures("_computes")
+def test_the_metrics_page_draws_the_reports_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One builder for page and report: the page's charts have the report's series and colours."""
+    import views.saved_reports as saved_reports
+
+    made: list[Report] = []
+
+    class Recording(Report):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(saved_reports, "Report", Recording)
+    at = open_app("metrics", task=TASK, systems=["bm25", "minilm"])
+    assert not at.exception, [e.value for e in at.exception]
+    page_bars, page_curves = (json.loads(c.proto.spec) for c in at.get("plotly_chart")[:2])
+    report_figs = [fig.to_plotly_json() for _, fig in made[-1]._figures()]
+    for page_fig, report_fig in ((page_bars, report_figs[0]), (page_curves, report_figs[1])):
+        page_series = {t["name"]: t.get("marker", {}).get("color") or t["line"]["color"] for t in page_fig["data"]}
+        report_series = {t["name"]: t.get("marker", {}).get("color") or t["line"]["color"] for t in report_fig["data"]}
+        assert page_series == report_series
+        assert len(set(page_series.values())) == 2
+        assert not any(c.startswith("#0000") for c in page_series.values()), page_series  # real colours
+
+
+def test_a_system_chosen_but_not_computed_is_named_on_the_page_and_in_the_report(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import views.saved_reports as saved_reports
+    import views.ui as ui
+
+    made: list[Report] = []
+
+    class Recording(Report):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(saved_reports, "Report", Recording)
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    ready = ui.is_ready
+    monkeypatch.setattr(ui, "is_ready", lambda dataset, system: system != "minilm" and ready(dataset, system))
+    at = open_app("metrics", task=TASK, systems=["bm25", "minilm"])
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Not in the report until computed" in w.value and "MiniLM" in w.value for w in at.warning)
+    report = made[-1]
+    assert [s.name for s in report.systems] == ["bm25"]
+    text = report.html()
+    assert "Not in this report:" in text and "MiniLM" in text.split("Not in this report:")[1][:200]
+    assert report.latex().startswith("% Not in this report:")

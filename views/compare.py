@@ -91,6 +91,7 @@ st.subheader("Save this comparison")
 saved_reports.download_buttons(
     dataset,
     computed,
+    chosen=chosen,
     metrics=[metric, *MAIN_METRICS],
     title="Comparison",
     baseline_tests=tests,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
-from r2med_core.evaluation import ALL_METRICS, CUTOFFS, MAIN_METRICS
-from r2med_core.report import curves_table, means_table, metric_label, per_query_long
+from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
+from r2med_core.figures import curves_figure, means_figure, per_query_figure
+from r2med_core.report import means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
 from views import diagnosis, saved_reports, state, ui
@@ -40,13 +40,7 @@ st.subheader("Official metrics")
 shown = st.multiselect(
     "Metrics", list(ALL_METRICS), default=list(MAIN_METRICS), format_func=metric_label, key="w_metrics"
 )
-long = means.melt(id_vars="system", value_vars=shown, var_name="metric", value_name="value")
-long["metric"] = long["metric"].map(metric_label)
-st.plotly_chart(
-    px.bar(long, x="metric", y="value", color="system", barmode="group", range_y=[0, 1]),
-    width="stretch",
-    key="metric_bars",
-)
+st.plotly_chart(means_figure(list(results.values()), labels, shown), width="stretch", key="metric_bars")
 table = means.set_index("system")[shown].rename(columns=metric_label)
 table.insert(0, "setting", [ui.fidelity_badge(dataset, name) or "benchmark's" for name in results])
 st.dataframe(
@@ -58,36 +52,24 @@ st.download_button(
     "Download metrics (CSV)", means.to_csv(index=False), file_name=f"{dataset.name}_metrics.csv", mime="text/csv"
 )
 saved_reports.download_buttons(
-    dataset, [(runs[name], results[name]) for name in results], metrics=shown or list(MAIN_METRICS), title="Metrics"
+    dataset,
+    [(runs[name], results[name]) for name in results],
+    chosen=names,
+    metrics=shown or list(MAIN_METRICS),
+    title="Metrics",
 )
 
 pooling_section(dataset, runs)
 
 st.subheader("Metric @ k")
-curves = curves_table(list(results.values()), labels)
-curve_fig = px.line(
-    curves,
-    x="k",
-    y="value",
-    color="system",
-    facet_col="metric",
-    markers=True,
-    facet_col_spacing=0.05,
-    log_x=True,
-)
-curve_fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
-curve_fig.update_yaxes(matches=None, showticklabels=True, rangemode="tozero")
-curve_fig.update_xaxes(tickvals=list(CUTOFFS), ticktext=[str(k) for k in CUTOFFS])
+curve_fig = curves_figure(list(results.values()), labels)
 st.plotly_chart(curve_fig, width="stretch", key="metric_curves")
 
 st.subheader("Per-query distribution")
 metric = st.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_dist_metric")
-per_query = per_query_long(list(results.values()), labels, metric)
-box = px.box(
-    per_query, x="system", y=metric, points="all", hover_name="query_id", labels={metric: metric_label(metric)}
+st.plotly_chart(
+    per_query_figure(list(results.values()), labels, metric), width="stretch", key="metric_box"
 )
-box.update_yaxes(range=[-0.03, 1.03])
-st.plotly_chart(box, width="stretch", key="metric_box")
 st.download_button(
     "Download per-query metrics (CSV)",
     per_query_long(list(results.values()), labels, None).to_csv(index=False),

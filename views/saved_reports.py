@@ -34,15 +34,25 @@ def download_buttons(
     dataset: Dataset,
     computed: Sequence[tuple[Run, Results]],
     *,
+    chosen: Sequence[str],
     metrics: Sequence[str],
     title: str,
     baseline_tests: Sequence[PairedTest] = (),
     extra_settings: dict[str, str] | None = None,
 ) -> None:
     """A test and alpha picker and the two downloads. The report (all-pairs tests, a 5 MB file) is
-    built only when a button is clicked, once for both, and the page does not rerun for it."""
+    built only when a button is clicked, once for both, and the page does not rerun for it.
+
+    ``chosen``: every system the page shows; those not computed yet are named on the page and in the
+    report, never left out silently."""
     if not computed:
         return
+    done = {r.run_name for _, r in computed}
+    left_out = [ui.system_label(name) for name in chosen if name not in done]
+    if left_out:
+        st.warning(
+            "Not in the report until computed (click **Compute** above): " + ", ".join(ui.md(n) for n in left_out)
+        )
     metrics = list(dict.fromkeys(metrics))
     c = st.columns([1, 1, 1, 1], vertical_alignment="bottom")
     test = c[0].selectbox(
@@ -70,6 +80,7 @@ def download_buttons(
         baseline_tests=baseline_tests,
         title=title,
         prices=ui.settings().prices,
+        left_out=left_out,
     )
     stem = f"{safe_name(dataset.name)}_{safe_name(title.lower())}"
     c[2].download_button(
