@@ -14,11 +14,14 @@ never typed, and roles from an operator file decide who may label, review or man
 
 The header is believed only from a trusted proxy's address: from any other address it is ignored, so a
 visitor who reaches the app directly cannot name themselves. The proxy must set (overwrite) the header
-on every request it forwards. The address is the one Streamlit's server (uvicorn) reports: when the
-peer is in ``FORWARDED_ALLOW_IPS`` (uvicorn's setting, default ``127.0.0.1,::1``) and sends
-``X-Forwarded-For``, that is the forwarded client's address, so a local proxy that sends
-``X-Forwarded-For`` is not seen as the proxy: send only the user header, or run the proxy elsewhere.
-``FORWARDED_ALLOW_IPS=*`` is refused with a proxy header, since any visitor could then pose as the proxy.
+on every request it forwards. The address is the one Streamlit's server (uvicorn) reports, and uvicorn
+replaces the socket's address with one taken from ``X-Forwarded-For`` when the socket's peer is in
+``FORWARDED_ALLOW_IPS`` (default ``127.0.0.1,::1``: any process on the host). So a proxy header is
+refused unless every address in ``FORWARDED_ALLOW_IPS`` is itself a trusted proxy: then the header is
+believed only when the socket's peer is a trusted proxy, and nobody can name the proxy through
+``X-Forwarded-For``. Set ``FORWARDED_ALLOW_IPS=`` (empty) so the address is always the socket's; listing a
+hop there (and in ``R2MED_TRUSTED_PROXIES``) is the operator's explicit opt-in to a chain of proxies.
+Trusting ``127.0.0.1`` or ``::1`` trusts every process on the host (Streamlit reports both alike).
 
 The roles file maps an identity to a role or a list of roles::
 
@@ -47,6 +50,11 @@ from typing import Literal, Protocol, TypeVar
 PROXY_HEADER_ENV = "R2MED_PROXY_USER_HEADER"
 TRUSTED_PROXIES_ENV = "R2MED_TRUSTED_PROXIES"
 ROLES_FILE_ENV = "R2MED_ROLES_FILE"
+#: uvicorn's setting: the peers whose ``X-Forwarded-For`` it takes as the client's address.
+FORWARDED_ENV = "FORWARDED_ALLOW_IPS"
+#: What uvicorn uses when ``FORWARDED_ALLOW_IPS`` is unset.
+_UVICORN_FORWARDED_DEFAULT = "127.0.0.1,::1"
+_LOOPBACK_HOSTS = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
 
 Role = Literal["annotator", "reviewer", "admin"]
 ROLES: tuple[str, ...] = ("annotator", "reviewer", "admin")
@@ -121,13 +129,8 @@ def load_auth_config(
             f"{PROXY_HEADER_ENV} is set but {TRUSTED_PROXIES_ENV} is empty: name the proxy's address "
             "(e.g. 127.0.0.1/32), or the header could be sent by anyone"
         )
-    if header and "*" in env.get("FORWARDED_ALLOW_IPS", "").split(","):
-        # Streamlit's server (uvicorn) would then take any visitor's X-Forwarded-For as their address,
-        # so anyone could pose as a trusted proxy.
-        raise IdentityError(
-            f"{PROXY_HEADER_ENV} is set and FORWARDED_ALLOW_IPS is '*': any visitor could pose as a trusted "
-            "proxy through X-Forwarded-For; list the proxy's address in FORWARDED_ALLOW_IPS instead"
-        )
+    if header:
+        _check_forwarding(env.get(FORWARDED_ENV), networks)
     roles = env.get(ROLES_FILE_ENV, "").strip()
     return AuthConfig(
         oidc=oidc,
@@ -135,6 +138,47 @@ def load_auth_config(
         trusted_proxies=tuple(networks),
         roles_file=Path(roles).expanduser() if roles else None,
     )
+
+
+def _check_forwarding(setting: str | None, trusted: list[Network]) -> None:
+    """Refuse (IdentityError) a ``FORWARDED_ALLOW_IPS`` (``setting``; None: unset) that lets a peer which
+    is not a trusted proxy pose as one: uvicorn reports such a peer's ``X-Forwarded-For`` as its address."""
+    items = [item.strip() for item in (_UVICORN_FORWARDED_DEFAULT if setting is None else setting).split(",")]
+    for item in filter(None, items):
+        if item == "*":
+            raise IdentityError(
+                f"{PROXY_HEADER_ENV} is set and {FORWARDED_ENV} is '*': any visitor could pose as a trusted "
+                f"proxy through X-Forwarded-For; set {FORWARDED_ENV} to an empty value ({FORWARDED_ENV}=)"
+            )
+        try:  # parsed as uvicorn parses it
+            hop = ipaddress.ip_network(item) if "/" in item else ipaddress.ip_network(ipaddress.ip_address(item))
+        except ValueError:
+            raise IdentityError(
+                f"{FORWARDED_ENV}: {item!r} is not an IP address or network; set {FORWARDED_ENV} to an empty "
+                f"value ({FORWARDED_ENV}=) unless a chain of proxies forwards to the app"
+            ) from None
+        if _covered(hop, trusted):
+            continue
+        if setting is None:
+            raise IdentityError(
+                f"{PROXY_HEADER_ENV} is set and {FORWARDED_ENV} is unset, so Streamlit's server takes the "
+                "X-Forwarded-For of any process on this host (127.0.0.1, ::1) as its address and anyone on "
+                f"the host could pose as the proxy; set {FORWARDED_ENV} to an empty value "
+                f"({FORWARDED_ENV}= streamlit run streamlit_app.py) so the proxy is judged by the connection's "
+                "own address"
+            )
+        raise IdentityError(
+            f"{FORWARDED_ENV} lists {item}, which is not in {TRUSTED_PROXIES_ENV}: a peer there could pose as "
+            f"the proxy through X-Forwarded-For; set {FORWARDED_ENV} to an empty value ({FORWARDED_ENV}=), or "
+            f"list only proxies you trust to name people, in both {FORWARDED_ENV} and {TRUSTED_PROXIES_ENV}"
+        )
+
+
+def _covered(hop: Network, trusted: list[Network]) -> bool:
+    """Whether every address in ``hop`` is a trusted proxy; 127.0.0.1 and ::1 count as one (``LOOPBACK``)."""
+    if hop in _LOOPBACK_HOSTS:
+        return peer_trusted(LOOPBACK, trusted)
+    return any(hop.version == net.version and hop.subnet_of(net) for net in trusted)
 
 
 # --------------------------------------------------------------------------- the roles file

@@ -62,7 +62,7 @@ def test_proxy_header_sent_twice_or_empty_is_ignored() -> None:
 
 
 def test_loopback_matches_only_a_trusted_loopback_network() -> None:
-    config = load_auth_config({**PROXY, "R2MED_TRUSTED_PROXIES": "10.0.0.0/8"})
+    config = load_auth_config({**PROXY, "R2MED_TRUSTED_PROXIES": "10.0.0.0/8", "FORWARDED_ALLOW_IPS": ""})
     assert not peer_trusted(LOOPBACK, config.trusted_proxies)
     assert peer_trusted("::ffff:10.1.2.3", config.trusted_proxies)
     assert peer_trusted(LOOPBACK, load_auth_config({**PROXY, "R2MED_TRUSTED_PROXIES": "::1"}).trusted_proxies)
@@ -160,6 +160,7 @@ def test_load_roles_names_the_file(tmp_path: Path) -> None:
         ({"R2MED_PROXY_USER_HEADER": "X User", "R2MED_TRUSTED_PROXIES": "::1"}, "must be an HTTP header name"),
         ({"R2MED_PROXY_USER_HEADER": "X-U", "R2MED_TRUSTED_PROXIES": "localhost"}, "'localhost' is not an IP"),
         ({**PROXY, "FORWARDED_ALLOW_IPS": "*"}, "any visitor could pose as a trusted proxy"),
+        ({**PROXY, "FORWARDED_ALLOW_IPS": "10.0.0.5, localhost"}, "FORWARDED_ALLOW_IPS: 'localhost' is not an IP"),
     ],
 )
 def test_bad_proxy_settings_name_the_variable(env: dict[str, str], expected: str) -> None:
@@ -167,9 +168,47 @@ def test_bad_proxy_settings_name_the_variable(env: dict[str, str], expected: str
         load_auth_config(env)
 
 
+REMOTE_PROXY = {"R2MED_PROXY_USER_HEADER": "X-Forwarded-User", "R2MED_TRUSTED_PROXIES": "10.0.0.5/32"}
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "expected"),
+    [
+        # Unset, uvicorn takes X-Forwarded-For from 127.0.0.1 and ::1: anyone on the host could name 10.0.0.5.
+        (None, r"FORWARDED_ALLOW_IPS is unset.*anyone on\s+the host could pose as the proxy.*FORWARDED_ALLOW_IPS="),
+        ("127.0.0.1", "FORWARDED_ALLOW_IPS lists 127.0.0.1, which is not in R2MED_TRUSTED_PROXIES"),
+        ("10.0.0.5, ::1", "FORWARDED_ALLOW_IPS lists ::1, which is not in R2MED_TRUSTED_PROXIES"),
+        ("10.0.0.0/24", "FORWARDED_ALLOW_IPS lists 10.0.0.0/24, which is not in R2MED_TRUSTED_PROXIES"),
+    ],
+)
+def test_a_peer_allowed_to_forward_must_itself_be_a_trusted_proxy(forwarded: str | None, expected: str) -> None:
+    """A peer in FORWARDED_ALLOW_IPS is reported at whatever address its X-Forwarded-For says, so one that is
+    not a trusted proxy could pose as one: sign-in is refused, and the message says what to set."""
+    env = REMOTE_PROXY if forwarded is None else {**REMOTE_PROXY, "FORWARDED_ALLOW_IPS": forwarded}
+    with pytest.raises(IdentityError, match=expected):
+        load_auth_config(env)
+
+
+@pytest.mark.parametrize(
+    ("trusted", "forwarded"),
+    [
+        ("10.0.0.5/32", ""),  # the address is always the socket's
+        ("10.0.0.5/32", " , "),
+        ("10.0.0.5/32, 10.0.0.1/32", "10.0.0.1"),  # the operator's chain: a hop trusted in both settings
+        ("10.0.0.0/8", "10.1.0.0/16, 10.2.3.4"),
+        ("127.0.0.1/32", None),  # a proxy on this host (Streamlit reports 127.0.0.1 and ::1 alike)
+        ("::1", "127.0.0.1,::1"),
+    ],
+)
+def test_forwarding_only_from_trusted_proxies_is_accepted(trusted: str, forwarded: str | None) -> None:
+    env = {**REMOTE_PROXY, "R2MED_TRUSTED_PROXIES": trusted}
+    config = load_auth_config(env if forwarded is None else {**env, "FORWARDED_ALLOW_IPS": forwarded})
+    assert config.proxy_header == "X-Forwarded-User"
+
+
 def test_settings_from_secrets_fill_what_the_environment_leaves_unset(tmp_path: Path) -> None:
     config = load_auth_config(
-        {"R2MED_ROLES_FILE": str(tmp_path / "r.toml")},
+        {"R2MED_ROLES_FILE": str(tmp_path / "r.toml"), "FORWARDED_ALLOW_IPS": ""},
         extra={"R2MED_PROXY_USER_HEADER": "X-User", "R2MED_TRUSTED_PROXIES": ["10.0.0.1", "10.0.0.2"]},
     )
     assert config.enabled and config.proxy_header == "X-User" and len(config.trusted_proxies) == 2

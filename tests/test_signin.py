@@ -1,7 +1,8 @@
 """Sign-in end to end: a real OpenID Connect provider (oidc-provider-mock), a real ``streamlit run`` server
 configured to use it (``[auth]`` in a temporary secrets.toml), and headless Chromium signing in through
-the provider's own form; and a reverse-proxy header, accepted from a trusted address and ignored from
-any other. Labels and reviews must record the signed-in identity, and roles must hold.
+the provider's own form; and a reverse-proxy header, accepted from a trusted address (as the socket sees
+it) and ignored from any other, whatever X-Forwarded-For says. Labels and reviews must record the
+signed-in identity, and roles must hold.
 
     python -m pytest tests/test_signin.py -q
 """
@@ -10,8 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import socketserver
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,6 +39,7 @@ ROLES = """\
 "alice@example.org" = "annotator"
 "rob@example.org" = "reviewer"
 "rita@example.org" = ["annotator", "reviewer"]
+"carol@example.org" = "admin"
 """
 
 
@@ -272,20 +278,75 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
 # --------------------------------------------------------------------------- reverse proxy and the roles file
 
 
-def _proxy_app(tmp_path: Path, trusted: str, roles: str = ROLES) -> Iterator[str]:
+def _proxy_app(tmp_path: Path, trusted: str, roles: str = ROLES, forwarded: str | None = "") -> Iterator[str]:
+    """The app signing people in by the proxy header from ``trusted``; ``forwarded``: FORWARDED_ALLOW_IPS
+    (empty by default, as the README advises; None leaves it as the environment has it)."""
     (tmp_path / "roles.toml").write_text(roles, encoding="utf-8")
     env = {
         "R2MED_PROXY_USER_HEADER": "X-Forwarded-User",
         "R2MED_TRUSTED_PROXIES": trusted,
         "R2MED_ROLES_FILE": str(tmp_path / "roles.toml"),
+        **({} if forwarded is None else {"FORWARDED_ALLOW_IPS": forwarded}),
     }
     return streamlit_server(tmp_path, env)
 
 
-def test_proxy_header_from_a_trusted_address_names_the_annotator(browser: Browser, tmp_path: Path, qid: str) -> None:
-    """The browser stands in for the proxy on 127.0.0.1, the trusted address: its header is believed."""
-    with _proxy_app(tmp_path, "127.0.0.1/32") as base:
-        context = _context(browser, base, extra_http_headers={"X-Forwarded-User": "alice@example.org"})
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+        target.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+@contextmanager
+def _relay(base: str, address: str) -> Iterator[str]:
+    """A TCP relay standing in for a proxy at ``address`` (a loopback address other than 127.0.0.1): it
+    passes each connection on to the app at ``base`` from ``address``, so the app's socket sees the
+    proxy there; the relay's own base URL, for the browser."""
+    app = ("127.0.0.1", int(base.rsplit(":", 1)[1]))
+
+    class Relay(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            with socket.create_connection(app, source_address=(address, 0)) as upstream:
+                back = threading.Thread(target=_pump, args=(upstream, self.request), daemon=True)
+                back.start()
+                _pump(self.request, upstream)
+                back.join()
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Relay)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _no_labels(work: Path) -> bool:
+    store = work / "data" / "annotations.sqlite"
+    return not store.exists() or not AnnotationStore(store).list()
+
+
+#: A visitor on the app's host naming the admin, and the trusted proxy (127.0.0.2) as the client address.
+FORGED = {"X-Forwarded-User": "carol@example.org", "X-Forwarded-For": "127.0.0.2"}
+
+
+def test_proxy_header_from_the_proxys_own_address_names_the_annotator(
+    browser: Browser, tmp_path: Path, qid: str
+) -> None:
+    """The proxy is at 127.0.0.2 (the browser goes through a relay there): its header is believed. The same
+    header straight from 127.0.0.1, with X-Forwarded-For naming the proxy, names nobody."""
+    with _proxy_app(tmp_path, "127.0.0.2/32") as base, _relay(base, "127.0.0.2") as proxy:
+        forged = _context(browser, base, extra_http_headers=FORGED)
+        page = forged.new_page()
+        _explorer(page, qid)
+        settle(page, "Sign in through this server's proxy")
+        assert page.get_by_text("Signed in as").count() == 0
+        forged.close()
+        context = _context(browser, proxy, extra_http_headers={"X-Forwarded-User": "alice@example.org"})
         page = context.new_page()
         _explorer(page, qid)
         settle(page, "Signed in as alice@example.org (annotator)")
@@ -296,6 +357,27 @@ def test_proxy_header_from_a_trusted_address_names_the_annotator(browser: Browse
         context.close()
     (saved,) = AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
     assert saved.annotator == "alice@example.org"
+
+
+def test_sign_in_is_refused_while_anyone_on_the_host_could_name_the_proxy(
+    browser: Browser, tmp_path: Path, qid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FORWARDED_ALLOW_IPS unset: Streamlit's server takes the X-Forwarded-For of a peer at 127.0.0.1 as its
+    address. A visitor there naming the proxy (127.0.0.2) and the admin is not signed in as the admin: the
+    page says sign-in is misconfigured and what to set, and the save is refused, the label kept."""
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    with _proxy_app(tmp_path, "127.0.0.2/32", forwarded=None) as base:
+        context = _context(browser, base, extra_http_headers=FORGED)
+        page = context.new_page()
+        _explorer(page, qid)
+        settle(page, "Sign-in is misconfigured: R2MED_PROXY_USER_HEADER is set and FORWARDED_ALLOW_IPS is unset")
+        assert page.get_by_text("set FORWARDED_ALLOW_IPS to an empty value").count() == 1
+        assert page.get_by_text("Signed in as").count() == 0
+        _label(page, "Lexical trap", _unjudged(qid), "not as the admin")
+        settle(page, "Not saved: sign-in is misconfigured")
+        assert page.get_by_label("Note").input_value() == "not as the admin"
+        context.close()
+    assert _no_labels(tmp_path)
 
 
 def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Browser, tmp_path: Path) -> None:
@@ -328,9 +410,11 @@ def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Br
 def test_a_forged_proxy_header_is_ignored_and_the_refused_save_keeps_the_label(
     browser: Browser, tmp_path: Path, qid: str
 ) -> None:
-    """Only 10.9.9.9 is a trusted proxy: the same header straight from 127.0.0.1 names nobody."""
+    """Only 10.9.9.9 is a trusted proxy: the header straight from 127.0.0.1 names nobody, even with an
+    X-Forwarded-For naming the proxy."""
     with _proxy_app(tmp_path, "10.9.9.9/32") as base:
-        context = _context(browser, base, extra_http_headers={"X-Forwarded-User": "rita@example.org"})
+        headers = {"X-Forwarded-User": "rita@example.org", "X-Forwarded-For": "10.9.9.9"}
+        context = _context(browser, base, extra_http_headers=headers)
         page = context.new_page()
         _explorer(page, qid)
         settle(page, "Sign in through this server's proxy")
@@ -341,10 +425,7 @@ def test_a_forged_proxy_header_is_ignored_and_the_refused_save_keeps_the_label(
         assert page.get_by_label("Note").input_value() == "kept after the refusal"
         assert page.get_by_role("combobox", name="Failure type").input_value() == "Lexical trap"
         context.close()
-    assert (
-        not (tmp_path / "data" / "annotations.sqlite").exists()
-        or not AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
-    )
+    assert _no_labels(tmp_path)
 
 
 def test_a_roles_file_naming_an_unknown_role_is_refused_with_file_and_line(

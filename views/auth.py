@@ -68,7 +68,9 @@ def _roles_table(config: AuthConfig) -> RoleTable | None:
 
 
 def _peer() -> str | None:
-    """The connection's peer address; Streamlit reports a loopback peer as no address."""
+    """The connection's peer address as Streamlit's server reports it: the socket's, unless uvicorn took it
+    from X-Forwarded-For (``load_auth_config`` allows that only from trusted proxies); a loopback peer
+    comes as no address."""
     address = st.context.ip_address
     if address:
         return address
