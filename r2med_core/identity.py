@@ -41,6 +41,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -201,36 +202,52 @@ class RoleTable:
 
 
 def parse_roles(text: str, name: str) -> RoleTable:
-    """Parse a roles file's text; IdentityError naming ``name`` and the line of the first problem."""
+    """Parse a roles file's text; IdentityError naming ``name`` and the line of the first problem.
+
+    Linear in the file's size: the file is parsed once, and a key's line is looked for (one pass over the
+    lines) only when that key is refused."""
+    data = _toml(text, name)
+    entries: dict[str, frozenset[str]] = {}
+    for identity, value in data.items():
+        problem = _entry_problem(identity, value, entries)
+        if problem:
+            raise IdentityError(f"{name}:{_line_of(text.splitlines(), identity)}: {problem}")
+        entries[identity.strip().lower()] = frozenset([value] if isinstance(value, str) else value)
+    return RoleTable(source=name, entries=entries)
+
+
+def _toml(text: str, name: str) -> dict[str, object]:
+    """``tomllib.loads``, with every way it can fail (nesting deeper than Python recurses, an integer longer
+    than ``int`` reads) as IdentityError naming the file and, where it can be found, the line."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         line = getattr(err, "lineno", None) or _line_from_message(str(err))
         message = getattr(err, "msg", None) or re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err))
-        where = f"{name}:{line}" if line else name
-        raise IdentityError(f"{where}: not valid TOML: {message}") from None
-    lines = text.splitlines()
-    entries: dict[str, frozenset[str]] = {}
-    for identity, value in data.items():
-        where = f"{name}:{_line_of(lines, identity)}"
-        if isinstance(value, dict):
-            raise IdentityError(f'{where}: [{identity}] is a table; write "identity" = "role" or a list of roles')
-        granted = [value] if isinstance(value, str) else value
-        if not isinstance(granted, list) or not all(isinstance(r, str) for r in granted):
-            raise IdentityError(f"{where}: the roles of {identity!r} must be a role or a list of roles")
-        unknown = [r for r in granted if r not in ROLES]
-        if unknown:
-            raise IdentityError(
-                f"{where}: unknown role(s) {', '.join(map(repr, unknown))} for {identity!r}; "
-                f"roles are {', '.join(ROLES)}"
-            )
-        if not identity.strip():
-            raise IdentityError(f"{where}: an identity must not be empty")
-        key = identity.strip().lower()
-        if key in entries:
-            raise IdentityError(f"{where}: {identity!r} is listed twice (identities ignore case)")
-        entries[key] = frozenset(granted)
-    return RoleTable(source=name, entries=entries)
+        raise IdentityError(f"{_where(name, line)}: not valid TOML: {message}") from None
+    except RecursionError:
+        raise IdentityError(f"{_where(name, _deep_line(text))}: a value is nested too deeply to read") from None
+    except ValueError:  # int() refuses more digits than sys.get_int_max_str_digits()
+        limit = sys.get_int_max_str_digits()
+        line = _long_number_line(text, limit)
+        raise IdentityError(f"{_where(name, line)}: a number with more than {limit} digits") from None
+
+
+def _entry_problem(identity: str, value: object, entries: Mapping[str, frozenset[str]]) -> str:
+    """What is wrong with one ``identity = value`` line given the entries before it ("" when nothing)."""
+    if isinstance(value, dict):
+        return f'[{identity}] is a table; write "identity" = "role" or a list of roles'
+    granted = [value] if isinstance(value, str) else value
+    if not isinstance(granted, list) or not all(isinstance(r, str) for r in granted):
+        return f"the roles of {identity!r} must be a role or a list of roles"
+    unknown = [r for r in granted if r not in ROLES]
+    if unknown:
+        return f"unknown role(s) {', '.join(map(repr, unknown))} for {identity!r}; roles are {', '.join(ROLES)}"
+    if not identity.strip():
+        return "an identity must not be empty"
+    if identity.strip().lower() in entries:
+        return f"{identity!r} is listed twice (identities ignore case)"
+    return ""
 
 
 def load_roles(path: str | Path) -> RoleTable:
@@ -251,6 +268,34 @@ def load_roles(path: str | Path) -> RoleTable:
 def _line_from_message(message: str) -> int | None:
     found = re.search(r"at line (\d+)", message)
     return int(found.group(1)) if found else None
+
+
+def _where(name: str, line: int | None) -> str:
+    return f"{name}:{line}" if line else name
+
+
+def _long_number_line(text: str, limit: int) -> int | None:
+    """The first line holding a run of more than ``limit`` digits (TOML's ``_`` separators left out)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if any(len(run.replace("_", "")) > limit for run in re.findall(r"[0-9_]+", line)):
+            return number
+    return None
+
+
+#: Brackets open at once beyond which a roles file's value is taken to be the one nested too deeply.
+_DEEP = 100
+
+
+def _deep_line(text: str) -> int | None:
+    """The line where more than ``_DEEP`` brackets are open at once (brackets in strings count too: only
+    used to point at the line once tomllib gave up on the nesting)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        for char in line:
+            depth += (char in "[{") - (char in "]}")
+            if depth > _DEEP:
+                return number
+    return None
 
 
 def _line_of(lines: list[str], key: str) -> int:

@@ -1,9 +1,13 @@
 """Judging a whole ranked list at speed: relevance grades 0-2 for one query's top-k, saved as they are given.
 
-The page's keyboard component sends *grade events* (an id, a document, a grade). Streamlit hands a
-component's value to every rerun of the page, so the same event arrives many times: ``SaveOnce``
-remembers which ids were handled, and ``save_grades`` stores each event once (a grade equal to the
-annotator's latest grade on the document is not stored again either). Grades are labels like any other
+The page's keyboard component sends *grade events* (an id, a document, a grade, and when the key was
+pressed on the server's clock). Streamlit hands a component's value to every rerun of the page, so the
+same event arrives many times: ``SaveOnce`` remembers which ids were handled, and ``save_grades`` stores
+each event once (a grade equal to the annotator's latest grade on the document is not stored again
+either). A grade is recorded at its keypress's time, and an event pressed before the annotator's latest
+grade on the document never replaces it, however long after it is sent again (a replay once
+``SaveOnce`` forgot it, a browser's stale pending list). A message carries at most ``MAX_EVENTS``
+events, each a store write; the rest wait for the next one. Grades are labels like any other
 (``grade_0`` … ``grade_2`` in ``annotations.TAXONOMY``): one row per grade, the latest per annotator
 stands, agreement and the review queue cover them, and they never change the qrels by themselves.
 
@@ -14,9 +18,11 @@ label of theirs on it, and none on the query outside list judging (the explorer 
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from .annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore, AnnotationStoreError
 from .runs import Run
@@ -26,22 +32,39 @@ GRADES: tuple[int, ...] = (0, 1, 2)
 GRADE_TYPE: dict[int, str] = {grade: code for code, grade in GRADE_CODES.items()}
 #: Event ids remembered per session; far more than one sitting's keypresses, so memory stays bounded.
 MEMORY = 20_000
+#: Events handled from one component message (each is a store write); the rest wait for the next message.
+MAX_EVENTS = 100
+#: A keypress older than this is refused (press the key again): pending events are seconds old, and the
+#: event's time becomes the label's, so a page cannot date a grade further back.
+MAX_AGE_MINUTES = 10
 _MAX_ID = 80
+#: Millisecond times a browser can send (JavaScript's largest exact integer).
+_MAX_MS = 2**53
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
 class GradeEvent:
-    """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress."""
+    """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress, ``at`` when
+    it was pressed, in milliseconds since the epoch on the server's clock (``now_ms``, which the page hands
+    the component with every render)."""
 
     event_id: str
     doc_id: str
     grade: int
+    at: int
+
+
+def now_ms() -> int:
+    """The server's clock as events carry it: milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
 
 
 def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeEvent], list[str]]:
-    """The grade events in a component value ``{"events": [{"id", "doc", "grade"}, …]}``, and what was wrong
-    with the rest. The value comes from the browser, so anything else (a document not in the list shown,
-    a grade outside 0-2, a missing id) is refused, never stored."""
+    """The grade events in a component value ``{"events": [{"id", "doc", "grade", "at"}, …]}``, and what was
+    wrong with the rest. The value comes from the browser, so anything else (a document not in the list
+    shown, a grade outside 0-2, a missing id or time) is refused, never stored. Only the first
+    ``MAX_EVENTS`` are taken, and a problem says so: the component sends the others again with the next."""
     if value is None:
         return [], []
     raw = value.get("events") if isinstance(value, Mapping) else None
@@ -49,19 +72,26 @@ def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeE
         return [], ["the list sent no events list"]
     events: list[GradeEvent] = []
     problems: list[str] = []
-    for item in raw:
+    if len(raw) > MAX_EVENTS:
+        problems.append(
+            f"{len(raw) - MAX_EVENTS} of {len(raw)} grades sent at once (at most {MAX_EVENTS} a message); "
+            "the list sends them again with your next grade"
+        )
+    for item in raw[:MAX_EVENTS]:
         if not isinstance(item, Mapping):
             problems.append("an event that is not an object")
             continue
-        event_id, doc_id, grade = item.get("id"), item.get("doc"), item.get("grade")
+        event_id, doc_id, grade, at = item.get("id"), item.get("doc"), item.get("grade"), item.get("at")
         if not isinstance(event_id, str) or not event_id or len(event_id) > _MAX_ID:
             problems.append("an event without a valid id")
         elif not isinstance(doc_id, str) or doc_id not in documents:
             problems.append(f"a grade for a document not in this list ({str(doc_id)[:40]!r})")
         elif isinstance(grade, bool) or not isinstance(grade, int) or grade not in GRADES:
             problems.append(f"grade {str(grade)[:10]!r} is not 0, 1 or 2")
+        elif isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= _MAX_MS:
+            problems.append("an event without a valid time")
         else:
-            events.append(GradeEvent(event_id, doc_id, grade))
+            events.append(GradeEvent(event_id, doc_id, grade, at))
     return events, problems
 
 
@@ -98,7 +128,8 @@ class SaveOnce:
 @dataclass(frozen=True)
 class Outcome:
     """What became of one event: ``saved`` (a new label, ``label_id``), ``unchanged`` (the annotator's latest
-    grade already), or ``refused`` with ``error``."""
+    grade already), ``stale`` (pressed before the annotator's latest grade on the document, which stands),
+    or ``refused`` with ``error``."""
 
     event: GradeEvent
     status: str
@@ -108,11 +139,15 @@ class Outcome:
 
 def latest_grades(labels: Iterable[Annotation], annotator: str) -> dict[str, int]:
     """The annotator's latest grade per document (names compare case-insensitively)."""
+    return {doc: GRADE_CODES[label.failure_type] for doc, label in _latest_grade_labels(labels, annotator).items()}
+
+
+def _latest_grade_labels(labels: Iterable[Annotation], annotator: str) -> dict[str, Annotation]:
     mine = annotator.strip().lower()
-    out: dict[str, int] = {}
+    out: dict[str, Annotation] = {}
     for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
         if label.doc_id is not None and label.failure_type in GRADE_CODES and label.annotator.strip().lower() == mine:
-            out[label.doc_id] = GRADE_CODES[label.failure_type]
+            out[label.doc_id] = label
     return out
 
 
@@ -149,22 +184,34 @@ def save_grades(
     ranking: Run,
     annotator: str,
     signed_in: bool = False,
+    now: int | None = None,
 ) -> list[Outcome]:
     """Store every event ``ledger`` has not handled, each as one grade label by ``annotator`` recording the
-    ranking shown (``ranking.name``) and the document's rank in it; return their outcomes.
+    ranking shown (``ranking.name``) and the document's rank in it, made at the event's time (never later
+    than ``now``, ``now_ms()`` by default); return their outcomes.
 
-    A failed write is refused with its reason (and remembered: the annotator presses the key again, which
-    is a new event). Nothing but what the events name is stored.
+    An event pressed no later than the annotator's latest grade on the document is ``stale``: that grade
+    stands. One older than ``MAX_AGE_MINUTES``, or a failed write, is refused with its reason (and
+    remembered: the annotator presses the key again, which is a new event). Nothing but what the events
+    name is stored.
     """
     todo = ledger.fresh(events)
     if not todo:
         return []
+    now = now_ms() if now is None else now
     labels = store.list(dataset=dataset, task=task, query_id=query_id)
     outcomes = []
     for event in todo:
-        latest = latest_grades(labels, annotator)
-        if latest.get(event.doc_id) == event.grade:
+        latest = _latest_grade_labels(labels, annotator).get(event.doc_id)
+        pressed = _EPOCH + timedelta(milliseconds=min(event.at, now))
+        if latest is not None and GRADE_CODES[latest.failure_type] == event.grade:
             outcome = Outcome(event, "unchanged")
+        elif latest is not None and pressed <= datetime.fromisoformat(latest.created_at):
+            outcome = Outcome(event, "stale")
+        elif event.at < now - MAX_AGE_MINUTES * 60_000:
+            outcome = Outcome(
+                event, "refused", error=f"pressed over {MAX_AGE_MINUTES} minutes ago: press the key again"
+            )
         else:
             try:
                 label = store.add(
@@ -177,6 +224,7 @@ def save_grades(
                         rank=ranking.rank_of(query_id, event.doc_id),
                         failure_type=GRADE_TYPE[event.grade],
                         annotator=annotator,
+                        created_at=pressed,
                         blind=grade_blind(signed_in, labels, annotator, event.doc_id),
                     )
                 )

@@ -13,14 +13,16 @@ additions next to Judged@k (ir_measures), so a user sees which scores rest on ho
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import ir_measures
 import pandas as pd
@@ -36,6 +38,10 @@ from .runs import Run
 DEFAULT_DEPTH = 10
 QUEUE_FILE = "judging_queue.json"
 QUEUE_VERSION = 1
+#: What a damaged queue file kept aside is named after: ``judging_queue.json.damaged-<UTC time>``.
+DAMAGED = ".damaged-"
+#: Skipped entries reported one by one; the rest are counted.
+_MAX_PROBLEMS = 20
 #: The label an annotator gives a pooled document that does not answer the query.
 NOT_RELEVANT = "not_relevant"
 
@@ -271,18 +277,29 @@ class JudgingQueue:
     """The pools sent for judging, per dataset and task, in one JSON file (atomic writes, a lock file so
     two senders never lose each other's entries). The labels themselves live in the annotation store:
     what is left to judge is worked out from them (``pending``), so the queue is only written on a send.
+
+    A damaged file never stops judging and is never overwritten: a bad entry is skipped and a file that
+    cannot be read at all is an empty queue, each reported by ``problems``; the next send or restore first
+    keeps the file aside as ``<name>.damaged-<UTC time>``, then writes the entries it could read and the
+    new ones. Temporary files a killed writer left behind are removed by the next writer.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_queue_path()
 
     def items(self, dataset: str, task: str) -> list[QueueEntry]:
-        """Every entry sent for this task, in the order sent."""
-        entries = self._read().get(_key(dataset, task), [])
-        try:
-            return [_entry(obj) for obj in entries]
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise DataError([Problem(str(self.path), None, f"a malformed queue entry ({err!r})")]) from None
+        """Every readable entry sent for this task, in the order sent."""
+        return self._read().tasks.get(_key(dataset, task), [])
+
+    def problems(self) -> list[Problem]:
+        """What is wrong with the file (entries skipped, or the whole file unreadable) and the damaged files
+        kept aside so far, each named by its file name (never a server path)."""
+        kept = sorted(self.path.parent.glob(f"{glob.escape(self.path.name)}{DAMAGED}*"))
+        return self._read().problems + [
+            Problem(copy.name, None, "a damaged judging queue kept aside; the entries that could be read are in "
+                    f"{self.path.name}, all of it is here (delete it once looked at)")
+            for copy in kept
+        ]
 
     def send(self, dataset: str, task: str, pooled: Pool, sent_by: str) -> int:
         """Add the pool's documents to the task's queue; ones already queued are kept as they were.
@@ -290,52 +307,41 @@ class JudgingQueue:
         if not isinstance(sent_by, str) or not sent_by.strip():
             raise ValueError("sending a pool for judging needs the sender's name")
         now = utc_now()
-        with self._locked():
-            data = self._read()
-            entries = data.setdefault(_key(dataset, task), [])
-            queued = {(e["query_id"], e["doc_id"]) for e in entries}
-            added = 0
-            for doc in pooled.items():
-                if (doc.query_id, doc.doc_id) in queued:
-                    continue
-                entry = QueueEntry(doc.query_id, doc.doc_id, doc.systems, pooled.depth, sent_by.strip(), now)
-                entries.append({**asdict(entry), "systems": list(entry.systems)})
-                queued.add((doc.query_id, doc.doc_id))
-                added += 1
-            if added:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(self.path, json.dumps({"version": QUEUE_VERSION, "tasks": data}, indent=1))
-        return added
+        return self.merge(
+            (dataset, task, QueueEntry(doc.query_id, doc.doc_id, doc.systems, pooled.depth, sent_by.strip(), now))
+            for doc in pooled.items()
+        )
 
     def every_task(self) -> list[tuple[str, str, QueueEntry]]:
-        """Every entry of every task as (dataset, task, entry), tasks in the order first sent: a backup's
-        view of the whole queue."""
+        """Every readable entry of every task as (dataset, task, entry), tasks in the order first sent: a
+        backup's view of the whole queue."""
         out = []
-        for key, entries in self._read().items():
+        for key, entries in self._read().tasks.items():
             dataset, _, task = key.partition("\t")
-            try:
-                out += [(dataset, task, _entry(obj)) for obj in entries]
-            except (KeyError, TypeError, ValueError, AttributeError) as err:
-                raise DataError([Problem(str(self.path), None, f"a malformed queue entry ({err!r})")]) from None
+            out += [(dataset, task, entry) for entry in entries]
         return out
 
     def merge(self, entries: Iterable[tuple[str, str, QueueEntry]]) -> int:
-        """Add entries restored from a backup, who sent them and when kept; a (query, document) already
-        queued for its task is kept as it was. Returns how many were new."""
+        """Add entries (a send's, or restored from a backup with who sent them and when); a (query, document)
+        already queued for its task is kept as it was. Returns how many were new."""
         with self._locked():
-            data = self._read()
+            found = self._read()
+            tasks = found.tasks
             added = 0
             seen: dict[str, set[tuple[str, str]]] = {}
             for dataset, task, entry in entries:
                 key = _key(dataset, task)
-                queued = data.setdefault(key, [])
-                pairs = seen.setdefault(key, {(e["query_id"], e["doc_id"]) for e in queued})
+                queued = tasks.setdefault(key, [])
+                pairs = seen.setdefault(key, {(e.query_id, e.doc_id) for e in queued})
                 if (entry.query_id, entry.doc_id) in pairs:
                     continue
-                queued.append({**asdict(entry), "systems": list(entry.systems)})
+                queued.append(entry)
                 pairs.add((entry.query_id, entry.doc_id))
                 added += 1
             if added:
+                if found.problems:
+                    self._keep_aside()
+                data = {key: [_json_entry(e) for e in queued] for key, queued in tasks.items()}
                 atomic_write_text(self.path, json.dumps({"version": QUEUE_VERSION, "tasks": data}, indent=1))
         return added
 
@@ -350,24 +356,54 @@ class JudgingQueue:
         }
         return [e for e in self.items(dataset, task) if (e.query_id, e.doc_id) not in done]
 
-    def _read(self) -> dict[str, list[dict[str, Any]]]:
-        if not self.path.exists():
-            return {}
+    def _read(self) -> _Contents:
+        """The file's readable entries per task and what was wrong with the rest; never raises."""
+        name = self.path.name
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise DataError([Problem(str(self.path), None, f"not a judging queue ({err})")]) from None
-        if (
-            not isinstance(data, dict)
-            or data.get("version") != QUEUE_VERSION
-            or not isinstance(data.get("tasks"), dict)
-        ):
-            raise DataError([Problem(str(self.path), None, f"not a version-{QUEUE_VERSION} judging queue")])
-        return data["tasks"]
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return _Contents({}, [])
+        except OSError as err:
+            return _unreadable(name, None, f"cannot be read ({err.strerror or err})")
+        try:
+            data = json.loads(raw.decode("utf-8"), parse_int=_json_int)
+        except UnicodeDecodeError as err:
+            return _unreadable(name, raw[: err.start].count(b"\n") + 1, "not UTF-8 text")
+        except json.JSONDecodeError as err:
+            return _unreadable(name, err.lineno, f"not JSON ({err.msg})")
+        except RecursionError:
+            return _unreadable(name, None, "nested too deeply to read")
+        found = data.get("tasks") if isinstance(data, dict) and data.get("version") == QUEUE_VERSION else None
+        if not isinstance(found, dict):
+            return _unreadable(name, None, f"not a version-{QUEUE_VERSION} judging queue")
+        tasks: dict[str, list[QueueEntry]] = {}
+        problems: list[Problem] = []
+        for key, entries in found.items():
+            dataset, tab, task = key.partition("\t")
+            if not tab or not isinstance(entries, list):
+                problems.append(Problem(name, None, f"{key[:80]!r}: not a task's list of entries; skipped"))
+                continue
+            for number, obj in enumerate(entries, start=1):
+                try:
+                    tasks.setdefault(key, []).append(queue_entry(obj))
+                except ValueError as err:
+                    where = f"task {dataset[:60]}/{task[:60]}, entry {number}"
+                    problems.append(Problem(name, None, f"{where}: {err}; skipped"))
+        if len(problems) > _MAX_PROBLEMS:
+            problems[_MAX_PROBLEMS:] = [Problem(name, None, f"… and {len(problems) - _MAX_PROBLEMS} more skipped")]
+        return _Contents(tasks, problems + _kept_note(name) if problems else [])
+
+    def _keep_aside(self) -> None:
+        """Copy the damaged file to ``<name>.damaged-<UTC time>`` before it is rewritten (under the lock); an
+        existing copy of that name is never replaced (OSError: then nothing is written)."""
+        aside = self.path.with_name(f"{self.path.name}{DAMAGED}{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
+        with self.path.open("rb") as source, aside.open("xb") as copy:
+            shutil.copyfileobj(source, copy)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold an exclusive lock (POSIX ``flock``; elsewhere none) while reading and rewriting the file."""
+        """Hold an exclusive lock (POSIX ``flock``; elsewhere none) while reading and rewriting the file. With
+        the lock held no writer is half-way, so any temporary file of an atomic write is a killed writer's."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(f"{self.path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
@@ -378,6 +414,8 @@ class JudgingQueue:
                 return
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
+                for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
+                    stale.unlink(missing_ok=True)
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -385,16 +423,51 @@ class JudgingQueue:
             os.close(fd)
 
 
+@dataclass(frozen=True)
+class _Contents:
+    """What a read of the queue file found: the readable entries per task key, and the problems."""
+
+    tasks: dict[str, list[QueueEntry]]
+    problems: list[Problem]
+
+
+def _unreadable(name: str, line: int | None, why: str) -> _Contents:
+    return _Contents({}, [Problem(name, line, f"{why}: read as an empty queue"), *_kept_note(name)])
+
+
+def _kept_note(name: str) -> list[Problem]:
+    return [Problem(name, None, f"left as it is until the queue is next written (a send or a restore), which first "
+                    f"keeps it as {name}{DAMAGED}<UTC time>")]
+
+
+def _json_int(text: str) -> int | str:
+    """json's ``parse_int``: an integer too long for any depth or version stays text, so its entry is
+    refused instead of ``int()`` refusing the whole file (Python reads at most 4300 digits)."""
+    return int(text) if len(text) <= 20 else text
+
+
+def _json_entry(entry: QueueEntry) -> dict[str, object]:
+    return {**asdict(entry), "systems": list(entry.systems)}
+
+
 def _key(dataset: str, task: str) -> str:
     return f"{dataset}\t{task}"
 
 
-def _entry(obj: Mapping[str, Any]) -> QueueEntry:
-    return QueueEntry(
-        query_id=str(obj["query_id"]),
-        doc_id=str(obj["doc_id"]),
-        systems=tuple(obj.get("systems", ())),
-        depth=int(obj.get("depth", 0)),
-        sent_by=str(obj.get("sent_by", "")),
-        sent_at=str(obj.get("sent_at", "")),
-    )
+def queue_entry(obj: object) -> QueueEntry:
+    """A queue entry from its JSON object; ValueError saying what is wrong (wrong types are refused, never
+    converted)."""
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    for key in ("query_id", "doc_id"):
+        if not isinstance(obj.get(key), str) or not obj[key].strip():
+            raise ValueError(f'"{key}" must be a non-empty string')
+    systems, depth = obj.get("systems", []), obj.get("depth", 0)
+    if not isinstance(systems, list) or not all(isinstance(s, str) for s in systems):
+        raise ValueError('"systems" must be a list of system names')
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise ValueError('"depth" must be a whole number of 0 or more')
+    sent_by, sent_at = obj.get("sent_by", ""), obj.get("sent_at", "")
+    if not isinstance(sent_by, str) or not isinstance(sent_at, str):
+        raise ValueError('"sent_by" and "sent_at" must be strings')
+    return QueueEntry(obj["query_id"], obj["doc_id"], tuple(systems), depth, sent_by, sent_at)

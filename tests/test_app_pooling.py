@@ -7,7 +7,14 @@ import pytest
 from r2med_core import load_demo, run_system
 from r2med_core.adjudication import adjudication_queue, decide, history, qrels_changes, qrels_changes_text
 from r2med_core.annotations import AnnotationStore
-from r2med_core.pooling import JudgingQueue, compare_with_additions, judged_at_k, judged_not_relevant, pool
+from r2med_core.pooling import (
+    JudgingQueue,
+    compare_with_additions,
+    default_queue_path,
+    judged_at_k,
+    judged_not_relevant,
+    pool,
+)
 from tests.test_app import by_label, open_app, save_label
 from views.ui import md
 
@@ -138,3 +145,25 @@ def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scor
     assert any(w > wo for w, wo in zip(after["with"], after["without"]))  # it moved a system that retrieved it
     changes = qrels_changes(history(store), dataset.qrels)
     assert f"{first.query_id} 0 {first.doc_id} 2\n" in qrels_changes_text(changes)
+
+
+def test_a_damaged_queue_file_is_reported_and_neither_judging_nor_sending_crashes() -> None:
+    """A queue file nested too deeply for Python (it crashed both pages) reads as an empty queue with a
+    warning naming the file, never a server path; a send keeps the damaged file aside and says so."""
+    path = default_queue_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    damaged = "[" * 100_000 + "]" * 100_000
+    path.write_text(damaged)
+    judge = open_app("judging", task=TASK, systems=["bm25"])
+    warnings = " ".join(w.value for w in judge.warning)
+    assert md("judging_queue.json: nested too deeply to read: read as an empty queue") in warnings
+    assert str(path.parent) not in warnings and any("Nothing to judge" in i.value for i in judge.info)
+    at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
+    at.text_input(key="w_annotator").input("Rev").run()
+    at.button(key="w_pool_send").click().run()
+    assert not at.exception and any("Sent:" in s.value for s in at.success), [e.value for e in at.error]
+    (kept,) = path.parent.glob("judging_queue.json.damaged-*")
+    assert kept.read_text() == damaged
+    assert any(md(kept.name) in w.value and "kept aside" in w.value for w in at.warning)
+    judge.run()
+    assert not judge.exception and any(m.value.startswith("**Document ") for m in judge.markdown)

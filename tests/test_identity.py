@@ -154,6 +154,44 @@ def test_load_roles_names_the_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("hostile", "expected"),
+    [
+        pytest.param("[" * 5000 + "]" * 5000, "a value is nested too deeply", id="deep-list"),
+        pytest.param("{ x = " * 3000 + "1" + " }" * 3000, "a value is nested too deeply", id="deep-table"),
+        pytest.param("1" * 5000, r"a number with more than \d+ digits", id="long-int"),
+        pytest.param("1_" * 4400 + "1", r"a number with more than \d+ digits", id="long-int-underscores"),
+    ],
+)
+def test_a_hostile_roles_value_is_refused_with_file_and_line(tmp_path: Path, hostile: str, expected: str) -> None:
+    """Python's own limits (recursion, int digits) surface as the usual IdentityError, never a crash."""
+    text = f'"a@x.org" = "annotator"\n\n"b@x.org" = {hostile}\n"c@x.org" = "admin"\n'
+    with pytest.raises(IdentityError, match=rf"^roles.toml:3: {expected}"):
+        parse_roles(text, "roles.toml")
+    path = tmp_path / "roles.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(IdentityError, match=rf"{path}:3: "):
+        load_roles(path)
+
+
+def test_a_long_roles_file_is_parsed_once_and_a_bad_line_found_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear time: a valid file costs one TOML parse however many identities it lists (looking every key's
+    line up made 8,000 entries take minutes); a refused key's line costs at most one small parse per line."""
+    import tomllib
+
+    parses = []
+    loads = tomllib.loads
+    monkeypatch.setattr(tomllib, "loads", lambda text: parses.append(text) or loads(text))
+    lines = [f'"person{i}@example.org" = ["annotator", "reviewer"]' for i in range(400)]
+    table = parse_roles("\n".join(lines), "roles.toml")
+    assert len(table.entries) == 400 and table.roles_of("PERSON399@example.org") == {"annotator", "reviewer"}
+    assert len(parses) == 1
+    parses.clear()
+    with pytest.raises(IdentityError, match=r"roles.toml:401: unknown role"):
+        parse_roles("\n".join([*lines, '"late@example.org" = "boss"']), "roles.toml")
+    assert len(parses) <= 1 + 401
+
+
+@pytest.mark.parametrize(
     ("env", "expected"),
     [
         ({"R2MED_PROXY_USER_HEADER": "X-Forwarded-User"}, "R2MED_TRUSTED_PROXIES is empty"),

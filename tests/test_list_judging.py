@@ -3,6 +3,7 @@ bad events from the browser are refused, and rows stay blind until their annotat
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,11 +11,14 @@ import pytest
 from r2med_core.agreement import agreement
 from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore
 from r2med_core.list_judging import (
+    MAX_AGE_MINUTES,
+    MAX_EVENTS,
     GradeEvent,
     SaveOnce,
     grade_blind,
     latest_grades,
     list_rows,
+    now_ms,
     parse_events,
     save_grades,
 )
@@ -25,6 +29,7 @@ RUN = Run("bm25", {QID: [("d1", 3.0), ("d2", 2.0), ("d3", 1.0), ("d4", 0.5)]})
 DOCS = ["d1", "d2", "d3"]
 CORPUS = {"d1": "first <b>text</b>", "d2": "second", "d3": "third", "d4": "fourth"}
 QRELS = {QID: {"d2": 1}}
+T0 = now_ms() - 60_000  # a minute ago: the tests' keypresses are recent
 
 
 @pytest.fixture
@@ -33,7 +38,12 @@ def store(tmp_path: Path) -> AnnotationStore:
 
 
 def _save(
-    store: AnnotationStore, ledger: SaveOnce, events: list[GradeEvent], who: str = "ann", signed_in: bool = False
+    store: AnnotationStore,
+    ledger: SaveOnce,
+    events: list[GradeEvent],
+    who: str = "ann",
+    signed_in: bool = False,
+    now: int | None = None,
 ):
     return save_grades(
         store,
@@ -45,11 +55,18 @@ def _save(
         ranking=RUN,
         annotator=who,
         signed_in=signed_in,
+        now=now,
     )
 
 
 def _value(*events: tuple[str, str, int]) -> dict:
-    return {"events": [{"id": i, "doc": d, "grade": g} for i, d, g in events]}
+    """A component value; an event ``e<n>`` was pressed ``n`` seconds after T0 (ids number keypresses)."""
+    return {"events": [{"id": i, "doc": d, "grade": g, "at": T0 + 1000 * int(i[1:])} for i, d, g in events]}
+
+
+def _iso(ms: int) -> str:
+    """A time in milliseconds as the store writes it."""
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def test_grade_codes_are_registered_document_labels() -> None:
@@ -92,25 +109,75 @@ def test_the_same_event_twice_in_one_value_and_an_unchanged_grade_add_nothing(st
     assert len(store) == 1
 
 
+def test_a_replayed_event_never_reverts_a_later_grade(store: AnnotationStore) -> None:
+    """An event sent again after the ledger forgot it (or after a reload lost the session's ledger) was
+    pressed before the annotator's latest grade on the document: that grade stands, and nothing is stored."""
+    ledger = SaveOnce(memory=2)
+    for value in (_value(("e1", "d1", 2)), _value(("e2", "d1", 0)), _value(("e3", "d2", 1)), _value(("e4", "d3", 1))):
+        assert [o.status for o in _save(store, ledger, parse_events(value, DOCS)[0])] == ["saved"]
+    assert "e1" not in ledger  # forgotten
+    for replayer in (ledger, SaveOnce()):
+        outcomes = _save(store, replayer, parse_events(_value(("e1", "d1", 2)), DOCS)[0])
+        assert [o.status for o in outcomes] == ["stale"]
+    assert latest_grades(store.list(), "ann") == {"d1": 0, "d2": 1, "d3": 1} and len(store) == 4
+    # Each grade is recorded at its keypress: the replay is older than the grade that replaced it.
+    assert [a.created_at for a in store.list()][:2] == [_iso(T0 + 1000), _iso(T0 + 2000)]
+
+
+def test_two_grades_of_one_document_in_one_message_keep_their_order(store: AnnotationStore) -> None:
+    """Saved one after the other in the same rerun, the second keypress is still the later grade."""
+    outcomes = _save(store, SaveOnce(), parse_events(_value(("e1", "d1", 2), ("e2", "d1", 1)), DOCS)[0])
+    assert [o.status for o in outcomes] == ["saved", "saved"]
+    assert latest_grades(store.list(), "ann") == {"d1": 1}
+
+
+def test_a_keypress_is_never_dated_in_the_future_nor_long_ago(store: AnnotationStore) -> None:
+    now = T0 + 60_000
+    future = {"events": [{"id": "f", "doc": "d1", "grade": 2, "at": now + 10**9}]}
+    (saved,) = _save(store, SaveOnce(), parse_events(future, DOCS)[0], now=now)
+    assert store.get(saved.label_id).created_at == _iso(now)
+    old = {"events": [{"id": "o", "doc": "d2", "grade": 2, "at": now - MAX_AGE_MINUTES * 60_000 - 1}]}
+    (refused,) = _save(store, SaveOnce(), parse_events(old, DOCS)[0], now=now)
+    assert refused.status == "refused" and "press the key again" in refused.error
+    assert len(store) == 1
+
+
+def test_one_message_carries_at_most_max_events_and_says_what_waits(store: AnnotationStore) -> None:
+    value = {"events": [{"id": f"k{i}", "doc": DOCS[i % 3], "grade": i % 3, "at": T0} for i in range(MAX_EVENTS + 50)]}
+    events, problems = parse_events(value, DOCS)
+    assert [e.event_id for e in events] == [f"k{i}" for i in range(MAX_EVENTS)]
+    assert problems == [
+        f"50 of {MAX_EVENTS + 50} grades sent at once (at most {MAX_EVENTS} a message); "
+        "the list sends them again with your next grade"
+    ]
+    assert len(_save(store, SaveOnce(), events)) == MAX_EVENTS
+
+
 def test_the_ledger_forgets_oldest_ids_beyond_its_memory() -> None:
     from r2med_core.list_judging import Outcome
 
     ledger = SaveOnce(memory=2)
     for name in ("a", "b", "c"):
-        ledger.record(Outcome(GradeEvent(name, "d1", 1), "saved"))
+        ledger.record(Outcome(GradeEvent(name, "d1", 1, T0), "saved"))
     assert "a" not in ledger and "b" in ledger and "c" in ledger
 
 
 @pytest.mark.parametrize(
     ("item", "problem"),
     [
-        ({"id": "x", "doc": "d4", "grade": 1}, "not in this list"),  # ranked, but below the list shown
-        ({"id": "x", "doc": "../etc", "grade": 1}, "not in this list"),
-        ({"id": "x", "doc": "d1", "grade": 3}, "not 0, 1 or 2"),
-        ({"id": "x", "doc": "d1", "grade": True}, "not 0, 1 or 2"),
-        ({"id": "x", "doc": "d1", "grade": "1"}, "not 0, 1 or 2"),
-        ({"doc": "d1", "grade": 1}, "valid id"),
-        ({"id": "x" * 200, "doc": "d1", "grade": 1}, "valid id"),
+        ({"id": "x", "doc": "d4", "grade": 1, "at": T0}, "not in this list"),  # ranked, but below the list shown
+        ({"id": "x", "doc": "../etc", "grade": 1, "at": T0}, "not in this list"),
+        ({"id": "x", "doc": "d1", "grade": 3, "at": T0}, "not 0, 1 or 2"),
+        ({"id": "x", "doc": "d1", "grade": True, "at": T0}, "not 0, 1 or 2"),
+        ({"id": "x", "doc": "d1", "grade": "1", "at": T0}, "not 0, 1 or 2"),
+        ({"doc": "d1", "grade": 1, "at": T0}, "valid id"),
+        ({"id": "x" * 200, "doc": "d1", "grade": 1, "at": T0}, "valid id"),
+        ({"id": "x", "doc": "d1", "grade": 1}, "valid time"),
+        ({"id": "x", "doc": "d1", "grade": 1, "at": str(T0)}, "valid time"),
+        ({"id": "x", "doc": "d1", "grade": 1, "at": True}, "valid time"),
+        ({"id": "x", "doc": "d1", "grade": 1, "at": -1}, "valid time"),
+        ({"id": "x", "doc": "d1", "grade": 1, "at": 2**60}, "valid time"),
+        ({"id": "x", "doc": "d1", "grade": 1, "at": float(T0)}, "valid time"),
         ("d1", "not an object"),
     ],
 )
@@ -166,7 +233,7 @@ def test_rows_show_judgements_and_others_labels_only_once_graded(store: Annotati
 
 def test_list_grades_count_in_agreement(store: AnnotationStore) -> None:
     for who, grades in (("ann", (2, 1, 0)), ("bob", (2, 1, 1))):
-        events = [GradeEvent(f"{who}{i}", doc, g) for i, (doc, g) in enumerate(zip(DOCS, grades))]
+        events = [GradeEvent(f"{who}{i}", doc, g, T0 + i) for i, (doc, g) in enumerate(zip(DOCS, grades))]
         _save(store, SaveOnce(), events, who=who)
     (pair,) = agreement(store.list()).pairs
     assert (pair.units, pair.agreed) == (3, 2)
@@ -178,7 +245,7 @@ def test_list_grades_do_not_unblind_the_explorer(store: AnnotationStore) -> None
 
     config = AuthConfig(proxy_header="X-User")
     ann = Person("ann", "proxy", frozenset({"annotator"}))
-    _save(store, SaveOnce(), [GradeEvent("e1", "d1", 2)], signed_in=True)
+    _save(store, SaveOnce(), [GradeEvent("e1", "d1", 2, T0)], signed_in=True)
     assert labels_blind(ann, config, explorer_annotators(store.list()))  # the explorer still hides the qrels
     store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
     assert not labels_blind(ann, config, explorer_annotators(store.list()))
@@ -223,12 +290,16 @@ def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
 
     at, key, dataset, qid = _page(monkeypatch, tmp_path)
     first, second = [doc for doc, _ in run_system(dataset, "bm25").top(qid, 2)]
-    at.session_state[key] = {"events": [{"id": "k1", "doc": second, "grade": 2}]}
+    pressed = now_ms()
+    at.session_state[key] = {"events": [{"id": "k1", "doc": second, "grade": 2, "at": pressed}]}
     at.run()  # no name yet: nothing is saved, and the keypress is not kept for later
     assert _page_labels(tmp_path) == []
     at.text_input(key="w_annotator").set_value("Dr. Typed").run()
     at.session_state[key] = {
-        "events": [{"id": "k1", "doc": second, "grade": 2}, {"id": "k2", "doc": first, "grade": 1}]
+        "events": [
+            {"id": "k1", "doc": second, "grade": 2, "at": pressed},
+            {"id": "k2", "doc": first, "grade": 1, "at": pressed + 500},
+        ]
     }
     for _ in range(3):
         at.run()
@@ -244,7 +315,7 @@ def test_the_read_only_demo_saves_no_grade(monkeypatch: pytest.MonkeyPatch, tmp_
     from r2med_core import run_system
 
     doc = run_system(dataset, "bm25").top(qid, 1)[0][0]
-    at.session_state[key] = {"events": [{"id": "k1", "doc": doc, "grade": 2}]}
+    at.session_state[key] = {"events": [{"id": "k1", "doc": doc, "grade": 2, "at": now_ms()}]}
     at.run()
     assert not at.exception
     assert _page_labels(tmp_path) == []

@@ -20,7 +20,11 @@ def keyboard_list(
     errors: dict[str, str],
     enabled: bool,
     reason: str,
+    clock: int,
     key: str,
 ) -> Any:
-    """Draw the rows; return the component's value (``{"events": [...]}``, or None before any key)."""
-    return _component(rows=rows, acked=acked, errors=errors, enabled=enabled, reason=reason, key=key, default=None)
+    """Draw the rows; return the component's value (``{"events": [...]}``, or None before any key). ``clock``
+    is the server's time (``list_judging.now_ms``): each event carries its keypress's time on that clock."""
+    return _component(
+        rows=rows, acked=acked, errors=errors, enabled=enabled, reason=reason, clock=clock, key=key, default=None
+    )

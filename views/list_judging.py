@@ -10,7 +10,7 @@ import streamlit as st
 
 from r2med_core import Dataset
 from r2med_core.identity import PermissionDenied, authorize
-from r2med_core.list_judging import Outcome, list_rows, parse_events, save_grades
+from r2med_core.list_judging import Outcome, list_rows, now_ms, parse_events, save_grades
 from r2med_core.runs import Run
 from views import auth, state, ui
 from views.keylist import keyboard_list
@@ -120,6 +120,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
         errors={o.event.event_id: o.error for o in handled if o is not None and o.status == "refused"},
         enabled=bool(annotator),
         reason=reason,
+        clock=now_ms(),
         key=key,
     )
     graded = sum(row.grade is not None for row in rows)

@@ -10,7 +10,6 @@ import streamlit as st
 
 from r2med_core import Dataset
 from r2med_core.annotations import AnnotationStoreError, Qrels
-from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import highlight, query_terms
 from r2med_core.identity import PermissionDenied, authorize
@@ -33,6 +32,14 @@ DEPTHS = [5, 10, 20, 50, 100]
 def _queue() -> JudgingQueue:
     """The queue file next to the default store (opened per use: it follows $R2MED_DATA_HOME)."""
     return JudgingQueue()
+
+
+def _queue_problems(queue: JudgingQueue) -> None:
+    """What is wrong with the queue file (skipped entries, an unreadable file, damaged copies kept aside),
+    where senders and judges look; named by file name only."""
+    problems = queue.problems()
+    if problems:
+        st.warning("The judging queue file needs a look:\n\n" + "\n".join(f"- {ui.md(str(p))}" for p in problems))
 
 
 def _judgements(dataset: Dataset) -> tuple[Qrels, Qrels]:
@@ -119,6 +126,8 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
         f"{len(runs)} system(s), over {len(pooled.docs)} judged quer{'y' if len(pooled.docs) == 1 else 'ies'}."
     )
     state.show_flash()
+    if not ui.read_only():
+        _queue_problems(_queue())
     if not auth.acting().signed_in_mode and not ui.read_only():
         st.text_input(
             "Your name",
@@ -149,7 +158,7 @@ def _send(dataset: Dataset, pooled: Pool) -> None:
     try:
         person = authorize(acting.person, "review", config=acting.config)
         added = _queue().send(dataset.source, dataset.name, pooled, person.name)
-    except (PermissionDenied, ValueError, DataError, OSError) as err:
+    except (PermissionDenied, ValueError, OSError) as err:
         v.flash_error = f"Not sent: {ui.md(err)}"
         return
     v.flash = f"Sent: {added} new document(s) in the judging queue ({len(pooled) - added} already queued)."
@@ -169,14 +178,15 @@ def judging_page(dataset: Dataset) -> None:
         return
     acting = auth.acting()
     who = acting.person.name if acting.person is not None else ""
+    queue = _queue()
     try:
-        pending = _queue().pending(
-            dataset.source, dataset.name, store.list(dataset=dataset.source, task=dataset.name), who
-        )
-        total = len(_queue().items(dataset.source, dataset.name))
-    except (DataError, AnnotationStoreError) as err:
+        task_labels = store.list(dataset=dataset.source, task=dataset.name)
+    except AnnotationStoreError as err:
         st.error(ui.md(err))
         return
+    _queue_problems(queue)
+    pending = queue.pending(dataset.source, dataset.name, task_labels, who)
+    total = len(queue.items(dataset.source, dataset.name))
     pending = [e for e in pending if e.query_id in dataset.queries]  # a queue sent on another version of the task
     if not total:
         st.info("Nothing to judge on this task: send a pool from the Metrics page (Pooling and holes).")
