@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytrec_eval
 
+from .intervals import Interval, difference_interval
 from .runs import Run
 
 if TYPE_CHECKING:
@@ -227,6 +228,8 @@ class PairedTest:
     randomization_pvalue: float
     t_pvalue_holm: float | None = None
     randomization_pvalue_holm: float | None = None
+    #: The paired bootstrap interval of :attr:`delta` (None under two shared queries).
+    delta_interval: Interval | None = None
 
     @property
     def delta(self) -> float:
@@ -236,7 +239,8 @@ class PairedTest:
 def paired_test(
     a: Results, b: Results, metric: str = "ndcg_at_10", *, n_resamples: int = 10_000, seed: int = 0
 ) -> PairedTest:
-    """Paired t-test and a two-sided paired randomization (sign-flip) test via scipy."""
+    """Paired t-test, a two-sided paired randomization (sign-flip) test via scipy, and the paired
+    bootstrap interval of the difference (:func:`r2med_core.intervals.difference_interval`)."""
     import pandas as pd
 
     joined = pd.concat([a.per_query[metric], b.per_query[metric]], axis=1, join="inner").dropna()
@@ -270,6 +274,7 @@ def paired_test(
         losses=losses,
         t_pvalue=1.0 if np.isnan(t_p) else t_p,
         randomization_pvalue=rand_p,
+        delta_interval=difference_interval(x, y, seed=seed),
     )
 
 

@@ -20,6 +20,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from .evaluation import CUTOFFS, Results
+from .intervals import Interval
 from .report import curves_table, metric_label
 
 #: The template every figure is built with (white background, readable outside the app).
@@ -65,18 +66,24 @@ def _colours(shown: Mapping[str, str]) -> dict[str, str]:
 
 
 def means_figure(
-    results: Sequence[Results], labels: Mapping[str, str] | None, metrics: Sequence[str]
+    results: Sequence[Results],
+    labels: Mapping[str, str] | None,
+    metrics: Sequence[str],
+    intervals: Mapping[str, Mapping[str, Interval | None]] | None = None,
 ) -> go.Figure:
-    """Grouped bars: each metric's mean, one bar per system."""
+    """Grouped bars: each metric's mean, one bar per system; with ``intervals`` (run name → metric →
+    interval, :func:`r2med_core.intervals.results_intervals`) each bar carries its interval as error bars."""
     shown = _labels(results, labels)
-    table = pd.DataFrame(
-        [
-            {"system": shown[r.run_name], "metric": metric_label(m), "value": r.means[m]}
-            for r in results
-            for m in metrics
-        ],
-        columns=["system", "metric", "value"],
-    )
+    rows = []
+    for r in results:
+        for m in metrics:
+            value = r.means[m]
+            interval = (intervals or {}).get(r.run_name, {}).get(m)
+            low, high = (interval.low, interval.high) if interval else (value, value)
+            row = {"system": shown[r.run_name], "metric": metric_label(m), "value": value}
+            rows.append(row | {"above": high - value, "below": value - low})
+    table = pd.DataFrame(rows, columns=["system", "metric", "value", "above", "below"])
+    bars = {"error_y": "above", "error_y_minus": "below"} if intervals else {}
     return px.bar(
         table,
         x="metric",
@@ -86,6 +93,7 @@ def means_figure(
         range_y=[0, 1],
         template=TEMPLATE,
         color_discrete_map=_colours(shown),
+        **bars,
     )
 
 

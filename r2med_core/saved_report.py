@@ -38,6 +38,7 @@ from .imported_runs import (
     sanitize_run_name,
     save_upload,
 )
+from .intervals import DESCRIPTION, PAIRED_DESCRIPTION, Interval, results_intervals
 from .provenance import Provenance, ProvenanceError
 from .report import metric_label
 from .runs import Run, format_trec
@@ -275,6 +276,7 @@ dl { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; }
 dt { font-weight: 600; }
 .note { color: #6b7280; font-size: 0.88rem; }
 .warn { color: #92400e; font-weight: 600; }
+.ci { color: #6b7280; font-size: 0.8rem; white-space: nowrap; }
 code { background: #f3f4f6; padding: 0 0.25rem; border-radius: 3px; }
 """
 
@@ -347,6 +349,11 @@ class Report:
             correction=self.correction,
             n_resamples=self.n_resamples,
         )
+
+    @cached_property
+    def intervals(self) -> dict[str, dict[str, Interval | None]]:
+        """Each system's 95 % bootstrap interval per metric (system name → metric → interval)."""
+        return {s.name: results_intervals(s.results, self.metrics) for s in self.systems}
 
     def left_out_lines(self) -> list[str]:
         """One sentence per system chosen on the page that this report does not contain."""
@@ -433,7 +440,8 @@ class Report:
             "<h2>Mean metrics</h2>",
             self._means_table(sig),
             f'<p class="note">Best value per metric in bold. A superscript letter marks a system significantly '
-            f"better than the system with that letter ({_e(sig.description)}).</p>",
+            f"better than the system with that letter ({_e(sig.description)}). Under each mean: its "
+            f"{_e(DESCRIPTION)}.</p>",
         ]
         if self.baseline_tests:
             parts += ["<h2>Paired tests against the baseline</h2>", self._baseline_table()]
@@ -493,7 +501,9 @@ class Report:
                 if index in best[metric]:
                     value = f"<strong>{value}</strong>"
                 marks = "".join(letter(i) for i in sig.better_than(metric, index))
-                cells.append(f'<td class="num">{value}' + (f"<sup>{marks}</sup>" if marks else "") + "</td>")
+                interval = self.intervals[system.name][metric]
+                ci = f'<br><span class="ci">{interval.text()}</span>' if interval else ""
+                cells.append(f'<td class="num">{value}' + (f"<sup>{marks}</sup>" if marks else "") + f"{ci}</td>")
             rows.append(f"<tr><td>{letter(index)}</td><td>{_e(system.label)}</td>{''.join(cells)}</tr>")
         return f"<table>{head}</tr>{''.join(rows)}</table>"
 
@@ -501,7 +511,8 @@ class Report:
         labels = {s.name: s.label for s in self.systems}
         holm_on = any(t.randomization_pvalue_holm is not None for t in self.baseline_tests)
         head = (
-            "<tr><th>system</th><th>baseline</th><th>metric</th><th>&Delta;</th><th>randomization p</th>"
+            "<tr><th>system</th><th>baseline</th><th>metric</th><th>&Delta;</th><th>&Delta; 95% CI</th>"
+            "<th>randomization p</th>"
             "<th>t-test p</th>"
             + ("<th>randomization p (Holm)</th><th>t-test p (Holm)</th>" if holm_on else "")
             + "<th>wins / ties / losses</th></tr>"
@@ -513,6 +524,7 @@ class Report:
                 _e(labels.get(t.baseline, t.baseline)),
                 _e(metric_label(t.metric)),
                 f"{t.delta:+.4f}",
+                t.delta_interval.text(3, signed=True) if t.delta_interval else "&ndash;",
                 f"{t.randomization_pvalue:.4g}",
                 f"{t.t_pvalue:.4g}",
             ]
@@ -522,7 +534,7 @@ class Report:
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         note = (
             '<p class="note">The Compare page\'s tests: each system against the first one, over the queries '
-            "both were evaluated on.</p>"
+            f"both were evaluated on. &Delta; 95% CI: the {_e(PAIRED_DESCRIPTION)}.</p>"
         )
         return f"<table>{head}{''.join(rows)}</table>{note}"
 
@@ -532,7 +544,7 @@ class Report:
         results = [s.results for s in self.systems]
         primary = self.metrics[0]
         return [
-            ("Mean metrics", means_figure(results, labels, self.metrics)),
+            ("Mean metrics", means_figure(results, labels, self.metrics, self.intervals)),
             ("Metric @ k", curves_figure(results, labels)),
             (f"Per-query {metric_label(primary)}", per_query_figure(results, labels, primary)),
         ]

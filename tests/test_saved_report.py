@@ -119,13 +119,17 @@ def test_the_html_opens_offline_with_its_charts_and_tables(page: str, systems: l
     assert page.count("Plotly.newPlot") == 3  # the means, metric@k and per-query charts
     assert len(re.findall(r"/\*\*\s*\n?\s*\* plotly\.js v", page)) <= 1  # the library once, not per chart
     assert "plotly.js" in page
-    # the means table: one row per system, each value as the evaluator computed it, marks after it
-    rows = [r for r in parsed.rows if len(r) == 2 + len(METRICS) and re.fullmatch(r"\d\.\d{4}[a-c]*", r[2])]
+    # the means table: one row per system, each value as the evaluator computed it, marks after it,
+    # then its 95 % interval, which holds the mean
+    cell_form = re.compile(r"(\d\.\d{4})([a-c]*)\[(\d\.\d\d), (\d\.\d\d)\]")
+    rows = [r for r in parsed.rows if len(r) == 2 + len(METRICS) and cell_form.fullmatch(r[2])]
     assert [r[1] for r in rows] == [s.label for s in systems]
     for row, system in zip(rows, systems):
         for cell, metric in zip(row[2:], METRICS):
-            assert re.fullmatch(r"(\d\.\d{4})([a-c]*)", cell)
-            assert cell[:6] == f"{system.results.means[metric]:.4f}"
+            value, _, low, high = cell_form.fullmatch(cell).groups()  # type: ignore[union-attr]
+            assert value == f"{system.results.means[metric]:.4f}"
+            assert float(low) - 0.005 <= system.results.means[metric] <= float(high) + 0.005
+    assert "95% bootstrap confidence interval (BCa, 10,000 resamples of the queries, seed 0)" in page
     # the systems with their canonical names and settings, and the test the marks come from
     assert ["a", "BM25 (R2MED official)", "bm25", "the benchmark's", "12"] in parsed.rows
     assert ["c", "Oracle_run & co", "run:oracle", "made up", "12"] in parsed.rows

@@ -9,8 +9,9 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, compare
+from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, Results, compare
 from r2med_core.explore import axis_range, per_query_delta, shorten, verdict
+from r2med_core.intervals import DESCRIPTION, PAIRED_DESCRIPTION
 from r2med_core.report import metric_label
 from views import saved_reports, state, ui
 
@@ -56,10 +57,21 @@ tests = compare(baseline, others, metric)
 st.subheader("Paired significance")
 for test, other in zip(tests, others):
     st.markdown(f"**{ui.md(ui.system_label(other.run_name))}**: {ui.md(verdict(test, name))}.")
+
+
+def _interval_text(result: Results) -> str:
+    interval = ui.get_intervals(dataset, result, [metric])[metric]
+    return interval.text() if interval else "–"
+
+
 rows = []
 for test, other in zip(tests, others):
     # Δ and the p-values first, so they stay in view on a narrow (1024 px) screen.
-    row = {"system": ui.system_label(other.run_name), "Δ": round(test.delta, 4)}
+    row = {
+        "system": ui.system_label(other.run_name),
+        "Δ": round(test.delta, 4),
+        "Δ 95% CI": test.delta_interval.text(3, signed=True) if test.delta_interval else "–",
+    }
     if test.t_pvalue_holm is not None:
         row["randomization p (Holm)"] = test.randomization_pvalue_holm
         row["t-test p (Holm)"] = test.t_pvalue_holm
@@ -68,7 +80,9 @@ for test, other in zip(tests, others):
         "t-test p": test.t_pvalue,
         "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
         f"{name} baseline": round(test.mean_a, 4),
+        f"{name} baseline 95% CI": _interval_text(baseline),
         f"{name} system": round(test.mean_b, 4),
+        f"{name} system 95% CI": _interval_text(other),
     }
     rows.append(row)
 st.dataframe(
@@ -84,7 +98,9 @@ st.caption(
     f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
     "(10,000 sign flips) over the queries both systems were evaluated on"
     + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
-    + " The verdict uses the randomization test at p < 0.05."
+    + " The verdict uses the randomization test at p < 0.05. "
+    f"Δ 95% CI: the {PAIRED_DESCRIPTION}; an interval that excludes 0 agrees with a significant test. "
+    f"The means' CIs: each system's {DESCRIPTION}."
 )
 
 st.subheader("Save this comparison")

@@ -9,6 +9,7 @@ import streamlit as st
 
 from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
 from r2med_core.figures import curves_figure, means_figure, per_query_figure
+from r2med_core.intervals import DESCRIPTION
 from r2med_core.report import means_table, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
@@ -40,13 +41,26 @@ st.subheader("Official metrics")
 shown = st.multiselect(
     "Metrics", list(ALL_METRICS), default=list(MAIN_METRICS), format_func=metric_label, key="w_metrics"
 )
-st.plotly_chart(means_figure(list(results.values()), labels, shown), width="stretch", key="metric_bars")
+intervals = {name: ui.get_intervals(dataset, result, shown) for name, result in results.items()}
+st.plotly_chart(
+    means_figure(list(results.values()), labels, shown, intervals), width="stretch", key="metric_bars"
+)
 table = means.set_index("system")[shown].rename(columns=metric_label)
+for position, metric in enumerate(shown):  # each mean followed by its interval
+    table.insert(
+        2 * position + 1,
+        f"{metric_label(metric)} 95% CI",
+        [interval.text() if (interval := intervals[name][metric]) else "–" for name in results],
+    )
 table.insert(0, "setting", [ui.fidelity_badge(dataset, name) or "benchmark's" for name in results])
 st.dataframe(
     table,
     width="stretch",
     column_config={metric_label(m): st.column_config.NumberColumn(format="%.4f") for m in shown},
+)
+st.caption(
+    f"Error bars and the CI columns: the {DESCRIPTION}. With a few dozen queries, means whose intervals "
+    "overlap widely may not differ: the Compare page tests the difference itself."
 )
 st.download_button(
     "Download metrics (CSV)", means.to_csv(index=False), file_name=f"{dataset.name}_metrics.csv", mime="text/csv"

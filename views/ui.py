@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ from r2med_core.generation import (
 )
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.imported_runs import kept_provenance
+from r2med_core.intervals import Interval, results_intervals
 from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
 from r2med_core.kinds.llm_rerank import use_operator
 from r2med_core.progress import Progress
@@ -213,6 +214,16 @@ def query_labels(dataset: Dataset) -> dict[str, str]:
 
 def get_results(dataset: Dataset, system: str) -> Results:
     return _results(dataset_key(dataset), system, dataset.name, get_run(dataset, system), dataset.qrels)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _intervals(key: str, system: str, metrics: tuple[str, ...], _results_value: Results) -> dict:
+    return results_intervals(_results_value, metrics)
+
+
+def get_intervals(dataset: Dataset, results: Results, metrics: Sequence[str]) -> dict[str, Interval | None]:
+    """Each metric's 95 % bootstrap interval for a computed system (seeded: the same on every visit)."""
+    return _intervals(dataset_key(dataset), results.run_name, tuple(metrics), results)
 
 
 def is_ready(dataset: Dataset, system: str) -> bool:
