@@ -1,15 +1,20 @@
 """The R2MED authors' published results, so the app can show the paper's leaderboard and put the
-paper's number next to a local run.
+paper's number next to a local run, and the results others published on R2MED after the paper.
 
 The numbers ship inside the package (``published_results.json``, written once by
-``scripts/transcribe_published.py`` from the benchmark repository's ``results/`` folder) so
-nothing here touches the network or files outside the package. Metric names are the ones our
-evaluator reports (``ndcg_at_10``, ``map_at_10``, ``recall_at_10``, ``precision_at_10``, ``mrr``);
-the upstream files mix ``ndcg_at_10`` and ``NDCG@10`` styles.
+``scripts/transcribe_published.py`` from the benchmark repository's ``results/`` folder, the files
+only its first commit has, and a hand transcription of later papers) so nothing here touches the
+network or files outside the package. Metric names are the ones our evaluator reports
+(``ndcg_at_10``, ``map_at_10``, ``recall_at_10``, ``precision_at_10``, ``mrr``); the upstream files
+mix ``ndcg_at_10`` and ``NDCG@10`` styles.
 
-Not every setting has every metric: most upstream files report cutoffs 1/10/100 and no ``mrr``;
-the BM25 baseline, the BM25 rewrite runs and the rerankers also have 25/50 and ``mrr``. A metric
-that was not published is NaN in the frames and ``None`` from :func:`published_score`.
+Not every setting has every metric: the dense retrievers and their rewrites report cutoffs
+1/3/5/10/100 and no ``mrr``; the BM25 baseline, the BM25 rewrite runs and the rerankers report
+1/10/25/50/100 and ``mrr``. A metric that was not published is NaN in the frames and ``None`` from
+:func:`published_score`.
+
+Papers print scores × 100 (nDCG@10 41.35); :func:`leaderboard` gives them that way with
+``points=True``, and the post-paper rows are kept as printed.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTRIBUTION",
+    "EVALUATIONS",
+    "GAP_TOLERANCE",
     "KINDS",
     "METHOD_NAMES",
     "METRICS",
@@ -34,10 +41,15 @@ __all__ = [
     "RERANKER_NAMES",
     "RETRIEVER_NAMES",
     "SYSTEM_KINDS",
+    "PostPaperResult",
     "Setting",
+    "gains_over",
     "leaderboard",
     "load_published",
     "normalise_metric",
+    "paper_gap",
+    "post_paper_board",
+    "post_paper_results",
     "published_key_for",
     "published_score",
     "published_settings",
@@ -69,7 +81,8 @@ PUBLISHED_TASKS: tuple[str, ...] = (
     "IIYi-Clinical",
 )
 
-_CUTOFFS = (1, 10, 25, 50, 100)
+#: The evaluator's cutoffs: pytrec_eval's (1, 10, 25, 50, 100) and BEIR's (1, 3, 5, 10, 100).
+_CUTOFFS = (1, 3, 5, 10, 25, 50, 100)
 _FAMILIES = ("ndcg", "map", "recall", "precision")
 
 #: Every metric name the data file may hold: the names our evaluator reports.
@@ -119,7 +132,20 @@ RERANKER_NAMES: dict[str, str] = {
     "rankllama": "RankLLaMA",
 }
 
-_SETTING_COLUMNS = ["key", "label", "kind", "retriever", "method", "llm", "reranker", "top_k"]
+#: Where a published setting's files are: the repository's ``results/`` folder, or only its first
+#: commit (HyDE with o3-mini, the paper's best figure; Search-R1 (qwen-3b-ins) with BM25; the
+#: rerankers over the top 100).
+ORIGINS: tuple[str, ...] = ("repository", "first commit")
+
+#: Whose evaluation a post-paper row is: the R2MED authors' own number (quoted by a later paper), or
+#: a run by a later paper's authors with their own code, which the benchmark did not check.
+EVALUATIONS: tuple[str, ...] = ("benchmark's own", "authors' re-run")
+
+#: A local score further than this from the paper's (0–1 scale) is flagged as differing: a gap that
+#: size usually means a different model revision, tokenizer or corpus copy.
+GAP_TOLERANCE: float = 0.01
+
+_SETTING_COLUMNS = ["key", "label", "kind", "retriever", "method", "llm", "reranker", "top_k", "origin"]
 _METRIC_ALIAS = re.compile(r"(ndcg|map|recall|precision|p)(?:_at_|@)(\d+)", re.IGNORECASE)
 
 
@@ -206,7 +232,7 @@ def _raw() -> dict[str, Any]:
     data = json.loads(resource.read_text(encoding="utf-8"))
     for record in data["records"]:
         unknown = set(record["metrics"]) - set(METRICS)
-        if unknown or record["task"] not in PUBLISHED_TASKS:
+        if unknown or record["task"] not in PUBLISHED_TASKS or record.get("origin", ORIGINS[0]) not in ORIGINS:
             raise ValueError(f"published_results.json: bad record {record!r}")
     return data
 
@@ -233,6 +259,7 @@ def _frame() -> pd.DataFrame:
                 "llm": setting.llm,
                 "reranker": setting.reranker,
                 "top_k": setting.top_k,
+                "origin": record.get("origin", ORIGINS[0]),
                 "task": record["task"],
                 **{metric: record["metrics"].get(metric, math.nan) for metric in METRICS},
             }
@@ -270,7 +297,8 @@ def load_published() -> pd.DataFrame:
     """All published numbers in WIDE form: one row per setting × task.
 
     Columns: ``key``, ``label``, ``kind``, ``retriever``, ``method``, ``llm``, ``reranker``,
-    ``top_k`` (nullable Int64), ``task``, then one float column per name in :data:`METRICS`
+    ``top_k`` (nullable Int64), ``origin`` (one of :data:`ORIGINS`), ``task``, then one float column
+    per name in :data:`METRICS`
     (NaN where the authors did not publish that metric). Returns a copy, so callers may mutate it.
     """
     return _frame().copy()
@@ -291,15 +319,16 @@ def _with_avg(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def leaderboard(metric: str = "ndcg_at_10", kind: str | None = None) -> pd.DataFrame:
+def leaderboard(metric: str = "ndcg_at_10", kind: str | None = None, *, points: bool = False) -> pd.DataFrame:
     """The paper's leaderboard for one metric: settings as rows (index = label), columns
-    ``key``, ``kind``, the 8 tasks in :data:`PUBLISHED_TASKS` order, and ``Avg``.
+    ``key``, ``kind``, ``origin``, the 8 tasks in :data:`PUBLISHED_TASKS` order, and ``Avg``.
 
     ``Avg`` is the mean over the 8 tasks, computed only where all 8 are present (else NaN).
     Rows are sorted by ``Avg`` descending (NaN last). Settings that never published ``metric``
     (e.g. ``mrr`` for most dense retrievers) are left out. ``metric`` accepts the paper's
-    spelling too (``NDCG@10``); ``kind`` filters to one of :data:`KINDS`.
-    Raises ValueError for an unknown metric or kind.
+    spelling too (``NDCG@10``); ``kind`` filters to one of :data:`KINDS`. ``points`` gives the
+    scores × 100, as the paper prints them (its average is the mean of those: HyDE (o3-mini) +
+    NV-Embed-v2 is 41.35). Raises ValueError for an unknown metric or kind.
     """
     name = normalise_metric(metric)
     if kind is not None and kind not in KINDS:
@@ -310,9 +339,9 @@ def leaderboard(metric: str = "ndcg_at_10", kind: str | None = None) -> pd.DataF
     order = list(dict.fromkeys(frame["label"]))
     wide = frame.pivot(index="label", columns="task", values=name)
     wide = wide.reindex(index=order, columns=list(PUBLISHED_TASKS))
-    wide = wide.dropna(how="all")
-    meta = frame.drop_duplicates("label").set_index("label")[["key", "kind"]]
-    table = _with_avg(meta.join(wide, how="inner")[["key", "kind", *PUBLISHED_TASKS]])
+    wide = wide.dropna(how="all") * (100 if points else 1)
+    meta = frame.drop_duplicates("label").set_index("label")[["key", "kind", "origin"]]
+    table = _with_avg(meta.join(wide, how="inner")[["key", "kind", "origin", *PUBLISHED_TASKS]])
     table = table.sort_values("Avg", ascending=False, na_position="last", kind="stable")
     table.index.name = "setting"
     table.columns.name = None
@@ -363,3 +392,113 @@ def published_key_for(system: str) -> str | None:
         return retriever
     method, _, llm = rewrite.partition(":")
     return f"{method}/{llm}/{retriever}"
+
+
+def paper_gap(local: float, paper: float | None, *, metric_published: bool) -> tuple[float | None, str]:
+    """The gap ``local − paper`` and the flag the Leaderboard shows next to a local run.
+
+    ``metric_published`` is False when the paper published no such metric for this kind of system
+    (see ``evaluation.published_metrics``); a gap over :data:`GAP_TOLERANCE` is flagged as differing.
+    """
+    gap = None if paper is None or math.isnan(local) else local - paper
+    if not metric_published:
+        return gap, "the paper did not publish this metric for this kind of system"
+    if paper is None:
+        return None, "no published counterpart"
+    if gap is None:
+        return None, "not computed locally"
+    return gap, "⚠ differs from the paper" if abs(gap) > GAP_TOLERANCE else "✓ matches"
+
+
+@dataclass(frozen=True)
+class PostPaperResult:
+    """One result on R2MED published after the paper, as its source printed it (nDCG@10 × 100).
+
+    ``scores`` are the 8 tasks in :data:`PUBLISHED_TASKS` order, or None where the source gives only
+    the average. ``evaluation`` is one of :data:`EVALUATIONS`; ``setting`` says in words what ran
+    (original queries or a rewrite; for a reranker its first stage and depth). ``note`` records a
+    slip in the source (an average that is not the mean of its task values).
+    """
+
+    model: str
+    kind: str
+    queries: str
+    setting: str
+    evaluation: str
+    avg: float
+    paper: str
+    table: str
+    url: str
+    scores: tuple[float, ...] | None = None
+    first_stage: str | None = None
+    depth: int | None = None
+    note: str | None = None
+    figure: str | None = None
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.evaluation not in EVALUATIONS:
+            raise ValueError(f"{self.model}: evaluation must be one of {EVALUATIONS}")
+        if not self.url.startswith("https://") or not self.paper or not self.table or not self.setting:
+            raise ValueError(f"{self.model}: a post-paper result names its paper, table, URL and setting")
+        if self.kind == "reranker" and not self.first_stage:
+            raise ValueError(f"{self.model}: a reranker names its first stage")
+        if self.scores is not None and len(self.scores) != len(PUBLISHED_TASKS):
+            raise ValueError(f"{self.model}: scores must cover the {len(PUBLISHED_TASKS)} tasks")
+
+
+@lru_cache(maxsize=1)
+def post_paper_results() -> tuple[PostPaperResult, ...]:
+    """Every post-paper result, in the data file's order (grouped by source, as each printed them)."""
+    known = {f.name for f in fields(PostPaperResult)}
+    results = []
+    for row in _raw()["post_paper"]:
+        if set(row) - known:
+            raise ValueError(f"published_results.json: unknown post_paper fields in {row!r}")
+        scores = row.get("scores")
+        values = None if scores is None else tuple(float(scores[task]) for task in PUBLISHED_TASKS)
+        results.append(PostPaperResult(**{**row, "scores": values}))
+    return tuple(results)
+
+
+def post_paper_board() -> pd.DataFrame:
+    """The post-paper results as a table (index ``model``), best printed average first: ``Avg``,
+    the 8 tasks (NaN where the source gives only the average), then ``evaluation``, ``queries``,
+    ``first stage``, ``depth``, ``setting``, ``paper``, ``table``, ``url`` and ``note``."""
+    import pandas as pd
+
+    rows = [
+        {
+            "model": result.model,
+            "Avg": result.avg,
+            **dict(zip(PUBLISHED_TASKS, result.scores or (math.nan,) * len(PUBLISHED_TASKS), strict=True)),
+            "evaluation": result.evaluation,
+            "queries": result.queries,
+            "first stage": result.first_stage,
+            "depth": result.depth,
+            "setting": result.setting,
+            "paper": result.paper,
+            "table": result.table,
+            "url": result.url,
+            "note": result.note,
+        }
+        for result in post_paper_results()
+    ]
+    board = pd.DataFrame(rows).set_index("model")
+    board["depth"] = board["depth"].astype("Int64")
+    return board.sort_values("Avg", ascending=False, kind="stable")
+
+
+def gains_over(reference: str) -> pd.DataFrame:
+    """Each post-paper result minus ``reference`` (a model in :func:`post_paper_board`), per task and
+    on ``Avg``, in points: where a model's gain comes from. Rows without per-task scores keep only
+    the ``Avg`` difference. ValueError if ``reference`` is unknown or has no per-task scores."""
+    board = post_paper_board()
+    columns = ["Avg", *PUBLISHED_TASKS]
+    if reference not in board.index:
+        raise ValueError(f"unknown post-paper result {reference!r}; expected one of {', '.join(board.index)}")
+    base = board.loc[reference, columns].astype("float64")
+    if base[list(PUBLISHED_TASKS)].isna().any():
+        raise ValueError(f"{reference} has no per-task scores to compare with")
+    gains = board[columns].astype("float64") - base
+    return gains.drop(index=reference)

@@ -615,6 +615,34 @@ def test_labels_kept_in_postgresql_show_where_they_live_without_the_password(
     assert "Annotations are unavailable" in errors and md(location) in errors and "s3cret" not in errors
 
 
+def test_leaderboard_shows_the_papers_best_figure_and_the_results_published_after_it() -> None:
+    at = open_app("leaderboard")
+    at.selectbox(key="w_lb_kind").set_value("rewrite").run()
+    paper = next(df.value for df in at.dataframe if "HyDE (o3-mini) + NV-Embed-v2" in df.value.index)
+    best = paper.loc["HyDE (o3-mini) + NV-Embed-v2"]
+    assert f"{best['Avg']:.2f}" == "41.35" and best["origin"] == "first commit"  # × 100, as the paper prints
+
+    later = next(df.value for df in at.dataframe if "evaluation" in df.value.columns)
+    assert {"ReasonEmbed-Qwen3-8B", "RaDeR-gte-Qwen2-7B", "NV-Embed-v2", "InsertRank (DeepSeek-R1)"} <= set(later.index)
+    assert later.index[0] == "InsertRank (DeepSeek-R1)" and later.loc["InsertRank (DeepSeek-R1)", "Avg"] == 51.1
+    assert later["url"].str.startswith("https://").all() and later["setting"].str.len().gt(0).all()
+    assert set(later["evaluation"]) == {"benchmark's own", "authors' re-run"}
+    assert later.loc["ReasonEmbed-Qwen3-8B", "evaluation"] == "authors' re-run"
+
+    def gains():  # type: ignore[no-untyped-def]
+        return next(
+            df.value
+            for df in at.dataframe
+            if "ReasonEmbed-Qwen3-8B" in df.value.index and "evaluation" not in df.value.columns
+        )
+
+    over_nv = gains().loc["ReasonEmbed-Qwen3-8B"]
+    assert over_nv["Biology"] == pytest.approx(54.01 - 27.15) and over_nv["PMC-Clinical"] < 0
+    at.selectbox(key="w_lb_reference").set_value("Qwen3-Embedding-8B").run()
+    assert gains().loc["ReasonEmbed-Qwen3-8B", "Biology"] == pytest.approx(54.01 - 21.37)
+    assert "Qwen3-Embedding-8B" not in gains().index
+
+
 def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at_a_set_price(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
