@@ -446,7 +446,8 @@ def _deadline_transport(authorization: str | None = None) -> Any:
 
     Requests leave with the headers in ``_SENT_HEADERS`` (plus the client's ``x-stainless-*``
     telemetry) and ``authorization`` as the only credential: nothing the openai client picked up
-    from the server's environment goes to the endpoint.
+    from the server's environment goes to the endpoint. ``authorization`` goes on every request, so
+    the client using this transport must not follow redirects (``_OpenAIBackend`` does not).
 
     httpx's timeouts bound each read; a server sending a byte every second never trips them. Every
     read, write and connect here is given at most what is left of the request's deadline, and the
@@ -555,13 +556,15 @@ class _OpenAIBackend:
         self.logprobs_refused = False
         self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
+        # Redirects are not followed: the transport adds the key to every request it sends, so a
+        # followed redirect would take the key to wherever the server pointed.
         self.client = openai.OpenAI(
             base_url=endpoint.url,
             api_key=endpoint.api_key or "no-key",
             timeout=endpoint.timeout,
             max_retries=0,
             http_client=openai.DefaultHttpxClient(
-                transport=_deadline_transport(f"Bearer {endpoint.api_key or 'no-key'}")
+                transport=_deadline_transport(f"Bearer {endpoint.api_key or 'no-key'}"), follow_redirects=False
             ),
         )
 
@@ -645,6 +648,12 @@ class _OpenAIBackend:
                     raise _Failure(f"could not reach {url}: {cause}", batch=True) from None
             except openai.APIStatusError as err:
                 status = err.status_code
+                if 300 <= status < 400:
+                    raise _Failure(
+                        f"{url} answered with a redirect ({status}); redirects are not followed, so nothing (the "
+                        "key included) went anywhere else: use the address it redirects to as the base URL",
+                        batch=True,
+                    ) from None
                 if status == 400 and self.token_limit == "max_tokens" and "max_completion_tokens" in str(err.body):
                     self.token_limit = "max_completion_tokens"  # newer OpenAI models renamed the limit
                     continue
@@ -783,10 +792,11 @@ def _logprob_tokens(response: Any) -> list[dict[str, Any]] | None:
 class ChatClient:
     """An OpenAI-compatible chat server (or a ``LocalEndpoint``) with this project's request rules.
 
-    Only plain headers leave and the key only as ``Authorization``; the key is redacted from every
-    reply and message; ``endpoint.timeout`` is a total deadline per request; 429 and 5xx are retried
-    up to ``max_retries`` times with backoff (Retry-After honoured, at most ``max_delay`` s), timeouts
-    and refused connections twice. A failure raises ``LLMFailure`` (``batch``: stop the batch).
+    Only plain headers leave and the key only as ``Authorization``, to the endpoint's URL alone (a
+    redirect is a failure, never followed); the key is redacted from every reply and message;
+    ``endpoint.timeout`` is a total deadline per request; 429 and 5xx are retried up to
+    ``max_retries`` times with backoff (Retry-After honoured, at most ``max_delay`` s), timeouts and
+    refused connections twice. A failure raises ``LLMFailure`` (``batch``: stop the batch).
     ``usage`` sums the tokens of every reply this client received (thread-safe).
     """
 

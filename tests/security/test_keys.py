@@ -18,7 +18,7 @@ from r2med_core.endpoints import (
     operator_llm,
     resolve_endpoint,
 )
-from r2med_core.generation import generate_rewrites, hypothetical_document, save_rewrites
+from r2med_core.generation import LLMFailure, chat, generate_rewrites, hypothetical_document, save_rewrites
 from r2med_core.settings import load_settings
 
 from ..test_app import open_app
@@ -177,3 +177,44 @@ def test_a_reply_that_echoes_the_key_is_redacted_before_it_is_cached_or_written(
     files = [p for p in [*_isolated_cache.rglob("*"), written] if p.is_file()]
     assert len(files) > len(demo.queries)  # every reply, the recorded set and the written file
     assert not [p for p in files if VISITOR_SECRET.encode() in p.read_bytes()]
+
+
+def _redirecting_to_another_host(target: FakeLLM, status: int) -> FakeLLM:
+    """The operator's endpoint (127.0.0.1:P) answering every request with a redirect to ``target``
+    spelled as localhost:Q: another origin, which must never see the operator's key."""
+    port = target.url.rsplit(":", 1)[1].split("/")[0]
+    server = FakeLLM()
+    server.script = [(status, {"Location": f"http://localhost:{port}/v1/chat/completions"}, {})] * 20
+    return server
+
+
+@pytest.mark.parametrize("status", [307, 308, 302])
+def test_a_redirect_never_takes_the_operator_key_to_another_host(status: int) -> None:
+    """Issue 29 item 1, through the client the app's live features use (the What-if page's HyDE, LLM
+    reranking and judging all go through ``ChatClient``): the redirect is refused and said so."""
+    demo = load_demo("qa-reference")
+    with FakeLLM() as elsewhere, _redirecting_to_another_host(elsewhere, status) as operator_server:
+        operator = _operator({"OPENAI_API_KEY": OPERATOR_SECRET, "OPENAI_BASE_URL": operator_server.url})
+        resolved = resolve_endpoint("", "", "fake-gpt", operator)
+        assert resolved.credential_source == OPERATOR_KEY
+        text, problem = hypothetical_document(demo, ASK, resolved.endpoint)
+        assert _keys_seen(operator_server) == [f"Bearer {OPERATOR_SECRET}"]  # the endpoint's own origin only
+        assert not elsewhere.requests, "the redirect was followed"
+        assert text is None and problem and "redirect" in problem and OPERATOR_SECRET not in problem
+        with pytest.raises(LLMFailure) as failed:
+            chat(resolved.endpoint, [{"role": "user", "content": ASK}], max_retries=0)
+        assert failed.value.batch and "redirect" in failed.value.message
+        assert not elsewhere.requests
+
+
+def test_the_cli_never_follows_a_redirect_with_the_key() -> None:
+    """Issue 29 item 1 through ``generate --base-url``: exit 3 with the reason; the other host sees nothing."""
+    with FakeLLM() as elsewhere, _redirecting_to_another_host(elsewhere, 307) as server:
+        done = cli(
+            "generate", "--method", "hyde", "--demo", "qa-reference", "--model", "m", "--limit", "1",
+            "--base-url", server.url, env={"OPENAI_API_KEY": OPERATOR_SECRET},
+        )  # fmt: skip
+        assert not elsewhere.requests, "the redirect was followed"
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "redirect" in done.stderr.splitlines()[-1]
+    assert OPERATOR_SECRET not in done.stdout + done.stderr
