@@ -70,6 +70,26 @@ __all__ = [  # what the prompts module defines, re-exported here where generatio
 # --------------------------------------------------------------------------- endpoints
 
 
+def base_url_refusal(url: str) -> str | None:
+    """Why ``url`` must not be used as a base URL, or None: it carries a user name or password, a
+    query string or a fragment — where keys get pasted (``?api-key=…``) — which would end up in
+    messages, cache metadata and files. The reason never repeats the URL, so nothing typed there is
+    shown, logged or stored; the URL is refused, not cleaned, so whoever typed it knows it was not used.
+    """
+    text = url.strip()
+    try:
+        netloc = urlsplit(text).netloc
+    except ValueError:
+        return "the base URL is not a valid URL"
+    if "@" in netloc:
+        what = "a user name or password"
+    elif "?" in text or "#" in text:
+        what = "a query string or fragment ('?…' or '#…')"
+    else:
+        return None
+    return f"the base URL must not contain {what} (it was not used and is not kept); give the key as the API key"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible chat-completions server and the sampling settings sent to it.
@@ -90,15 +110,9 @@ class Endpoint:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        # A password in the URL would end up in messages, cache metadata and files: refuse it, unrepeated.
-        try:
-            netloc = urlsplit(self.base_url.strip()).netloc if self.base_url else ""
-        except ValueError:
-            raise GenerationError("the base URL is not a valid URL") from None
-        if "@" in netloc:
-            raise GenerationError(
-                "the base URL must not contain a user name or password; pass the key as the API key instead"
-            )
+        refusal = base_url_refusal(self.base_url) if self.base_url else None
+        if refusal:
+            raise GenerationError(refusal)
 
     @classmethod
     def from_env(
