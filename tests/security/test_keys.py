@@ -287,14 +287,15 @@ def test_a_redirect_never_takes_the_operator_key_to_another_host(status: int) ->
         assert not elsewhere.requests
 
 
-def test_the_cli_never_follows_a_redirect_with_the_key() -> None:
+def test_the_cli_never_follows_a_redirect_with_the_key(tmp_path: Path) -> None:
     """Issue 29 item 1 through ``generate --base-url``: exit 3 with the reason; the other host sees nothing."""
     with FakeLLM() as elsewhere, _redirecting_to_another_host(elsewhere, 307) as server:
         done = cli(
             "generate", "--method", "hyde", "--demo", "qa-reference", "--model", "m", "--limit", "1",
-            "--base-url", server.url, env={"OPENAI_API_KEY": OPERATOR_SECRET},
+            "--base-url", server.url, "--output", str(tmp_path / "out"), env={"OPENAI_API_KEY": OPERATOR_SECRET},
         )  # fmt: skip
         assert not elsewhere.requests, "the redirect was followed"
     assert done.returncode == 3 and "Traceback" not in done.stderr
     assert "redirect" in done.stderr.splitlines()[-1]
     assert OPERATOR_SECRET not in done.stdout + done.stderr
+    assert not (tmp_path / "out").exists()
