@@ -31,6 +31,7 @@ from .generation import (
 )
 from .hardware import DeviceError
 from .hub import DownloadError, ModelUnavailable, download_task, load_hf
+from .llm_rerank import RerankIncomplete
 from .progress import Progress
 from .prompts import PROMPT_SETS, Prompts, load_examples
 from .retrieval.dense import PRESETS
@@ -50,6 +51,19 @@ DATA_ENV = "R2MED_DATA_DIR"
 
 class UsageError(Exception):
     """A command line that cannot be carried out; the message says how to fix it."""
+
+
+#: The exit status of a command whose LLM work did not finish because of the endpoint (a wrong key,
+#: a server error, an unreachable server, malformed or oversized replies). What finished is cached,
+#: so running the same command again resumes.
+LLM_INCOMPLETE = 3
+
+
+def _llm_incomplete(summary: str, problem: str) -> int:
+    """Say what an unfinished LLM job did and why it stopped, the same way for every command."""
+    print(summary)
+    print(f"error: {problem}", file=sys.stderr)
+    return LLM_INCOMPLETE
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -317,11 +331,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 130
     finally:
         close()
-    print(result.summary())
     problem = result.problem()
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 3
+        return _llm_incomplete(result.summary(), problem)
+    print(result.summary())
     target = args.output or Path("rewrites") / safe_name(dataset.name)
     path = target if target.suffix == ".jsonl" else rewrite_file(target, args.method, llm_name)
     save_rewrites(result.texts, dataset, path)
@@ -644,7 +657,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m r2med_core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    ev = commands.add_parser("eval", help="run a system on a task, write NAME.trec and NAME.json")
+    ev = commands.add_parser(
+        "eval", help="run a system on a task, write NAME.trec and NAME.json (exit 3 if an LLM reranking is incomplete)"
+    )
     ev.add_argument(
         "--retriever",
         required=True,
@@ -849,6 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in err.problems[:50]:
             print(f"error: {problem}", file=sys.stderr)
         return 1
+    except RerankIncomplete as err:  # an LLM reranking (``…>llmrerank:…``) its endpoint did not let finish
+        return _llm_incomplete(err.report.summary(), str(err))
     except (DownloadError, UsageError, KeyError, OSError, GenerationError, ModelUnavailable) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)

@@ -5,8 +5,10 @@ environment or ``.streamlit/secrets.toml``, and list more servers in ``R2MED_LLM
 visitor may type a base URL, a model and a key in the app. The rule: **the operator's key is only
 ever sent to an endpoint the operator configured** (OpenAI's own when no base URL is configured); a
 visitor's own URL gets only a key the visitor typed. A URL carrying credentials
-(``https://user:pass@host``) is refused, and the refusal never repeats the URL, so a password typed
-there is never shown, logged or stored.
+(``https://user:pass@host``), a query string or a fragment (``…/v1?api-key=…``) is refused, and the
+refusal never repeats the URL, so a secret typed there is never shown, logged or stored. An
+operator's URL that cannot be used stops the app with the setting's name rather than being skipped:
+skipped, it would leave OpenAI's endpoint as the operator's, and the operator's key would go there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .generation import OPENAI_DEFAULT_URL, Endpoint
+from .generation import OPENAI_DEFAULT_URL, Endpoint, base_url_refusal
 from .settings import Settings
 
 #: What ``Resolved.credential_source`` says; shown in the app, never the key itself.
@@ -36,20 +38,18 @@ def normalize_url(url: str) -> str:
     """The canonical form of an http(s) base URL (lower-case scheme and host, no default port, no
     trailing slash), so ``HTTPS://Host:443/v1/`` and ``https://host/v1`` are the same server.
 
-    Raises ``EndpointError`` for anything else — including a URL with a user name or password,
-    which is refused rather than stripped so the person who typed it knows it was not used.
+    Raises ``EndpointError`` for anything else — including a URL with a user name or password, a
+    query string or a fragment (``base_url_refusal``).
     """
     text = url.strip()
+    refusal = base_url_refusal(text)
+    if refusal:
+        raise EndpointError(refusal)
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
         raise EndpointError("the base URL is not a valid http(s) URL") from None
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        raise EndpointError(
-            "the base URL must not contain a user name or password (it was not used and is not kept); "
-            "put the key in the API key field instead"
-        )
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
         raise EndpointError("the base URL must start with http:// or https:// and name a server")
@@ -59,7 +59,7 @@ def normalize_url(url: str) -> str:
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
     netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
-    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), parts.query, ""))
+    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def operator_llm(
 ) -> OperatorLLM:
     """The operator's LLM configuration from the environment, then secrets (the environment wins).
 
-    A configured URL that cannot be used is left out (never reported with its text); when nothing
-    usable is configured, OpenAI's own endpoint is the operator's.
+    When no URL is configured, OpenAI's own endpoint is the operator's. Raises ``EndpointError``
+    naming the setting (never the URL's text) for a configured URL that cannot be used.
     """
     env = os.environ if environ is None else environ
     found = secrets or {}
@@ -93,13 +93,15 @@ def operator_llm(
         text = env.get(name) or found.get(name)
         return str(text).strip() if isinstance(text, str) and str(text).strip() else None
 
+    configured = [("OPENAI_BASE_URL", value("OPENAI_BASE_URL"))]
+    configured += [("R2MED_LLM_ENDPOINTS", url) for url in settings.llm_endpoints]
     urls: list[str] = []
-    for url in (value("OPENAI_BASE_URL"), *settings.llm_endpoints):
+    for name, url in configured:
         if url:
             try:
                 urls.append(normalize_url(url))
-            except EndpointError:
-                continue
+            except EndpointError as err:
+                raise EndpointError(f"{name}: {err}") from None
     endpoints = tuple(dict.fromkeys(urls)) or (OPENAI_DEFAULT_URL,)
     return OperatorLLM(endpoints=endpoints, api_key=value("OPENAI_API_KEY"))
 

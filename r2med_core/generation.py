@@ -70,6 +70,26 @@ __all__ = [  # what the prompts module defines, re-exported here where generatio
 # --------------------------------------------------------------------------- endpoints
 
 
+def base_url_refusal(url: str) -> str | None:
+    """Why ``url`` must not be used as a base URL, or None: it carries a user name or password, a
+    query string or a fragment — where keys get pasted (``?api-key=…``) — which would end up in
+    messages, cache metadata and files. The reason never repeats the URL, so nothing typed there is
+    shown, logged or stored; the URL is refused, not cleaned, so whoever typed it knows it was not used.
+    """
+    text = url.strip()
+    try:
+        netloc = urlsplit(text).netloc
+    except ValueError:
+        return "the base URL is not a valid URL"
+    if "@" in netloc:
+        what = "a user name or password"
+    elif "?" in text or "#" in text:
+        what = "a query string or fragment ('?…' or '#…')"
+    else:
+        return None
+    return f"the base URL must not contain {what} (it was not used and is not kept); give the key as the API key"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible chat-completions server and the sampling settings sent to it.
@@ -90,15 +110,9 @@ class Endpoint:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        # A password in the URL would end up in messages, cache metadata and files: refuse it, unrepeated.
-        try:
-            netloc = urlsplit(self.base_url.strip()).netloc if self.base_url else ""
-        except ValueError:
-            raise GenerationError("the base URL is not a valid URL") from None
-        if "@" in netloc:
-            raise GenerationError(
-                "the base URL must not contain a user name or password; pass the key as the API key instead"
-            )
+        refusal = base_url_refusal(self.base_url) if self.base_url else None
+        if refusal:
+            raise GenerationError(refusal)
 
     @classmethod
     def from_env(
@@ -446,7 +460,8 @@ def _deadline_transport(authorization: str | None = None) -> Any:
 
     Requests leave with the headers in ``_SENT_HEADERS`` (plus the client's ``x-stainless-*``
     telemetry) and ``authorization`` as the only credential: nothing the openai client picked up
-    from the server's environment goes to the endpoint.
+    from the server's environment goes to the endpoint. ``authorization`` goes on every request, so
+    the client using this transport must not follow redirects (``_OpenAIBackend`` does not).
 
     httpx's timeouts bound each read; a server sending a byte every second never trips them. Every
     read, write and connect here is given at most what is left of the request's deadline, and the
@@ -555,13 +570,15 @@ class _OpenAIBackend:
         self.logprobs_refused = False
         self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
+        # Redirects are not followed: the transport adds the key to every request it sends, so a
+        # followed redirect would take the key to wherever the server pointed.
         self.client = openai.OpenAI(
             base_url=endpoint.url,
             api_key=endpoint.api_key or "no-key",
             timeout=endpoint.timeout,
             max_retries=0,
             http_client=openai.DefaultHttpxClient(
-                transport=_deadline_transport(f"Bearer {endpoint.api_key or 'no-key'}")
+                transport=_deadline_transport(f"Bearer {endpoint.api_key or 'no-key'}"), follow_redirects=False
             ),
         )
 
@@ -645,6 +662,12 @@ class _OpenAIBackend:
                     raise _Failure(f"could not reach {url}: {cause}", batch=True) from None
             except openai.APIStatusError as err:
                 status = err.status_code
+                if 300 <= status < 400:
+                    raise _Failure(
+                        f"{url} answered with a redirect ({status}); redirects are not followed, so nothing (the "
+                        "key included) went anywhere else: use the address it redirects to as the base URL",
+                        batch=True,
+                    ) from None
                 if status == 400 and self.token_limit == "max_tokens" and "max_completion_tokens" in str(err.body):
                     self.token_limit = "max_completion_tokens"  # newer OpenAI models renamed the limit
                     continue
@@ -783,10 +806,11 @@ def _logprob_tokens(response: Any) -> list[dict[str, Any]] | None:
 class ChatClient:
     """An OpenAI-compatible chat server (or a ``LocalEndpoint``) with this project's request rules.
 
-    Only plain headers leave and the key only as ``Authorization``; the key is redacted from every
-    reply and message; ``endpoint.timeout`` is a total deadline per request; 429 and 5xx are retried
-    up to ``max_retries`` times with backoff (Retry-After honoured, at most ``max_delay`` s), timeouts
-    and refused connections twice. A failure raises ``LLMFailure`` (``batch``: stop the batch).
+    Only plain headers leave and the key only as ``Authorization``, to the endpoint's URL alone (a
+    redirect is a failure, never followed); the key is redacted from every reply and message;
+    ``endpoint.timeout`` is a total deadline per request; 429 and 5xx are retried up to
+    ``max_retries`` times with backoff (Retry-After honoured, at most ``max_delay`` s), timeouts and
+    refused connections twice. A failure raises ``LLMFailure`` (``batch``: stop the batch).
     ``usage`` sums the tokens of every reply this client received (thread-safe).
     """
 

@@ -176,6 +176,31 @@ def test_a_list_wise_run_is_computed_through_the_kind_and_only_after_a_click(llm
     assert again.usage == run.usage  # and it still says what it cost to make
 
 
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ((401, {}, {"error": {"message": f"Incorrect API key {KEY}"}}), "rejected the API key (401 Unauthorized)"),
+        ((500, {"Retry-After": "0"}, {"error": {"message": "boom"}}), "answered 500 (server error) 6 times"),
+        (("raw", "application/json", b"{not json"), "malformed response"),
+        (("say", "x" * ((1 << 20) + 100)), "sent a reply larger than 1 MB"),
+    ],
+)
+def test_eval_says_an_llm_reranking_that_failed_as_generate_does(
+    llm: FakeLLM, fault: tuple[object, ...], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 item 10: the endpoint's faults are exit 3 and one ``error:`` line saying what went wrong
+    (as ``generate`` gives), not the catch-all for bugs; nothing is written for an unfinished run."""
+    from r2med_core.cli import main
+
+    llm.script = [fault] * 200
+    code = main(["eval", "--retriever", LIST, "--demo", TASK, "--output-dir", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 3, err
+    assert err.strip().splitlines()[-1].startswith("error: ") and said in err and "unexpected" not in err
+    assert "run again to resume" in err and KEY not in out + err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_point_wise_explanations_come_from_the_cache_only(llm: FakeLLM, tiny_r2med: Path) -> None:
     llm.responder = judge
     dataset = load_r2med_dir(tiny_r2med)

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from .. import llm_rerank as lr
 from ..data import Dataset
-from ..endpoints import OperatorLLM, operator_llm
+from ..endpoints import EndpointError, OperatorLLM, operator_llm
 from ..generation import Endpoint
 from ..progress import Progress
 from ..runs import Run
@@ -72,7 +72,10 @@ def use_operator(operator: OperatorLLM | None) -> None:
 
 def operator_endpoint(model: str) -> Endpoint:
     """The endpoint a reranking by ``model`` uses: the operator's default one, with the operator's key."""
-    operator = _OPERATOR if _OPERATOR is not None else operator_llm(load_settings())
+    try:
+        operator = _OPERATOR if _OPERATOR is not None else operator_llm(load_settings())
+    except EndpointError as err:
+        raise SpecError(f"no LLM endpoint for {model!r}: {err}") from None
     resolved = lr.reranker_endpoint("", "", model, operator, timeout=TIMEOUT)
     if resolved.endpoint is None:
         raise SpecError(f"no LLM endpoint for {model!r}: {resolved.note or 'name a model'}")

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..cache import cached, entry_path, is_intact
 from ..encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
+from ..generation import OPENAI_DEFAULT_URL, base_url_refusal
 from ..hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend
 from ..hub import ModelUnavailable, check_model_reachable
 from ..progress import Progress, report
@@ -403,8 +404,13 @@ class _NVEmbedEncoder:
 
 
 def openai_endpoint() -> str:
-    """The embeddings server: the operator's ``OPENAI_BASE_URL``, else OpenAI's (never a visitor's)."""
-    return (os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+    """The embeddings server: the operator's ``OPENAI_BASE_URL``, else OpenAI's (never a visitor's).
+    It goes into messages and cache manifests, so one that may carry a secret is refused."""
+    url = (os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL).rstrip("/")
+    refusal = base_url_refusal(url)
+    if refusal:
+        raise DenseModelUnavailable(f"OPENAI_BASE_URL: {refusal}")
+    return url
 
 
 def _truncate_tokens(text: str, limit: int | None) -> str:

@@ -1,9 +1,12 @@
 """Issue 9 item 1: the operator's API key goes only to the operator's endpoints, never to a URL a
 visitor types; credentials in a URL are refused unrepeated; a reply echoing a key is redacted before
-it is cached or written. Real local HTTP servers record the Authorization header they receive."""
+it is cached or written. Issue 29 items 1 and 2: a redirect is never followed (so the key never
+reaches the host it points to), and a query string or fragment in a base URL is refused like
+credentials. Real local HTTP servers record the Authorization header they receive."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,16 @@ from r2med_core.endpoints import (
     operator_llm,
     resolve_endpoint,
 )
-from r2med_core.generation import generate_rewrites, hypothetical_document, save_rewrites
+from r2med_core.generation import (
+    Endpoint,
+    GenerationError,
+    LLMFailure,
+    chat,
+    generate_rewrites,
+    hypothetical_document,
+    save_rewrites,
+)
+from r2med_core.retrieval.dense import DenseModelUnavailable, openai_endpoint
 from r2med_core.settings import load_settings
 
 from ..test_app import open_app
@@ -94,6 +106,67 @@ def test_credentials_in_a_url_are_refused_without_repeating_them(url: str) -> No
     assert resolved.endpoint is None and "pa55word" not in (resolved.note or "")
 
 
+IN_THE_URL = ["http://127.0.0.1:9/v1?api-key=pa55word", "https://api.example/v1/?key=pa55word", "http://h/v1#pa55word"]
+
+
+@pytest.mark.parametrize("url", IN_THE_URL)
+def test_a_query_string_or_fragment_in_a_base_url_is_refused_without_repeating_it(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 item 2: a key pasted as ``?api-key=…`` is refused like a password in the URL, by every
+    way a base URL comes in: typed in the app, ``--base-url`` / an ``Endpoint``, the embeddings server."""
+    with pytest.raises(EndpointError) as err:
+        normalize_url(url)
+    assert "must not contain a query string or fragment" in str(err.value) and "pa55word" not in str(err.value)
+    resolved = resolve_endpoint(url, VISITOR_SECRET, "m", _operator({}))
+    assert resolved.endpoint is None and "query string" in (resolved.note or "")
+    assert "pa55word" not in (resolved.note or "")
+    with pytest.raises(GenerationError) as refused:
+        Endpoint(url, "m")
+    assert "query string" in str(refused.value) and "pa55word" not in str(refused.value)
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    with pytest.raises(DenseModelUnavailable) as embeddings:
+        openai_endpoint()
+    assert "query string" in str(embeddings.value) and "pa55word" not in str(embeddings.value)
+
+
+@pytest.mark.parametrize("url", [IN_THE_URL[0], "http://alice:pa55word@127.0.0.1:9/v1"])
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "R2MED_LLM_ENDPOINTS"])
+def test_an_operator_base_url_that_cannot_be_used_is_named_not_skipped(variable: str, url: str) -> None:
+    """Skipped, it would leave OpenAI's endpoint as the operator's, and the operator's key would go there."""
+    with pytest.raises(EndpointError) as err:
+        _operator({"OPENAI_API_KEY": OPERATOR_SECRET, variable: url})
+    assert variable in str(err.value) and "pa55word" not in str(err.value)
+
+
+def test_the_app_names_an_operator_base_url_with_a_query_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", IN_THE_URL[0])
+    at = open_app()
+    assert not at.exception
+    assert any("OPENAI\\_BASE\\_URL" in e.value and "misconfigured" in e.value for e in at.error)
+    assert "pa55word" not in shown_text(at)
+    assert not at.sidebar.radio  # nothing opens with it
+
+
+@pytest.mark.parametrize("source", ["--base-url", "OPENAI_BASE_URL"])
+def test_cli_refuses_a_query_string_in_the_base_url_without_printing_or_storing_it(
+    source: str, tmp_path: Path, _isolated_cache: Path
+) -> None:
+    with FakeLLM() as server:
+        url = f"{server.url}?api-key=pa55word"
+        given, env = (["--base-url", url], {}) if source == "--base-url" else ([], {"OPENAI_BASE_URL": url})
+        done = cli(
+            "generate", "--method", "hyde", "--demo", "qa-reference", "--model", "m", "--limit", "1",
+            "--output", str(tmp_path / "out"), *given, env=env,
+        )  # fmt: skip
+        assert not server.requests
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "must not contain a query string or fragment" in done.stderr
+    assert "pa55word" not in done.stdout + done.stderr
+    stored = [p for p in tmp_path.rglob("*") if p.is_file() and b"pa55word" in p.read_bytes()]
+    assert not stored and not (tmp_path / "out").exists()
+
+
 def test_the_app_sends_the_operator_key_only_to_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
     """Operator key in the environment, visitor types their own URL and turns HyDE on (What-if page):
     the visitor's server never sees the operator key, the sidebar says "no key", nothing shows the key."""
@@ -136,16 +209,23 @@ def test_endpoints_listed_in_secrets_get_the_operator_key_from_secrets(monkeypat
         assert not at.exception and OPERATOR_SECRET not in shown_text(at)
 
 
+@pytest.mark.parametrize(
+    ("typed", "refusal"),
+    [
+        (lambda url: url.replace("http://", "http://alice:pa55word@"), "must not contain a user name or password"),
+        (lambda url: url + "?api-key=pa55word", "must not contain a query string or fragment"),  # issue 29 item 2
+    ],
+)
 def test_credentials_typed_in_the_base_url_are_never_shown_sent_or_stored(
-    monkeypatch: pytest.MonkeyPatch, _isolated_cache: Path
+    typed: Callable[[str], str], refusal: str, _isolated_cache: Path
 ) -> None:
     with FakeLLM() as server:
-        url = server.url.replace("http://", "http://alice:pa55word@")
+        url = typed(server.url)
         at = open_app("rewriting", task="qa-reference", systems=["bm25"])
         at.text_input(key="w_llm_url").input(url).run()
         at.text_input(key="w_llm_model").input("fake-gpt").run()
         assert not at.exception
-        assert any("must not contain a user name or password" in w.value for w in at.sidebar.warning)
+        assert any(refusal in w.value for w in at.sidebar.warning)
         assert "pa55word" not in shown_text(at).replace(url, "")  # only the visitor's own field holds it
         assert not [b for b in at.button if b.key == "w_gen_start"]  # nothing to start with that URL
         assert not server.requests
@@ -177,3 +257,45 @@ def test_a_reply_that_echoes_the_key_is_redacted_before_it_is_cached_or_written(
     files = [p for p in [*_isolated_cache.rglob("*"), written] if p.is_file()]
     assert len(files) > len(demo.queries)  # every reply, the recorded set and the written file
     assert not [p for p in files if VISITOR_SECRET.encode() in p.read_bytes()]
+
+
+def _redirecting_to_another_host(target: FakeLLM, status: int) -> FakeLLM:
+    """The operator's endpoint (127.0.0.1:P) answering every request with a redirect to ``target``
+    spelled as localhost:Q: another origin, which must never see the operator's key."""
+    port = target.url.rsplit(":", 1)[1].split("/")[0]
+    server = FakeLLM()
+    server.script = [(status, {"Location": f"http://localhost:{port}/v1/chat/completions"}, {})] * 20
+    return server
+
+
+@pytest.mark.parametrize("status", [307, 308, 302])
+def test_a_redirect_never_takes_the_operator_key_to_another_host(status: int) -> None:
+    """Issue 29 item 1, through the client the app's live features use (the What-if page's HyDE, LLM
+    reranking and judging all go through ``ChatClient``): the redirect is refused and said so."""
+    demo = load_demo("qa-reference")
+    with FakeLLM() as elsewhere, _redirecting_to_another_host(elsewhere, status) as operator_server:
+        operator = _operator({"OPENAI_API_KEY": OPERATOR_SECRET, "OPENAI_BASE_URL": operator_server.url})
+        resolved = resolve_endpoint("", "", "fake-gpt", operator)
+        assert resolved.credential_source == OPERATOR_KEY
+        text, problem = hypothetical_document(demo, ASK, resolved.endpoint)
+        assert _keys_seen(operator_server) == [f"Bearer {OPERATOR_SECRET}"]  # the endpoint's own origin only
+        assert not elsewhere.requests, "the redirect was followed"
+        assert text is None and problem and "redirect" in problem and OPERATOR_SECRET not in problem
+        with pytest.raises(LLMFailure) as failed:
+            chat(resolved.endpoint, [{"role": "user", "content": ASK}], max_retries=0)
+        assert failed.value.batch and "redirect" in failed.value.message
+        assert not elsewhere.requests
+
+
+def test_the_cli_never_follows_a_redirect_with_the_key(tmp_path: Path) -> None:
+    """Issue 29 item 1 through ``generate --base-url``: exit 3 with the reason; the other host sees nothing."""
+    with FakeLLM() as elsewhere, _redirecting_to_another_host(elsewhere, 307) as server:
+        done = cli(
+            "generate", "--method", "hyde", "--demo", "qa-reference", "--model", "m", "--limit", "1",
+            "--base-url", server.url, "--output", str(tmp_path / "out"), env={"OPENAI_API_KEY": OPERATOR_SECRET},
+        )  # fmt: skip
+        assert not elsewhere.requests, "the redirect was followed"
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "redirect" in done.stderr.splitlines()[-1]
+    assert OPERATOR_SECRET not in done.stdout + done.stderr
+    assert not (tmp_path / "out").exists()
