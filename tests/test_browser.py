@@ -24,7 +24,6 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from r2med_core import load_demo, run_system
-from r2med_core.stats import dataset_summary
 
 pytestmark = pytest.mark.browser
 
@@ -262,6 +261,27 @@ def assert_query_panels(page: Page, qid: str) -> None:
 # --------------------------------------------------------------------------- tests
 
 
+def test_the_clinician_path_from_the_landing_to_a_failures_verdict_in_one_click(page: Page) -> None:
+    """Open the app, click the first failure card: the question opens with its verdict in a sentence
+    (what was missed, the reasoning gap, what HyDE changed), the gold and retrieved documents below."""
+    page.goto("/")
+    settle(page, "Open this question")
+    page.get_by_text("BM25 finds a relevant document in its top 10 for 4 of 12 questions.").wait_for()
+    assert page.locator("h1").filter(has_text="R2MED Explorer").first.is_visible()
+    page.get_by_role("button", name="Open this question").first.click()  # the one click
+    settle(page, "Next failure")
+    verdict = page.locator('[data-testid="stAlertContentWarning"]').filter(has_text="Missed:").first
+    text = verdict.inner_text()
+    assert "none of the 3 relevant documents is in BM25's top 10" in text
+    assert "Reasoning gap: the answer, Systemic lupus erythematosus, is never named in the question" in text
+    assert "With HyDE (demo-writer) they come back at ranks 3, 1, 2." in text
+    assert query_param(page, "q") == ["11"] and query_param(page, "task") == ["clinical-case"]
+    page.get_by_role("heading", name=re.compile(r"Gold documents \(3\)")).wait_for(state="visible")
+    page.get_by_role("heading", name=re.compile(r"Retrieved top 10")).wait_for(state="visible")
+    full_page_screenshot(page, "landing-to-verdict")
+    assert_healthy(page)
+
+
 def test_explorer_selects_a_query_and_puts_it_in_the_url(page: Page, judged_ids: list[str]) -> None:
     page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25")
     settle(page, "Retrieved top 10")
@@ -345,7 +365,7 @@ TITLES = {
 
 
 def heading_of(name: str) -> str:
-    return dataset_summary(load_demo(TASK)).title if name == "overview" else TITLES[name]
+    return "R2MED Explorer" if name == "overview" else TITLES[name]  # the Overview is the app's landing
 
 
 @pytest.mark.parametrize("name", list(PAGES))

@@ -25,7 +25,7 @@ from r2med_core.identity import labels_blind
 from r2med_core.list_judging import explorer_annotators
 from r2med_core.report import metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
-from views import auth, diagnosis, judge, labels, state, ui
+from views import auth, diagnosis, failures, judge, labels, state, ui
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -214,6 +214,8 @@ with st.container(border=True):
             continue
         with st.expander(ui.md(name.replace("_", " "))):
             st.text(str(value))
+if not blind:  # the verdict tells whether the query failed: not before the person's own label
+    failures.verdict_box(dataset, v.system, run, qid, picker_key)
 
 per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
 with_rewrite = (

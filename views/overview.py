@@ -1,17 +1,26 @@
-"""Overview: what the task is, how big, how its queries and documents look."""
+"""Overview, the landing page: where the chosen system fails on this task, in plain words with the
+worst failures one click away; then what the task is, how big, how its queries and documents look."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import streamlit as st
 
-from views import ui
+from views import failures, ui
 
 dataset = ui.current_dataset()
 summary, lengths = ui.dataset_overview(dataset)
 
-st.title(ui.md(summary.title))
+st.title("R2MED Explorer")
+st.caption(
+    "Medical search where the relevant document is reached by a reasoning step (a diagnosis, a mechanism, a "
+    "treatment decision), not by shared words: see where retrievers fail, and why."
+)
 ui.demo_banner(dataset)
+st.subheader(f"Where search fails: {ui.md(summary.title)}")
+failures.landing(dataset)
+
+st.header(ui.md(summary.title))
 st.caption(ui.md(summary.description))
 
 cols = st.columns(4)

@@ -14,11 +14,15 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from r2med_core import DEMO_TASKS
 from r2med_core.list_judging import SaveOnce
 from r2med_core.systems import rewritten_name
 
 DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
+
+
+#: The demo task the app opens on: clinical-case, where BM25 misses 8 of 12 questions for lack of a
+#: diagnosis (the most telling failures; tests/test_verdicts.py keeps this true of the demo data).
+DEMO_TASK = "clinical-case"
 
 
 @dataclass
@@ -26,7 +30,7 @@ class View:
     """Everything a deep link restores. Field names are the URL parameter names."""
 
     source: str = "demo"
-    task: str = DEMO_TASKS[1]
+    task: str = DEMO_TASK
     folder: str = ""
     systems: list[str] = field(default_factory=lambda: list(DEFAULT_SYSTEMS))
     extra: list[str] = field(default_factory=list)  # dense models the user typed in

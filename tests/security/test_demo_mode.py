@@ -89,7 +89,7 @@ def test_no_local_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert not at.exception
     assert "Local folder" not in at.radio(key="w_source").options
     assert at.radio(key="w_source").value == "demo"
-    assert at.title[0].value != "task"
+    assert at.header[0].value != "task"
     assert not [s for s in at.selectbox if s.key == "w_folder"]
 
 

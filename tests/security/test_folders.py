@@ -43,7 +43,7 @@ def _refused(at) -> bool:  # type: ignore[no-untyped-def]
 def test_a_folder_inside_a_root_loads(layout: dict[str, Path]) -> None:
     at = open_app("overview", source="local", folder=str(layout["inside"]))
     assert not at.error
-    assert at.title[0].value == "Biology"
+    assert at.header[0].value == "Biology"  # the Overview names the task under the app's title
     assert any("5 documents" in c.value for c in at.sidebar.caption)
 
 

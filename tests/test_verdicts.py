@@ -1,0 +1,115 @@
+"""Failures in plain words (r2med_core.verdicts and the landing): the sentences a clinician reads
+name what was missed, why and what HyDE changed, with the real ranks; the app opens on them."""
+
+from __future__ import annotations
+
+import pytest
+
+from r2med_core import load_demo, run_system
+from r2med_core.data import DEMO_TASKS
+from r2med_core.diagnosis import REASONING_GAP, diagnose, oracle_run
+from r2med_core.verdicts import answer_name, named_in, next_failure, summary, verdict, worst_failures
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("R2MED_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        dataset = load_demo("clinical-case")
+        run, oracle = run_system(dataset, "bm25"), oracle_run(dataset)
+        hyde = run_system(dataset, "bm25+hyde:demo-writer")
+    return dataset, run, oracle, hyde, diagnose(dataset, run, oracle)
+
+
+def test_the_headline_and_class_sentences_count_what_the_diagnosis_counts(case) -> None:  # type: ignore[no-untyped-def]
+    dataset, run, _, _, found = case
+    words = summary(found, "BM25", "BM25")
+    in_top = sum(
+        any((r := run.rank_of(q, d)) is not None and r <= 10 for d in dataset.positives(q))
+        for q in dataset.queries
+        if dataset.positives(q)
+    )
+    assert words.headline == f"BM25 finds a relevant document in its top 10 for {in_top} of 12 questions."
+    assert in_top == 4 and words.n_failed == 8
+    assert len(words.class_lines) == 1 and words.class_lines[0].startswith("8 questions failed for lack of reasoning")
+
+
+def test_the_addison_case_verdict_names_the_answer_the_ranks_and_what_hyde_changed(case) -> None:  # type: ignore[no-untyped-def]
+    dataset, run, oracle, hyde, found = case
+    item = next(q for q in found.queries if q.query_id == "3")
+    told = verdict(
+        dataset, item, run, system_label="BM25", oracle_run=oracle, oracle_label="BM25",
+        rewrite_run=hyde, rewrite_label="HyDE (demo-writer)",
+    )  # fmt: skip
+    gold = sorted(dataset.positives("3"), key=lambda d: run.rank_of("3", d) or 10_000)
+    before = [run.rank_of("3", d) for d in gold]
+    after = [hyde.rank_of("3", d) for d in gold]
+    assert before == [42, 83, None] and after == [3, 1, 2]  # the demo's Addison's crisis case
+    assert told.failed and told.failure_class == REASONING_GAP
+    assert told.sentences == (
+        "Missed: none of the 3 relevant documents is in BM25's top 10 (they are at ranks 42, 83 and not in the "
+        "top 100).",
+        "Reasoning gap: the answer, Primary adrenal insufficiency, is never named in the question; given the "
+        "answer, BM25 finds 3 of 3 in its top 10.",
+        "With HyDE (demo-writer) they come back at ranks 3, 1, 2.",
+    )
+
+
+def test_a_found_question_and_a_question_without_a_rewrite(case) -> None:  # type: ignore[no-untyped-def]
+    dataset, run, oracle, _, found = case
+    ok = next(q for q in found.queries if not q.failed)
+    told = verdict(dataset, ok, run, system_label="BM25", oracle_run=oracle, oracle_label="BM25")
+    assert not told.failed and told.text.startswith("Found: BM25 has ") and "HyDE" not in told.text
+    failed = worst_failures(found, 1)[0]
+    told = verdict(dataset, failed, run, system_label="BM25", oracle_run=None, oracle_label="BM25")
+    assert told.sentences[0].startswith("Missed:") and len(told.sentences) == 1  # no oracle run: no reason made up
+
+
+def test_the_worst_failures_come_first_and_next_failure_walks_them(case) -> None:  # type: ignore[no-untyped-def]
+    _, _, _, _, found = case
+    worst = worst_failures(found, 3)
+    ranks = [q.best_gold_rank or 10_000 for q in worst]
+    assert ranks == sorted(ranks, reverse=True) and all(q.failed for q in worst)
+    failed = [q.query_id for q in found.queries if q.failed]
+    assert next_failure(failed, failed[0]) == failed[1]
+    assert next_failure(failed, failed[-1]) == failed[0]  # wraps round
+    assert next_failure(["7"], "7") is None
+
+
+def test_answer_names_and_whether_the_question_names_them() -> None:
+    assert answer_name("Cardiac sarcoidosis: granulomatous infiltration of the septum") == "Cardiac sarcoidosis"
+    assert answer_name("Wilson disease (hepatolenticular degeneration): copper") == "Wilson disease"
+    assert answer_name("Giant cell arteritis presenting as fever of unknown origin") == "Giant cell arteritis"
+    assert named_in("Known celiac disease, now anaemic", "Celiac disease")
+    assert not named_in("Diarrhoea and weight loss with a rash", "Celiac disease")
+
+
+def test_the_demo_opens_on_its_most_telling_task(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The app's default demo task is the one where BM25 fails most for lack of reasoning."""
+    from views.state import DEMO_TASK, View
+
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    gaps = {}
+    for task in DEMO_TASKS:
+        dataset = load_demo(task)
+        gaps[task] = diagnose(dataset, run_system(dataset, "bm25"), oracle_run(dataset)).counts()[REASONING_GAP]
+    assert View().task == DEMO_TASK == max(gaps, key=gaps.__getitem__)
+
+
+def test_the_landing_starts_from_the_failures_and_a_card_opens_its_verdict() -> None:
+    from tests.test_app import open_app
+
+    at = open_app()  # "/" with no link: the Overview, on the demo's default task
+    assert at.title[0].value == "R2MED Explorer"
+    texts = [m.value.replace("\\", "") for m in at.markdown]  # as shown: markdown escapes undone
+    assert any("BM25 finds a relevant document in its top 10 for 4 of 12 questions." in t for t in texts)
+    cards = [b for b in at.button if b.label == "Open this question"]
+    assert len(cards) == 3
+    cards[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    verdicts = [e.value.replace("\\", "") for e in at.warning if "Missed" in e.value]
+    assert verdicts and "Reasoning gap" in verdicts[0] and "come back at ranks" in verdicts[0]
+    first = at.session_state["view"].q
+    at.button(key="w_next_failure").click().run()
+    assert at.session_state["view"].q != first
+    assert any("Missed" in e.value for e in at.warning)
