@@ -273,7 +273,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
     if args.model.startswith("local:"):
         return LocalEndpoint(
-            args.model[len("local:") :] or "smollm2", args.temperature or 0.0, min(args.max_tokens, 256)
+            args.model[len("local:") :] or "smollm2", args.temperature or 0.0, min(args.max_tokens or 256, 256)
         )
     endpoint = Endpoint.from_env(
         args.model,
@@ -724,13 +724,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--temperature",
         type=_finite(0.0, strict=False),
         default=None,
-        help="default: the benchmark's (0.7, seed 42; GPT-4o / o3-mini class 0.8 with top_p 0.8)",
+        help="default: the benchmark's (0.7, seed 42; GPT-4o / o1 / o3 / DeepSeek-R1 class 0.8 with top_p 0.8)",
     )
     ge.add_argument(
         "--top-p", type=_finite(0.0, strict=True), default=None, help="default: the benchmark's (see --temperature)"
     )
     ge.add_argument(
-        "--max-tokens", type=_int_at_least(1), default=10240, help="the benchmark's 10240 by default"
+        "--max-tokens",
+        type=_int_at_least(1),
+        default=None,
+        help="default: the benchmark's (10240; none sent to the GPT-4o / o1 / o3 / DeepSeek-R1 class)",
     )
     ge.add_argument(
         "--timeout", type=_finite(0.0, strict=True), default=300.0, help="seconds one request may take in all"

@@ -15,7 +15,7 @@ from typing import Any
 
 from .kinds.dense import BENCHMARK_DENSE_PRESETS, TASK_INSTRUCTION_PRESETS
 from .kinds.rerank import rerank_differences
-from .prompts import OFFICIAL_MAX_TOKENS, official_sampling
+from .prompts import official_max_tokens, official_sampling
 from .systems import SpecError, SystemSpec, leaf_systems, parse_system
 from .tasks import TASKS
 
@@ -65,9 +65,10 @@ def _live_differences(method: str, live: Mapping[str, Any], dataset_name: str | 
     if live.get("base_url") != "local" and sampling != official_sampling(str(live.get("model", ""))):
         shown = ", ".join(f"{k} {v}" for k, v in sampling.items()) or "default"
         out.append(f"live rewrites sampled with {shown}, not the benchmark's sampling")
-    budget = live.get("max_tokens")
-    if live.get("base_url") != "local" and budget is not None and budget != OFFICIAL_MAX_TOKENS:
-        out.append(f"live rewrites cut at {budget} tokens, not the benchmark's {OFFICIAL_MAX_TOKENS}")
+    budget, official = live.get("max_tokens"), official_max_tokens(str(live.get("model", "")))
+    if live.get("base_url") != "local" and budget != official:
+        shown = f"live rewrites cut at {budget} tokens" if budget is not None else "live rewrites without a token limit"
+        out.append(f"{shown}, not the benchmark's {official}" if official else f"{shown}; the benchmark sent no limit")
     return out
 
 

@@ -37,20 +37,23 @@ from .prompts import (
     EXPLORER_PROMPTS,
     GENERATION_METHODS,
     LAMER_PASSAGES,
-    OFFICIAL_MAX_TOKENS,
     OFFICIAL_PROMPTS,
     GenerationError,
     Prompts,
     build_messages,
     load_examples,
+    official_max_tokens,
     official_sampling,
+    official_system,
 )
 from .runs import Run
 from .tasks import REWRITE_METHODS, Family
 
 #: Bump when a prompt's wording changes: cached generations of the old wording are then not reused.
 #: (Cache keys also hold the prompt set, official or explorer, and the query2doc examples' digest.)
-PROMPT_VERSION = "r2med-explorer-prompts-3"  # 3: Biology query2doc "that help"
+#: 4: LaMer passages cut with str.split(), sky-32b's system prompt, API-class models without max_tokens,
+#: replies kept raw (unstripped).
+PROMPT_VERSION = "r2med-explorer-prompts-4"
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 _LLM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -96,15 +99,16 @@ class Endpoint:
 
     ``api_key`` is used for requests only: it is left out of ``repr``, equality, cache keys, messages
     and files, so an endpoint can be shown or logged safely. Sampling left unset (None) is the
-    benchmark's for this model (``official_sampling``): temperature 0.7 and seed 42, or for GPT-4o /
-    o3-mini class models temperature 0.8 and top_p 0.8.
+    benchmark's for this model (``official_sampling``): temperature 0.7 and seed 42, or for its API
+    models (GPT-4o, o1-mini, o3-mini, DeepSeek-R1 class) temperature 0.8 and top_p 0.8; ``max_tokens``
+    left unset is its budget (``official_max_tokens``): 10240, or none sent to the API class.
     """
 
     base_url: str | None
     model: str
     api_key: str | None = field(default=None, repr=False, compare=False)
     temperature: float | None = None
-    max_tokens: int = OFFICIAL_MAX_TOKENS
+    max_tokens: int | None = None
     timeout: float = 300.0  # long enough for a reasoning model to fill the benchmark's token budget
     top_p: float | None = None
     seed: int | None = None
@@ -148,9 +152,13 @@ class Endpoint:
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
         return {name: value for name, value in chosen.items() if value is not None}
 
+    def token_budget(self) -> int | None:
+        """The ``max_tokens`` sent: the one set here, else the benchmark's for this model (None: none sent)."""
+        return self.max_tokens if self.max_tokens is not None else official_max_tokens(self.model)
+
     def identity(self) -> dict[str, Any]:
         """What makes two replies comparable (the cache key part); never the key."""
-        return {"base_url": self.url, "model": self.model, **self.sampling(), "max_tokens": self.max_tokens}
+        return {"base_url": self.url, "model": self.model, **self.sampling(), "max_tokens": self.token_budget()}
 
     def default_llm_name(self) -> str:
         return default_llm_name(self.model)
@@ -312,9 +320,11 @@ def generation_key(
     *,
     task: str | None = None,
     prompts: Prompts = OFFICIAL_PROMPTS,
+    llm_name: str | None = None,
 ) -> str:
     """The cache key of one reply: server, model, sampling, method, prompt version and set (with the
-    examples' digest), the task whose wording is used, query, passages."""
+    examples' digest), the system message (the benchmark's own for some LLM names), the task whose
+    wording is used, query, passages."""
     return fingerprint(
         "generation",
         endpoint.identity(),
@@ -325,6 +335,7 @@ def generation_key(
         family.value if family else None,
         query,
         passages,
+        official_system(llm_name) if prompts.name == "official" else None,
     )
 
 
@@ -585,6 +596,11 @@ class _OpenAIBackend:
     def _delay(self, attempt: int) -> float:
         return min(self.base_delay * (2**attempt), self.max_delay)
 
+    def _limit(self) -> dict[str, int]:
+        """The completion limit under the name this server wants, or nothing (the API class's default)."""
+        budget = self.endpoint.token_budget()
+        return {} if budget is None else {self.token_limit: budget}
+
     def complete(self, messages: list[dict[str, str]]) -> str:
         return _reply_text(self.request(messages), self.endpoint.url)
 
@@ -615,7 +631,7 @@ class _OpenAIBackend:
                     model=model,
                     messages=messages,  # type: ignore[arg-type]
                     **self.endpoint.sampling(),
-                    **{self.token_limit: self.endpoint.max_tokens},
+                    **self._limit(),
                     **extra,
                 )
             except openai.AuthenticationError:
@@ -696,7 +712,8 @@ class _OpenAIBackend:
 
 
 def _reply_text(response: Any, url: str) -> str:
-    """The assistant message of a chat completion; empty or odd replies are failures, not documents."""
+    """The assistant message of a chat completion, raw (the benchmark keeps replies unstripped: its
+    answer extraction strips); empty or odd replies are failures, not documents."""
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list):
         raise _Failure(f"malformed response from {url}: no chat-completions JSON")
@@ -708,7 +725,7 @@ def _reply_text(response: Any, url: str) -> str:
     if not isinstance(content, str) or not content.strip():
         reason = getattr(first, "finish_reason", None)
         raise _Failure(f"{url} returned an empty reply (finish_reason={reason})")
-    return content.strip()
+    return content
 
 
 @lru_cache(maxsize=1)
@@ -761,8 +778,8 @@ class _LocalBackend:
                     )
             except Exception as err:
                 raise _Failure(f"local generation failed: {type(err).__name__}: {str(err)[:160]}") from None
-        text = self.tokenizer.decode(out[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
-        if not text:
+        text = self.tokenizer.decode(out[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        if not text.strip():
             raise _Failure("the local model returned an empty reply")
         return text
 
@@ -772,7 +789,7 @@ class _LocalBackend:
 
 @dataclass(frozen=True)
 class Reply:
-    """One chat reply: its text (stripped, the key replaced by ``***``; still untrusted), what it
+    """One chat reply: its text (raw, the key replaced by ``***``; still untrusted), what it
     cost, the reply tokens with their log-probabilities when asked for and sent, and its time."""
 
     text: str
@@ -986,14 +1003,18 @@ def generate_rewrites(
         for qid in wanted:
             query = dataset.queries[qid]
             passages = lamer_passages(dataset, first_stage, qid) if method == "lamer" and first_stage else []
-            key = generation_key(endpoint, method, query, dataset.family, passages, task=dataset.name, prompts=prompts)
+            key = generation_key(
+                endpoint, method, query, dataset.family, passages, task=dataset.name, prompts=prompts, llm_name=llm_name
+            )
             hit = _cache_get(key)
             if hit is not None:
                 result.texts[qid], result.usage[qid] = hit
                 result.cached.add(qid)
                 result.from_cache += 1
             else:
-                messages = build_messages(method, query, dataset.family, passages, task=dataset.name, prompts=prompts)
+                messages = build_messages(
+                    method, query, dataset.family, passages, task=dataset.name, prompts=prompts, llm_name=llm_name
+                )
                 jobs.append((qid, key, messages))
     except GenerationError as err:  # a local model that is not installed
         result.error, result.stopped, result.remaining = str(err), True, list(wanted)

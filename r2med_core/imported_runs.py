@@ -23,7 +23,7 @@ import json
 import os
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,7 @@ def parse_run(data: bytes, label: str, name: str, dataset: Dataset | None = None
     if stripped.startswith(b"{"):
         kit = _kit_topk(data, label)
         scores = kit if kit is not None else _json_scores(data, label)
-        return _from_scores(scores, label, name, dataset)
+        return _without_identical_ids(_from_scores(scores, label, name, dataset), label)
     warnings: list[Problem] = []
     unknown_docs = _DocWarnings(label)
     unknown_queries: dict[str, int] = {}
@@ -117,7 +117,28 @@ def parse_run(data: bytes, label: str, name: str, dataset: Dataset | None = None
     if len(unknown_queries) > MAX_DOC_WARNINGS:
         warnings.append(Problem(label, None, f"{len(unknown_queries)} unknown query ids in all (ignored)"))
     warnings += unknown_docs.problems(dataset)
-    return ImportedRun(run, tuple(warnings), "trec")
+    return _without_identical_ids(ImportedRun(run, tuple(warnings), "trec"), label)
+
+
+def _without_identical_ids(imported: ImportedRun, label: str) -> ImportedRun:
+    """The run with every document whose id equals its query's id dropped, as BEIR's
+    ``ignore_identical_ids`` drops them from any run before scoring (the benchmark's dense evaluation;
+    this app's own dense runs never retrieve them), so an imported run is scored as the paper's were."""
+    rankings, dropped = {}, []
+    for qid, ranking in imported.run.rankings.items():
+        rankings[qid] = [(doc, score) for doc, score in ranking if doc != qid]
+        if len(rankings[qid]) < len(ranking):
+            dropped.append(qid)
+    if not dropped:
+        return imported
+    shown = ", ".join(repr(q) for q in dropped[:3]) + (" …" if len(dropped) > 3 else "")
+    note = Problem(
+        label,
+        None,
+        f"{len(dropped)} queries retrieve a document with their own id ({shown}): dropped before scoring, "
+        "as BEIR's ignore_identical_ids does in the benchmark's evaluation",
+    )
+    return replace(imported, run=replace(imported.run, rankings=rankings), warnings=(*imported.warnings, note))
 
 
 class _DocWarnings:

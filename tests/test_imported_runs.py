@@ -272,3 +272,33 @@ def test_the_r2med_kits_topk_files_load_and_its_gold_rank_files_are_refused(tmp_
         parse_run(broken, "kit.jsonl", "run:kit", dataset)
     with pytest.raises(DataError, match="unreadable JSON"):
         parse_run(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "deep.json", "run:deep", dataset)
+
+
+def _beir_ndcg_at_10(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> float:
+    """BEIR's EvaluateRetrieval.evaluate with ignore_identical_ids=True, transcribed: documents whose id
+    equals the query id are popped from the results, then pytrec_eval scores the rest (mean nDCG@10)."""
+    import pytrec_eval
+
+    results = {qid: dict(docs) for qid, docs in run.items()}
+    for qid, docs in results.items():
+        for pid in list(docs):
+            if qid == pid:
+                docs.pop(pid)
+    scores = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(results)
+    return sum(s["ndcg_cut_10"] for s in scores.values()) / len(scores)
+
+
+@pytest.mark.parametrize("form", ["trec", "json"])
+def test_a_document_with_the_query_id_is_dropped_before_scoring(form: str, dataset) -> None:  # type: ignore[no-untyped-def]
+    shuffled = _shuffled_run(dataset)
+    first = next(iter(dataset.queries))
+    rankings = {qid: list(r) for qid, r in shuffled.rankings.items()}
+    rankings[first] = [(first, 1000.0), *rankings[first]]  # the query's own id ranked first
+    with_self = Run("mine", rankings)
+    data = format_trec(with_self).encode() if form == "trec" else json.dumps(_scores(with_self)).encode()
+    imported = parse_run(data, f"mine.{form}", "run:mine", dataset)
+    assert first not in [doc for doc, _ in imported.run.rankings[first]]
+    assert any("own id" in p.message and "ignore_identical_ids" in p.message for p in imported.warnings)
+    means = evaluate(imported.run, dataset.qrels).means
+    assert means["ndcg_at_10"] == pytest.approx(_beir_ndcg_at_10(dataset.qrels, _scores(with_self)))
+    assert means["ndcg_at_10"] != pytest.approx(evaluate(with_self, dataset.qrels).means["ndcg_at_10"])

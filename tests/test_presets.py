@@ -26,14 +26,14 @@ EXPECTED_MODELS = {
     "medcpt": ("ncbi/MedCPT-Article-Encoder", None, "cls", 512, None, False),
     "inst-l": ("hkunlp/instructor-large", None, None, None, None, True),
     "inst-xl": ("hkunlp/instructor-xl", None, None, None, None, True),
-    "bmr-410m": ("BMRetriever/BMRetriever-410M", None, "lasttoken", 512, None, True),
-    "bmr-2b": ("BMRetriever/BMRetriever-2B", None, "lasttoken", 1024, None, True),
-    "bmr-7b": ("BMRetriever/BMRetriever-7B", None, "lasttoken", 2048, None, True),
+    "bmr-410m": ("BMRetriever/BMRetriever-410M", None, None, 512, None, False),
+    "bmr-2b": ("BMRetriever/BMRetriever-2B", None, None, 1024, None, False),
+    "bmr-7b": ("BMRetriever/BMRetriever-7B", None, None, 2048, None, False),
     "bge": ("BAAI/bge-large-en-v1.5", None, "cls", 512, None, True),
     "e5": ("intfloat/e5-mistral-7b-instruct", None, None, 2048, None, True),
     "grit": ("GritLM/GritLM-7B", None, None, 2048, 512, True),
     "sfr": ("Salesforce/SFR-Embedding-Mistral", None, None, 2048, None, True),
-    "nv": ("nvidia/NV-Embed-v2", None, None, 4096, None, False),
+    "nv": ("nvidia/NV-Embed-v2", None, None, 4096, None, True),
     "openai": ("text-embedding-3-large", None, None, 6000, None, False),
     "medcpt-dual": ("ncbi/MedCPT-Query-Encoder", "ncbi/MedCPT-Article-Encoder", "cls", 512, 64, False),
 }
@@ -114,6 +114,8 @@ def test_medcpt_documents_are_pairs_and_instructor_pools_without_its_prompt() ->
     assert {name for name, model in PRESETS.items() if model.doc_pair} == {"medcpt", "medcpt-dual"}
     assert {name for name, model in PRESETS.items() if not model.pool_prompt} == {"inst-l", "inst-xl"}
     assert PRESETS["nv"].trust_remote_code and PRESETS["grit"].backend == "gritlm"
+    bmr = {name for name, model in PRESETS.items() if model.backend == "bmretriever"}
+    assert bmr == {"bmr-410m", "bmr-2b", "bmr-7b"}  # EOS-pooled through transformers, as its authors encode
     assert "not a paper model" in PRESETS["minilm"].label
     assert "not the paper's setting" in PRESETS["medcpt-dual"].label
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_combination_rules_follow_the_benchmark() -> None:
     assert bm25_query("query2doc", "r1-qwen-32b", "q", "x</think>final") == "final"
     assert dense_query("query2doc", "gpt4", "q", "doc").texts == ("q[SEP]doc",)
     assert dense_query("hyde", "gpt4", "q", "doc").texts == ("q", "doc")
-    assert extract_answer("a Final Response: b", "huatuo-o1-70b") == "b"
+    assert extract_answer("a Final Response: b", "huatuo-o1-70b") == ": b"  # whitespace stripped only
     assert extract_answer("<think>x</think><answer> y </answer>", "qwen-7b-ins") == "y"
     assert extract_answer("no marker at all", "qwq-32b") == "no marker at all"
 
@@ -126,6 +127,48 @@ def test_rewritten_name() -> None:
     assert rewritten_name("dense:minilm", "") == "minilm"
 
 
+def _official_split(model: str, text: str) -> str:
+    """The benchmark's ``split_response_for_r1`` (base.py, first commit), transcribed."""
+    if model in ["r1-llama-8b", "r1-qwen-32b", "r1-llama-70b", "qwq-32b", "qwen3-32b", "qwen3-8b"]:
+        try:
+            _, response = text.split("</think>", 1)
+            response = response.strip()
+        except ValueError:
+            response = text
+    elif model in ["huatuo-o1-8b", "huatuo-o1-70b"]:
+        found = re.search(r"Final Response\s*(.*)", text, re.DOTALL)
+        response = found.group(1).strip() if found else text
+    elif model in ["sky-32b"]:
+        found = re.search(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>", text)
+        response = found.group(1).strip() if found else text
+    elif model in ["qwen-7b-ins", "qwen-3b-ins"]:
+        answers = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+        response = answers[0].strip() if answers else text
+    else:
+        response = text
+    return response
+
+
+REPLIES = [
+    " plain reply, no marker \n",
+    "steps</think>\n the answer </think> more ",
+    "Thinking ... ## Final Response\n\n## Diagnosis: gout\n",
+    "Final Response:\n# Heading\nbody ",
+    "ends with Final Response",
+    "<|begin_of_thought|>t<|end_of_thought|><|begin_of_solution|>\n the passage \n<|end_of_solution|>",
+    "<|begin_of_thought|>t<|end_of_thought|><|begin_of_solution|> cut off before the end marker",
+    "a <|end_of_solution|> without a beginning",
+    "<think>x</think><answer> y </answer><answer>z</answer>",
+    "<answer>unclosed",
+]
+
+
+@pytest.mark.parametrize("llm", ["qwq-32b", "qwen3-8b", "huatuo-o1-8b", "huatuo-o1-70b", "sky-32b", "qwen-3b-ins"])
+def test_answers_are_extracted_as_the_benchmark_extracts_them(llm: str) -> None:
+    for reply in REPLIES:
+        assert extract_answer(reply, llm) == _official_split(llm, reply), reply
+
+
 def test_reasoning_models_are_cut_to_their_answer() -> None:
     assert extract_answer("steps</think> the answer ", "r1-llama-8b") == "the answer"
     assert extract_answer("hmm</think>x", "qwen3-8b") == "x"
@@ -159,3 +202,16 @@ def test_a_rewrite_retrieves_only_its_queries_with_its_own_query_text(tiny_r2med
     assert run.top("q2") == bm25_retriever(ds, "bm25").search([texts["q2"]], 100)[0]
     assert set(run_system(ds, "minilm+hyde:toy-llm").rankings) == {"q1", "q2"}  # dense: the same rule
     assert set(run_system(ds, "bm25").rankings) == {"q1", "q2", "q3"}
+
+
+def test_runs_on_a_reasoning_models_rewrite_are_keyed_by_the_answer_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to how answers are cut out (``ANSWER_RULES_VERSION``) must not reuse runs made the old way;
+    runs on other rewrites are untouched by it."""
+    from r2med_core.kinds import base
+
+    ds = load_demo("clinical-evidence")
+    reasoning, plain = parse_system("bm25+hyde:huatuo-o1-8b"), parse_system("bm25+hyde:gpt4")
+    before = base.run_key(ds, reasoning, 100), base.run_key(ds, plain, 100)
+    monkeypatch.setattr(base, "ANSWER_RULES_VERSION", base.ANSWER_RULES_VERSION + 1)
+    assert base.run_key(ds, reasoning, 100) != before[0]
+    assert base.run_key(ds, plain, 100) == before[1]

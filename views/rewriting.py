@@ -122,10 +122,11 @@ prompt_set = p1.radio(
 )
 sampling = p2.radio(
     "Sampling",
-    ["the benchmark's", "the sidebar's temperature"],
+    ["the benchmark's", "the sidebar's temperature and max tokens"],
     horizontal=True,
     key="w_gen_sampling",
-    help="The benchmark's: temperature 0.7 and seed 42; GPT-4o / o3-mini class models 0.8 with top_p 0.8.",
+    help="The benchmark's: temperature 0.7, seed 42 and at most 10240 tokens; GPT-4o / o1 / o3 / DeepSeek-R1 "
+    "class models 0.8 with top_p 0.8 and no token limit.",
 )
 examples: tuple[tuple[str, str], ...] = ()
 if gen_method == "query2doc" and prompt_set == "official":
@@ -141,23 +142,38 @@ if gen_method == "query2doc" and prompt_set == "official":
             st.error(ui.md(err))
 prompts = Prompts(prompt_set, examples)
 st.caption("Prompts: " + ui.md(prompts.describe(gen_method, dataset.name, dataset.family)) + ".")
+chosen_endpoint = endpoint if source == ui.LIVE_MODEL else LocalEndpoint()
+if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
+    chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None, max_tokens=None)
+default_name = chosen_endpoint.default_llm_name() if chosen_endpoint else ""
+llm_name = c3.text_input(
+    "Save as LLM name",
+    value=default_name,
+    key=f"w_gen_name_{default_name}",
+    help="The benchmark's name for a reasoning model (e.g. sky-32b, qwq-32b) gives its system message and "
+    "its answer extraction.",
+)
 if gen_method != "lamer" and dataset.queries:
     with st.expander("The prompt sent for the first query"):
         first_qid = next(iter(dataset.queries))
         for message in build_messages(
-            gen_method, dataset.queries[first_qid], dataset.family, task=dataset.name, prompts=prompts
+            gen_method,
+            dataset.queries[first_qid],
+            dataset.family,
+            task=dataset.name,
+            prompts=prompts,
+            llm_name=llm_name or default_name,
         ):
             st.caption(message["role"])
             st.text(message["content"])
-chosen_endpoint = endpoint if source == ui.LIVE_MODEL else LocalEndpoint()
-if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
-    chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None)
-default_name = chosen_endpoint.default_llm_name() if chosen_endpoint else ""
-llm_name = c3.text_input("Save as LLM name", value=default_name, key=f"w_gen_name_{default_name}")
 if chosen_endpoint is None:
     st.info("Set a model (and base URL / key if needed) under **Live LLM endpoint** in the sidebar.")
 else:
-    sent = chosen_endpoint.sampling() if isinstance(chosen_endpoint, Endpoint) else {}
+    sent = (
+        {**chosen_endpoint.sampling(), "max_tokens": chosen_endpoint.token_budget() or "none"}
+        if isinstance(chosen_endpoint, Endpoint)
+        else {}
+    )
     st.caption(
         f"{len(dataset.queries)} queries · {gen_method} · {ui.md(chosen_endpoint.url)} · saved as "
         f"`{gen_method}:{llm_name}`"

@@ -25,6 +25,7 @@ from ..cache import cached, entry_path, fingerprint
 from ..data import Dataset
 from ..progress import Progress, report
 from ..retrieval.tokenize import ANALYZER_VERSION
+from ..rewrite import ANSWER_RULES_VERSION, is_reasoning_llm
 from ..runs import Ranking, Run
 from ..tasks import REWRITE_METHODS
 
@@ -369,6 +370,8 @@ def run_key(dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
         key["rewrite"] = fingerprint(
             dataset.rewrites.get(spec.rewrite, {}), dataset.rewrite_queries.get(spec.rewrite, {})
         )
+        if is_reasoning_llm(spec.rewrite[1]):  # its texts are cut to the answer: the rules make the run
+            key["answer_rules"] = ANSWER_RULES_VERSION
     key.update(spec.system_kind.key_parts(dataset, spec, k))
     return key
 

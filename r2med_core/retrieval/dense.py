@@ -12,6 +12,7 @@ keyed by corpus digest + everything that changes an embedding.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import warnings
 from collections.abc import Sequence
@@ -31,7 +32,10 @@ from ..progress import Progress, report
 from ..tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
 
 #: Backends: how a model is loaded and called.
-BACKENDS: tuple[str, ...] = ("sentence-transformers", "gritlm", "nv-embed", "openai")
+BACKENDS: tuple[str, ...] = ("sentence-transformers", "bmretriever", "gritlm", "nv-embed", "openai")
+#: A backend's number goes up when the way it turns a text into a vector changes, so embeddings (and
+#: runs) made the old way are never reused; a backend not listed has not changed since keys were made.
+ENCODER_REVISIONS: dict[str, int] = {"openai": 2}  # 2: inputs sent as JSON string literals, as R2MED did
 
 
 class DenseModelUnavailable(ModelUnavailable):
@@ -121,8 +125,9 @@ def _bmretriever(name: str, size: str, max_length: int) -> DenseModel:
         f"BMRetriever/BMRetriever-{size}",
         query_prompt=_BMR_QUERY,
         doc_prompt=_BMR_DOC,
-        pooling="lasttoken",
         max_length=max_length,
+        normalize=False,
+        backend="bmretriever",
         label=f"BMRetriever-{size}" + (" (GPU advised)" if size != "410M" else ""),
     )
 
@@ -204,7 +209,6 @@ PRESETS: dict[str, DenseModel] = {
             "nvidia/NV-Embed-v2",
             query_prompt=_E5_STYLE,
             max_length=4096,
-            normalize=False,
             instruct_all_parts=True,
             backend="nv-embed",
             trust_remote_code=True,
@@ -382,6 +386,46 @@ class _GritLMEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
+class _BMRetrieverEncoder:
+    """A BMRetriever decoder as its authors (and R2MED) encode with it: the text's tokens cut to
+    ``max_length - 1``, the EOS token appended, and its last hidden state taken as the embedding —
+    raw, never L2-normalised (sentence-transformers' last-token pooling would pool the last text token
+    and append no EOS). A tokenizer without a padding token pads with EOS on the left, as theirs does."""
+
+    def __init__(self, model_id: str, revision: str | None, device: str, fp16: bool) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+            self.tokenizer.padding_side = "left"
+        dtype = torch.float16 if fp16 else None
+        self.model = AutoModel.from_pretrained(model_id, revision=revision, torch_dtype=dtype).to(device).eval()
+        self.device = device
+
+    def encode(self, texts: list[str], *, prompt: str, max_length: int | None, batch_size: int) -> np.ndarray:
+        import torch
+
+        parts = []
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                batch = [prompt + text for text in texts[start : start + batch_size]]
+                ids = self.tokenizer(batch, max_length=(max_length or 512) - 1, truncation=True)["input_ids"]
+                inputs = self.tokenizer.pad(
+                    {"input_ids": [[*row, self.tokenizer.eos_token_id] for row in ids]},
+                    padding=True,
+                    return_attention_mask=True,
+                    return_tensors="pt",
+                ).to(self.device)
+                hidden = self.model(**inputs).last_hidden_state
+                mask = inputs["attention_mask"]
+                eos = mask.shape[1] - 1 - mask.flip(1).argmax(1)  # the last attended position, either padding side
+                parts.append(hidden[torch.arange(len(batch)), eos].float().cpu().numpy())
+        width = int(self.model.config.hidden_size)
+        return np.vstack(parts) if parts else np.zeros((0, width), dtype=np.float32)
+
+
 class _NVEmbedEncoder:
     """NV-Embed-v2 through its own ``encode`` (the repository's code, loaded with trust_remote_code)."""
 
@@ -427,6 +471,13 @@ def _truncate_tokens(text: str, limit: int | None) -> str:
     return text if len(tokens) <= limit else encoding.decode(tokens[:limit])
 
 
+def openai_input(text: str, limit: int | None) -> str:
+    """What the benchmark sends an embeddings API for a text: cut to ``limit`` tokens, newlines made
+    spaces, then written as a JSON string literal (``json.dumps``: quotes added, non-ASCII as ``\\uXXXX``)
+    — so "" is sent as the two characters ``""``, which the API accepts."""
+    return json.dumps(_truncate_tokens(text, limit).replace("\n", " "))
+
+
 class _OpenAIEncoder:
     """An embeddings endpoint through the openai client; the key comes from ``OPENAI_API_KEY`` only.
 
@@ -446,7 +497,7 @@ class _OpenAIEncoder:
         self.client = OpenAI(api_key=self.key, base_url=openai_endpoint(), max_retries=3, timeout=120)
 
     def encode(self, texts: list[str], *, prompt: str, max_length: int | None, batch_size: int) -> np.ndarray:
-        inputs = [_truncate_tokens(prompt + t, max_length) or " " for t in texts]  # the API rejects ""
+        inputs = [openai_input(prompt + t, max_length) for t in texts]
         vectors: list[list[float]] = []
         for start in range(0, len(inputs), 64):
             try:
@@ -461,7 +512,7 @@ class _OpenAIEncoder:
 
 
 @lru_cache(maxsize=2)
-def _load_backend(model: DenseModel, model_id: str) -> Any:
+def _load_backend(model: DenseModel, model_id: str, device: str = "cpu", fp16: bool = False) -> Any:
     """Load a model that does not run through sentence-transformers, with a clear error when it cannot."""
     if model.backend == "openai":
         _require("openai", model, "pip install openai")
@@ -471,6 +522,8 @@ def _load_backend(model: DenseModel, model_id: str) -> Any:
     _check_remote_code(model)
     check_model_reachable(model_id)
     try:
+        if model.backend == "bmretriever":
+            return _BMRetrieverEncoder(model_id, model.revision, device, fp16)
         return _GritLMEncoder(model_id) if model.backend == "gritlm" else _NVEmbedEncoder(model_id, model.revision)
     except Exception as err:
         cause = " ".join(str(err).split())[:200]
@@ -512,7 +565,7 @@ class DenseRetriever:
     def _encoder(self, which: str) -> Any:
         model_id = self.model.doc_model if which == "doc" and self.model.doc_model else self.model.query_model
         if self.model.backend != "sentence-transformers":
-            return _load_backend(self.model, model_id)
+            return _load_backend(self.model, model_id, self.hardware.device, self.hardware.fp16)
         _check_remote_code(self.model)
         model = self.model
         args = (model_id, model.pooling, self._max_length(which), model.revision, model.trust_remote_code)
@@ -608,6 +661,8 @@ class DenseRetriever:
         }
         if self.model.backend == "openai":
             key["endpoint"] = openai_endpoint()  # the server, never the key
+        if self.model.backend in ENCODER_REVISIONS:
+            key["encoder"] = ENCODER_REVISIONS[self.model.backend]
         # Device and fp16 are left out on purpose (their vectors agree to ~1e-3, so embeddings made on
         # a GPU serve a CPU machine); a different backend (ONNX int8 …) is a different model.
         if self.backend != "torch":
