@@ -118,3 +118,88 @@ def length_histogram(dataset: Dataset, bins: int = 40, tail: float = 99.5) -> Le
         medians={kind: float(np.median(v)) if len(v) else 0.0 for kind, v in lengths.items()},
         clipped_at=top if int(everything.max()) > top else None,
     )
+
+
+# --------------------------------------------------------------------------- data facts
+
+#: A document shorter than this many words is counted as "very short" (a title, a stub, a caption).
+SHORT_WORDS = 20
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What a leaderboard never shows about a task's data, computed from the loaded files.
+
+    ``duplicate_groups``: document ids that share one exact text (surrounding whitespace ignored),
+    largest group first; a retriever can only rank one copy first, and qrels may judge one copy and
+    not the other. ``shared_positives``: documents relevant (grade > 0) to two or more queries.
+    """
+
+    n_documents: int
+    duplicate_groups: tuple[tuple[str, ...], ...]
+    n_positive_judgements: int
+    n_positive_documents: int
+    shared_positives: dict[str, int]  # document id -> how many queries judge it relevant (only 2+)
+    short_documents: tuple[str, ...]
+    short_words: int = SHORT_WORDS
+
+    @property
+    def n_duplicates(self) -> int:
+        """Documents whose text an earlier document already has (all copies but one per group)."""
+        return sum(len(group) - 1 for group in self.duplicate_groups)
+
+    def duplicates_frame(self, corpus: dict[str, str], width: int = 120) -> pd.DataFrame:
+        """One row per group of identical documents: how many copies, their ids, the text's start."""
+        rows = [
+            {"copies": len(group), "documents": ", ".join(group), "text": " ".join(corpus[group[0]].split())[:width]}
+            for group in self.duplicate_groups
+        ]
+        return pd.DataFrame(rows, columns=["copies", "documents", "text"])
+
+    def sentences(self) -> list[str]:
+        """The facts as sentences for the Overview (each with its count and share)."""
+        n = max(self.n_documents, 1)
+        out = [
+            f"{self.n_duplicates:,} of {self.n_documents:,} documents ({100 * self.n_duplicates / n:.1f} %) repeat "
+            f"another document's text exactly, in {len(self.duplicate_groups):,} groups of identical texts."
+        ]
+        if self.n_positive_documents:
+            shared = (
+                f"{len(self.shared_positives):,} of them are relevant to more than one query (one to as many as "
+                f"{max(self.shared_positives.values())})"
+                if self.shared_positives
+                else "each is relevant to one query only"
+            )
+            out.append(
+                f"{self.n_positive_judgements:,} relevance judgements point at {self.n_positive_documents:,} "
+                f"documents: {shared}."
+            )
+        short = len(self.short_documents)
+        out.append(
+            f"{short:,} {'document' if short == 1 else 'documents'} ({100 * short / n:.1f} %) "
+            f"{'is' if short == 1 else 'are'} shorter than {self.short_words} words."
+        )
+        return out
+
+
+def data_facts(dataset: Dataset, short_words: int = SHORT_WORDS) -> DataFacts:
+    """Duplicate texts, documents relevant to several queries and very short documents, in one pass
+    over the corpus."""
+    by_text: dict[str, list[str]] = {}  # keys are the corpus's own strings (strip() returns them as is)
+    short: list[str] = []
+    for doc_id, text in dataset.corpus.items():
+        body = text.strip()
+        by_text.setdefault(body, []).append(doc_id)
+        if len(body.split()) < short_words:
+            short.append(doc_id)
+    groups = sorted((tuple(g) for g in by_text.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))
+    positives = Counter(doc for judged in dataset.qrels.values() for doc, grade in judged.items() if grade > 0)
+    return DataFacts(
+        n_documents=len(dataset.corpus),
+        duplicate_groups=tuple(groups),
+        n_positive_judgements=sum(positives.values()),
+        n_positive_documents=len(positives),
+        shared_positives={doc: n for doc, n in positives.items() if n > 1},
+        short_documents=tuple(short),
+        short_words=short_words,
+    )

@@ -11,7 +11,7 @@ import pytest
 import views.ui
 from r2med_core import load_demo
 from r2med_core.data import Dataset
-from r2med_core.stats import dataset_summary, length_histogram, word_counts
+from r2med_core.stats import data_facts, dataset_summary, length_histogram, word_counts
 from tests.test_app import open_app
 
 
@@ -81,3 +81,35 @@ def test_overview_sends_bins_and_computes_them_once(monkeypatch: pytest.MonkeyPa
     counts = _values(bars[0]["customdata"]).reshape(40, 3)[:, 2]
     assert counts.sum() == len(load_demo("clinical-case").corpus)
     assert len(at.get("plotly_chart")[0].proto.spec) < 20_000
+
+
+def test_data_facts_count_duplicates_shared_positives_and_short_documents() -> None:
+    long = "the patient had a long history of symptoms " * 4
+    dataset = Dataset(
+        name="facts",
+        corpus={"a": long, "b": f"  {long}\n", "c": long, "d": "another " * 30, "e": "a stub", "f": "another " * 30},
+        queries={"q0": "x", "q1": "y", "q2": "z"},
+        qrels={"q0": {"a": 1, "d": 2, "e": 0}, "q1": {"a": 2, "d": 1}, "q2": {"a": 1, "f": 0}},
+        source="test",
+    )
+    facts = data_facts(dataset)
+    assert facts.duplicate_groups == (("a", "b", "c"), ("d", "f"))  # surrounding whitespace ignored
+    assert facts.n_duplicates == 3
+    assert facts.shared_positives == {"a": 3, "d": 2}  # grade 0 is not relevant
+    assert (facts.n_positive_judgements, facts.n_positive_documents) == (5, 2)
+    assert facts.short_documents == ("e",)
+    lines = facts.sentences()
+    assert lines[0] == (
+        "3 of 6 documents (50.0 %) repeat another document's text exactly, in 2 groups of identical texts."
+    )
+    assert "5 relevance judgements point at 2 documents: 2 of them are relevant to more than one query" in lines[1]
+    assert lines[2] == "1 document (16.7 %) is shorter than 20 words."
+    table = facts.duplicates_frame(dataset.corpus)
+    assert list(table["copies"]) == [3, 2] and table["documents"][0] == "a, b, c"
+
+
+def test_the_overview_shows_the_data_facts() -> None:
+    at = open_app("overview", task="clinical-case")
+    texts = [m.value.replace("\\", "") for m in at.markdown]
+    assert any("0 of 108 documents (0.0 %) repeat another document's text exactly" in t for t in texts)
+    assert any("36 relevance judgements point at 36 documents: each is relevant to one query only." in t for t in texts)

@@ -67,6 +67,20 @@ with right:
     st.plotly_chart(fig, width="stretch")
     st.caption(f"Judgements by grade: {', '.join(f'grade {g}: {n}' for g, n in summary.grade_counts.items())}.")
 
+st.subheader("Data facts no leaderboard shows")
+facts = ui.dataset_facts(dataset)
+st.markdown("\n".join(f"- {ui.md(line)}" for line in facts.sentences()))
+if facts.duplicate_groups:
+    with st.expander(f"The {len(facts.duplicate_groups):,} groups of identical documents"):
+        st.dataframe(facts.duplicates_frame(dataset.corpus), hide_index=True, width="stretch")
+if facts.short_documents:
+    with st.expander(f"The {len(facts.short_documents):,} documents under {facts.short_words} words"):
+        st.dataframe(
+            {"document": list(facts.short_documents), "text": [dataset.corpus[d] for d in facts.short_documents]},
+            hide_index=True,
+            width="stretch",
+        )
+
 st.subheader("Data source and license")
 st.markdown(
     f"- **Source:** {ui.md(dataset.source)}\n- **Family:** {ui.md(summary.family)}\n"

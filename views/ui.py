@@ -48,7 +48,14 @@ from r2med_core.provenance import Provenance, ProvenanceError, run_provenance
 from r2med_core.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
-from r2med_core.stats import DatasetSummary, LengthHistogram, dataset_summary, length_histogram
+from r2med_core.stats import (
+    DataFacts,
+    DatasetSummary,
+    LengthHistogram,
+    data_facts,
+    dataset_summary,
+    length_histogram,
+)
 from r2med_core.systems import (
     Explanations,
     SpecError,
@@ -124,6 +131,16 @@ def dataset_key(dataset: Dataset) -> str:
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _overview(key: str, _dataset: Dataset) -> tuple[DatasetSummary, LengthHistogram]:
     return dataset_summary(_dataset), length_histogram(_dataset)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _facts(key: str, _dataset: Dataset) -> DataFacts:
+    return data_facts(_dataset)
+
+
+def dataset_facts(dataset: Dataset) -> DataFacts:
+    """Duplicates, shared positives and very short documents, computed once per dataset."""
+    return _facts(dataset_key(dataset), dataset)
 
 
 def dataset_overview(dataset: Dataset) -> tuple[DatasetSummary, LengthHistogram]:
