@@ -42,7 +42,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Literal
 
 PROXY_HEADER_ENV = "R2MED_PROXY_USER_HEADER"
 TRUSTED_PROXIES_ENV = "R2MED_TRUSTED_PROXIES"
@@ -345,30 +345,3 @@ def labels_blind(person: Person | None, config: AuthConfig, annotators_on_query:
         return False
     mine = person.name.strip().lower()
     return not any(isinstance(a, str) and a.strip().lower() == mine for a in annotators_on_query)
-
-
-class _Label(Protocol):
-    dataset: str
-    task: str
-    query_id: str
-    annotator: str
-
-
-T = TypeVar("T", bound=_Label)
-
-
-def visible_labels(person: Person | None, config: AuthConfig, labels: Iterable[T]) -> list[T]:
-    """The labels this person may see outside the query they label: all of them, except for someone who
-    labels blind, who sees only the labels on queries they have labelled themselves (their own and
-    others'), so no page shows them another annotator's judgement of a query before their own."""
-    labels = list(labels)
-    if not labels_blind(person, config, []):
-        return labels
-    assert person is not None  # labels_blind is False without a person
-    mine = person.name.strip().lower()
-    done = {
-        (a.dataset, a.task, a.query_id)
-        for a in labels
-        if isinstance(a.annotator, str) and a.annotator.strip().lower() == mine
-    }
-    return [a for a in labels if (a.dataset, a.task, a.query_id) in done]

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.annotations import Annotation
 from r2med_core.identity import (
     LOOPBACK,
     AuthConfig,
@@ -21,7 +20,6 @@ from r2med_core.identity import (
     peer_trusted,
     resolve_identity,
     typed_person,
-    visible_labels,
 )
 
 PROXY = {"R2MED_PROXY_USER_HEADER": "X-Forwarded-User", "R2MED_TRUSTED_PROXIES": "10.0.0.5/32, 127.0.0.1/32"}
@@ -192,26 +190,3 @@ def test_blind_first_applies_to_someone_who_labels_until_their_first_label_on_th
     assert not labels_blind(None, config, [])
     # Without sign-in the app is as before: nothing is hidden.
     assert not labels_blind(typed_person("Dana"), AuthConfig(), [])
-
-
-def test_someone_labelling_blind_sees_only_labels_on_queries_they_labelled() -> None:
-    """The Annotations page's view of the store: Alice (annotator) has labelled q1 only, so she sees
-    Carol's label there but not Carol's label on q2; Bob reviews, so he sees both; without sign-in, all."""
-    config = AuthConfig(oidc=True)
-
-    def who(email: str):
-        return resolve_identity(config, user={"is_logged_in": True, "email": email}, roles=ROLES)
-
-    labels = [
-        Annotation(dataset="d", task="t", query_id="q1", doc_id="x", failure_type="lexical_trap", annotator=name)
-        for name in ("alice@example.org", "carol")
-    ] + [Annotation(dataset="d", task="t", query_id="q2", doc_id="x", failure_type="lexical_trap", annotator="carol")]
-    assert [(a.query_id, a.annotator) for a in visible_labels(who("alice@example.org"), config, labels)] == [
-        ("q1", "alice@example.org"),
-        ("q1", "carol"),
-    ]
-    assert visible_labels(who("Bob@Example.org"), config, labels) == labels
-    assert visible_labels(typed_person("Dana"), AuthConfig(), labels) == labels
-    other_task = [Annotation(dataset="d", task="u", query_id="q1", doc_id="x", failure_type="lexical_trap",
-                             annotator="carol")]  # fmt: skip
-    assert visible_labels(who("alice@example.org"), config, labels + other_task) == labels[:2]

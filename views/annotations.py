@@ -18,7 +18,7 @@ from r2med_core.backup import backup_text, restore_backup_bytes
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
-from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own, labels_blind, visible_labels
+from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own
 from r2med_core.pooling import JudgingQueue
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
@@ -234,9 +234,10 @@ def _downloads(columns: list) -> None:
 
 
 # ------------------------------------------------------------------ review queue
-# Blind first: someone who labels blind sees only the labels on queries they have labelled themselves.
-blind_annotator = labels_blind(acting.person, acting.config, [])
-everything = visible_labels(acting.person, acting.config, store.list())
+# Who sees which labels is r2med_core.visibility's rule (blind per unit, roles, signed out).
+sight = acting.sight
+blind_annotator = sight.blind
+everything = sight.labels(store.list())
 if blind_annotator:
     st.info(
         "**Blind first.** Other people's labels on a query appear here once you have saved your own label "
