@@ -38,6 +38,7 @@ from .kinds.oracle import reference_answers
 from .progress import Progress
 from .runs import Run
 from .systems import run_system
+from .visibility import Sight
 
 #: How deep a gold document must be for a query not to have failed (the benchmark's headline nDCG@10).
 DEPTH = 10
@@ -167,11 +168,15 @@ def oracle_run(dataset: Dataset, oracle: str = DEFAULT_ORACLE, progress: Progres
     return run_system(dataset, oracle, progress=progress)
 
 
-def judge_proposals(store: AnnotationStore, dataset: Dataset) -> dict[str, frozenset[str]]:
+def judge_proposals(store: AnnotationStore, dataset: Dataset, sight: Sight | None = None) -> dict[str, frozenset[str]]:
     """The documents the LLM judge proposed relevant, per query, from the store's review queue:
-    ``relevant_unjudged`` labels by "proposed by <model>" that no reviewer rejected."""
+    ``relevant_unjudged`` labels by "proposed by <model>" that no reviewer rejected. ``sight``: only
+    the proposals that person may see (``visibility``); None: all of them (the command line)."""
+    labels = store.list(dataset=dataset.source, task=dataset.name)
     found: dict[str, set[str]] = {}
-    for label in store.list(dataset=dataset.source, task=dataset.name, failure_type="relevant_unjudged"):
+    for label in labels if sight is None else sight.labels(labels):
+        if label.failure_type != "relevant_unjudged":
+            continue
         if label.doc_id and label.annotator.startswith(PROPOSER_PREFIX) and label.status != "rejected":
             found.setdefault(label.query_id, set()).add(label.doc_id)
     return {qid: frozenset(docs) for qid, docs in found.items()}

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from .identity import Person
+from .identity import ROLES_FILE_ENV, Person
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
 
@@ -77,6 +77,27 @@ class Sight:
         """Labels blind: signed in, may label, does not review (sees others' work unit by unit)."""
         person = self.person
         return self.signed_in and person is not None and person.may("label") and not person.may("review")
+
+    def notice(self) -> str:
+        """What is withheld from this person and why, for a page to say; "" when nothing is."""
+        if self.reviews:
+            return ""
+        if self.blind:
+            return (
+                "Blind per document: other people's labels, the judgements and the model's proposals on a document "
+                "appear once you have saved your own label on it (on the whole query, once you labelled the whole "
+                "query). Agreement figures, adjudication and the downloads are for reviewers."
+            )
+        if self.person is None:
+            return (
+                "Sign in to see labels: on this server labels, notes, who made them, the model's proposals and "
+                "agreement figures are shown only to annotators (their own work), reviewers and admins."
+            )
+        roles = ", ".join(sorted(self.person.roles)) or "no role"
+        return (
+            f"{self.person.name} ({roles}) sees no labels: they are shown to annotators (their own work), reviewers "
+            f"and admins; the operator grants roles in the roles file ({ROLES_FILE_ENV})."
+        )
 
     def _own(self, label: _Label) -> bool:
         name = self.person.name.strip().lower() if self.person is not None else None

@@ -244,7 +244,7 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     page = context.new_page()
     _sign_in(page, "rita@example.org")
     page.goto(f"/adjudication?task={TASK}")
-    settle(page, "Raw labels (CSV)")
+    settle(page, "Every decision with history (CSV)")  # the raw labels are for admins only
     item = page.locator('[data-testid="stVerticalBlock"]').filter(has_text=f"document {doc}")
     assert item.get_by_text("You labelled this unit").first.is_visible()
     assert page.get_by_role("button", name="Record decision").is_disabled()
@@ -254,7 +254,7 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     page = context.new_page()
     _sign_in(page, "rob@example.org")
     page.goto(f"/adjudication?task={TASK}")
-    settle(page, "Raw labels (CSV)")
+    settle(page, "Every decision with history (CSV)")  # the raw labels are for admins only
     _choose(page, "Adjudicated failure type", "Lexical trap")
     page.get_by_label("Reason (optional)").fill("shares the words, not the answer")
     page.get_by_role("button", name="Record decision").click()

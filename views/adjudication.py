@@ -26,7 +26,7 @@ from r2med_core.agreement import agreement_report, report_csv
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
-from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own, labels_blind
+from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own
 from r2med_core.report import metric_label
 from views import auth, state, ui
 
@@ -197,10 +197,12 @@ auth.reviewer_line(
     placeholder="recorded with every decision",
     name_help="Asked once and kept for this session.",
 )
-if acting.signed_in_mode and not may_review and labels_blind(acting.person, acting.config, []):
-    st.stop()  # blind first: the disagreements would show other people's labels before their own
+sight = acting.sight  # who sees what: r2med_core.visibility's rule
+if not sight.reviews:  # disagreements, decisions, agreement figures and their downloads are review work
+    st.info(ui.md(sight.notice()), icon=":material/visibility_off:")
+    st.stop()
 
-labels = store.list()
+labels = sight.labels(store.list())
 decisions = history(store)
 tasks = sorted({str(a.task) for a in labels})
 task_filter = st.selectbox("Task", [ALL, *tasks], key="w_adj_task")
@@ -290,7 +292,10 @@ d[1].download_button(
 d[2].download_button(
     "Every decision with history (CSV)", decisions_csv(decisions), file_name="r2med_decisions.csv", mime="text/csv"
 )
-d[3].download_button("Raw labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+if sight.exports_store:
+    d[3].download_button("Raw labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+else:
+    d[3].caption("The raw labels (the whole store) are downloaded by admins.")
 
 # ------------------------------------------------------------------ re-evaluation
 st.subheader(f"Re-evaluation with the adjudicated qrels on {ui.md(dataset.name)}")

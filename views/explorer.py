@@ -187,10 +187,11 @@ if filtered:
     st.caption(f"Filtered: this query is {where} filtered queries; Next (J) and Previous (K) step through them.")
 
 terms = query_terms(dataset.queries[qid])
-query_labels = labels.labels_for(dataset, qid)
+stored = labels.labels_for(dataset, qid)
+query_labels = acting.sight.labels(stored)  # the labels this visitor may see (r2med_core.visibility)
 # Blind first (sign-in on): until this person saves their own label on the query they see the query and
 # the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
-blind = labels_blind(acting.person, acting.config, explorer_annotators(query_labels))
+blind = labels_blind(acting.person, acting.config, explorer_annotators(stored))
 bridge = frozenset() if blind else shared_with_gold(dataset, qid)
 with st.container(border=True):
     st.markdown(f"**Query {ui.md(qid)}**")

@@ -111,7 +111,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     else:
         for event in ledger.fresh(events):  # nothing is saved; the row says why, the next key is a new event
             ledger.record(Outcome(event, "refused", error=reason))
-    labels = store.list(dataset=dataset.source, task=dataset.name, query_id=qid)
+    labels = auth.acting().sight.labels(store.list(dataset=dataset.source, task=dataset.name, query_id=qid))
     rows = list_rows(run, qid, k, dataset.corpus, dataset.qrels, labels, annotator)
     handled = [ledger.outcome(e.event_id) for e in events]
     keyboard_list(
