@@ -214,8 +214,9 @@ class Annotation:
     at (rewrite and reranker included) and ``rank`` the document's rank in it. A new label is *proposed*
     (``accepted`` False, no reviewer); ``review`` accepts or rejects it, recording ``reviewer`` and
     ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements. ``blind``: the
-    annotator saved it before seeing the judgements, others' labels or the systems' scores on the query
-    (blind first, with sign-in on); agreement then counts only blind labels.
+    annotator saved it while its unit — the (query, document), or the whole query — was hidden from them:
+    no judgements, others' labels, proposals or scores on it seen yet (``visibility``, with sign-in on);
+    agreement then counts only blind labels.
     """
 
     id: int | None = None

@@ -334,14 +334,3 @@ def check_not_own(person: Person, annotators: Iterable[str]) -> None:
     mine = person.name.strip().lower()
     if any(isinstance(a, str) and a.strip().lower() == mine for a in annotators):
         raise PermissionDenied(f"{person.name} labelled this: nobody reviews their own label")
-
-
-def labels_blind(person: Person | None, config: AuthConfig, annotators_on_query: Iterable[str]) -> bool:
-    """Blind first: with sign-in on, someone who may label and has not labelled this query yet sees the
-    query and the documents only (no judgements, others' labels or scores) until they save their own.
-    ``annotators_on_query``: who labelled the query (or its documents) so far. A reviewer sees every
-    label to review it, so a reviewer never labels blind (their labels are not counted as blind)."""
-    if not config.enabled or person is None or not person.may("label") or person.may("review"):
-        return False
-    mine = person.name.strip().lower()
-    return not any(isinstance(a, str) and a.strip().lower() == mine for a in annotators_on_query)

@@ -8,8 +8,8 @@ annotator's latest grade on the document is not stored again either). Grades are
 stands, agreement and the review queue cover them, and they never change the qrels by themselves.
 
 Blind first: a row shows the qrels grade and others' labels only once the annotator graded it; a grade
-is recorded ``blind`` (with sign-in on) when the annotator had seen neither for that document — no earlier
-label of theirs on it, and none on the query outside list judging (the explorer reveals the whole query).
+is recorded ``blind`` (with sign-in on) when the document was still hidden from its annotator — no earlier
+label of theirs on it nor on the whole query (``visibility``: blind per judging unit).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore, AnnotationStoreError
 from .runs import Run
+from .visibility import Sight
 
 GRADES: tuple[int, ...] = (0, 1, 2)
 #: The label code of each grade.
@@ -116,28 +117,6 @@ def latest_grades(labels: Iterable[Annotation], annotator: str) -> dict[str, int
     return out
 
 
-def grade_blind(signed_in: bool, labels_on_query: Iterable[Annotation], annotator: str, doc_id: str) -> bool:
-    """Whether a grade on ``doc_id`` now is blind: sign-in is on, and the annotator has no label on this
-    document and none on the query but list grades (any other label was made in the explorer, which shows
-    the whole query's judgements once its annotator saved one)."""
-    if not signed_in:
-        return False
-    mine = annotator.strip().lower()
-    for label in labels_on_query:
-        if label.annotator.strip().lower() != mine:
-            continue
-        if label.doc_id == doc_id or label.failure_type not in GRADE_CODES:
-            return False
-    return True
-
-
-def explorer_annotators(labels_on_query: Iterable[Annotation]) -> list[str]:
-    """Who labelled the query outside list judging: the explorer shows them its judgements (blind first
-    ends with their own label there). List grades are left out, so grading a few rows here does not
-    unblind the explorer — and a later list grade can still truthfully be recorded blind."""
-    return [label.annotator for label in labels_on_query if label.failure_type not in GRADE_CODES]
-
-
 def save_grades(
     store: AnnotationStore,
     ledger: SaveOnce,
@@ -148,10 +127,12 @@ def save_grades(
     query_id: str,
     ranking: Run,
     annotator: str,
-    signed_in: bool = False,
+    sight: Sight | None = None,
 ) -> list[Outcome]:
     """Store every event ``ledger`` has not handled, each as one grade label by ``annotator`` recording the
-    ranking shown (``ranking.name``) and the document's rank in it; return their outcomes.
+    ranking shown (``ranking.name``) and the document's rank in it; return their outcomes. A grade is
+    recorded blind when ``sight`` (what ``annotator`` may see) still hid its document from them; without
+    ``sight``, never.
 
     A failed write is refused with its reason (and remembered: the annotator presses the key again, which
     is a new event). Nothing but what the events name is stored.
@@ -177,7 +158,7 @@ def save_grades(
                         rank=ranking.rank_of(query_id, event.doc_id),
                         failure_type=GRADE_TYPE[event.grade],
                         annotator=annotator,
-                        blind=grade_blind(signed_in, labels, annotator, event.doc_id),
+                        blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
                     )
                 )
             except (ValueError, AnnotationStoreError) as err:

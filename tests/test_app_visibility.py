@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from r2med_core import load_demo
+from r2med_core import load_demo, run_system
 from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.pooling import JudgingQueue, pool
+from views.labels import WHOLE_QUERY
+from views.ui import md
 
-from .test_app import open_app
+from .test_app import by_label, open_app, save_label
 
 TASK = "clinical-evidence"
 #: st.login's settings: their presence switches sign-in on (the provider is never reached in AppTest).
@@ -25,7 +28,7 @@ AUTH = {
 }
 ROLES = (
     '"ann@example.org" = "annotator"\n"rev@example.org" = "reviewer"\n'
-    '"adm@example.org" = "admin"\n"nobody@example.org" = []\n'
+    '"adm@example.org" = "admin"\n"nobody@example.org" = []\n"ann2@example.org" = "annotator"\n'
 )
 STORE_WIDE = {"All labels (CSV)", "All labels (JSONL)", "Download a full backup"}
 NOTE_A, NOTE_B = "carol-note-on-a", "carol-note-on-b"
@@ -186,3 +189,53 @@ def test_explorer_shows_a_querys_labels_to_the_team_and_not_to_someone_signed_ou
     assert not signed_out.exception
     assert NOTE_A not in _shown(signed_out) and "carol@example.org" not in _shown(signed_out)
     assert not any("🏷" in e.label for e in signed_out.expander)  # no label tags next to the documents
+
+
+# --------------------------------------------------------------------------- blind per judging unit
+
+
+def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind_judgement() -> None:
+    """Two annotators judge three pooled documents of one query on the Judging page: each judgement is
+    recorded blind (not only each one's first on the query), so the reviewer's agreement counts all three."""
+    dataset = load_demo(TASK)
+    runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
+    JudgingQueue().send(dataset.source, dataset.name, pool(runs, dataset.qrels, 10), "rev@example.org")
+    queued = JudgingQueue().items(dataset.source, dataset.name)[:3]
+    assert len({e.query_id for e in queued}) == 1  # several documents of one query: the case that matters
+    for email, verdict in (("ann@example.org", "not_relevant"), ("ann2@example.org", "relevant_unjudged")):
+        at = _open("judging", email)
+        for entry in queued:
+            assert f"Document {md(entry.doc_id)}" in " ".join(m.value for m in at.markdown)
+            by_label(at.selectbox, "Failure type").set_value(verdict)
+            save_label(at)
+            assert not at.exception and not at.error, [e.value for e in at.error]
+    labels = AnnotationStore().list()
+    assert [(a.doc_id, a.blind) for a in labels] == [(e.doc_id, True) for e in queued] * 2
+    rev = _open("adjudication", "rev@example.org")
+    table = next(df.value for df in rev.dataframe if "kappa before" in df.value.columns)
+    assert list(table["items"]) == [3] and list(table["same label before"]) == [0]
+
+
+def test_the_explorer_stays_blind_after_a_document_label_until_the_whole_query_is_labelled() -> None:
+    dataset = load_demo(TASK)
+    qid = next(iter(dataset.queries))
+    first, second = [d for d, _ in run_system(dataset, "bm25").top(qid, 2)]
+    user = {"is_logged_in": True, "email": "ann@example.org"}
+    at = open_app("explorer", secrets={"auth": AUTH}, user=user, task=TASK, systems=["bm25"], system="bm25", q=qid)
+
+    def label(doc: str, kind: str) -> None:
+        by_label(at.selectbox, "Failure type").set_value(kind)
+        by_label(at.selectbox, "Document").set_value(doc)
+        save_label(at)
+        assert not at.exception and not at.error, [e.value for e in at.error]
+
+    def blind() -> bool:
+        return any("Blind first." in i.value for i in at.info)
+
+    assert blind() and not any(s.value.startswith("Gold documents") for s in at.subheader)
+    label(first, "lexical_trap")
+    assert blind() and not any(s.value.startswith("Gold documents") for s in at.subheader)  # one document only
+    label(WHOLE_QUERY, "missing_reasoning_step")
+    assert not blind() and any(s.value.startswith("Gold documents") for s in at.subheader)
+    label(second, "wrong_aspect")  # after the whole query's judgements were shown: not blind
+    assert [(a.doc_id, a.blind) for a in AnnotationStore().list()] == [(first, True), (None, True), (second, False)]

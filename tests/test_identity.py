@@ -13,7 +13,6 @@ from r2med_core.identity import (
     PermissionDenied,
     authorize,
     check_not_own,
-    labels_blind,
     load_auth_config,
     load_roles,
     parse_roles,
@@ -172,21 +171,3 @@ def test_settings_from_secrets_fill_what_the_environment_leaves_unset(tmp_path: 
     )
     assert config.enabled and config.proxy_header == "X-User" and len(config.trusted_proxies) == 2
     assert config.roles_file == tmp_path / "r.toml"
-
-
-def test_blind_first_applies_to_someone_who_labels_until_their_first_label_on_the_query() -> None:
-    config = AuthConfig(oidc=True)
-
-    def who(email: str):
-        return resolve_identity(config, user={"is_logged_in": True, "email": email}, roles=ROLES)
-
-    alice, rob = who("alice@example.org"), who("rob@example.org")
-    assert labels_blind(alice, config, [])
-    assert labels_blind(alice, config, ["carol"])  # others' labels do not lift it: they are hidden
-    assert not labels_blind(alice, config, ["Alice@Example.org"])  # after her own label she sees all
-    assert not labels_blind(rob, config, [])  # no role here: does not label, so sees everything
-    bob = who("Bob@Example.org")  # annotator and reviewer: he sees every label to review it, so never blind
-    assert bob.may("label") and not labels_blind(bob, config, [])
-    assert not labels_blind(None, config, [])
-    # Without sign-in the app is as before: nothing is hidden.
-    assert not labels_blind(typed_person("Dana"), AuthConfig(), [])

@@ -299,8 +299,9 @@ def test_proxy_header_from_a_trusted_address_names_the_annotator(browser: Browse
 
 
 def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Browser, tmp_path: Path) -> None:
-    """Alice labels a query blind: no gold documents, scores or grades until she saved; labelling a gold
-    document "relevant but unjudged" is saved (a refusal would tell her it is gold) and only then says so."""
+    """Alice labels a query blind: no gold documents, scores or grades until she labelled the whole query;
+    labelling a gold document "relevant but unjudged" is saved (a refusal would tell her it is gold) and only
+    then says so, and the rest of the query stays hidden."""
     dataset = load_demo(TASK)
     qid, gold_doc = next(
         (q, d) for q in dataset.queries for d, _ in run_system(dataset, "bm25").top(q, 10) if d in dataset.positives(q)
@@ -311,18 +312,21 @@ def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Br
         _explorer(page, qid)
         settle(page, "Blind first.")
         page.get_by_text(re.compile("^All queries")).click()
-        settle(page, "queries you have not labelled yet show no scores")
+        settle(page, "queries you have not labelled as a whole yet show no scores")
         body = page.locator("section.main, [data-testid='stMain']").first.inner_text()
         assert "Gold documents (" not in body and not re.search(r"grade \d|✓ gold", body), body
         _label(page, "Relevant but unjudged", gold_doc, "answers the case")
         settle(page, f"{gold_doc} is already judged relevant")
-        settle(page, f"Gold documents ({len(dataset.positives(qid))})")  # her label is in: now she sees them
+        assert page.get_by_text("Blind first.").is_visible()  # one document labelled: the query stays hidden
+        _label(page, "Missing reasoning step", "(the whole query)", "no bridge to the diagnosis")
+        settle(page, f"Gold documents ({len(dataset.positives(qid))})")  # the whole query labelled: now she sees
         assert page.get_by_text("Blind first.").count() == 0
         context.close()
-    (saved,) = AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
-    assert (saved.annotator, saved.doc_id, saved.blind, saved.note) == (
-        "alice@example.org", gold_doc, True, "answers the case",
-    )  # fmt: skip
+    saved = AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
+    assert [(a.annotator, a.doc_id, a.blind, a.note) for a in saved] == [
+        ("alice@example.org", gold_doc, True, "answers the case"),
+        ("alice@example.org", None, True, "no bridge to the diagnosis"),
+    ]
 
 
 def test_a_forged_proxy_header_is_ignored_and_the_refused_save_keeps_the_label(
