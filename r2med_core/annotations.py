@@ -148,6 +148,9 @@ _DEFAULT_TYPES: tuple[FailureType, ...] = (
     ),
 )
 
+#: The annotator prefix of an LLM judge's proposals (``llm_judge.proposer_name``): "proposed by <model>".
+PROPOSER_PREFIX = "proposed by "
+
 #: The relevance grade each grade label stands for (``grade_<n>`` → n).
 GRADE_CODES: dict[str, int] = {"grade_0": 0, "grade_1": 1, "grade_2": 2}
 
@@ -283,6 +286,12 @@ class Annotation:
         for name, value in zip(FIELDS, row):
             object.__setattr__(obj, name, bool(value) if name in ("accepted", "blind") else value)
         return obj
+
+    @property
+    def by_model(self) -> bool:
+        """A model's proposal (an LLM judge's), not a person's judgement: a suggestion for reviewers that
+        never counts in the annotators' agreement or adjudication."""
+        return isinstance(self.annotator, str) and self.annotator.startswith(PROPOSER_PREFIX)
 
     def content(self) -> tuple[Any, ...]:
         """Every field but the id: two labels with equal content are duplicates on import."""

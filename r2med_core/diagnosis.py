@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .annotations import PROPOSER_PREFIX as PROPOSER_PREFIX  # re-exported: the proposals' annotator prefix
 from .annotations import AnnotationStore
 from .data import Dataset
 from .evaluation import evaluate
@@ -53,8 +54,6 @@ NOT_FAILED = "not failed"
 #: The failure classes, in the order they are tried (and shown).
 FAILURE_CLASSES: tuple[str, ...] = (POSSIBLY_UNJUDGED, NO_REFERENCE, REASONING_GAP, REPRESENTATION_GAP)
 
-#: The annotator prefix of the LLM judge's proposals (``llm_judge.proposer_name``).
-PROPOSER_PREFIX = "proposed by "
 
 CAPTION = (
     "A diagnostic, not a benchmark metric: each failed query (no gold document in the top {depth}) is "
@@ -175,9 +174,7 @@ def judge_proposals(store: AnnotationStore, dataset: Dataset, sight: Sight | Non
     labels = store.list(dataset=dataset.source, task=dataset.name)
     found: dict[str, set[str]] = {}
     for label in labels if sight is None else sight.labels(labels):
-        if label.failure_type != "relevant_unjudged":
-            continue
-        if label.doc_id and label.annotator.startswith(PROPOSER_PREFIX) and label.status != "rejected":
+        if label.failure_type == "relevant_unjudged" and label.doc_id and label.by_model and label.status != "rejected":
             found.setdefault(label.query_id, set()).add(label.doc_id)
     return {qid: frozenset(docs) for qid, docs in found.items()}
 

@@ -106,7 +106,8 @@ def _record(item: AdjudicationItem) -> None:
 def _label_line(a: Annotation) -> str:
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
     blind = " · blind" if a.blind else ""
-    return ui.md(f"{_type_label(a.failure_type)} by {a.annotator} · {a.system or 'no system'}{blind}{note}")
+    who = a.annotator if a.by_model else f"by {a.annotator}"  # a model's reads "proposed by <model>"
+    return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{blind}{note}")
 
 
 def _decision_line(d: Decision) -> str:
@@ -137,6 +138,8 @@ def _item(item: AdjudicationItem) -> None:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
         for label in item.labels:
             st.markdown("- " + _label_line(label))
+        for suggestion in item.suggestions:  # a model's proposal: shown to help, never a vote
+            st.caption("Suggestion, not a judgement: " + _label_line(suggestion))
         if item.decision is not None:
             st.caption("Standing decision " + _decision_line(item.decision))
             if item.reopened:

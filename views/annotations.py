@@ -113,7 +113,7 @@ def _delete(annotation_id: int) -> None:
 def _label_line(a: Annotation) -> str:
     where = f" at rank {a.rank}" if a.rank else ""
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
-    who = a.annotator if a.annotator.startswith("proposed by ") else f"by {a.annotator}"  # an LLM judge's
+    who = a.annotator if a.by_model else f"by {a.annotator}"  # an LLM judge's reads "proposed by <model>"
     return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
