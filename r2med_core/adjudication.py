@@ -234,11 +234,14 @@ def latest_labels(labels: Iterable[Annotation]) -> dict[Unit, dict[str, Annotati
 class AdjudicationItem:
     """A unit whose annotators disagree, with its labels and its standing decision (None: undecided).
 
-    ``reopened``: labels arrived after the decision (they were not among those the reviewer saw)."""
+    ``reopened``: labels arrived after the decision (they were not among those the reviewer saw).
+    ``suggestions``: a model's proposals on the unit, shown to the reviewer; they are not labels here,
+    so they neither make a disagreement nor reopen a decision."""
 
     unit: Unit
     labels: tuple[Annotation, ...]
     decision: Decision | None
+    suggestions: tuple[Annotation, ...] = ()
 
     @property
     def annotators(self) -> tuple[str, ...]:
@@ -257,16 +260,20 @@ class AdjudicationItem:
 def adjudication_items(
     labels: Iterable[Annotation], decisions: Iterable[Decision], *, task: str | None = None
 ) -> list[AdjudicationItem]:
-    """Every unit where two or more annotators chose different failure types (all labels count, blind or
-    not: any disagreement needs settling), oldest first, with its standing decision."""
+    """Every unit where two or more annotators chose different failure types (all people's labels count,
+    blind or not: any disagreement needs settling), oldest first, with its standing decision and the
+    model's proposals on it as suggestions (a model is not an annotator: ``Annotation.by_model``)."""
+    labels = list(labels)
     standing = current(decisions)
+    suggested = latest_labels(a for a in labels if a.by_model)
     items = []
-    for unit, rated in latest_labels(labels).items():
+    for unit, rated in latest_labels(a for a in labels if not a.by_model).items():
         if task is not None and unit[1] != task:
             continue
         if len(rated) < 2 or len({a.failure_type for a in rated.values()}) < 2:
             continue
-        items.append(AdjudicationItem(unit, tuple(rated.values()), standing.get(unit)))
+        hints = tuple(suggested.get(unit, {}).values())
+        items.append(AdjudicationItem(unit, tuple(rated.values()), standing.get(unit), hints))
     return sorted(items, key=lambda item: min(a.created_at for a in item.labels))
 
 

@@ -5,6 +5,8 @@ When two or more annotators labelled the same unit, their failure types are comp
 (scikit-learn) for each pair of annotators over the units both labelled, and Fleiss' kappa (statsmodels)
 when three or more annotators labelled the same units. Units whose annotators disagree are listed to be
 adjudicated; together with the proposed "relevant but unjudged" additions they make the review queue.
+An LLM judge's proposals (``Annotation.by_model``) are suggestions, not an annotator: they enter the
+review queue as proposed additions, never the agreement or the disagreements.
 ``agreement_report`` gives both kappas per task before and after adjudication (``with_decisions`` says
 precisely what "after" means).
 """
@@ -81,10 +83,10 @@ def agreement(labels: Iterable[Annotation], *, blind_only: bool = False) -> Agre
     """Cohen's kappa per annotator pair, and Fleiss' kappa for three or more annotators on common units.
 
     ``blind_only``: count only labels made blind (before the annotator saw the judgements or others'
-    labels), so agreement is not inflated by people copying what they were shown.
+    labels), so agreement is not inflated by people copying what they were shown. A model's proposals
+    never count: agreement is between people.
     """
-    if blind_only:
-        labels = [a for a in labels if a.blind]
+    labels = [a for a in labels if not a.by_model and (a.blind or not blind_only)]
     by_unit = {unit: rated for unit, rated in ratings(labels).items() if len(rated) >= 2}
     annotators = sorted({name for rated in by_unit.values() for name in rated})
     pairs = []
@@ -114,10 +116,10 @@ def agreement(labels: Iterable[Annotation], *, blind_only: bool = False) -> Agre
 def disagreements(
     labels: Iterable[Annotation], *, unresolved_only: bool = True
 ) -> list[tuple[Unit, dict[str, Annotation]]]:
-    """Units where two or more annotators chose different failure types; with ``unresolved_only``, those
-    no reviewer has adjudicated yet."""
+    """Units where two or more annotators (people: a model's proposals are left out) chose different
+    failure types; with ``unresolved_only``, those no reviewer has adjudicated yet."""
     out = []
-    for unit, rated in ratings(labels).items():
+    for unit, rated in ratings(a for a in labels if not a.by_model).items():
         if len(rated) < 2 or len({a.failure_type for a in rated.values()}) < 2:
             continue
         if unresolved_only and any(a.reviewer for a in rated.values()):
@@ -222,9 +224,10 @@ def agreement_report(
     *Before*: ``agreement`` on the labels as saved (``blind_only``: only blind labels, as the page counts
     them with sign-in on). *After*: the same, on ``with_decisions(labels)``: every counted label on a
     decided unit takes the decision's failure type. Which labels and units count is decided before the
-    replacement, so both columns measure the same units and pairs; only the failure types differ.
+    replacement, so both columns measure the same units and pairs; only the failure types differ. A
+    model's proposals never count.
     """
-    labels = [a for a in labels if a.blind] if blind_only else list(labels)
+    labels = [a for a in labels if not a.by_model and (a.blind or not blind_only)]
     decisions = list(decisions)
     standing = current(decisions)
     rows: list[ReportRow] = []

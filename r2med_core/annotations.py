@@ -148,6 +148,9 @@ _DEFAULT_TYPES: tuple[FailureType, ...] = (
     ),
 )
 
+#: The annotator prefix of an LLM judge's proposals (``llm_judge.proposer_name``): "proposed by <model>".
+PROPOSER_PREFIX = "proposed by "
+
 #: The relevance grade each grade label stands for (``grade_<n>`` → n).
 GRADE_CODES: dict[str, int] = {"grade_0": 0, "grade_1": 1, "grade_2": 2}
 
@@ -214,8 +217,9 @@ class Annotation:
     at (rewrite and reranker included) and ``rank`` the document's rank in it. A new label is *proposed*
     (``accepted`` False, no reviewer); ``review`` accepts or rejects it, recording ``reviewer`` and
     ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements. ``blind``: the
-    annotator saved it before seeing the judgements, others' labels or the systems' scores on the query
-    (blind first, with sign-in on); agreement then counts only blind labels.
+    annotator saved it while its unit — the (query, document), or the whole query — was hidden from them:
+    no judgements, others' labels, proposals or scores on it seen yet (``visibility``, with sign-in on);
+    agreement then counts only blind labels.
     """
 
     id: int | None = None
@@ -282,6 +286,12 @@ class Annotation:
         for name, value in zip(FIELDS, row):
             object.__setattr__(obj, name, bool(value) if name in ("accepted", "blind") else value)
         return obj
+
+    @property
+    def by_model(self) -> bool:
+        """A model's proposal (an LLM judge's), not a person's judgement: a suggestion for reviewers that
+        never counts in the annotators' agreement or adjudication."""
+        return isinstance(self.annotator, str) and self.annotator.startswith(PROPOSER_PREFIX)
 
     def content(self) -> tuple[Any, ...]:
         """Every field but the id: two labels with equal content are duplicates on import."""

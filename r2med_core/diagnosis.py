@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .annotations import PROPOSER_PREFIX as PROPOSER_PREFIX  # re-exported: the proposals' annotator prefix
 from .annotations import AnnotationStore
 from .data import Dataset
 from .evaluation import evaluate
@@ -38,6 +39,7 @@ from .kinds.oracle import reference_answers
 from .progress import Progress
 from .runs import Run
 from .systems import run_system
+from .visibility import Sight
 
 #: How deep a gold document must be for a query not to have failed (the benchmark's headline nDCG@10).
 DEPTH = 10
@@ -52,8 +54,6 @@ NOT_FAILED = "not failed"
 #: The failure classes, in the order they are tried (and shown).
 FAILURE_CLASSES: tuple[str, ...] = (POSSIBLY_UNJUDGED, NO_REFERENCE, REASONING_GAP, REPRESENTATION_GAP)
 
-#: The annotator prefix of the LLM judge's proposals (``llm_judge.proposer_name``).
-PROPOSER_PREFIX = "proposed by "
 
 CAPTION = (
     "A diagnostic, not a benchmark metric: each failed query (no gold document in the top {depth}) is "
@@ -167,12 +167,14 @@ def oracle_run(dataset: Dataset, oracle: str = DEFAULT_ORACLE, progress: Progres
     return run_system(dataset, oracle, progress=progress)
 
 
-def judge_proposals(store: AnnotationStore, dataset: Dataset) -> dict[str, frozenset[str]]:
+def judge_proposals(store: AnnotationStore, dataset: Dataset, sight: Sight | None = None) -> dict[str, frozenset[str]]:
     """The documents the LLM judge proposed relevant, per query, from the store's review queue:
-    ``relevant_unjudged`` labels by "proposed by <model>" that no reviewer rejected."""
+    ``relevant_unjudged`` labels by "proposed by <model>" that no reviewer rejected. ``sight``: only
+    the proposals that person may see (``visibility``); None: all of them (the command line)."""
+    labels = store.list(dataset=dataset.source, task=dataset.name)
     found: dict[str, set[str]] = {}
-    for label in store.list(dataset=dataset.source, task=dataset.name, failure_type="relevant_unjudged"):
-        if label.doc_id and label.annotator.startswith(PROPOSER_PREFIX) and label.status != "rejected":
+    for label in labels if sight is None else sight.labels(labels):
+        if label.failure_type == "relevant_unjudged" and label.doc_id and label.by_model and label.status != "rejected":
             found.setdefault(label.query_id, set()).add(label.doc_id)
     return {qid: frozenset(docs) for qid, docs in found.items()}
 

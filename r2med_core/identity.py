@@ -46,7 +46,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Literal
 
 PROXY_HEADER_ENV = "R2MED_PROXY_USER_HEADER"
 TRUSTED_PROXIES_ENV = "R2MED_TRUSTED_PROXIES"
@@ -423,41 +423,3 @@ def check_not_own(person: Person, annotators: Iterable[str]) -> None:
     mine = person.name.strip().lower()
     if any(isinstance(a, str) and a.strip().lower() == mine for a in annotators):
         raise PermissionDenied(f"{person.name} labelled this: nobody reviews their own label")
-
-
-def labels_blind(person: Person | None, config: AuthConfig, annotators_on_query: Iterable[str]) -> bool:
-    """Blind first: with sign-in on, someone who may label and has not labelled this query yet sees the
-    query and the documents only (no judgements, others' labels or scores) until they save their own.
-    ``annotators_on_query``: who labelled the query (or its documents) so far. A reviewer sees every
-    label to review it, so a reviewer never labels blind (their labels are not counted as blind)."""
-    if not config.enabled or person is None or not person.may("label") or person.may("review"):
-        return False
-    mine = person.name.strip().lower()
-    return not any(isinstance(a, str) and a.strip().lower() == mine for a in annotators_on_query)
-
-
-class _Label(Protocol):
-    dataset: str
-    task: str
-    query_id: str
-    annotator: str
-
-
-T = TypeVar("T", bound=_Label)
-
-
-def visible_labels(person: Person | None, config: AuthConfig, labels: Iterable[T]) -> list[T]:
-    """The labels this person may see outside the query they label: all of them, except for someone who
-    labels blind, who sees only the labels on queries they have labelled themselves (their own and
-    others'), so no page shows them another annotator's judgement of a query before their own."""
-    labels = list(labels)
-    if not labels_blind(person, config, []):
-        return labels
-    assert person is not None  # labels_blind is False without a person
-    mine = person.name.strip().lower()
-    done = {
-        (a.dataset, a.task, a.query_id)
-        for a in labels
-        if isinstance(a.annotator, str) and a.annotator.strip().lower() == mine
-    }
-    return [a for a in labels if (a.dataset, a.task, a.query_id) in done]

@@ -12,8 +12,8 @@ events, each a store write; the rest wait for the next one. Grades are labels li
 stands, agreement and the review queue cover them, and they never change the qrels by themselves.
 
 Blind first: a row shows the qrels grade and others' labels only once the annotator graded it; a grade
-is recorded ``blind`` (with sign-in on) when the annotator had seen neither for that document — no earlier
-label of theirs on it, and none on the query outside list judging (the explorer reveals the whole query).
+is recorded ``blind`` (with sign-in on) when the document was still hidden from its annotator — no earlier
+label of theirs on it nor on the whole query (``visibility``: blind per judging unit).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 
 from .annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore, AnnotationStoreError
 from .runs import Run
+from .visibility import Sight
 
 GRADES: tuple[int, ...] = (0, 1, 2)
 #: The label code of each grade.
@@ -151,28 +152,6 @@ def _latest_grade_labels(labels: Iterable[Annotation], annotator: str) -> dict[s
     return out
 
 
-def grade_blind(signed_in: bool, labels_on_query: Iterable[Annotation], annotator: str, doc_id: str) -> bool:
-    """Whether a grade on ``doc_id`` now is blind: sign-in is on, and the annotator has no label on this
-    document and none on the query but list grades (any other label was made in the explorer, which shows
-    the whole query's judgements once its annotator saved one)."""
-    if not signed_in:
-        return False
-    mine = annotator.strip().lower()
-    for label in labels_on_query:
-        if label.annotator.strip().lower() != mine:
-            continue
-        if label.doc_id == doc_id or label.failure_type not in GRADE_CODES:
-            return False
-    return True
-
-
-def explorer_annotators(labels_on_query: Iterable[Annotation]) -> list[str]:
-    """Who labelled the query outside list judging: the explorer shows them its judgements (blind first
-    ends with their own label there). List grades are left out, so grading a few rows here does not
-    unblind the explorer — and a later list grade can still truthfully be recorded blind."""
-    return [label.annotator for label in labels_on_query if label.failure_type not in GRADE_CODES]
-
-
 def save_grades(
     store: AnnotationStore,
     ledger: SaveOnce,
@@ -183,12 +162,13 @@ def save_grades(
     query_id: str,
     ranking: Run,
     annotator: str,
-    signed_in: bool = False,
+    sight: Sight | None = None,
     now: int | None = None,
 ) -> list[Outcome]:
     """Store every event ``ledger`` has not handled, each as one grade label by ``annotator`` recording the
     ranking shown (``ranking.name``) and the document's rank in it, made at the event's time (never later
-    than ``now``, ``now_ms()`` by default); return their outcomes.
+    than ``now``, ``now_ms()`` by default); return their outcomes. A grade is recorded blind when ``sight``
+    (what ``annotator`` may see) still hid its document from them; without ``sight``, never.
 
     An event pressed no later than the annotator's latest grade on the document is ``stale``: that grade
     stands. One older than ``MAX_AGE_MINUTES``, or a failed write, is refused with its reason (and
@@ -225,7 +205,7 @@ def save_grades(
                         failure_type=GRADE_TYPE[event.grade],
                         annotator=annotator,
                         created_at=pressed,
-                        blind=grade_blind(signed_in, labels, annotator, event.doc_id),
+                        blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
                     )
                 )
             except (ValueError, AnnotationStoreError) as err:

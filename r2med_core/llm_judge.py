@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 
-from .annotations import Annotation, AnnotationStore, check_unjudged
+from .annotations import PROPOSER_PREFIX, Annotation, AnnotationStore, check_unjudged
 from .cache import atomic_write_text, cache_root, fingerprint
 from .data import Dataset
 from .generation import (
@@ -610,7 +610,7 @@ def judge_pairs(
 
 def proposer_name(endpoint: AnyEndpoint) -> str:
     """The annotator recorded on the judge's proposals (the offline model's name ends in ``-demo``)."""
-    return f"proposed by {judge_model(endpoint)}"
+    return f"{PROPOSER_PREFIX}{judge_model(endpoint)}"
 
 
 @dataclass(frozen=True)

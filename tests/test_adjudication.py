@@ -30,7 +30,7 @@ from r2med_core.adjudication import (
     qrels_changes_text,
     reevaluate_adjudicated,
 )
-from r2med_core.agreement import agreement_report, report_csv, with_decisions
+from r2med_core.agreement import agreement_report, report_csv, review_queue, with_decisions
 from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
 from r2med_core.annotations import Annotation, AnnotationStore
 
@@ -81,6 +81,30 @@ def test_decisions_are_kept_with_their_history_and_labels_stay_untouched(
     store.add(label(annotator="dave", failure_type="wrong_aspect"))
     (again,) = adjudication_queue(store.list(), history(store))
     assert again.reopened and again.decision == second
+
+
+def test_a_models_proposals_are_suggestions_never_a_disagreement_nor_a_reopening(
+    new_target: Callable[[str], Target],
+) -> None:
+    store = AnnotationStore(new_target("model"))
+    model = "proposed by judge-model"
+    # A person's "not relevant" next to the model's grade-3 proposal is no disagreement to adjudicate, and
+    # the proposal waits in the review queue for a reviewer.
+    store.add(label(annotator="alice", doc_id="d7", failure_type="not_relevant", blind=True))
+    suggested = store.add(label(annotator=model, doc_id="d7", note="LLM judge grade 3/3"))
+    assert adjudication_items(store.list(), []) == []
+    assert [item.labels for item in review_queue(store.list(), include_disagreements=False)] == [(suggested,)]
+    # On a unit people dispute, a proposal arriving after the decision is shown, and reopens nothing.
+    _disputed(store)
+    decision = decide(store, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    proposal = store.add(label(annotator=model, note="LLM judge grade 2/3"))
+    (item,) = adjudication_items(store.list(), history(store))
+    assert item.annotators == ("alice", "bob") and item.suggestions == (proposal,)
+    assert item.decision == decision and not item.reopened and not item.waiting
+    assert adjudication_queue(store.list(), history(store)) == []
+    # Agreement is between people: the model is no annotator in the report.
+    rows = agreement_report(store.list(), history(store))
+    assert [r.annotators for r in rows] == [("alice", "bob")]
 
 
 def test_self_adjudication_is_refused_clearly_and_nothing_is_lost(new_target: Callable[[str], Target]) -> None:

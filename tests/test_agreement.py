@@ -95,3 +95,23 @@ def test_blind_first_agreement_counts_only_labels_made_blind() -> None:
     assert counted.group is None
     everything = agreement(blind)  # without sign-in every label counts, as before
     assert len(everything.pairs) == 3 and everything.group is not None
+
+
+def test_a_models_proposals_are_no_annotator_in_agreement_or_disagreements() -> None:
+    rows = [
+        ("alice", "d1", "not_relevant"),
+        ("proposed by judge-model", "d1", "relevant_unjudged"),
+        ("bob", "d1", "not_relevant"),
+        ("proposed by judge-model", "d2", "relevant_unjudged"),
+        ("alice", "d2", "lexical_trap"),
+    ]
+    labels = [replace(a, blind=True) for a in _labels(rows)]
+    for counted in (agreement(labels), agreement(labels, blind_only=True)):
+        assert [(p.annotator_a, p.annotator_b, p.units, p.agreed) for p in counted.pairs] == [("alice", "bob", 1, 1)]
+        assert counted.group is None and counted.shared_units == 1
+    assert disagreements(labels) == []
+    # The model's proposal on d2 is a proposed addition for a reviewer; d1's too (no person disputes it).
+    assert [(item.kind, item.unit[3]) for item in review_queue(labels)] == [
+        ("proposed addition", "d1"),
+        ("proposed addition", "d2"),
+    ]

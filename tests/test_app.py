@@ -22,10 +22,15 @@ def _compute_without_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
 
 
-def open_app(page: str | None = None, secrets: dict | None = None, **params: str | list[str]) -> AppTest:
+def open_app(
+    page: str | None = None, secrets: dict | None = None, user: dict | None = None, **params: str | list[str]
+) -> AppTest:
+    """The app on ``page``; ``user``: who ``st.user`` says is signed in (with an ``auth`` secret: OIDC)."""
     at = AppTest.from_file(APP, default_timeout=300)
     for name, value in (secrets or {}).items():  # as if in .streamlit/secrets.toml
         at.secrets[name] = value
+    if user is not None:
+        at.user = user
     for name, value in params.items():
         at.query_params[name] = value
     at.run()

@@ -137,3 +137,27 @@ def test_the_read_only_demo_refuses_a_restore(monkeypatch: pytest.MonkeyPatch) -
     assert not at.exception
     assert not any("Restore a full backup" in u.proto.label for u in at.get("file_uploader"))
     assert not [b for b in at.button if b.label == "Restore"]
+
+
+def test_the_models_proposals_are_suggestions_that_never_open_or_reopen_a_unit() -> None:
+    qid, doc, _ = _seed()
+    store = AnnotationStore()
+    decide(store, ("demo:" + TASK, TASK, qid, doc), "lexical_trap", "Dr. Rev", grade=0)
+    common = {"dataset": "demo:" + TASK, "task": TASK, "query_id": qid, "system": "bm25"}
+    model = "proposed by judge-model"
+    # After the decision the model proposes the decided document, and one a person judged not relevant.
+    store.add(Annotation(**common, doc_id=doc, failure_type="relevant_unjudged", annotator=model, note="grade 3/3"))
+    other = next(d for d in load_demo(TASK).corpus if d not in load_demo(TASK).qrels.get(qid, {}) and d != doc)
+    store.add(Annotation(**common, doc_id=other, failure_type="not_relevant", annotator="carol"))
+    store.add(Annotation(**common, doc_id=other, failure_type="relevant_unjudged", annotator=model))
+    at = open_app("adjudication", task=TASK, systems=["bm25"])
+    assert not at.exception
+    assert any(s.value.startswith("Waiting for a decision (0)") for s in at.subheader)
+    assert not any("New labels arrived" in w.value for w in at.warning)
+    assert any(c.value.startswith("Suggestion, not a judgement") and md(model) in c.value for c in at.caption)
+    table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
+    assert list(table["annotators"]) == ["alice · bob"]  # the model is no annotator
+    # On the Annotations page the proposal nobody disputes waits for a reviewer; nothing to adjudicate.
+    at.switch_page("views/annotations.py").run()
+    assert any(md(model) in m.value for m in at.markdown)
+    assert not any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))

@@ -28,8 +28,10 @@ from r2med_core.diagnosis import (
 from r2med_core.evaluation import evaluate
 from r2med_core.explore import query_table
 from r2med_core.generation import Endpoint
+from r2med_core.identity import Person
 from r2med_core.llm_judge import propose_labels, proposer_name, unjudged_pairs
 from r2med_core.runs import Run
+from r2med_core.visibility import Sight
 
 FILLER = [f"f{i}" for i in range(12)]  # documents nobody judged
 
@@ -151,6 +153,14 @@ def test_only_the_judges_unrejected_proposals_count(tmp_path: Path, tiny: tuple[
     assert judge_proposals(store, dataset) == {"unj": frozenset({"f3"})}
     found = diagnose(dataset, system, oracle, proposals=judge_proposals(store, dataset)).class_of()
     assert found["unj"] == POSSIBLY_UNJUDGED and found["repr"] == REPRESENTATION_GAP and found["noans"] == NO_REFERENCE
+    # With sign-in on, someone signed out sees no proposal, so no query is "possibly unjudged" for them;
+    # an annotator labelling blind sees it once they judged the document.
+    assert judge_proposals(store, dataset, Sight(None, signed_in=True)) == {}
+    ann = Sight(Person("ann", "proxy", frozenset({"annotator"})), signed_in=True)
+    assert judge_proposals(store, dataset, ann) == {}
+    store.add(Annotation(dataset=dataset.source, task=dataset.name, query_id="unj", doc_id="f3",
+                         failure_type="not_relevant", annotator="ann"))  # fmt: skip
+    assert judge_proposals(store, dataset, ann) == {"unj": frozenset({"f3"})}
 
 
 def test_the_demo_end_to_end_against_the_bm25_oracle() -> None:

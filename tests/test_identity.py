@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.annotations import Annotation
 from r2med_core.identity import (
     LOOPBACK,
     AuthConfig,
@@ -14,14 +13,12 @@ from r2med_core.identity import (
     PermissionDenied,
     authorize,
     check_not_own,
-    labels_blind,
     load_auth_config,
     load_roles,
     parse_roles,
     peer_trusted,
     resolve_identity,
     typed_person,
-    visible_labels,
 )
 
 PROXY = {"R2MED_PROXY_USER_HEADER": "X-Forwarded-User", "R2MED_TRUSTED_PROXIES": "10.0.0.5/32, 127.0.0.1/32"}
@@ -251,44 +248,3 @@ def test_settings_from_secrets_fill_what_the_environment_leaves_unset(tmp_path: 
     )
     assert config.enabled and config.proxy_header == "X-User" and len(config.trusted_proxies) == 2
     assert config.roles_file == tmp_path / "r.toml"
-
-
-def test_blind_first_applies_to_someone_who_labels_until_their_first_label_on_the_query() -> None:
-    config = AuthConfig(oidc=True)
-
-    def who(email: str):
-        return resolve_identity(config, user={"is_logged_in": True, "email": email}, roles=ROLES)
-
-    alice, rob = who("alice@example.org"), who("rob@example.org")
-    assert labels_blind(alice, config, [])
-    assert labels_blind(alice, config, ["carol"])  # others' labels do not lift it: they are hidden
-    assert not labels_blind(alice, config, ["Alice@Example.org"])  # after her own label she sees all
-    assert not labels_blind(rob, config, [])  # no role here: does not label, so sees everything
-    bob = who("Bob@Example.org")  # annotator and reviewer: he sees every label to review it, so never blind
-    assert bob.may("label") and not labels_blind(bob, config, [])
-    assert not labels_blind(None, config, [])
-    # Without sign-in the app is as before: nothing is hidden.
-    assert not labels_blind(typed_person("Dana"), AuthConfig(), [])
-
-
-def test_someone_labelling_blind_sees_only_labels_on_queries_they_labelled() -> None:
-    """The Annotations page's view of the store: Alice (annotator) has labelled q1 only, so she sees
-    Carol's label there but not Carol's label on q2; Bob reviews, so he sees both; without sign-in, all."""
-    config = AuthConfig(oidc=True)
-
-    def who(email: str):
-        return resolve_identity(config, user={"is_logged_in": True, "email": email}, roles=ROLES)
-
-    labels = [
-        Annotation(dataset="d", task="t", query_id="q1", doc_id="x", failure_type="lexical_trap", annotator=name)
-        for name in ("alice@example.org", "carol")
-    ] + [Annotation(dataset="d", task="t", query_id="q2", doc_id="x", failure_type="lexical_trap", annotator="carol")]
-    assert [(a.query_id, a.annotator) for a in visible_labels(who("alice@example.org"), config, labels)] == [
-        ("q1", "alice@example.org"),
-        ("q1", "carol"),
-    ]
-    assert visible_labels(who("Bob@Example.org"), config, labels) == labels
-    assert visible_labels(typed_person("Dana"), AuthConfig(), labels) == labels
-    other_task = [Annotation(dataset="d", task="u", query_id="q1", doc_id="x", failure_type="lexical_trap",
-                             annotator="carol")]  # fmt: skip
-    assert visible_labels(who("alice@example.org"), config, labels + other_task) == labels[:2]

@@ -10,12 +10,12 @@ import pytest
 
 from r2med_core.agreement import agreement
 from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore
+from r2med_core.identity import Person
 from r2med_core.list_judging import (
     MAX_AGE_MINUTES,
     MAX_EVENTS,
     GradeEvent,
     SaveOnce,
-    grade_blind,
     latest_grades,
     list_rows,
     now_ms,
@@ -23,6 +23,7 @@ from r2med_core.list_judging import (
     save_grades,
 )
 from r2med_core.runs import Run
+from r2med_core.visibility import Sight
 
 QID = "q1"
 RUN = Run("bm25", {QID: [("d1", 3.0), ("d2", 2.0), ("d3", 1.0), ("d4", 0.5)]})
@@ -45,6 +46,8 @@ def _save(
     signed_in: bool = False,
     now: int | None = None,
 ):
+    """Save as ``who``; ``signed_in``: as a signed-in annotator (who labels blind), else a typed name."""
+    sight = Sight(Person(who, "proxy", frozenset({"annotator"})), signed_in=True) if signed_in else None
     return save_grades(
         store,
         ledger,
@@ -54,7 +57,7 @@ def _save(
         query_id=QID,
         ranking=RUN,
         annotator=who,
-        signed_in=signed_in,
+        sight=sight,
         now=now,
     )
 
@@ -210,11 +213,18 @@ def test_grades_are_blind_until_the_annotator_saw_the_document_judged(store: Ann
     # A regrade of a row whose judgement is now shown is not blind.
     _save(store, ledger, parse_events(_value(("e3", "d1", 0)), DOCS)[0], signed_in=True)
     assert store.list()[-1].blind is False
-    # A label made in the explorer (which then shows the whole query's judgements) ends blindness.
+    # A label on another document, made anywhere, leaves d3 hidden: her first grade on it is blind.
+    store.add(Annotation(dataset="demo:t", task="t", query_id=QID, doc_id="d4", failure_type="other", annotator="ann"))
+    _save(store, ledger, parse_events(_value(("e4", "d3", 1)), DOCS)[0], signed_in=True)
+    assert store.list()[-1].blind is True
+    # A label on the whole query (the explorer then shows its judgements) reveals every document of it.
     store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
-    assert grade_blind(True, store.list(), "ann", "d3") is False
-    assert grade_blind(True, store.list(), "someone else", "d3") is True
-    assert grade_blind(False, [], "ann", "d3") is False  # without sign-in nothing is recorded blind
+    _save(store, ledger, parse_events(_value(("e5", "d2", 0)), DOCS)[0], signed_in=True)
+    assert store.list()[-1].blind is False
+    _save(store, ledger, parse_events(_value(("e6", "d2", 2)), DOCS)[0], who="bob", signed_in=True)
+    assert store.list()[-1].blind is True  # another annotator's first grade on d2 is theirs to make blind
+    _save(store, ledger, parse_events(_value(("e7", "d3", 2)), DOCS)[0], who="dan")
+    assert store.list()[-1].blind is False  # without sign-in nothing is recorded blind
 
 
 def test_rows_show_judgements_and_others_labels_only_once_graded(store: AnnotationStore) -> None:
@@ -240,15 +250,11 @@ def test_list_grades_count_in_agreement(store: AnnotationStore) -> None:
 
 
 def test_list_grades_do_not_unblind_the_explorer(store: AnnotationStore) -> None:
-    from r2med_core.identity import AuthConfig, Person, labels_blind
-    from r2med_core.list_judging import explorer_annotators
-
-    config = AuthConfig(proxy_header="X-User")
-    ann = Person("ann", "proxy", frozenset({"annotator"}))
+    ann = Sight(Person("ann", "proxy", frozenset({"annotator"})), signed_in=True)
     _save(store, SaveOnce(), [GradeEvent("e1", "d1", 2, T0)], signed_in=True)
-    assert labels_blind(ann, config, explorer_annotators(store.list()))  # the explorer still hides the qrels
+    assert ann.hidden(store.list(), ("demo:t", "t", QID, None))  # the explorer still hides the qrels
     store.add(Annotation(dataset="demo:t", task="t", query_id=QID, failure_type="other", annotator="ann"))
-    assert not labels_blind(ann, config, explorer_annotators(store.list()))
+    assert not ann.hidden(store.list(), ("demo:t", "t", QID, None))
 
 
 # --------------------------------------------------------------------------- the page (AppTest, no browser)

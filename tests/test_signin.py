@@ -250,7 +250,7 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     page = context.new_page()
     _sign_in(page, "rita@example.org")
     page.goto(f"/adjudication?task={TASK}")
-    settle(page, "Raw labels (CSV)")
+    settle(page, "Every decision with history (CSV)")  # the raw labels are for admins only
     item = page.locator('[data-testid="stVerticalBlock"]').filter(has_text=f"document {doc}")
     assert item.get_by_text("You labelled this unit").first.is_visible()
     assert page.get_by_role("button", name="Record decision").is_disabled()
@@ -260,7 +260,7 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     page = context.new_page()
     _sign_in(page, "rob@example.org")
     page.goto(f"/adjudication?task={TASK}")
-    settle(page, "Raw labels (CSV)")
+    settle(page, "Every decision with history (CSV)")  # the raw labels are for admins only
     _choose(page, "Adjudicated failure type", "Lexical trap")
     page.get_by_label("Reason (optional)").fill("shares the words, not the answer")
     page.get_by_role("button", name="Record decision").click()
@@ -381,8 +381,9 @@ def test_sign_in_is_refused_while_anyone_on_the_host_could_name_the_proxy(
 
 
 def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Browser, tmp_path: Path) -> None:
-    """Alice labels a query blind: no gold documents, scores or grades until she saved; labelling a gold
-    document "relevant but unjudged" is saved (a refusal would tell her it is gold) and only then says so."""
+    """Alice labels a query blind: no gold documents, scores or grades until she labelled the whole query;
+    labelling a gold document "relevant but unjudged" is saved (a refusal would tell her it is gold) and only
+    then says so, and the rest of the query stays hidden."""
     dataset = load_demo(TASK)
     qid, gold_doc = next(
         (q, d) for q in dataset.queries for d, _ in run_system(dataset, "bm25").top(q, 10) if d in dataset.positives(q)
@@ -393,18 +394,21 @@ def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Br
         _explorer(page, qid)
         settle(page, "Blind first.")
         page.get_by_text(re.compile("^All queries")).click()
-        settle(page, "queries you have not labelled yet show no scores")
+        settle(page, "queries you have not labelled as a whole yet show no scores")
         body = page.locator("section.main, [data-testid='stMain']").first.inner_text()
         assert "Gold documents (" not in body and not re.search(r"grade \d|✓ gold", body), body
         _label(page, "Relevant but unjudged", gold_doc, "answers the case")
         settle(page, f"{gold_doc} is already judged relevant")
-        settle(page, f"Gold documents ({len(dataset.positives(qid))})")  # her label is in: now she sees them
+        assert page.get_by_text("Blind first.").is_visible()  # one document labelled: the query stays hidden
+        _label(page, "Missing reasoning step", "(the whole query)", "no bridge to the diagnosis")
+        settle(page, f"Gold documents ({len(dataset.positives(qid))})")  # the whole query labelled: now she sees
         assert page.get_by_text("Blind first.").count() == 0
         context.close()
-    (saved,) = AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
-    assert (saved.annotator, saved.doc_id, saved.blind, saved.note) == (
-        "alice@example.org", gold_doc, True, "answers the case",
-    )  # fmt: skip
+    saved = AnnotationStore(tmp_path / "data" / "annotations.sqlite").list()
+    assert [(a.annotator, a.doc_id, a.blind, a.note) for a in saved] == [
+        ("alice@example.org", gold_doc, True, "answers the case"),
+        ("alice@example.org", None, True, "no bridge to the diagnosis"),
+    ]
 
 
 def test_a_forged_proxy_header_is_ignored_and_the_refused_save_keeps_the_label(

@@ -26,7 +26,7 @@ from r2med_core.agreement import agreement_report, report_csv
 from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
-from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own, labels_blind
+from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own
 from r2med_core.report import metric_label
 from views import auth, state, ui
 
@@ -106,7 +106,8 @@ def _record(item: AdjudicationItem) -> None:
 def _label_line(a: Annotation) -> str:
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
     blind = " · blind" if a.blind else ""
-    return ui.md(f"{_type_label(a.failure_type)} by {a.annotator} · {a.system or 'no system'}{blind}{note}")
+    who = a.annotator if a.by_model else f"by {a.annotator}"  # a model's reads "proposed by <model>"
+    return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{blind}{note}")
 
 
 def _decision_line(d: Decision) -> str:
@@ -137,6 +138,8 @@ def _item(item: AdjudicationItem) -> None:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
         for label in item.labels:
             st.markdown("- " + _label_line(label))
+        for suggestion in item.suggestions:  # a model's proposal: shown to help, never a vote
+            st.caption("Suggestion, not a judgement: " + _label_line(suggestion))
         if item.decision is not None:
             st.caption("Standing decision " + _decision_line(item.decision))
             if item.reopened:
@@ -197,10 +200,12 @@ auth.reviewer_line(
     placeholder="recorded with every decision",
     name_help="Asked once and kept for this session.",
 )
-if acting.signed_in_mode and not may_review and labels_blind(acting.person, acting.config, []):
-    st.stop()  # blind first: the disagreements would show other people's labels before their own
+sight = acting.sight  # who sees what: r2med_core.visibility's rule
+if not sight.reviews:  # disagreements, decisions, agreement figures and their downloads are review work
+    st.info(ui.md(sight.notice()), icon=":material/visibility_off:")
+    st.stop()
 
-labels = store.list()
+labels = sight.labels(store.list())
 decisions = history(store)
 tasks = sorted({str(a.task) for a in labels})
 task_filter = st.selectbox("Task", [ALL, *tasks], key="w_adj_task")
@@ -290,7 +295,10 @@ d[1].download_button(
 d[2].download_button(
     "Every decision with history (CSV)", decisions_csv(decisions), file_name="r2med_decisions.csv", mime="text/csv"
 )
-d[3].download_button("Raw labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+if sight.exports_store:
+    d[3].download_button("Raw labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+else:
+    d[3].caption("The raw labels (the whole store) are downloaded by admins.")
 
 # ------------------------------------------------------------------ re-evaluation
 st.subheader(f"Re-evaluation with the adjudicated qrels on {ui.md(dataset.name)}")

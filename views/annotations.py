@@ -18,7 +18,7 @@ from r2med_core.backup import backup_text, restore_backup_bytes
 from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
-from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own, labels_blind, visible_labels
+from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own
 from r2med_core.pooling import JudgingQueue
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
@@ -113,7 +113,7 @@ def _delete(annotation_id: int) -> None:
 def _label_line(a: Annotation) -> str:
     where = f" at rank {a.rank}" if a.rank else ""
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
-    who = a.annotator if a.annotator.startswith("proposed by ") else f"by {a.annotator}"  # an LLM judge's
+    who = a.annotator if a.by_model else f"by {a.annotator}"  # an LLM judge's reads "proposed by <model>"
     return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
@@ -173,8 +173,16 @@ acting = auth.acting()
 may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
 may_manage = not acting.signed_in_mode or (acting.person is not None and acting.person.may("manage"))
 
+# Who sees which labels, proposals, figures and downloads is r2med_core.visibility's rule (roles, signed
+# out, blind per unit); this page only asks it.
+sight = acting.sight
+everything = sight.labels(store.list())
+if sight.notice():
+    st.info(ui.md(sight.notice()), icon=":material/visibility_off:")
+
 # ------------------------------------------------------------------ rows that break a rule
-flagged = store.flagged()
+seen = {a.id for a in everything}
+flagged = [(a, problems) for a, problems in store.flagged() if a.id in seen]
 if flagged:
     st.warning(
         f"{len(flagged)} stored label(s) break a rule (written by another tool, an older version or by hand). "
@@ -211,38 +219,38 @@ auth.reviewer_line(
 
 
 def _downloads(columns: list) -> None:
-    """Every label (CSV, JSONL) and the task's accepted additions (TREC)."""
+    """Every label (CSV, JSONL) and the full backup for whoever may export the whole store; the task's
+    accepted additions (TREC) for whoever reviews (``sight``, r2med_core.visibility's rule)."""
     e = columns
-    e[0].download_button("All labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
-    e[1].download_button(
-        "All labels (JSONL)", store.jsonl_text(), file_name="r2med_annotations.jsonl", mime="application/jsonl"
-    )
-    e[2].download_button(
-        f"Qrels additions for {dataset.name} (TREC)",
-        store.qrels_additions_text(dataset.source, dataset.name),
-        file_name=f"{dataset.name}_qrels_additions.txt",
-        mime="text/plain",
-        help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
-    )
-    st.download_button(
-        "Download a full backup",
-        backup_text(store, JudgingQueue()),
-        file_name="r2med_backup.jsonl",
-        mime="application/jsonl",
-        help="Labels, every adjudication decision with its history, and the judging queue; restore it below.",
-    )
+    if sight.exports_store:
+        e[0].download_button("All labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
+        e[1].download_button(
+            "All labels (JSONL)", store.jsonl_text(), file_name="r2med_annotations.jsonl", mime="application/jsonl"
+        )
+    if sight.reviews:
+        e[2].download_button(
+            f"Qrels additions for {dataset.name} (TREC)",
+            store.qrels_additions_text(dataset.source, dataset.name),
+            file_name=f"{dataset.name}_qrels_additions.txt",
+            mime="text/plain",
+            help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
+        )
+    if sight.exports_store:
+        st.download_button(
+            "Download a full backup",
+            backup_text(store, JudgingQueue()),
+            file_name="r2med_backup.jsonl",
+            mime="application/jsonl",
+            help="Labels, every adjudication decision with its history, and the judging queue; restore it below.",
+        )
+    else:
+        st.caption(
+            "Every label and the full backup are downloaded by admins: they hold the whole store"
+            + ("." if sight.reviews else "; the accepted additions by reviewers.")
+        )
 
 
 # ------------------------------------------------------------------ review queue
-# Blind first: someone who labels blind sees only the labels on queries they have labelled themselves.
-blind_annotator = labels_blind(acting.person, acting.config, [])
-everything = visible_labels(acting.person, acting.config, store.list())
-if blind_annotator:
-    st.info(
-        "**Blind first.** Other people's labels on a query appear here once you have saved your own label "
-        "on it; the downloads are for reviewers.",
-        icon=":material/visibility_off:",
-    )
 st.subheader("Review queue")
 st.caption(
     "Proposed 'relevant but unjudged' additions count as judgements only once accepted here; where annotators "
@@ -273,20 +281,23 @@ if len(queue) > QUEUE_PAGE:
     st.caption(f"Showing the oldest {QUEUE_PAGE} of {len(queue)} items; the next appear as these are reviewed.")
 
 # ------------------------------------------------------------------ LLM relevance proposals
-if not blind_annotator:  # the model's proposals are for reviewers, and would show judgements
+if sight.reviews:  # the model's proposals are review work, and would show judgements
     judge.panel(dataset, store)
 
 # ------------------------------------------------------------------ agreement
-st.subheader("Agreement between annotators")
-measured = agreement(everything, blind_only=acting.signed_in_mode)
-if acting.signed_in_mode:
-    st.caption(
-        "Blind first: only labels saved before their annotator saw the judgements, others' labels and the "
-        "systems' scores on the query are counted."
-    )
-if not measured.pairs:
-    st.caption("Appears when two or more annotators label the same query or (query, document).")
-else:
+
+
+def _agreement(labels: list[Annotation]) -> None:
+    """Cohen's kappa per annotator pair and Fleiss' kappa (blind labels only, with sign-in)."""
+    measured = agreement(labels, blind_only=acting.signed_in_mode)
+    if acting.signed_in_mode:
+        st.caption(
+            "Blind per document: only labels saved while their annotator had not seen the judgements, others' "
+            "labels or the model's proposals on that query or document are counted."
+        )
+    if not measured.pairs:
+        st.caption("Appears when two or more annotators label the same query or (query, document).")
+        return
 
     def _kappa(value: float) -> str:
         return "undefined" if math.isnan(value) else f"{value:.2f}"
@@ -316,9 +327,18 @@ else:
         "0 = no more than chance; undefined when every label is the same type. Disagreements are in the queue."
     )
 
+
+st.subheader("Agreement between annotators")
+if sight.reviews:
+    _agreement(everything)
+else:
+    st.caption("Agreement figures are for reviewers.")
+
 # ------------------------------------------------------------------ every label
 table = labels_frame(everything)
-if table.empty:
+if table.empty and sight.notice():
+    st.caption("No labels to show you (see above).")
+elif table.empty:
     st.info("No labels yet. Open the Query explorer, pick a query and use **Label a failure** under it.")
 else:
     st.subheader("All labels")
@@ -363,11 +383,7 @@ else:
 
 # ------------------------------------------------------------------ exchange
 st.subheader("Export and import")
-e = st.columns(3)
-if blind_annotator:
-    st.caption("Downloads of every label and of the accepted additions are for reviewers (blind first).")
-else:
-    _downloads(e)
+_downloads(st.columns(3))
 if ui.read_only():
     st.caption("Importing labels is off in this read-only demo.")
 elif not may_manage:

@@ -20,6 +20,7 @@ from r2med_core.identity import (
     resolve_identity,
     typed_person,
 )
+from r2med_core.visibility import Sight
 from views import ui
 from views.state import bound, store, view
 
@@ -36,6 +37,11 @@ class Acting:
     def signed_in_mode(self) -> bool:
         """Names come from sign-in (also when its configuration is broken: then nobody may act)."""
         return self.config.enabled or bool(self.error)
+
+    @property
+    def sight(self) -> Sight:
+        """What this session may see of the labels (``r2med_core.visibility`` decides)."""
+        return Sight(self.person, self.signed_in_mode)
 
 
 def _auth_section() -> Mapping[str, object]:

@@ -24,7 +24,7 @@ from r2med_core.diagnosis import (
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.runs import Run
 from r2med_core.systems import SpecError, parse_system
-from views import state, ui
+from views import auth, state, ui
 
 COLORS = {
     "possibly unjudged": "#9e9e9e",
@@ -52,12 +52,12 @@ def chosen_oracle() -> str:
 
 
 def _proposals(dataset: Dataset) -> dict[str, frozenset[str]]:
-    """The LLM judge's stored proposals (none when the annotation store is unavailable)."""
+    """The LLM judge's stored proposals this visitor may see (none when the annotation store is unavailable)."""
     store = ui.annotation_store()
     if store is None:
         return {}
     try:
-        return judge_proposals(store, dataset)
+        return judge_proposals(store, dataset, auth.acting().sight)  # only those this visitor may see
     except AnnotationStoreError as err:
         st.error(f"Annotations are unavailable: {ui.md(err)}")
         return {}

@@ -21,8 +21,6 @@ from r2med_core.explore import (
     shared_with_gold,
     step,
 )
-from r2med_core.identity import labels_blind
-from r2med_core.list_judging import explorer_annotators
 from r2med_core.report import metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
 from views import auth, diagnosis, failures, judge, labels, state, ui
@@ -105,8 +103,8 @@ with st.expander(
     st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it · Next/Previous follow filters")
     if blind_ids:
         st.caption(
-            f"Blind first: the {len(blind_ids)} queries you have not labelled yet show no scores, and the "
-            "score filters leave them out, until you save your own label on each."
+            f"Blind first: the {len(blind_ids)} queries you have not labelled as a whole yet show no scores, and "
+            "the score filters leave them out, until you save your own label on each whole query."
         )
     shown_ids = list(shown["query_id"])
 
@@ -187,10 +185,11 @@ if filtered:
     st.caption(f"Filtered: this query is {where} filtered queries; Next (J) and Previous (K) step through them.")
 
 terms = query_terms(dataset.queries[qid])
-query_labels = labels.labels_for(dataset, qid)
-# Blind first (sign-in on): until this person saves their own label on the query they see the query and
-# the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
-blind = labels_blind(acting.person, acting.config, explorer_annotators(query_labels))
+stored = labels.labels_for(dataset, qid)
+query_labels = acting.sight.labels(stored)  # the labels this visitor may see (r2med_core.visibility)
+# Blind per unit (sign-in on): until this person saves their own label on the whole query they see the
+# query and the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
+blind = acting.sight.hidden(stored, (dataset.source, dataset.name, qid, None))
 bridge = frozenset() if blind else shared_with_gold(dataset, qid)
 with st.container(border=True):
     st.markdown(f"**Query {ui.md(qid)}**")
@@ -198,7 +197,8 @@ with st.container(border=True):
     if blind:
         st.info(
             "**Blind first.** Label this query from the query and the documents alone: the judgements, "
-            "other people's labels and the systems' scores appear once you have saved your own label.",
+            "other people's labels and the systems' scores appear once you have saved your own label on the "
+            "whole query (a label on one document shows the others' on that document, on the Annotations page).",
             icon=":material/visibility_off:",
         )
     else:
@@ -269,7 +269,7 @@ def _blind_documents() -> list[str]:
 if blind:
     documents = _blind_documents()
     st.divider()
-    labels.label_form(dataset, qid, run, documents, state.scope(within, qid), blind=True)
+    labels.label_form(dataset, qid, run, documents, state.scope(within, qid))
     st.stop()
 reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
 gold = gold_rows(dataset, run, qid, rewritten, reranked)

@@ -8,8 +8,7 @@ import streamlit as st
 
 from r2med_core import Dataset
 from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
-from r2med_core.identity import PermissionDenied, authorize, labels_blind
-from r2med_core.list_judging import explorer_annotators
+from r2med_core.identity import PermissionDenied, authorize
 from r2med_core.runs import Run
 from views import auth, ui
 from views.state import bound, show_flash, view, widget_key
@@ -17,16 +16,15 @@ from views.state import bound, show_flash, view, widget_key
 WHOLE_QUERY = "(the whole query)"
 
 
-def label_form(
-    dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str, *, blind: bool = False
-) -> None:
+def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str) -> None:
     """Label this query, or one of its documents, with a failure type.
 
     The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
     saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
     included) and the document's rank in it. Nothing typed is lost: a failed save keeps the form as it
-    was and says why; the annotator's name is asked once and kept for the session. ``blind``: the form
-    is shown blind first; the label is recorded blind if it is the person's first on this query.
+    was and says why; the annotator's name is asked once and kept for the session. The label is recorded
+    blind when its (query, document) — or whole query — was still hidden from the person
+    (``r2med_core.visibility``).
     """
     if ui.read_only():
         st.caption("Labelling is off in this read-only demo.")
@@ -62,10 +60,10 @@ def label_form(
             "'Relevant but unjudged' is saved as a proposal; it counts as a judgement once a reviewer accepts "
             "it on the Annotations page."
         )
-        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys, blind))
+        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys))
 
 
-def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], blind: bool = False) -> None:
+def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -> None:
     """The form's submit callback (it runs before the page): validate, store, and say what happened."""
     v = view()
     values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
@@ -93,9 +91,9 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], b
     if store is None:
         v.flash_error = "Not saved: the annotation store is unavailable. Your note is kept."
         return
-    if blind:  # blind only if it is their first label on the query (checked again: another tab may have saved)
-        earlier = explorer_annotators(store.list(dataset=dataset.source, task=dataset.name, query_id=query_id))
-        blind = labels_blind(person, acting.config, earlier)
+    # Blind when the unit was still hidden from them (read now: another tab may have saved meanwhile).
+    earlier = store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)
+    blind = acting.sight.hidden(earlier, (dataset.source, dataset.name, query_id, doc_id))
     try:
         annotation = Annotation(
             dataset=dataset.source,
@@ -138,14 +136,13 @@ def _taxonomy_help() -> str:
 
 
 def blind_queries(dataset: Dataset, acting: auth.Acting, query_ids: list[str]) -> frozenset[str]:
-    """The queries this person has to label blind (sign-in on, may label, no label of theirs yet)."""
-    if not labels_blind(acting.person, acting.config, []):
+    """The queries still hidden from this person as a whole (they label blind and have not labelled the
+    whole query yet: ``r2med_core.visibility``)."""
+    if not acting.sight.blind:
         return frozenset()  # no blind view for them at all: skip reading the store
     store = ui.annotation_store()
-    annotators: dict[str, list[str]] = {}
-    for a in [] if store is None else store.list(dataset=dataset.source, task=dataset.name):
-        annotators.setdefault(a.query_id, []).append(a.annotator)
-    return frozenset(q for q in query_ids if labels_blind(acting.person, acting.config, annotators.get(q, [])))
+    stored = [] if store is None else store.list(dataset=dataset.source, task=dataset.name)
+    return acting.sight.hidden_queries(stored, dataset.source, dataset.name, query_ids)
 
 
 def labels_for(dataset: Dataset, query_id: str) -> list[Annotation]:

@@ -69,20 +69,18 @@ if not acting.signed_in_mode and not ui.read_only():
     )
 
 
-def _who() -> tuple[str, str, bool]:
-    """The annotator's name (or "" and why nobody may grade now), and whether sign-in is on."""
-    acting = auth.acting()
-    signed_in = acting.config.enabled
+def _who(acting: auth.Acting) -> tuple[str, str]:
+    """The annotator's name, or "" and why nobody may grade now."""
     if ui.read_only():
-        return "", "Grading is off in this read-only demo.", signed_in
+        return "", "Grading is off in this read-only demo."
     if acting.error:
-        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it.", False
+        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it."
     if not acting.signed_in_mode and acting.person is None:
-        return "", "Type your name under 'Your name' first: it is recorded with every grade.", signed_in
+        return "", "Type your name under 'Your name' first: it is recorded with every grade."
     try:
-        return authorize(acting.person, "label", config=acting.config).name, "", signed_in
+        return authorize(acting.person, "label", config=acting.config).name, ""
     except PermissionDenied as err:
-        return "", f"{err}.", signed_in
+        return "", f"{err}."
 
 
 @st.fragment
@@ -95,7 +93,8 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     documents = [doc for doc, _ in run.top(qid, k)]
     events, problems = parse_events(st.session_state.get(key), documents)
     ledger = state.save_once()
-    annotator, reason, signed_in = _who()
+    acting = auth.acting()
+    annotator, reason = _who(acting)
     if annotator:
         save_grades(
             store,
@@ -106,12 +105,12 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
             query_id=qid,
             ranking=run,
             annotator=annotator,
-            signed_in=signed_in,
+            sight=acting.sight,
         )
     else:
         for event in ledger.fresh(events):  # nothing is saved; the row says why, the next key is a new event
             ledger.record(Outcome(event, "refused", error=reason))
-    labels = store.list(dataset=dataset.source, task=dataset.name, query_id=qid)
+    labels = acting.sight.labels(store.list(dataset=dataset.source, task=dataset.name, query_id=qid))
     rows = list_rows(run, qid, k, dataset.corpus, dataset.qrels, labels, annotator)
     handled = [ledger.outcome(e.event_id) for e in events]
     keyboard_list(

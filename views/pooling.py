@@ -206,4 +206,4 @@ def judging_page(dataset: Dataset) -> None:
     ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
     within = state.scope(ui.dataset_key(dataset), entry.query_id, entry.doc_id)
     st.session_state.setdefault(state.widget_key("label_doc", within), entry.doc_id)  # the document judged
-    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within, blind=True)
+    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within)

@@ -1,0 +1,241 @@
+"""Who sees what, page by page and download by download (AppTest, sign-in faked through ``st.user``):
+signed out, signed in without a role, an annotator before and after judging a document, a reviewer, an
+admin, and without sign-in (one trusted team)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from r2med_core import load_demo, run_system
+from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.pooling import JudgingQueue, pool
+from views.labels import WHOLE_QUERY
+from views.ui import md
+
+from .test_app import by_label, open_app, save_label
+
+TASK = "clinical-evidence"
+#: st.login's settings: their presence switches sign-in on (the provider is never reached in AppTest).
+AUTH = {
+    "client_id": "r2med-test",
+    "client_secret": "r2med-test-secret",
+    "redirect_uri": "http://localhost:8501/oauth2callback",
+    "cookie_secret": "a-test-cookie-secret-of-some-length",
+    "server_metadata_url": "http://localhost:9/.well-known/openid-configuration",
+}
+ROLES = (
+    '"ann@example.org" = "annotator"\n"rev@example.org" = "reviewer"\n'
+    '"adm@example.org" = "admin"\n"nobody@example.org" = []\n"ann2@example.org" = "annotator"\n'
+)
+STORE_WIDE = {"All labels (CSV)", "All labels (JSONL)", "Download a full backup"}
+NOTE_A, NOTE_B = "carol-note-on-a", "carol-note-on-b"
+
+
+@pytest.fixture(autouse=True)
+def _roles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
+    roles = tmp_path / "roles.toml"
+    roles.write_text(ROLES, encoding="utf-8")
+    monkeypatch.setenv("R2MED_ROLES_FILE", str(roles))
+
+
+def _seed(ann_judged_a: bool = False) -> tuple[str, str, str]:
+    """Carol and the LLM judge labelled two unjudged documents A and B of one query, Dan labelled B
+    otherwise (a disagreement); with ``ann_judged_a``, the annotator Ann judged A."""
+    dataset = load_demo(TASK)
+    qid = next(iter(dataset.queries))
+    doc_a, doc_b = [d for d in dataset.corpus if d not in dataset.qrels.get(qid, {})][:2]
+    store = AnnotationStore()
+
+    def add(doc: str, kind: str, who: str, note: str = "") -> None:
+        common = {"dataset": dataset.source, "task": TASK, "query_id": qid, "system": "bm25"}
+        store.add(Annotation(**common, doc_id=doc, failure_type=kind, annotator=who, note=note, blind=True))
+
+    add(doc_a, "relevant_unjudged", "carol@example.org", NOTE_A)
+    add(doc_a, "relevant_unjudged", "proposed by judge-model", "LLM judge grade 3/3")
+    add(doc_b, "lexical_trap", "carol@example.org", NOTE_B)
+    add(doc_b, "relevant_unjudged", "proposed by judge-model", "LLM judge grade 2/3")
+    add(doc_b, "not_relevant", "dan@example.org")
+    if ann_judged_a:
+        add(doc_a, "not_relevant", "ann@example.org")
+    return qid, doc_a, doc_b
+
+
+def _open(page: str, email: str | None) -> AppTest:
+    user = {"is_logged_in": True, "email": email} if email else {}
+    return open_app(page, secrets={"auth": AUTH}, user=user, task=TASK, systems=["bm25"])
+
+
+def _shown(at: AppTest) -> str:
+    """Everything the page shows as text: its elements and its tables, cell by cell (markdown unescaped)."""
+    parts = [str(getattr(e, "value", "")) for kind in ("markdown", "caption", "info", "warning", "subheader")
+             for e in getattr(at, kind)]  # fmt: skip
+    parts += [df.value.to_csv() for df in at.dataframe]
+    return "\n".join(parts).replace("\\", "")
+
+
+def _downloads(at: AppTest) -> set[str]:
+    return {b.proto.label for b in at.get("download_button")}
+
+
+def _label_table(at: AppTest):  # type: ignore[no-untyped-def]
+    found = [df.value for df in at.dataframe if "failure_type" in df.value.columns]
+    return found[0] if found else None
+
+
+# --------------------------------------------------------------------------- the Annotations page
+
+
+@pytest.mark.parametrize("email", [None, "nobody@example.org"])
+def test_annotations_signed_out_or_without_a_role_shows_no_label_and_offers_no_download(email: str | None) -> None:
+    _seed()
+    at = _open("annotations", email)
+    assert not at.exception and not at.error
+    shown = _shown(at)
+    assert _label_table(at) is None
+    for secret in (NOTE_A, NOTE_B, "carol@example.org", "dan@example.org", "judge-model", "LLM judge grade"):
+        assert secret not in shown, secret
+    assert _downloads(at) == set()  # no label export, no qrels additions, no backup
+    assert "Agreement figures are for reviewers." in shown and "LLM relevance proposals" not in shown
+    assert ("Sign in to see labels" if email is None else "no role") in shown
+
+
+def test_annotations_an_annotator_sees_others_labels_on_a_document_only_after_judging_it() -> None:
+    qid, doc_a, _ = _seed()
+    at = _open("annotations", "ann@example.org")
+    assert not at.exception and _label_table(at) is None
+    assert NOTE_A not in _shown(at) and "judge-model" not in _shown(at)
+
+    AnnotationStore().add(
+        Annotation(dataset=load_demo(TASK).source, task=TASK, query_id=qid, doc_id=doc_a,
+                   failure_type="not_relevant", annotator="ann@example.org")
+    )  # fmt: skip
+    at.run()
+    table = _label_table(at)
+    assert sorted(zip(table["doc_id"], table["annotator"])) == [
+        (doc_a, "ann@example.org"),
+        (doc_a, "carol@example.org"),
+        (doc_a, "proposed by judge-model"),
+    ]
+    shown = _shown(at)
+    assert NOTE_A in shown and NOTE_B not in shown and "dan@example.org" not in shown  # B stays hidden
+    assert _downloads(at) == set() and "Agreement figures are for reviewers." in shown
+    assert "LLM relevance proposals" not in shown
+
+
+def test_annotations_a_reviewer_sees_every_label_but_only_an_admin_downloads_the_store() -> None:
+    _seed()
+    rev = _open("annotations", "rev@example.org")
+    assert not rev.exception
+    assert len(_label_table(rev)) == 5 and NOTE_B in _shown(rev)
+    assert _downloads(rev) == {f"Qrels additions for {TASK} (TREC)"}
+    assert "Agreement between annotators" in _shown(rev) and "Agreement figures are for reviewers." not in _shown(rev)
+
+    adm = _open("annotations", "adm@example.org")
+    assert len(_label_table(adm)) == 5
+    assert _downloads(adm) == STORE_WIDE | {f"Qrels additions for {TASK} (TREC)"}
+
+
+def test_annotations_without_sign_in_the_trusted_team_sees_and_downloads_everything() -> None:
+    _seed()
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    assert len(_label_table(at)) == 5
+    assert _downloads(at) == STORE_WIDE | {f"Qrels additions for {TASK} (TREC)"}
+
+
+# --------------------------------------------------------------------------- the Adjudication page
+
+
+@pytest.mark.parametrize("email", [None, "nobody@example.org", "ann@example.org"])
+def test_adjudication_is_review_work_nobody_else_sees(email: str | None) -> None:
+    _seed(ann_judged_a=True)  # Ann even judged A, where she and Carol disagree: still the reviewers' work
+    at = _open("adjudication", email)
+    assert not at.exception and not at.error
+    shown = _shown(at)
+    assert "Waiting for a decision" not in shown and not at.dataframe
+    for secret in (NOTE_A, NOTE_B, "carol@example.org", "dan@example.org"):
+        assert secret not in shown, secret
+    assert _downloads(at) == set()
+
+
+def test_adjudication_reviewers_see_the_queue_and_only_an_admin_downloads_the_raw_labels() -> None:
+    _seed()
+    rev = _open("adjudication", "rev@example.org")
+    assert not rev.exception
+    assert any(s.value.startswith("Waiting for a decision (") for s in rev.subheader)
+    assert NOTE_B in _shown(rev)
+    reviewer_downloads = {
+        f"Adjudicated qrels changes for {TASK} (TREC)",
+        "Adjudicated qrels changes (CSV)",
+        "Every decision with history (CSV)",
+        "Agreement report (CSV)",
+    }
+    assert _downloads(rev) == reviewer_downloads
+    assert _downloads(_open("adjudication", "adm@example.org")) == reviewer_downloads | {"Raw labels (CSV)"}
+
+
+# --------------------------------------------------------------------------- the Query explorer
+
+
+def test_explorer_shows_a_querys_labels_to_the_team_and_not_to_someone_signed_out() -> None:
+    qid, _, _ = _seed()
+    params = {"task": TASK, "systems": ["bm25"], "system": "bm25", "q": qid}
+    team = open_app("explorer", **params)
+    assert NOTE_A in _shown(team)  # the query's labels, under the documents
+    signed_out = open_app("explorer", secrets={"auth": AUTH}, user={}, **params)
+    assert not signed_out.exception
+    assert NOTE_A not in _shown(signed_out) and "carol@example.org" not in _shown(signed_out)
+    assert not any("🏷" in e.label for e in signed_out.expander)  # no label tags next to the documents
+
+
+# --------------------------------------------------------------------------- blind per judging unit
+
+
+def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind_judgement() -> None:
+    """Two annotators judge three pooled documents of one query on the Judging page: each judgement is
+    recorded blind (not only each one's first on the query), so the reviewer's agreement counts all three."""
+    dataset = load_demo(TASK)
+    runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
+    JudgingQueue().send(dataset.source, dataset.name, pool(runs, dataset.qrels, 10), "rev@example.org")
+    queued = JudgingQueue().items(dataset.source, dataset.name)[:3]
+    assert len({e.query_id for e in queued}) == 1  # several documents of one query: the case that matters
+    for email, verdict in (("ann@example.org", "not_relevant"), ("ann2@example.org", "relevant_unjudged")):
+        at = _open("judging", email)
+        for entry in queued:
+            assert f"Document {md(entry.doc_id)}" in " ".join(m.value for m in at.markdown)
+            by_label(at.selectbox, "Failure type").set_value(verdict)
+            save_label(at)
+            assert not at.exception and not at.error, [e.value for e in at.error]
+    labels = AnnotationStore().list()
+    assert [(a.doc_id, a.blind) for a in labels] == [(e.doc_id, True) for e in queued] * 2
+    rev = _open("adjudication", "rev@example.org")
+    table = next(df.value for df in rev.dataframe if "kappa before" in df.value.columns)
+    assert list(table["items"]) == [3] and list(table["same label before"]) == [0]
+
+
+def test_the_explorer_stays_blind_after_a_document_label_until_the_whole_query_is_labelled() -> None:
+    dataset = load_demo(TASK)
+    qid = next(iter(dataset.queries))
+    first, second = [d for d, _ in run_system(dataset, "bm25").top(qid, 2)]
+    user = {"is_logged_in": True, "email": "ann@example.org"}
+    at = open_app("explorer", secrets={"auth": AUTH}, user=user, task=TASK, systems=["bm25"], system="bm25", q=qid)
+
+    def label(doc: str, kind: str) -> None:
+        by_label(at.selectbox, "Failure type").set_value(kind)
+        by_label(at.selectbox, "Document").set_value(doc)
+        save_label(at)
+        assert not at.exception and not at.error, [e.value for e in at.error]
+
+    def blind() -> bool:
+        return any("Blind first." in i.value for i in at.info)
+
+    assert blind() and not any(s.value.startswith("Gold documents") for s in at.subheader)
+    label(first, "lexical_trap")
+    assert blind() and not any(s.value.startswith("Gold documents") for s in at.subheader)  # one document only
+    label(WHOLE_QUERY, "missing_reasoning_step")
+    assert not blind() and any(s.value.startswith("Gold documents") for s in at.subheader)
+    label(second, "wrong_aspect")  # after the whole query's judgements were shown: not blind
+    assert [(a.doc_id, a.blind) for a in AnnotationStore().list()] == [(first, True), (None, True), (second, False)]
