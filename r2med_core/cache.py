@@ -12,7 +12,10 @@ folder (no symlinks, no devices, nothing outside). Loaders never unpickle.
 
 ``R2MED_CACHE_MAX_GB`` caps the cache: after a build, least recently used entries are evicted
 (loading an entry marks it used), never one that a live process is loading or building (it holds
-a lease file under ``.leases/``). Build folders left by killed processes are swept away.
+a lease file under ``.leases/``). Build folders left by killed processes are swept away, by builds and
+(now and then) by loads: a live build holds a lock on its folder that dies with its process, so a
+reused process id never keeps a crashed build's folder. A kind folder replaced by a file is moved
+aside (kept, renamed ``<kind>.not-a-folder-…``) and its entries rebuilt.
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
+
+fcntl: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # Windows: a build is known to be alive by its process id only
+    fcntl = None
 
 T = TypeVar("T")
 
@@ -286,9 +296,54 @@ def entries_in_use(root: Path | None = None) -> set[tuple[str, str]]:
     return held
 
 
+@contextmanager
+def _building(staging: Path) -> Iterator[None]:
+    """Hold a lock on a build folder while building into it; the kernel releases it when the process
+    dies, so a sweep tells a crashed build from a live one (``_build_alive``)."""
+    fd: int | None = None
+    if fcntl is not None:
+        try:
+            fd = os.open(staging, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass  # a file system without locks: the folder's process id still tells
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _build_alive(folder: Path, pid: int) -> bool:
+    """Whether a build of this host still works in ``folder``: its lock is held (where locks work; else
+    its process lives). A process id alone lies once it is reused, e.g. by a restarted container."""
+    if fcntl is None:
+        return _pid_alive(pid)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(folder, flags)
+    except OSError:
+        return False  # gone, or a link planted in its place
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return _pid_alive(pid)
+    finally:
+        os.close(fd)
+    return False
+
+
+#: When this process last swept each kind folder. Loads sweep too (a kind whose entries are all built
+#: never builds again), at most once per ``STALE_BUILD_SECONDS``.
+_LAST_SWEEP: dict[Path, float] = {}
+
+
 def sweep_builds(kind_dir: Path, now: float | None = None) -> list[Path]:
     """Remove build folders of processes that died mid-build, and leftover trash; returns what went."""
     now = time.time() if now is None else now
+    _LAST_SWEEP[kind_dir] = now
     removed: list[Path] = []
     try:
         children = list(kind_dir.iterdir())
@@ -304,7 +359,7 @@ def sweep_builds(kind_dir: Path, now: float | None = None) -> list[Path]:
                 continue
             match = _BUILD_NAME.match(child.name)
             if match and match.group(1) == _HOST:
-                stale = age > STALE_BUILD_SECONDS and not _pid_alive(int(match.group(2)))
+                stale = age > STALE_BUILD_SECONDS and not _build_alive(child, int(match.group(2)))
             else:  # another host's build, or an old-style name without a pid
                 stale = age > (STALE_FOREIGN_SECONDS if match else STALE_BUILD_SECONDS)
         else:
@@ -316,6 +371,30 @@ def sweep_builds(kind_dir: Path, now: float | None = None) -> list[Path]:
                 shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed
+
+
+def _sweep_now_and_then(kind_dir: Path) -> None:
+    if time.time() - _LAST_SWEEP.get(kind_dir, 0.0) >= STALE_BUILD_SECONDS:
+        sweep_builds(kind_dir)
+
+
+def make_kind_folder(kind_dir: Path) -> None:
+    """Make a kind's folder of entries. Something else in its place (a file, a dangling link) is moved
+    aside as ``<kind>.not-a-folder-…``, kept rather than deleted, so the entries can be rebuilt; a cache
+    folder that is itself a file is an error naming it."""
+    if os.path.lexists(kind_dir) and not kind_dir.is_dir():
+        aside = kind_dir.with_name(f"{kind_dir.name}.not-a-folder-{uuid.uuid4().hex[:8]}")
+        try:
+            os.replace(kind_dir, aside)
+        except FileNotFoundError:
+            pass  # another process moved it first
+    try:
+        kind_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (kind_dir, *kind_dir.parents) if p.exists() and not p.is_dir()), kind_dir)
+        raise NotADirectoryError(
+            f"{blocking} is a file where the cache needs a folder: move it, or set {CACHE_ENV} to another folder"
+        ) from None
 
 
 def _cap_bytes() -> int | None:
@@ -401,20 +480,22 @@ def cached(kind: str, key: dict[str, Any], build: Callable[[Path], None], load: 
                 pass
             else:
                 _touch(folder)
+                _sweep_now_and_then(folder.parent)
                 return value
         _discard(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        make_kind_folder(folder.parent)
         sweep_builds(folder.parent)
         staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".build-{folder.name}-{_HOST}-{os.getpid()}-"))
         try:
-            build(staging)
-            _write_manifest(staging, kind, key)
-            try:
-                os.replace(staging, folder)
-            except OSError:
-                # Another process finished the same entry first; theirs is as good as ours.
-                if not (folder.is_dir() and is_intact(folder, key, kind)):
-                    raise
+            with _building(staging):
+                build(staging)
+                _write_manifest(staging, kind, key)
+                try:
+                    os.replace(staging, folder)
+                except OSError:
+                    # Another process finished the same entry first; theirs is as good as ours.
+                    if not (folder.is_dir() and is_intact(folder, key, kind)):
+                        raise
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)

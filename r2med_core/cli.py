@@ -210,10 +210,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
-    from .imported_runs import read_run_file
+    from .imported_runs import read_run_or_results
 
     dataset = _load(args)
-    imported = read_run_file(args.run, dataset)
+    imported = read_run_or_results(args.run, dataset)
     for warning in imported.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     results = evaluate(imported.run.truncated(args.top_k), dataset.qrels, dataset_name=dataset.name)
@@ -747,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     er = commands.add_parser(
         "evaluate-run",
         help="print the results JSON of a run made elsewhere: TREC, {qid: {docid: score}} JSON (MTEB "
-        "save_predictions) or a kit's result folder holding one",
+        "save_predictions), a kit's result folder holding one, or the NAME.json eval writes (its NAME.trec)",
     )
     er.add_argument("--run", required=True, type=Path)
     er.add_argument("--top-k", type=_int_at_least(1), default=100, help="evaluate the top k per query (benchmark: 100)")

@@ -25,6 +25,8 @@ from .tasks import REWRITE_METHODS, TASKS, Family
 DEMO_TASKS: tuple[str, ...] = ("qa-reference", "clinical-evidence", "clinical-case")
 
 REWRITE_FILE = "query_with_hydoc.jsonl"
+#: An R2MED-layout folder's qrels, in the order they are looked for.
+QRELS_FILES = ("qrels.jsonl", "qrels.txt", "qrels.tsv")
 _MAX_PROBLEMS = 20
 
 
@@ -391,6 +393,55 @@ def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
     return out
 
 
+def _read_r2med_qrels(root: Path) -> tuple[Path, list[tuple[int, str, str, int]]]:
+    """The folder's qrels file and rows. Every qrels file present is read: which one is used would
+    decide every number, so files that disagree are an error naming both (files that agree are fine)."""
+    paths = [root / name for name in QRELS_FILES if (root / name).is_file()] or [root / QRELS_FILES[0]]
+    read: list[tuple[Path, list[tuple[int, str, str, int]]]] = []
+    problems: list[Problem] = []
+    for path in paths:
+        try:
+            read.append((path, _read_qrels_jsonl(path) if path.suffix == ".jsonl" else _read_qrels_trec(path)))
+        except DataError as err:
+            problems += err.problems
+    if problems:
+        raise DataError(problems)
+    for path, rows in read[1:]:
+        problem = _qrels_disagreement(*read[0], path, rows)
+        if problem is not None:
+            raise DataError([problem])
+    return read[0]
+
+
+def _qrels_disagreement(
+    used: Path, used_rows: list[tuple[int, str, str, int]], other: Path, other_rows: list[tuple[int, str, str, int]]
+) -> Problem | None:
+    """Where ``other`` grades a (query, document) pair unlike ``used`` (the last line wins in each, as in
+    the benchmark), at the first such line of ``other``; None when they agree."""
+    grades, lines = _graded(used_rows)
+    other_grades, other_lines = _graded(other_rows)
+    differ = [pair for pair in grades.keys() | other_grades.keys() if grades.get(pair) != other_grades.get(pair)]
+    if not differ:
+        return None
+    qid, did = first = min(differ, key=lambda pair: (other_lines.get(pair, 1 << 62), lines.get(pair, 0)))
+    there = f"{used}:{lines[first]}" if first in lines else str(used)
+    message = (
+        f"disagrees with {there} on {len(differ)} (query, document) pair(s), first query {qid!r}, document "
+        f"{did!r}: {_grade_text(other_grades.get(first))} here, {_grade_text(grades.get(first))} there; "
+        f"keep one qrels file ({used.name} is read first)"
+    )
+    return Problem(str(other), other_lines.get(first), message)
+
+
+def _graded(rows: list[tuple[int, str, str, int]]) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """Each (query, document) pair's grade and line; the last line wins, as in the benchmark."""
+    return {(qid, did): grade for _, qid, did, grade in rows}, {(qid, did): number for number, qid, did, _ in rows}
+
+
+def _grade_text(grade: int | None) -> str:
+    return "absent" if grade is None else f"grade {grade}"
+
+
 def _build_qrels(
     rows: list[tuple[int, str, str, int]], path: Path, queries: dict[str, str], corpus: dict[str, str]
 ) -> tuple[dict[str, dict[str, int]], int, int, int]:
@@ -519,12 +570,9 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
         queries, query_meta = _read_texts(root / "query.jsonl", "id", ("text",))
     except DataError as err:
         problems += err.problems
-    qrels_path = next(
-        (root / f for f in ("qrels.jsonl", "qrels.txt", "qrels.tsv") if (root / f).is_file()), root / "qrels.jsonl"
-    )
-    rows: list[tuple[int, str, str, int]] = []
+    qrels_path, rows = root / QRELS_FILES[0], []
     try:
-        rows = _read_qrels_jsonl(qrels_path) if qrels_path.suffix == ".jsonl" else _read_qrels_trec(qrels_path)
+        qrels_path, rows = _read_r2med_qrels(root)
     except DataError as err:
         problems += err.problems
     if problems:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import atomic_write_bytes, atomic_write_text, cache_root, fingerprint
+from .cache import atomic_write_bytes, atomic_write_text, cache_root, fingerprint, make_kind_folder
 from .progress import Progress, report
 
 #: Documents per chunk file: small enough that a crash loses little and Cancel answers quickly.
@@ -114,7 +114,8 @@ def _prepare(folder: Path, key: dict[str, Any], n_docs: int, chunk_docs: int) ->
         current = None
     if current != wanted:
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True, exist_ok=True)
+        make_kind_folder(folder.parent)
+        folder.mkdir(exist_ok=True)
         atomic_write_text(meta_path, wanted)
 
 

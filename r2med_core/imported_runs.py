@@ -30,7 +30,8 @@ from typing import Any
 
 from .cache import atomic_write_text
 from .data import DataError, Dataset, Problem
-from .runs import Run, format_trec, parse_trec
+from .provenance import is_results
+from .runs import Run, format_trec, parse_score, parse_trec
 from .settings import Settings, load_settings
 
 RUN_PREFIX = "run:"
@@ -40,6 +41,7 @@ JSON_SUFFIXES = (".json", ".jsonl")  # .jsonl: the R2MED kit's top-k files
 #: Unknown document ids reported one by one (the rest are counted).
 MAX_DOC_WARNINGS = 20
 UPLOADS = "uploaded"
+NOT_A_RUN = "a results file holds metric means, not a ranking: give the run it was made from (its .trec file)"
 RUNS_DIR = "runs folder"
 
 
@@ -204,16 +206,16 @@ def _kit_topk(data: bytes, label: str) -> dict[str, dict[str, float]] | None:
     for number, raw in lines:
         row = _json_line(raw, label, number)
         pairs = row.get("topk_pid") if isinstance(row, dict) else None
-        ok = isinstance(pairs, list) and all(
-            isinstance(p, list) and len(p) == 2 and isinstance(p[1], (int, float)) and not isinstance(p[1], bool)
-            for p in pairs
-        )
+        ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs)
         if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or not ok:
             problems.append(Problem(label, number, 'expected {"id": query id, "topk_pid": [[document id, score], …]}'))
-            if len(problems) >= MAX_DOC_WARNINGS:
-                break
-            continue
-        scores[str(row["id"])] = {str(doc): float(score) for doc, score in pairs}
+        else:
+            try:
+                scores[str(row["id"])] = _json_ranking(row["id"], {str(doc): score for doc, score in pairs})
+            except ValueError as err:
+                problems.append(Problem(label, number, str(err)))
+        if len(problems) >= MAX_DOC_WARNINGS:
+            break
     if problems:
         raise DataError(problems)
     return scores
@@ -225,6 +227,8 @@ def _json_scores(data: bytes, label: str) -> dict[str, dict[str, float]]:
         obj = _json_line(data.decode("utf-8"), label, None)
     except UnicodeDecodeError as err:
         raise DataError([Problem(label, None, f"not UTF-8 text (byte {err.start})")]) from None
+    if is_results(obj):
+        raise DataError([Problem(label, None, NOT_A_RUN)])
     obj = _unwrap(obj)
     if not isinstance(obj, dict) or not obj:
         raise DataError([Problem(label, None, "expected a JSON object {query id: {document id: score}}")])
@@ -234,16 +238,29 @@ def _json_scores(data: bytes, label: str) -> dict[str, dict[str, float]]:
         if not isinstance(docs, dict):
             problems.append(Problem(label, None, f"query {qid!r}: expected an object {{document id: score}}"))
             continue
-        bad = next((d for d, s in docs.items() if isinstance(s, bool) or not isinstance(s, (int, float))), None)
-        if bad is not None:
-            problems.append(Problem(label, None, f"query {qid!r}, document {bad!r}: score must be a number"))
-            continue
-        scores[str(qid)] = {str(d): float(s) for d, s in docs.items()}
+        try:
+            scores[str(qid)] = _json_ranking(qid, docs)
+        except ValueError as err:
+            problems.append(Problem(label, None, str(err)))
         if len(problems) >= MAX_DOC_WARNINGS:
             break
     if problems:
         raise DataError(problems)
     return scores
+
+
+def _json_ranking(qid: object, docs: dict[Any, Any]) -> dict[str, float]:
+    """One query's ``{doc id: score}`` from JSON. ValueError naming the query and document when a score
+    is not a JSON number (true and "0.5" are not) or cannot rank (NaN, Infinity: ``runs.parse_score``)."""
+    ranking: dict[str, float] = {}
+    for doc, score in docs.items():
+        try:
+            if isinstance(score, bool) or not isinstance(score, int | float):
+                raise ValueError("score must be a number")
+            ranking[str(doc)] = parse_score(score)
+        except ValueError as err:
+            raise ValueError(f"query {str(qid)!r}, document {str(doc)!r}: {err}") from None
+    return ranking
 
 
 def _is_scores(obj: Any) -> bool:
@@ -309,7 +326,7 @@ def read_run_or_results(path: str | Path, dataset: Dataset | None = None) -> Imp
             obj = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             obj = None  # read_run_file reports what is wrong with it
-        if isinstance(obj, dict) and isinstance(obj.get("test"), dict) and "model_name" in obj:
+        if is_results(obj):
             trec = path.with_suffix(".trec")
             if not trec.is_file():
                 missing = f"a results file holds no ranking, and its run {trec.name} is not beside it"
@@ -332,8 +349,10 @@ def _score_file_in(folder: Path, label: str) -> Path:
             if candidate.suffix.lower() == ".jsonl":
                 if _kit_topk(candidate.read_bytes(), label) is not None:
                     return candidate
-            elif _is_scores(_unwrap(json.loads(candidate.read_text(encoding="utf-8")))):
-                return candidate
+            else:
+                obj = json.loads(candidate.read_text(encoding="utf-8"))
+                if not is_results(obj) and _is_scores(_unwrap(obj)):
+                    return candidate
         except (UnicodeDecodeError, ValueError, RecursionError, DataError):
             continue
     raise DataError([Problem(label, None, "no TREC run or {query id: {document id: score}} JSON file found")])

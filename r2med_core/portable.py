@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .cache import MANIFEST, cache_root, fingerprint, is_intact
+from .cache import MANIFEST, cache_root, fingerprint, is_intact, make_kind_folder
 
 #: Entry kinds that may travel (indexes, embeddings, runs, reranker scores).
 KINDS = ("dense", "bm25", "runs", "rerank")
@@ -144,7 +144,7 @@ def _install(kind: str, entry: Path, root: Path, report: ImportReport) -> None:
     if final.is_dir() and is_intact(final):
         report.skipped.append(label)
         return
-    final.parent.mkdir(parents=True, exist_ok=True)
+    make_kind_folder(final.parent)
     if final.exists():
         shutil.rmtree(final, ignore_errors=True)
     os.replace(entry, final)

@@ -444,6 +444,16 @@ class ResultsFile:
     provenance: Provenance | None
 
 
+def is_results(obj: Any) -> bool:
+    """The shape of a results file (``eval`` writes it, the benchmark publishes it): a ``test`` object of
+    metric means beside plain fields. ``{"test": {"ndcg_at_10": 0.3}}`` also reads as score JSON for a
+    query called "test", so run readers ask this first: a results file holds no ranking."""
+    if not isinstance(obj, dict) or not isinstance(test := obj.get("test"), dict):
+        return False
+    means = all(isinstance(v, int | float) and not isinstance(v, bool) for v in test.values())
+    return means and not any(isinstance(v, dict) for k, v in obj.items() if k != "test")
+
+
 def read_results_file(path: Path) -> ResultsFile:
     """``NAME.json`` and ``NAME.provenance.json``; a file that is not a results file raises
     ``ProvenanceError`` naming it."""
@@ -451,9 +461,9 @@ def read_results_file(path: Path) -> ResultsFile:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:
         raise ProvenanceError(f"{path}: cannot read a results file ({type(err).__name__})") from None
-    test = obj.get("test") if isinstance(obj, dict) else None
-    if not isinstance(test, dict) or not all(isinstance(v, int | float) for v in test.values()):
+    if not is_results(obj):
         raise ProvenanceError(f"{path}: not a results file (no 'test' object of metric values)")
+    test = obj["test"]
     side = sidecar_path(path)
     record = read_provenance(side) if side.is_file() else None
     return ResultsFile(

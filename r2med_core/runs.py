@@ -102,6 +102,19 @@ def write_trec(run: Run, path: str | Path, tag: str | None = None) -> Path:
     return path
 
 
+def parse_score(raw: str | float) -> float:
+    """A score from a TREC column or a JSON number. ValueError (saying why) when it cannot rank
+    documents — not a number, NaN or infinite (``1e999`` reads as infinity) — so every run format
+    refuses the same scores with the same words."""
+    try:
+        value = float(raw)
+    except (ValueError, OverflowError):  # OverflowError: a JSON integer of hundreds of digits
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"score must be a finite number, got {str(raw)[:40]!r}")
+    return value
+
+
 def read_trec(path: str | Path, name: str | None = None) -> Run:
     """Read a TREC run file; rankings are re-sorted by score (rank breaks ties), as trec_eval reads them."""
     path = Path(path)
@@ -133,13 +146,14 @@ def parse_trec(data: bytes, label: str, name: str, keep: Callable[[str, str, int
             continue
         qid, _, doc, rank, score, _ = fields
         try:
-            rank_value, score_value = int(rank), float(score)
+            rank_value = int(rank)
         except ValueError:
-            message = f"rank must be an integer and score a number, got {rank[:40]!r} {score[:40]!r}"
-            problems.append(Problem(label, number, message))
+            problems.append(Problem(label, number, f"rank must be an integer, got {rank[:40]!r}"))
             continue
-        if not math.isfinite(score_value):
-            problems.append(Problem(label, number, f"score must be a finite number, got {score[:40]!r}"))
+        try:
+            score_value = parse_score(score)
+        except ValueError as err:
+            problems.append(Problem(label, number, str(err)))
             continue
         if (qid, doc) in seen:
             problems.append(Problem(label, number, f"document {doc!r} listed twice for query {qid!r}"))

@@ -505,6 +505,78 @@ def test_a_damaged_store_is_reported_and_left_alone(sqlite_store: AnnotationStor
     assert store.path.read_bytes() == bytes(raw)
 
 
+def test_opening_a_current_store_never_waits_for_a_writer(new_target: Callable[[str], Target]) -> None:
+    """Issue 29 item 8: opening wrote (or locked) the store, so it waited behind a long import and failed."""
+    target = new_target("busy")
+    kept = AnnotationStore(target).add(label())
+    holder = AnnotationStore(target)
+    with holder._connection(write=True):  # another writer holds the store's write lock throughout
+        started = time.monotonic()
+        reader = AnnotationStore(target, timeout=5)
+        assert reader.list() == [kept] and reader.jsonl_text().count("\n") == 1
+        assert time.monotonic() - started < 4
+
+
+#: Opens a store in a process whose files may not grow at all (as on a full disk, even for root): prints
+#: what reading, exporting and backing up found, and what saving said.
+FULL_DISK = """
+import json, resource, signal, sys
+from r2med_core.annotations import Annotation, AnnotationStore, AnnotationStoreError
+from r2med_core.backup import backup_text
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+store = AnnotationStore(sys.argv[1])
+found = {"ids": [a.id for a in store.list()], "export": store.jsonl_text(), "backup": backup_text(store)}
+try:
+    store.add(Annotation(dataset="d", task="t", query_id="q", doc_id="x", failure_type="other", annotator="bob"))
+except AnnotationStoreError as err:
+    found["save"] = str(err)
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_full_disk_still_lets_labels_be_read_exported_and_backed_up(sqlite_store: AnnotationStore) -> None:
+    """Issue 29 item 8: with no room to grow a file, the store could not be opened even to read."""
+    labels = [sqlite_store.add(label(doc_id=f"d{i}")) for i in range(5)]
+    path = sqlite_store.path
+    assert path is not None
+    before = path.read_bytes()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(path)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["ids"] == [a.id for a in labels]
+    assert [json.loads(line)["doc_id"] for line in found["export"].splitlines()] == [f"d{i}" for i in range(5)]
+    assert json.loads(found["backup"].splitlines()[0])["counts"]["label"] == 5
+    assert found["save"].startswith(f"{path}: cannot save (") and "nothing was written" in found["save"]
+    assert path.read_bytes() == before
+    again = AnnotationStore(path)  # with room again: nothing lost, and saving works
+    assert again.list() == labels
+    again.add(label(doc_id="later"))
+    assert len(again) == 6
+
+
+def test_a_read_only_store_is_read_and_exported_and_saving_says_why_not(
+    sqlite_store: AnnotationStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 29 item 8: a store SQLite may only read (a read-only file or folder; root ignores chmod, so
+    every connection is opened ``mode=ro`` here) is opened, listed and exported; a save is refused clearly."""
+    labels = [sqlite_store.add(label(doc_id=f"d{i}")) for i in range(3)]
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda db, **kw: connect(re.sub(r"mode=rwc?", "mode=ro", db), **kw))
+    store = AnnotationStore(sqlite_store.path)
+    assert store.list() == labels
+    assert store.export_csv(tmp_path / "labels.csv").read_text().count("\n") == 4
+    with pytest.raises(AnnotationStoreError, match=r"cannot save \(attempt to write a readonly database\)"):
+        store.add(label(doc_id="new"))
+    monkeypatch.undo()
+    assert AnnotationStore(sqlite_store.path).list() == labels
+
+
 # --------------------------------------------------------------------------- several writers, crashes
 
 

@@ -49,6 +49,27 @@ def test_trec_qrels_variants(tiny_r2med: Path, content: str, filename: str) -> N
     assert load_r2med_dir(tiny_r2med).qrels == {"q1": {"dka_0": 2, "dka_1": 1}, "q2": {"mi_0": 1}}
 
 
+def test_qrels_files_that_disagree_are_an_error_naming_both(tiny_r2med: Path) -> None:
+    """Issue 29 item 12: with qrels.jsonl and qrels.txt both present, the .txt was ignored without a word,
+    so which file a folder's numbers came from was a guess; files that agree are fine."""
+    jsonl, txt = tiny_r2med / "qrels.jsonl", tiny_r2med / "qrels.txt"
+    txt.write_text("q1 0 dka_0 2\nq2 0 mi_0 1\nq1 0 dka_1 1\n", encoding="utf-8")  # the same judgements
+    assert validate_dir(tiny_r2med) == ([], load_r2med_dir(tiny_r2med).report.lines())
+    assert load_r2med_dir(tiny_r2med).qrels == {"q1": {"dka_0": 2, "dka_1": 1}, "q2": {"mi_0": 1}}
+
+    txt.write_text("q1 0 dka_0 2\nq1 0 dka_1 2\nq2 0 mi_0 1\nq2 0 gout_0 1\n", encoding="utf-8")
+    errors, _ = validate_dir(tiny_r2med)
+    assert [str(e) for e in errors] == [
+        f"{txt}:2: disagrees with {jsonl}:2 on 2 (query, document) pair(s), first query 'q1', document "
+        "'dka_1': grade 2 here, grade 1 there; keep one qrels file (qrels.jsonl is read first)"
+    ]
+    txt.write_text("q1 0 dka_0 2\nq1 0 dka_1 1\n", encoding="utf-8")  # a pair missing from one of them
+    with pytest.raises(DataError, match=r"qrels.txt: disagrees with .*qrels.jsonl:3 .*'mi_0': absent here, grade 1"):
+        load_r2med_dir(tiny_r2med)
+    txt.write_text("q1 0 dka_0 2\nq1 0 dka_1 one\n", encoding="utf-8")  # the other file is checked too
+    assert [str(e) for e in validate_dir(tiny_r2med)[0]] == [f"{txt}:2: relevance must be an integer, got 'one'"]
+
+
 def test_beir_layout_joins_title_and_text(tmp_path: Path) -> None:
     root = tmp_path / "beir"
     write_jsonl(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -112,6 +113,22 @@ class _Session:
         return self._conn.execute(_translate(sql), tuple(params))
 
 
+@dataclass(frozen=True)
+class _Found:
+    """The store's schema as read: its tables, version, annotation columns and indexes."""
+
+    tables: set[str]
+    version: int
+    columns: set[str]
+    indexes: set[str]
+
+    @property
+    def current(self) -> bool:
+        """Nothing to create or migrate: opening needs no lock and writes nothing."""
+        whole = {"annotations", "annotations_schema", "adjudications"} <= self.tables and set(INDEXES) <= self.indexes
+        return whole and self.version == SCHEMA_VERSION and set(COLUMNS) <= self.columns
+
+
 class PostgresBackend:
     """An annotation store in the PostgreSQL database named by ``url`` (libpq URL syntax)."""
 
@@ -169,86 +186,97 @@ class PostgresBackend:
 
     def _initialise(self) -> None:
         """Create or migrate the schema under the store's lock; refuse, untouched, an ``annotations`` table
-        that is not a store's, a newer schema, or a database that cannot hold every label's text."""
+        that is not a store's, a newer schema, or a database that cannot hold every label's text. A current
+        store is only read (no lock, no transaction), so opening it never waits behind a writer and works
+        for a role that may only read."""
+        with self.connection() as db:
+            found = self._inspect(db)
+        if found.current:
+            return
         with self.connection(write=True) as db:
-            if db.execute("SELECT current_schema()").fetchone()[0] is None:
+            self._migrate(db, self._inspect(db))  # read again under the lock: another client may have migrated
+
+    def _inspect(self, db: _Session) -> _Found:
+        """What the store's schema holds now (read only); an AnnotationStoreError for what must stay untouched."""
+        if db.execute("SELECT current_schema()").fetchone()[0] is None:
+            raise AnnotationStoreError(
+                f"{self.location}: no schema to create the annotations table in (none of the search_path exists)"
+            )
+        encoding = str(db.execute("SHOW server_encoding").fetchone()[0])
+        if encoding.upper() not in ("UTF8", "UTF-8"):
+            raise AnnotationStoreError(
+                f"{self.location}: the database's encoding is {encoding}, which cannot hold every label; "
+                f"create it with ENCODING 'UTF8'; {_UNTOUCHED}"
+            )
+        tables = {
+            name
+            for (name,) in db.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+                "AND table_name IN ('annotations', 'annotations_schema', 'adjudications')"
+            ).fetchall()
+        }
+        version = 0
+        if "annotations_schema" in tables:
+            version = db.execute("SELECT max(version) FROM annotations_schema").fetchone()[0] or 0
+        if version > SCHEMA_VERSION:
+            raise AnnotationStoreError(
+                f"{self.location}: written by a newer version of R2MED Explorer (schema {version}, this one "
+                f"reads {SCHEMA_VERSION}); the database was left untouched"
+            )
+        present = self._columns(db, "annotations") if "annotations" in tables else set(COLUMNS)
+        missing = [name for name in COLUMNS if name not in present and name not in ADDED_COLUMNS]
+        if missing:
+            raise AnnotationStoreError(
+                f"{self.location}: its annotations table is not an annotation store (it lacks column(s) "
+                f"{', '.join(missing)}); {_UNTOUCHED}"
+            )
+        if "adjudications" in tables:
+            have = self._columns(db, "adjudications")
+            lacking = [name for name in ADJUDICATION_COLUMNS if name not in have]
+            if lacking:
                 raise AnnotationStoreError(
-                    f"{self.location}: no schema to create the annotations table in (none of the search_path exists)"
+                    f"{self.location}: its adjudications table is not an annotation store's (it lacks "
+                    f"column(s) {', '.join(lacking)}); {_UNTOUCHED}"
                 )
-            encoding = str(db.execute("SHOW server_encoding").fetchone()[0])
-            if encoding.upper() not in ("UTF8", "UTF-8"):
-                raise AnnotationStoreError(
-                    f"{self.location}: the database's encoding is {encoding}, which cannot hold every label; "
-                    f"create it with ENCODING 'UTF8'; {_UNTOUCHED}"
-                )
-            tables = {
-                name
-                for (name,) in db.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-                    "AND table_name IN ('annotations', 'annotations_schema', 'adjudications')"
-                ).fetchall()
-            }
-            version = 0
-            if "annotations_schema" in tables:
-                version = db.execute("SELECT max(version) FROM annotations_schema").fetchone()[0] or 0
-            if version > SCHEMA_VERSION:
-                raise AnnotationStoreError(
-                    f"{self.location}: written by a newer version of R2MED Explorer (schema {version}, this one "
-                    f"reads {SCHEMA_VERSION}); the database was left untouched"
-                )
-            if "annotations" in tables:
-                present = {
-                    name
-                    for (name,) in db.execute(
-                        "SELECT column_name FROM information_schema.columns "
-                        "WHERE table_schema = current_schema() AND table_name = 'annotations'"
-                    ).fetchall()
-                }
-                missing = [name for name in COLUMNS if name not in present and name not in ADDED_COLUMNS]
-                if missing:
-                    raise AnnotationStoreError(
-                        f"{self.location}: its annotations table is not an annotation store (it lacks column(s) "
-                        f"{', '.join(missing)}); {_UNTOUCHED}"
-                    )
-            else:
-                db.execute(_CREATE_TABLE)
-                present = set(COLUMNS)
-            if "adjudications" in tables:
-                have = {
-                    name
-                    for (name,) in db.execute(
-                        "SELECT column_name FROM information_schema.columns "
-                        "WHERE table_schema = current_schema() AND table_name = 'adjudications'"
-                    ).fetchall()
-                }
-                lacking = [name for name in ADJUDICATION_COLUMNS if name not in have]
-                if lacking:
-                    raise AnnotationStoreError(
-                        f"{self.location}: its adjudications table is not an annotation store's (it lacks "
-                        f"column(s) {', '.join(lacking)}); {_UNTOUCHED}"
-                    )
-            else:
-                index, indexed = ADJUDICATION_INDEX
-                db.execute(_CREATE_ADJUDICATIONS)
-                db.execute(f"CREATE INDEX {index} ON adjudications ({', '.join(indexed)})")
-            # DDL only for what is missing, so a role without CREATE rights can use an up-to-date store.
-            for name in ADDED_COLUMNS:
-                if name not in present:
-                    db.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")
-            indexes = {
-                name
-                for (name,) in db.execute(
-                    "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'annotations'"
-                ).fetchall()
-            }
-            for name, columns in INDEXES.items():
-                if name not in indexes:
-                    db.execute(f"CREATE INDEX {name} ON annotations ({', '.join(columns)})")
-            if "annotations_schema" not in tables:
-                db.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
-            if version < SCHEMA_VERSION:
-                db.execute("DELETE FROM annotations_schema")
-                db.execute("INSERT INTO annotations_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+        indexes = {
+            name
+            for (name,) in db.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'annotations'"
+            ).fetchall()
+        }
+        return _Found(tables, version, present, indexes)
+
+    @staticmethod
+    def _columns(db: _Session, table: str) -> set[str]:
+        return {
+            name
+            for (name,) in db.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = ?",
+                (table,),
+            ).fetchall()
+        }
+
+    @staticmethod
+    def _migrate(db: _Session, found: _Found) -> None:
+        """DDL only for what is missing, so a role without CREATE rights can use an up-to-date store."""
+        if "annotations" not in found.tables:
+            db.execute(_CREATE_TABLE)
+        if "adjudications" not in found.tables:
+            index, indexed = ADJUDICATION_INDEX
+            db.execute(_CREATE_ADJUDICATIONS)
+            db.execute(f"CREATE INDEX {index} ON adjudications ({', '.join(indexed)})")
+        for name in ADDED_COLUMNS:
+            if name not in found.columns:
+                db.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")
+        for name, columns in INDEXES.items():
+            if name not in found.indexes:
+                db.execute(f"CREATE INDEX {name} ON annotations ({', '.join(columns)})")
+        if "annotations_schema" not in found.tables:
+            db.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
+        if found.version < SCHEMA_VERSION:
+            db.execute("DELETE FROM annotations_schema")
+            db.execute("INSERT INTO annotations_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
 
 __all__ = ["REQUIREMENT", "URL_ENV", "PostgresBackend"]

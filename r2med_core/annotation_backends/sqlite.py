@@ -3,7 +3,9 @@
 Each operation opens its own short-lived connection, so a store can be shared by Streamlit sessions and
 used after ``fork``. Writes take the write lock up front (``BEGIN IMMEDIATE``) and wait up to the
 timeout for another writer. The file is the user's work: a file that is not an annotation store is
-reported, never deleted or replaced.
+reported, never deleted or replaced. Opening a store whose schema is current writes nothing, so a full
+disk or a read-only file still lets people read, export and back up their labels (saving then fails
+with a message saying so).
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import ADDED_COLUMNS, ADJUDICATION_COLUMNS, COLUMNS, SCHEMA_VERSION, AnnotationStoreError
+from . import (
+    ADDED_COLUMNS,
+    ADJUDICATION_COLUMNS,
+    ADJUDICATION_INDEX,
+    COLUMNS,
+    INDEXES,
+    SCHEMA_VERSION,
+    AnnotationStoreError,
+)
 
 _SQL_TYPES = {
     "rank": "INTEGER",
@@ -63,6 +73,9 @@ CREATE TABLE IF NOT EXISTS adjudications (
 CREATE INDEX IF NOT EXISTS adjudications_by_unit ON adjudications (dataset, task, query_id, doc_id);
 """
 _UNTOUCHED = "the file was left untouched — move it aside or choose another path"
+#: SQLite's result codes for a write the disk or file refuses (the primary code: the low byte); a file
+#: that may not grow (a quota, a size limit) fails with an I/O error.
+_UNWRITABLE = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR)
 
 
 class SQLiteBackend:
@@ -87,11 +100,25 @@ class SQLiteBackend:
         self._initialise()
 
     def _open(self, create: bool = False) -> sqlite3.Connection:
+        """A connection. When the WAL index shared between processes (the ``-shm`` file) cannot be grown —
+        a full disk — one that keeps its index in memory (exclusive locking: other processes wait while it
+        is open), so the labels can still be read."""
         uri = self.file.as_uri() + ("?mode=rwc" if create else "?mode=rw")
+        try:
+            return self._connect(uri)
+        except sqlite3.OperationalError as err:
+            if getattr(err, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_IOERR:
+                raise
+        return self._connect(uri, "PRAGMA locking_mode = EXCLUSIVE")
+
+    def _connect(self, uri: str, *pragmas: str) -> sqlite3.Connection:
         conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
         try:
+            for pragma in pragmas:
+                conn.execute(pragma)
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             conn.execute("PRAGMA synchronous = FULL")  # labels are human work: survive power loss too
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the first read maps the WAL index
         except BaseException:
             conn.close()
             raise
@@ -116,12 +143,22 @@ class SQLiteBackend:
             if write:
                 conn.commit()
         except sqlite3.Error as err:
-            raise AnnotationStoreError(f"{self.file}: {err}") from err
+            raise AnnotationStoreError(self._failed(err, write)) from err
         finally:
             conn.close()
 
+    def _failed(self, err: sqlite3.Error, write: bool) -> str:
+        """The message for a failed operation; a write the disk or file refuses says what still works."""
+        if write and getattr(err, "sqlite_errorcode", 0) & 0xFF in _UNWRITABLE:
+            return (
+                f"{self.file}: cannot save ({err}): nothing was written — free disk space or make the file "
+                "writable; the labels already stored can still be read, exported and backed up"
+            )
+        return f"{self.file}: {err}"
+
     def _initialise(self) -> None:
-        """Create the schema in a new or empty file; refuse, untouched, anything that is not a store."""
+        """Create the schema in a new or empty file, or migrate an older store; refuse, untouched, anything
+        that is not a store. A current store is only read, so opening it needs no free space or write access."""
         try:
             conn = self._open(create=True)
         except sqlite3.DatabaseError as err:
@@ -155,6 +192,9 @@ class SQLiteBackend:
                 )
             if "annotations" in tables:
                 self._check_existing(conn, "adjudications" in tables)
+            if version == SCHEMA_VERSION and self._is_current(conn, tables):
+                self.journal_mode = "wal"
+                return
             self.journal_mode = self._enable_wal(conn)
             # One transaction, so a concurrent first open waits for (or finds) the finished schema, and an
             # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
@@ -175,6 +215,16 @@ class SQLiteBackend:
             raise AnnotationStoreError(f"{self.file}: cannot open the annotation store: {err}; {_UNTOUCHED}") from None
         finally:
             conn.close()
+
+    @staticmethod
+    def _is_current(conn: sqlite3.Connection, tables: set[str]) -> bool:
+        """True when the file holds this version's whole schema in WAL mode (read only: nothing to write)."""
+        if not {"annotations", "adjudications"} <= tables:
+            return False
+        indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
+        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        return {*INDEXES, ADJUDICATION_INDEX[0]} <= indexes and set(ADDED_COLUMNS) <= columns and mode == "wal"
 
     def _enable_wal(self, conn: sqlite3.Connection) -> str:
         """Switch to WAL; the switch ignores the busy timeout, so retry while another process holds a lock."""

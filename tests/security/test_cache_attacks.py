@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -179,11 +180,73 @@ def test_killed_builds_are_swept_but_live_ones_kept(_isolated_cache: Path) -> No
     for folder in (killed, alive, old_style):
         os.utime(folder, (old, old))
 
-    cached("t", {"k": 2}, _build("y"), _load)  # any build sweeps its kind folder
+    with cache._building(alive):  # a live build holds its folder's lock
+        cached("t", {"k": 2}, _build("y"), _load)  # any build sweeps its kind folder
 
     assert not killed.exists() and not old_style.exists()
     assert alive.exists(), "a build folder of a live process was removed"
     assert recent_dead.exists(), "a fresh build folder was removed"
+
+
+@pytest.mark.skipif(cache.fcntl is None, reason="without flock a build is known alive by its process id only")
+def test_a_crashed_build_is_swept_even_when_its_process_id_was_reused(_isolated_cache: Path) -> None:
+    """Issue 29 item 12: a restarted container's app gets the crashed one's process id back, so the
+    crashed build's folder looked alive for ever."""
+    cached("t", {"k": 1}, _build("x"), _load)
+    crashed = _isolated_cache / "t" / f".build-abc-{cache._HOST}-{os.getpid()}-xyz"
+    crashed.mkdir()
+    (crashed / "partial.bin").write_bytes(b"x" * 100)
+    _age(crashed, 2 * cache.STALE_BUILD_SECONDS)
+    assert cache.sweep_builds(crashed.parent) == [crashed] and not crashed.exists()
+
+
+def test_loads_sweep_crashed_builds_too(_isolated_cache: Path) -> None:
+    """Issue 29 item 12: only a build swept its kind folder, so once every entry of a kind was built the
+    folders of crashed builds stayed for good (here a fresh process only loads)."""
+    cached("t", {"k": 1}, _build("x"), _load)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    crashed = _isolated_cache / "t" / f".build-abc-{cache._HOST}-{dead.pid}-xyz"
+    crashed.mkdir()
+    _age(crashed, 2 * cache.STALE_BUILD_SECONDS)
+    done = _run_cached_in_subprocess(_isolated_cache, {"k": 1})
+    assert (done.returncode, done.stdout) == (0, "x\n"), done.stderr  # loaded, not rebuilt
+    assert not crashed.exists()
+
+
+def test_a_kind_folder_replaced_by_a_file_is_moved_aside_and_rebuilt(_isolated_cache: Path, tmp_path: Path) -> None:
+    """Issue 29 item 12: a file where a kind's folder belongs gave "[Errno 17] File exists" for every
+    entry of that kind, with no rebuild and no hint."""
+    from r2med_core.portable import export_entries, import_entries
+
+    entry, kind_dir = entry_path("runs", {"k": 1}), _isolated_cache / "runs"
+    cached("runs", {"k": 1}, _build("x"), _load)
+    archive = tmp_path / "runs.tar.gz"
+    assert export_entries([entry], archive) == 1
+
+    def replace_kind_folder() -> None:
+        shutil.rmtree(kind_dir)
+        kind_dir.write_text("not a folder")
+
+    def kept_aside() -> list[str]:
+        kept = list(_isolated_cache.glob("runs.not-a-folder-*"))
+        contents = [p.read_text() for p in kept]
+        for path in kept:
+            path.unlink()
+        return contents
+
+    replace_kind_folder()
+    assert cached("runs", {"k": 1}, _build("y"), _load) == "y"
+    assert kept_aside() == ["not a folder"]  # kept, not deleted
+
+    replace_kind_folder()
+    assert import_entries(archive).added == [f"runs/{entry.name}"]
+    assert _load(entry) == "x" and kept_aside() == ["not a folder"]
+
+    shutil.rmtree(_isolated_cache)
+    _isolated_cache.write_text("not a folder")  # the cache folder itself: an error naming it
+    with pytest.raises(NotADirectoryError, match=f"^{_isolated_cache} is a file where the cache needs a folder"):
+        cached("runs", {"k": 1}, _build("x"), _load)
 
 
 def _age(folder: Path, seconds: float) -> None:

@@ -13,7 +13,9 @@ import pytest
 
 from r2med_core import evaluate, load_dir, read_trec, run_system
 from r2med_core.data import DataError, validate_dir
+from r2med_core.imported_runs import available_runs, parse_run, read_run_file, save_upload
 from r2med_core.runs import Run, write_trec
+from r2med_core.settings import Settings
 
 from ..conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl
 
@@ -133,3 +135,58 @@ def test_an_emptied_query_scores_zero_and_stays_in_the_averages(system: str, tex
     assert results.n_evaluated == 2  # q1 and q2 (q3 has no judgements)
     assert results.means["recall_at_100"] == pytest.approx(results.per_query.loc["q2", "recall_at_100"] / 2)
     assert "1 judged query had no searchable terms and retrieved nothing" in " ".join(results.notes)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "r2med_core", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+
+
+@pytest.mark.parametrize(
+    ("token", "shown"), [("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "-inf"), ("1e999", "inf")]
+)
+def test_non_finite_score_json_is_refused_as_trec_runs_are(token: str, shown: str, tiny_r2med: Path) -> None:
+    """Issue 29 item 7: score JSON (and the kit's top-k lines) with NaN or infinite scores gave arbitrary
+    metrics with exit 0, and the sidebar upload stored them."""
+    refused = f"score must be a finite number, got {shown!r}"
+    scores = tiny_r2med.parent / "scores.json"
+    scores.write_text(f'{{"q1": {{"dka_0": 2.5, "dka_1": {token}}}, "q2": {{"mi_0": 1}}}}')
+    done = _cli("evaluate-run", "--run", str(scores), "--data-dir", str(tiny_r2med))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"error: {scores}: query 'q1', document 'dka_1': {refused}\n"
+
+    topk = f'{{"id": "q1", "topk_pid": [["dka_0", 2.5]]}}\n{{"id": "q2", "topk_pid": [["mi_0", {token}]]}}\n'
+    with pytest.raises(DataError) as caught:
+        parse_run(topk.encode(), "Tiny_topk.jsonl", "run:x")
+    assert [str(p) for p in caught.value.problems] == [f"Tiny_topk.jsonl:2: query 'q2', document 'mi_0': {refused}"]
+
+    dataset = load_dir(tiny_r2med)
+    with pytest.raises(DataError) as caught:
+        save_upload(dataset, scores.read_bytes(), "scores.json", Settings())
+    assert [str(p) for p in caught.value.problems] == [f"scores.json: query 'q1', document 'dka_1': {refused}"]
+    assert not available_runs(dataset, Settings())  # nothing was stored
+
+
+@pytest.mark.parametrize("published", [True, False])
+def test_a_results_file_without_its_run_names_the_missing_run(published: bool, tiny_r2med: Path) -> None:
+    """Issue 29 item 7: a results file (metric means) given without the NAME.trec beside it was read as
+    score JSON for a query called "test": every query failed, exit 0."""
+    means = {"ndcg_at_10": 0.3, "recall_at_100": 0.5}
+    fields = {"dataset_name": "tiny", "evaluation_time": "0.01 minutes", "model_name": "bm25"} if published else {}
+    results = tiny_r2med.parent / "bm25.json"
+    results.write_text(json.dumps({**fields, "test": means}))
+    missing = f"error: {results}: a results file holds no ranking, and its run bm25.trec is not beside it\n"
+    diagnose = ("diagnose", "--oracle", "oracle:bm25", "--output-dir", str(results.parent / "out"))
+    for command in (("evaluate-run",), diagnose):
+        done = _cli(*command, "--run", str(results), "--data-dir", str(tiny_r2med))
+        assert (done.returncode, done.stderr) == (1, missing), command
+    assert not (results.parent / "out").exists()
+
+    with pytest.raises(DataError, match="a results file holds metric means, not a ranking"):
+        save_upload(load_dir(tiny_r2med), results.read_bytes(), "bm25.json", Settings())
+    kit_folder = tiny_r2med.parent / "kit-bm25"
+    kit_folder.mkdir()
+    (kit_folder / "scores.json").write_text(results.read_text())
+    with pytest.raises(DataError, match="no TREC run or"):
+        read_run_file(kit_folder)
