@@ -412,6 +412,30 @@ def test_import_reports_bad_lines_and_keeps_the_rest(store: AnnotationStore, tmp
         store.import_jsonl(tmp_path / "missing.jsonl")
 
 
+def test_import_reports_hostile_numbers_and_times_by_line_and_keeps_the_rest(store: AnnotationStore) -> None:
+    good = asdict(label(created_at="2025-01-01T00:00:00Z"))
+    lines = [
+        json.dumps(good),
+        '{"rank": ' + "9" * 5000 + "}",
+        json.dumps({**good, "created_at": "9999-12-31T23:59:59-14:00"}),
+        json.dumps({**good, "created_at": "0001-01-01T00:00:00+14:00"}),
+        json.dumps({**good, "reviewer": "rev", "reviewed_at": "9999-12-31T23:59:59-14:00"}),
+        json.dumps({**good, "rank": 10**30}),
+        json.dumps({**good, "note": "\ud800"}),
+        json.dumps({**good, "doc_id": "d9"}),
+    ]
+    report = store.import_jsonl_bytes(("\n".join(lines) + "\n").encode(), "team.jsonl")
+    messages = [str(p) for p in report.errors]
+    assert [p.line for p in report.errors] == [2, 3, 4, 5, 6, 7], messages
+    assert "team.jsonl:2: a number too long to read" in messages[0]
+    assert "created_at '9999-12-31T23:59:59-14:00' is out of range" in messages[1]
+    assert "created_at '0001-01-01T00:00:00+14:00' is out of range" in messages[2]
+    assert "reviewed_at '9999-12-31T23:59:59-14:00' is out of range" in messages[3]
+    assert "rank must be a positive integer (at most 2147483647)" in messages[4]
+    assert "note is not valid Unicode text" in messages[5]
+    assert report.added == 2 and {a.doc_id for a in store.list()} == {"d1", "d9"}
+
+
 # --------------------------------------------------------------------------- extending the judgements
 
 

@@ -67,6 +67,9 @@ ADJUDICATION_COLUMNS: tuple[str, ...] = (
     "supersedes",
     "label_ids",
 )
+#: The largest whole number every store's INTEGER columns hold (PostgreSQL's INTEGER is 32-bit): a larger
+#: rank or grade is refused when a label or decision is made, never left for the database to reject.
+INTEGER_MAX = 2**31 - 1
 ADJUDICATION_INDEX = ("adjudications_by_unit", ("dataset", "task", "query_id", "doc_id"))
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
@@ -88,6 +91,10 @@ class Session(Protocol):
     """One connection inside ``Backend.connection``: runs the store's portable SQL."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """Run one statement (no RETURNING) once per row, in one round trip where the database allows."""
+        ...
 
 
 class Backend(Protocol):
@@ -176,6 +183,7 @@ __all__ = [
     "ADJUDICATION_INDEX",
     "COLUMNS",
     "INDEXES",
+    "INTEGER_MAX",
     "SCHEMA_VERSION",
     "URL_ENV",
     "AnnotationStoreError",
