@@ -225,15 +225,15 @@ def check_storable(name: str, value: object) -> None:
         raise ValueError(f"{name} contains a NUL character (\\x00), which a database cannot store")
 
 
-def check_whole_number(name: str, value: object, least: int) -> None:
-    """ValueError unless ``value`` is None or a whole number from ``least`` to ``INTEGER_MAX`` (what every
-    store's INTEGER column holds)."""
+def check_whole_number(name: str, value: object, least: int, most: int = INTEGER_MAX) -> None:
+    """ValueError unless ``value`` is None or a whole number from ``least`` to ``most`` (by default
+    ``INTEGER_MAX``, what every store's INTEGER column holds)."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= INTEGER_MAX:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
         what = "a positive integer" if least == 1 else f"a whole number of {least} or more"
-        shown = "a larger number" if isinstance(value, int) and value > INTEGER_MAX else repr(value)[:40]
-        raise ValueError(f"{name} must be {what} (at most {INTEGER_MAX}) or None, got {shown}")
+        shown = "a larger number" if isinstance(value, int) and value > most else repr(value)[:40]
+        raise ValueError(f"{name} must be {what} (at most {most}) or None, got {shown}")
 
 
 def unknown_fields(obj: Mapping[str, Any], known: Iterable[str]) -> str:
@@ -342,7 +342,8 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
         if values.get(name) in (None, ""):
             values.pop(name, None)
     if isinstance(values.get("rank"), str):
-        values["rank"] = int(values["rank"]) if values["rank"].strip().isdigit() else values["rank"]
+        text = values["rank"].strip()  # a CSV cell; beyond 18 digits it is refused as text, not read
+        values["rank"] = int(text) if text.isdecimal() and len(text) <= 18 else values["rank"]
     for name in ("accepted", "blind"):
         if name in values:
             values[name] = _as_bool(values[name], name)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .adjudication import Decision, SelfAdjudication, Unit, check_not_own_unit, describe, history
-from .annotation_backends import ADJUDICATION_COLUMNS, SCHEMA_VERSION, Session
+from .annotation_backends import ADJUDICATION_COLUMNS, ID_MAX, SCHEMA_VERSION, Session
 from .annotations import (
     FIELDS,
     IMPORT_BATCH,
@@ -42,6 +42,7 @@ from .annotations import (
     _read_file,
     check_storable,
     check_upload_size,
+    check_whole_number,
     jsonl_objects,
     unknown_fields,
     utc_now,
@@ -196,8 +197,10 @@ def _label(obj: Mapping[str, Any], name: str, number: int) -> tuple[int | None, 
     """A label line as (its id in the source store, the label), or the Problem with it."""
     fields = {k: v for k, v in obj.items() if k != "kind"}
     source = fields.get("id")
-    if source is not None and (isinstance(source, bool) or not isinstance(source, int)):
-        return Problem(name, number, '"id" must be a label id or null')
+    try:
+        check_whole_number("id", source, 1, ID_MAX)
+    except ValueError as err:
+        return Problem(name, number, str(err))
     parsed = _parse(fields, name, number)
     return parsed if isinstance(parsed, Problem) else (source, parsed)
 
@@ -237,12 +240,12 @@ def _decision(obj: Mapping[str, Any], name: str, number: int) -> tuple[int, Deci
         if unknown:
             raise ValueError(unknown)
         ids = obj.get("label_ids", [])
-        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        if not isinstance(ids, list) or None in ids:
             raise ValueError('"label_ids" must be a list of label ids')
         for key in ("id", "supersedes"):
-            value = obj.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f'"{key}" must be a decision id or null')
+            check_whole_number(key, obj.get(key), 1, ID_MAX)
+        for label_id in ids:
+            check_whole_number("label_ids", label_id, 1, ID_MAX)
         values = {k: obj[k] for k in _DECISION_FIELDS if k in obj}
         decision = Decision(**values, id=obj.get("id"), supersedes=obj.get("supersedes"), label_ids=tuple(ids))
     except (ValueError, TypeError, RecursionError) as err:

@@ -70,6 +70,8 @@ ADJUDICATION_COLUMNS: tuple[str, ...] = (
 #: The largest whole number every store's INTEGER columns hold (PostgreSQL's INTEGER is 32-bit): a larger
 #: rank or grade is refused when a label or decision is made, never left for the database to reject.
 INTEGER_MAX = 2**31 - 1
+#: The largest row id (ids are 64-bit in both databases).
+ID_MAX = 2**63 - 1
 ADJUDICATION_INDEX = ("adjudications_by_unit", ("dataset", "task", "query_id", "doc_id"))
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
@@ -182,6 +184,7 @@ __all__ = [
     "ADJUDICATION_COLUMNS",
     "ADJUDICATION_INDEX",
     "COLUMNS",
+    "ID_MAX",
     "INDEXES",
     "INTEGER_MAX",
     "SCHEMA_VERSION",
