@@ -36,7 +36,8 @@ from benchmarks.procs import Measurement, gib, load_average, measure
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 60.0
-#: (query, document) units per query: every label on one query (the case issue 29 hit), or ~375 a query.
+#: (query, document) units per query: every label on one query (the worst case for a per-label scan of
+#: its query's labels), or ~375 labels a query.
 SHAPES = {"one-query": 10**9, "spread": 150}
 ANNOTATORS = ("alice", "bob", "carol", "dave", "erin")
 TYPES = ("relevant_unjudged", "gold_questionable", "wrong_aspect", "lexical_trap", "not_relevant")
@@ -79,10 +80,12 @@ def backup_lines(n_labels: int, units_per_query: int, seed: int = 29) -> list[st
                 )
             )  # fmt: skip
         unit += 1
+    from r2med_core.backup import BACKUP_FORMAT, BACKUP_VERSION, SCHEMA_VERSION
+
     header = {
-        "format": "r2med-annotation-backup",
-        "version": 1,
-        "schema": 4,
+        "format": BACKUP_FORMAT,
+        "version": BACKUP_VERSION,
+        "schema": SCHEMA_VERSION,
         "created_at": "2025-04-02T00:00:00.000000Z",
         "counts": {"label": len(labels), "decision": len(decisions), "queue": 0},
     }
