@@ -30,6 +30,8 @@ from .annotations import (
     AnnotationStore,
     Qrels,
     _normalise_time,
+    check_storable,
+    check_whole_number,
     extended_qrels,
     get_failure_type,
     utc_now,
@@ -82,20 +84,18 @@ class Decision:
         if not isinstance(self.reason, str):
             raise ValueError(f"reason must be a string, got {self.reason!r}")
         for name in ("dataset", "task", "query_id", "doc_id", "reason", "reviewer"):
-            value = getattr(self, name)
-            if isinstance(value, str) and "\x00" in value:
-                raise ValueError(f"{name} contains a NUL character (\\x00), which a database cannot store")
+            check_storable(name, getattr(self, name))
         if self.doc_id == "":
             object.__setattr__(self, "doc_id", None)
+        if self.doc_id is not None and not isinstance(self.doc_id, str):
+            raise ValueError(f"doc_id must be a string or None, got {self.doc_id!r}"[:200])
         get_failure_type(self.failure_type).check_scope(self.doc_id)
-        if self.grade is not None:
-            if isinstance(self.grade, bool) or not isinstance(self.grade, int) or self.grade < 0:
-                raise ValueError(f"grade must be a whole number of 0 or more, or None, got {self.grade!r}")
-            if self.doc_id is None:
-                raise ValueError("a grade judges a (query, document) pair: a decision on a whole query has none")
+        check_whole_number("grade", self.grade, 0)
+        if self.grade is not None and self.doc_id is None:
+            raise ValueError("a grade judges a (query, document) pair: a decision on a whole query has none")
         if self.failure_type == "relevant_unjudged" and (self.grade is None or self.grade < 1):
             raise ValueError("a 'relevant but unjudged' decision needs the grade the document deserves (1 or more)")
-        object.__setattr__(self, "decided_at", _normalise_time(self.decided_at))
+        object.__setattr__(self, "decided_at", _normalise_time(self.decided_at, "decided_at"))
         object.__setattr__(self, "label_ids", tuple(int(i) for i in self.label_ids))
 
     @property
@@ -154,12 +154,7 @@ def decide(
         ).fetchall()
         if not labels:
             raise ValueError(f"no labels on {describe(key)}: only a labelled unit is adjudicated")
-        mine = decision.reviewer.lower()
-        if any(str(annotator).strip().lower() == mine for _, annotator in labels):
-            raise SelfAdjudication(
-                f"{decision.reviewer} labelled {describe(key)}: nobody adjudicates a unit they labelled; "
-                "another reviewer decides it"
-            )
+        check_not_own_unit(decision.reviewer, (annotator for _, annotator in labels), key)
         current = conn.execute(
             f"SELECT id, reviewer, decided_at FROM adjudications WHERE {_unit_where()} ORDER BY id DESC LIMIT 1", key
         ).fetchone()
@@ -188,6 +183,18 @@ def decide(
             values,
         ).fetchone()[0]
     return Decision._from_row((int(new_id), *values))
+
+
+def check_not_own_unit(reviewer: str, annotators: Iterable[str], unit: Unit) -> None:
+    """SelfAdjudication when ``reviewer`` is among ``annotators``, who labelled ``unit`` (names compare
+    case-insensitively, spaces around them ignored): nobody adjudicates a unit they labelled."""
+    mine = reviewer.strip().lower()
+    if any(str(annotator).strip().lower() == mine for annotator in annotators):
+        raise SelfAdjudication(
+            f"{reviewer} labelled {describe(unit)}: nobody adjudicates a unit they labelled; "
+            "another reviewer decides it"
+        )
+
 
 def history(
     store: AnnotationStore, *, dataset: str | None = None, task: str | None = None, unit: Unit | None = None

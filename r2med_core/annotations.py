@@ -24,7 +24,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -33,7 +33,7 @@ from typing import Any, Literal, get_args
 
 import pandas as pd
 
-from .annotation_backends import COLUMNS, Backend, Session, configured_target, open_backend
+from .annotation_backends import COLUMNS, INTEGER_MAX, Backend, Session, configured_target, open_backend
 from .annotation_backends import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: callers import them from here
 from .annotation_backends import URL_ENV as URL_ENV
 from .annotation_backends import AnnotationStoreError as AnnotationStoreError
@@ -193,20 +193,60 @@ def _format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _normalise_time(value: Any) -> str:
-    """Any ISO 8601 time → the store's UTC form; a time without zone is taken as UTC."""
+def _normalise_time(value: Any, name: str = "created_at") -> str:
+    """Any ISO 8601 time → the store's UTC form; a time without zone is taken as UTC. ValueError naming
+    the field ``name`` for anything else, including a time whose UTC form falls outside years 1–9999."""
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValueError(f"created_at must be an ISO 8601 time, got {value!r}") from None
+            raise ValueError(f"{name} must be an ISO 8601 time, got {value!r}") from None
     else:
-        raise ValueError(f"created_at must be an ISO 8601 string, got {value!r}")
+        raise ValueError(f"{name} must be an ISO 8601 string, got {value!r}")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return _format_time(moment)
+    try:
+        return _format_time(moment)
+    except OverflowError:
+        raise ValueError(f"{name} {value!r} is out of range: in UTC it falls outside years 1 to 9999") from None
+
+
+def check_storable(name: str, value: object) -> None:
+    """ValueError when text ``value`` cannot be stored as it is: a lone surrogate (not UTF-8, which both
+    databases store) or a NUL character (PostgreSQL text cannot hold it; refused everywhere, so every
+    store takes the same rows)."""
+    if not isinstance(value, str):
+        return
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name} is not valid Unicode text (a lone surrogate)") from None
+    if "\x00" in value:
+        raise ValueError(f"{name} contains a NUL character (\\x00), which a database cannot store")
+
+
+def check_whole_number(name: str, value: object, least: int, most: int = INTEGER_MAX) -> None:
+    """ValueError unless ``value`` is None or a whole number from ``least`` to ``most`` (by default
+    ``INTEGER_MAX``, what every store's INTEGER column holds)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        what = "a positive integer" if least == 1 else f"a whole number of {least} or more"
+        shown = "a larger number" if isinstance(value, int) and value > most else repr(value)[:40]
+        raise ValueError(f"{name} must be {what} (at most {most}) or None, got {shown}")
+
+
+def unknown_fields(obj: Mapping[str, Any], known: Iterable[str]) -> str:
+    """"unknown field(s) …" naming ``obj``'s keys that are not ``known`` (empty when none); a key that is
+    not valid Unicode is shown escaped, so the message itself can always be shown and stored."""
+    unknown = sorted(set(obj) - set(known))
+    if not unknown:
+        return ""
+    shown = (str(k).encode("utf-8", "backslashreplace").decode("utf-8") for k in unknown)
+    return ("unknown field(s) " + ", ".join(f'"{k}"' for k in shown))[:200]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,15 +287,7 @@ class Annotation:
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
         for name in ("dataset", "task", "query_id", "doc_id", "system", "note", "annotator", "reviewer"):
-            value = getattr(self, name)
-            if isinstance(value, str) and not value.isascii():
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ValueError(f"{name} is not valid Unicode text (a lone surrogate)") from None
-            if isinstance(value, str) and "\x00" in value:
-                # PostgreSQL text cannot hold it; refused everywhere, so every store takes the same labels.
-                raise ValueError(f"{name} contains a NUL character (\\x00), which a database cannot store")
+            check_storable(name, getattr(self, name))
         if self.doc_id == "":
             object.__setattr__(self, "doc_id", None)
         if self.doc_id is not None and not isinstance(self.doc_id, str):
@@ -265,12 +297,11 @@ class Annotation:
         for name in ("accepted", "blind"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
-            raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
+        check_whole_number("rank", self.rank, 1)
         get_failure_type(self.failure_type).check_scope(self.doc_id)
         object.__setattr__(self, "created_at", _normalise_time(self.created_at))
         if self.reviewed_at is not None:
-            object.__setattr__(self, "reviewed_at", _normalise_time(self.reviewed_at))
+            object.__setattr__(self, "reviewed_at", _normalise_time(self.reviewed_at, "reviewed_at"))
 
     @property
     def status(self) -> str:
@@ -307,9 +338,9 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
 
     Unknown keys are an error, so a typo or a newer export's field is never silently dropped.
     """
-    unknown = sorted(set(obj) - set(FIELDS))
+    unknown = unknown_fields(obj, FIELDS)
     if unknown:
-        raise ValueError("unknown field(s) " + ", ".join(f'"{k}"' for k in unknown))
+        raise ValueError(unknown)
     missing = [name for name in _REQUIRED_ON_IMPORT if obj.get(name) in (None, "")]
     if missing:
         raise ValueError("missing field(s) " + ", ".join(f'"{m}"' for m in missing))
@@ -321,7 +352,8 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
         if values.get(name) in (None, ""):
             values.pop(name, None)
     if isinstance(values.get("rank"), str):
-        values["rank"] = int(values["rank"]) if values["rank"].strip().isdigit() else values["rank"]
+        text = values["rank"].strip()  # a CSV cell; beyond 18 digits it is refused as text, not read
+        values["rank"] = int(text) if text.isdecimal() and len(text) <= 18 else values["rank"]
     for name in ("accepted", "blind"):
         if name in values:
             values[name] = _as_bool(values[name], name)
@@ -384,16 +416,53 @@ def default_store_target() -> str | Path:
 if FIELDS != COLUMNS:  # pragma: no cover - a programming error caught at import
     raise AssertionError("Annotation's fields and the store's columns differ")
 _COLUMNS = ", ".join(FIELDS)
-_INSERT_SQL = (
-    f"INSERT INTO annotations ({', '.join(FIELDS[1:])}) VALUES ({', '.join('?' * (len(FIELDS) - 1))}) RETURNING id"
-)
+_INSERT_ROW_SQL = f"INSERT INTO annotations ({', '.join(FIELDS[1:])}) VALUES ({', '.join('?' * (len(FIELDS) - 1))})"
+_INSERT_SQL = _INSERT_ROW_SQL + " RETURNING id"
 _FILTERS = ("dataset", "task", "query_id", "doc_id", "failure_type", "system", "annotator")
-# The id columns use "=" so the (dataset, task, query_id) index narrows the search; the rest may be NULL.
-_DUPLICATE_SQL = (
-    "SELECT id FROM annotations WHERE dataset = ? AND task = ? AND query_id = ? AND "
-    + " AND ".join(f"{name} IS ?" for name in FIELDS[4:])
-    + " ORDER BY id LIMIT 1"
-)
+
+
+class ContentIndex:
+    """The ids of a table's stored rows by content (``columns``: every column but the id, ``dataset`` and
+    ``task`` first), for duplicate checks in memory instead of one query per row.
+
+    A merge of rows of some ``tasks`` ((dataset, task) pairs) reads those tasks' rows on the first
+    ``refresh`` and, at each later one, only the rows added since: ids only grow and every writer holds the
+    store's lock, so a refresh at the start of a write transaction finds every row committed meanwhile,
+    and one after an insert in it reads back exactly the rows inserted. (A row another writer changes or
+    deletes meanwhile is kept as it was read, as if the merge had gone first.)"""
+
+    def __init__(self, table: str, columns: Sequence[str], tasks: Iterable[tuple[str, str]]) -> None:
+        if tuple(columns[:2]) != ("dataset", "task"):
+            raise ValueError("a content index's first columns are dataset and task")
+        self._table = table
+        self._select = f"SELECT id, {', '.join(columns)} FROM {table}"
+        self._tasks = set(tasks)
+        self._last: int | None = None
+        #: Content → the id of the first stored row with it.
+        self.ids: dict[tuple[Any, ...], int] = {}
+
+    def refresh(self, conn: Session) -> builtins.list[tuple[Any, ...]]:
+        """Read the rows added since the last refresh (the first time: every row of the tasks), inside a
+        write transaction; returns the contents read, oldest first."""
+        if self._last is None:
+            self._last = int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {self._table}").fetchone()[0])
+            rows = [
+                row
+                for dataset, task in sorted(self._tasks)
+                for row in conn.execute(
+                    f"{self._select} WHERE dataset = ? AND task = ? ORDER BY id", (dataset, task)
+                ).fetchall()
+            ]
+        else:
+            rows = conn.execute(f"{self._select} WHERE id > ? ORDER BY id", (self._last,)).fetchall()
+        read = []
+        for row in rows:
+            row_id, content = int(row[0]), tuple(row[1:])
+            self._last = max(self._last, row_id)
+            if content[:2] in self._tasks:
+                self.ids.setdefault(content, row_id)
+                read.append(content)
+        return read
 
 
 def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
@@ -630,19 +699,29 @@ class AnnotationStore:
         skipped = len(stored) - added
         return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
 
-    def _store_labels(self, labels: builtins.list[Annotation]) -> builtins.list[tuple[int, bool]]:
+    def _store_labels(
+        self, labels: builtins.list[Annotation], index: ContentIndex | None = None
+    ) -> builtins.list[tuple[int, bool]]:
         """Per label, the id of its row and whether it was added now (False: an identical row was stored
-        already, or came earlier in ``labels``). In batches of ``IMPORT_BATCH`` short transactions."""
+        already, or came earlier in ``labels``). In batches of ``IMPORT_BATCH`` short transactions, each
+        checking its labels against ``index`` (made here when not given) and adding the new ones at once
+        (``executemany``), so a merge takes time in proportion to its size, not to the labels stored."""
+        if index is None:
+            index = ContentIndex("annotations", FIELDS[1:], {(a.dataset, a.task) for a in labels})
         stored: builtins.list[tuple[int, bool]] = []
-        for start in range(0, len(labels), IMPORT_BATCH):
+        rows = [_row_values(item) for item in labels]
+        for start in range(0, len(rows), IMPORT_BATCH):
+            batch = rows[start : start + IMPORT_BATCH]
             with self._connection(write=True) as conn:
-                for item in labels[start : start + IMPORT_BATCH]:
-                    values = _row_values(item)
-                    found = conn.execute(_DUPLICATE_SQL, values).fetchone()
-                    if found:
-                        stored.append((int(found[0]), False))
-                    else:
-                        stored.append((int(conn.execute(_INSERT_SQL, values).fetchone()[0]), True))
+                index.refresh(conn)
+                new = builtins.list(dict.fromkeys(row for row in batch if row not in index.ids))
+                if new:
+                    conn.executemany(_INSERT_ROW_SQL, new)
+                    index.refresh(conn)  # reads back exactly the rows just added: the lock is still held
+            fresh = set(new)
+            for row in batch:
+                stored.append((index.ids[row], row in fresh))
+                fresh.discard(row)
         return stored
 
     # ---------------------------------------------------------------- extending the judgements
@@ -707,7 +786,8 @@ def check_upload_size(data: bytes, name: str, max_bytes: int | None) -> None:
 
 def jsonl_objects(data: bytes, name: str) -> builtins.list[tuple[int, dict[str, Any] | Problem]]:
     """Each non-blank line of JSONL ``data`` as (line number, JSON object), or a Problem naming ``name``
-    and the line when it is not UTF-8, not JSON or not an object (a BOM on line 1 is allowed)."""
+    and the line when it is not UTF-8, not JSON, not an object or holds a number too long to read (a BOM
+    on line 1 is allowed)."""
     out: builtins.list[tuple[int, dict[str, Any] | Problem]] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
@@ -722,6 +802,9 @@ def jsonl_objects(data: bytes, name: str) -> builtins.list[tuple[int, dict[str, 
             continue
         except RecursionError:
             out.append((number, Problem(name, number, "JSON nested too deeply")))
+            continue
+        except ValueError:  # a number with more digits than Python reads (sys.get_int_max_str_digits)
+            out.append((number, Problem(name, number, "a number too long to read")))
             continue
         out.append((number, obj if isinstance(obj, dict) else Problem(name, number, "expected a JSON object per line")))
     return out

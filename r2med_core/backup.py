@@ -15,26 +15,36 @@ and not added again, so restoring one backup twice adds nothing. Labels get new 
 a decision's ``supersedes`` and ``label_ids`` are rewritten to them; decisions are added oldest first,
 so the supersession order (the latest decision on a unit stands) is kept. Restored into a store with
 decisions of its own on a unit, the restored ones are recorded after them and stand.
+
+Every line is checked when it is read, as a new label or decision is (types, ranges, text a database can
+hold, and that no reviewer decided a unit they had labelled), so a hostile or damaged line is reported by
+line and the rest restored. Duplicates are found in memory (``ContentIndex``), not by a query per line,
+so a restore takes time in proportion to the backup.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .adjudication import Decision, describe, history
-from .annotation_backends import ADJUDICATION_COLUMNS, SCHEMA_VERSION, Session
+from .adjudication import Decision, SelfAdjudication, Unit, check_not_own_unit, describe, history
+from .annotation_backends import ADJUDICATION_COLUMNS, ID_MAX, SCHEMA_VERSION, Session
 from .annotations import (
+    FIELDS,
     IMPORT_BATCH,
     Annotation,
     AnnotationStore,
+    ContentIndex,
     _parse,
     _read_file,
+    check_storable,
     check_upload_size,
+    check_whole_number,
     jsonl_objects,
+    unknown_fields,
     utc_now,
 )
 from .cache import atomic_write_text
@@ -47,15 +57,9 @@ KINDS = ("label", "decision", "queue")
 #: A decision's own fields: every column but the ids, which a restore rewrites to the target's.
 _DECISION_FIELDS = tuple(c for c in ADJUDICATION_COLUMNS if c not in ("id", "supersedes", "label_ids"))
 _QUEUE_FIELDS = ("dataset", "task", "query_id", "doc_id", "systems", "depth", "sent_by", "sent_at")
-# A decision already in the target: every field but the ids equal (its labels and predecessor may differ).
-_UNIT = "dataset = ? AND task = ? AND query_id = ? AND doc_id IS ?"
-_SAME_DECISION_SQL = (
-    f"SELECT id FROM adjudications WHERE {_UNIT} AND "
-    "failure_type = ? AND grade IS ? AND reason = ? AND reviewer = ? AND decided_at = ? ORDER BY id LIMIT 1"
-)
 _INSERT_DECISION_SQL = (
     "INSERT INTO adjudications (dataset, task, query_id, doc_id, failure_type, grade, reason, reviewer, "
-    "decided_at, supersedes, label_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    "decided_at, supersedes, label_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -128,8 +132,8 @@ def restore_backup_bytes(
     objects = jsonl_objects(data, name)
     _check_header(objects, name)
     errors: list[Problem] = []
-    labels: list[tuple[int, Any, Annotation]] = []  # (line, source id, label)
-    decisions: list[tuple[int, dict[str, Any]]] = []
+    labels: list[tuple[int | None, Annotation]] = []  # (source id, label)
+    decisions: list[tuple[int, Decision]] = []  # (line, decision)
     queued: list[tuple[str, str, QueueEntry]] = []
     for number, obj in objects[1:]:
         if isinstance(obj, Problem):
@@ -137,29 +141,29 @@ def restore_backup_bytes(
             continue
         kind = obj.get("kind")
         if kind == "label":
-            fields = {k: v for k, v in obj.items() if k != "kind"}
-            parsed = _parse(fields, name, number)
+            parsed: Any = _label(obj, name, number)
+            (errors if isinstance(parsed, Problem) else labels).append(parsed)
+        elif kind == "decision":
+            parsed = _decision(obj, name, number)
+            (errors if isinstance(parsed, Problem) else decisions).append(parsed)
+        elif kind == "queue":
+            parsed = _queue_entry(obj, name, number)
             if isinstance(parsed, Problem):
                 errors.append(parsed)
-            else:
-                labels.append((number, fields.get("id"), parsed))
-        elif kind == "decision":
-            decisions.append((number, obj))
-        elif kind == "queue":
-            entry = _queue_entry(obj, name, number)
-            if isinstance(entry, Problem):
-                errors.append(entry)
             elif queue is None:
                 errors.append(Problem(name, number, "a judging queue entry, but no queue to restore it into"))
             else:
-                queued.append(entry)
+                queued.append(parsed)
         else:
             errors.append(Problem(name, number, f"unknown kind {str(kind)[:40]!r}; expected {', '.join(KINDS)}"))
 
-    stored = store._store_labels([label for _, _, label in labels])
-    label_ids = {source: target for (_, source, _), (target, _) in zip(labels, stored) if source is not None}
+    tasks = {(a.dataset, a.task) for _, a in labels} | {(d.dataset, d.task) for _, d in decisions}
+    stored_labels = ContentIndex("annotations", FIELDS[1:], tasks)
+    stored = store._store_labels([label for _, label in labels], stored_labels)
+    label_ids = {source: target for (source, _), (target, _) in zip(labels, stored) if source is not None}
     labels_added = sum(1 for _, new in stored if new)
-    decisions_added, decisions_present = _restore_decisions(store, decisions, label_ids, name, errors)
+    restoring = _DecisionRestore(stored_labels, label_ids)
+    decisions_added, decisions_present = restoring.run(store, decisions, name, errors)
     queue_added = queue.merge(queued) if queue is not None and queued else 0
     return RestoreReport(
         labels_added=labels_added,
@@ -189,10 +193,23 @@ def _check_header(objects: list[tuple[int, dict[str, Any] | Problem]], name: str
         raise DataError([Problem(name, number, message)])
 
 
+def _label(obj: Mapping[str, Any], name: str, number: int) -> tuple[int | None, Annotation] | Problem:
+    """A label line as (its id in the source store, the label), or the Problem with it."""
+    fields = {k: v for k, v in obj.items() if k != "kind"}
+    source = fields.get("id")
+    try:
+        check_whole_number("id", source, 1, ID_MAX)
+    except ValueError as err:
+        return Problem(name, number, str(err))
+    parsed = _parse(fields, name, number)
+    return parsed if isinstance(parsed, Problem) else (source, parsed)
+
+
 def _queue_entry(obj: Mapping[str, Any], name: str, number: int) -> tuple[str, str, QueueEntry] | Problem:
-    unknown = sorted(set(obj) - {"kind", *_QUEUE_FIELDS})
+    """A queue line as (dataset, task, entry), or the Problem with it."""
+    unknown = unknown_fields(obj, {"kind", *_QUEUE_FIELDS})
     if unknown:
-        return Problem(name, number, "unknown field(s) " + ", ".join(f'"{k}"' for k in unknown)[:200])
+        return Problem(name, number, unknown)
     for key in ("dataset", "task", "query_id", "doc_id"):
         if not isinstance(obj.get(key), str) or not obj[key].strip():
             return Problem(name, number, f'"{key}" must be a non-empty string')
@@ -203,75 +220,115 @@ def _queue_entry(obj: Mapping[str, Any], name: str, number: int) -> tuple[str, s
         return Problem(name, number, '"depth" must be a whole number of 0 or more')
     if not all(isinstance(obj.get(k, ""), str) for k in ("sent_by", "sent_at")):
         return Problem(name, number, '"sent_by" and "sent_at" must be strings')
+    try:
+        for key in ("dataset", "task", "query_id", "doc_id", "sent_by", "sent_at"):
+            check_storable(key, obj.get(key))
+        for system in systems:
+            check_storable("systems", system)
+    except ValueError as err:
+        return Problem(name, number, str(err))
     entry = QueueEntry(
         obj["query_id"], obj["doc_id"], tuple(systems), depth, obj.get("sent_by", ""), obj.get("sent_at", "")
     )
     return obj["dataset"], obj["task"], entry
 
 
-def _decision(obj: Mapping[str, Any]) -> Decision:
-    """A backup line as a Decision (ids still the source store's); ValueError/TypeError when bad."""
-    unknown = sorted(set(obj) - {"kind", "id", "supersedes", "label_ids", *_DECISION_FIELDS})
-    if unknown:
-        raise ValueError("unknown field(s) " + ", ".join(f'"{k}"' for k in unknown))
-    ids = obj.get("label_ids", [])
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise ValueError('"label_ids" must be a list of label ids')
-    for key in ("id", "supersedes"):
-        value = obj.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f'"{key}" must be a decision id or null')
-    values = {k: obj[k] for k in _DECISION_FIELDS if k in obj}
-    return Decision(**values, id=obj.get("id"), supersedes=obj.get("supersedes"), label_ids=tuple(ids))
+def _decision(obj: Mapping[str, Any], name: str, number: int) -> tuple[int, Decision] | Problem:
+    """A decision line as (its line, the Decision with the source store's ids), or the Problem with it."""
+    try:
+        unknown = unknown_fields(obj, {"kind", "id", "supersedes", "label_ids", *_DECISION_FIELDS})
+        if unknown:
+            raise ValueError(unknown)
+        ids = obj.get("label_ids", [])
+        if not isinstance(ids, list) or None in ids:
+            raise ValueError('"label_ids" must be a list of label ids')
+        for key in ("id", "supersedes"):
+            check_whole_number(key, obj.get(key), 1, ID_MAX)
+        for label_id in ids:
+            check_whole_number("label_ids", label_id, 1, ID_MAX)
+        values = {k: obj[k] for k in _DECISION_FIELDS if k in obj}
+        decision = Decision(**values, id=obj.get("id"), supersedes=obj.get("supersedes"), label_ids=tuple(ids))
+    except (ValueError, TypeError, RecursionError) as err:
+        return Problem(name, number, f"decision: {str(err)[:300]}")
+    return number, decision
 
 
-def _restore_decisions(
-    store: AnnotationStore,
-    lines: list[tuple[int, dict[str, Any]]],
-    label_ids: Mapping[Any, int],
-    name: str,
-    errors: list[Problem],
-) -> tuple[int, int]:
-    """Add the decisions oldest first (source id order), ids rewritten to the target's.
+class _DecisionRestore:
+    """Adds a backup's decisions oldest first (source id order), their ids rewritten to the target's.
 
-    A decision on a unit without labels in the target is refused: it would decide nothing anyone labelled.
-    Returns (added, already present)."""
-    parsed: list[tuple[int, Decision]] = []
-    for number, obj in lines:
+    Checked in memory against the target's labels (``labels``, as the label restore left it) and its
+    decisions, read once and then only what other writers add, in short transactions as a label import;
+    the new ones go in together (``executemany``), split only where one supersedes another still waiting.
+    Refused, each reported by line: a decision on a unit without labels in the target (it would decide
+    nothing anyone labelled), one whose predecessor was not restored before it, and one by a reviewer who
+    had labelled the unit when it was decided (``check_not_own_unit``, the rule ``decide`` applies; a
+    label made after the decision does not count, as it would not have in the source store)."""
+
+    def __init__(self, labels: ContentIndex, label_ids: Mapping[Any, int]) -> None:
+        self._labels = labels
+        self._label_ids = label_ids
+        self._labelled: dict[Unit, list[tuple[str, str]]] = {}  # unit -> (annotator, created_at) per label
+        self._note(labels.ids)
+        self._decision_ids: dict[int, int] = {}  # source decision id -> target decision id
+        self._rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # content -> row to insert, not yet inserted
+        self._waiting: dict[int, tuple[Any, ...]] = {}  # source decision id -> content, its id not yet known
+
+    def _note(self, contents: Iterable[tuple[Any, ...]]) -> None:
+        for content in contents:
+            label = Annotation._from_row((None, *content))
+            unit = (label.dataset, label.task, label.query_id, label.doc_id)
+            self._labelled.setdefault(unit, []).append((label.annotator, label.created_at))
+
+    def run(
+        self, store: AnnotationStore, decisions: list[tuple[int, Decision]], name: str, errors: list[Problem]
+    ) -> tuple[int, int]:
+        """Restore ``decisions`` ((line, decision) pairs); a refused one is added to ``errors``. Returns
+        (added, already present)."""
+        ordered = sorted(decisions, key=lambda item: (item[1].id is None, item[1].id or 0, item[0]))
+        stored = ContentIndex("adjudications", _DECISION_FIELDS, {(d.dataset, d.task) for _, d in ordered})
+        added = present = 0
+        for start in range(0, len(ordered), IMPORT_BATCH):
+            with store._connection(write=True) as conn:
+                self._note(self._labels.refresh(conn))
+                stored.refresh(conn)
+                for number, decision in ordered[start : start + IMPORT_BATCH]:
+                    problem, new = self._restore(conn, decision, stored)
+                    if problem:
+                        errors.append(Problem(name, number, problem))
+                    else:
+                        added, present = added + new, present + (not new)
+                self._flush(conn, stored)
+        return added, present
+
+    def _restore(self, conn: Session, d: Decision, stored: ContentIndex) -> tuple[str, bool]:
+        """Queue one decision unless the same one is there; ("", added?) or (why not, False)."""
+        labelled = self._labelled.get(d.unit)
+        if not labelled:
+            return f"decision on an unknown unit ({describe(d.unit)}): no labels on it", False
+        if d.supersedes is not None and d.supersedes not in self._decision_ids and d.supersedes not in self._waiting:
+            return f"decision supersedes #{d.supersedes}, which is not restored before it", False
         try:
-            parsed.append((number, _decision(obj)))
-        except (ValueError, TypeError, RecursionError) as err:
-            errors.append(Problem(name, number, f"decision: {str(err)[:300]}"))
-    parsed.sort(key=lambda item: (item[1].id is None, item[1].id or 0, item[0]))
-    decision_ids: dict[int, int] = {}  # source decision id -> target decision id
-    added = present = 0
-    for start in range(0, len(parsed), IMPORT_BATCH):  # short transactions, as a label import
-        with store._connection(write=True) as conn:
-            for number, d in parsed[start : start + IMPORT_BATCH]:
-                problem, new = _restore_decision(conn, d, decision_ids, label_ids)
-                if problem:
-                    errors.append(Problem(name, number, problem))
-                else:
-                    added, present = added + new, present + (not new)
-    return added, present
+            check_not_own_unit(d.reviewer, (who for who, at in labelled if at <= d.decided_at), d.unit)
+        except SelfAdjudication as err:
+            return str(err), False
+        if d.supersedes in self._waiting:
+            self._flush(conn, stored)  # its predecessor's id is needed now
+        content = tuple(getattr(d, field) for field in _DECISION_FIELDS)
+        new = content not in stored.ids and content not in self._rows
+        if new:
+            supersedes = None if d.supersedes is None else self._decision_ids[d.supersedes]
+            seen = ",".join(str(self._label_ids[i]) for i in d.label_ids if i in self._label_ids)
+            self._rows[content] = (*content, supersedes, seen)
+        if d.id is not None:
+            self._waiting[d.id] = content
+        return "", new
 
-
-def _restore_decision(
-    conn: Session, d: Decision, decision_ids: dict[int, int], label_ids: Mapping[Any, int]
-) -> tuple[str, bool]:
-    """Add one decision unless the same one is there; ("", added?) or (why not, False)."""
-    key = (d.dataset, d.task, d.query_id, d.doc_id)
-    if not conn.execute(f"SELECT 1 FROM annotations WHERE {_UNIT} LIMIT 1", key).fetchone():
-        return f"decision on an unknown unit ({describe(key)}): no labels on it", False
-    if d.supersedes is not None and d.supersedes not in decision_ids:
-        return f"decision supersedes #{d.supersedes}, which is not restored before it", False
-    content = (*key, d.failure_type, d.grade, d.reason, d.reviewer, d.decided_at)
-    row = conn.execute(_SAME_DECISION_SQL, content).fetchone()
-    new = row is None
-    if new:
-        supersedes = None if d.supersedes is None else decision_ids[d.supersedes]
-        seen = ",".join(str(label_ids[i]) for i in d.label_ids if i in label_ids)
-        row = conn.execute(_INSERT_DECISION_SQL, (*content, supersedes, seen)).fetchone()
-    if d.id is not None:
-        decision_ids[d.id] = int(row[0])
-    return "", new
+    def _flush(self, conn: Session, stored: ContentIndex) -> None:
+        """Insert the queued decisions and learn the ids of those waiting (read back: the lock is held)."""
+        if self._rows:
+            conn.executemany(_INSERT_DECISION_SQL, list(self._rows.values()))
+            stored.refresh(conn)
+        for source, content in self._waiting.items():
+            self._decision_ids[source] = stored.ids[content]
+        self._rows.clear()
+        self._waiting.clear()

@@ -412,6 +412,46 @@ def test_import_reports_bad_lines_and_keeps_the_rest(store: AnnotationStore, tmp
         store.import_jsonl(tmp_path / "missing.jsonl")
 
 
+def test_import_reports_hostile_numbers_and_times_by_line_and_keeps_the_rest(store: AnnotationStore) -> None:
+    good = asdict(label(created_at="2025-01-01T00:00:00Z"))
+    end, start = "9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"  # outside years 1-9999 in UTC
+    hostile = {  # line → what its message says
+        '{"rank": ' + "9" * 5000 + "}": "team.jsonl:2: a number too long to read",
+        json.dumps({**good, "created_at": end}): f"created_at '{end}' is out of range",
+        json.dumps({**good, "created_at": start}): f"created_at '{start}' is out of range",
+        json.dumps({**good, "reviewer": "r", "reviewed_at": end}): f"reviewed_at '{end}' is out of range",
+        json.dumps({**good, "rank": 10**30}): "rank must be a positive integer (at most 2147483647)",
+        json.dumps({**good, "note": "\ud800"}): "note is not valid Unicode text",
+    }
+    lines = [json.dumps(good), *hostile, json.dumps({**good, "doc_id": "d9"})]
+    report = store.import_jsonl_bytes(("\n".join(lines) + "\n").encode(), "team.jsonl")
+    assert [p.line for p in report.errors] == list(range(2, 2 + len(hostile)))
+    for problem, expected in zip(report.errors, hostile.values()):
+        assert expected in str(problem)
+    assert report.added == 2 and {a.doc_id for a in store.list()} == {"d1", "d9"}
+
+
+def test_csv_import_reports_hostile_cells_by_line_and_keeps_the_rest(store: AnnotationStore, tmp_path: Path) -> None:
+    store.add(label(created_at="2025-01-01T00:00:00Z"))
+    store.add(label(created_at="2025-01-02T00:00:00Z", doc_id="d9"))
+    header, first, second = store.csv_text().splitlines()
+    store.delete(store.list()[0].id)
+    cells = dict(zip(header.split(","), first.split(",")))
+    hostile = [
+        {**cells, "rank": "9" * 5000},
+        {**cells, "created_at": "9999-12-31T23:59:59-14:00"},
+        {**cells, "reviewer": "r", "reviewed_at": "0001-01-01T00:00:00+14:00"},
+    ]
+    path = tmp_path / "team.csv"
+    path.write_text("\n".join([header, *(",".join(row.values()) for row in hostile), first, second]) + "\n")
+    report = store.import_csv(path)
+    messages = [str(p) for p in report.errors]
+    assert [p.line for p in report.errors] == [2, 3, 4], messages
+    assert "rank must be a positive integer" in messages[0] and "out of range" in messages[1]
+    assert "reviewed_at '0001-01-01T00:00:00+14:00' is out of range" in messages[2]
+    assert (report.added, report.skipped_duplicates) == (1, 1) and len(store) == 2
+
+
 # --------------------------------------------------------------------------- extending the judgements
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+import streamlit as st
 
 from r2med_core import load_demo
 from r2med_core.adjudication import decide, history
 from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.backup import backup_text
 from views.ui import md
 
 from .test_app import open_app
@@ -161,3 +166,39 @@ def test_the_models_proposals_are_suggestions_that_never_open_or_reopen_a_unit()
     at.switch_page("views/annotations.py").run()
     assert any(md(model) in m.value for m in at.markdown)
     assert not any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))
+
+
+def test_a_hostile_backup_is_reported_by_line_on_the_page_and_the_rest_restored(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = AnnotationStore(tmp_path / "elsewhere" / "source.sqlite")
+    good = source.add(Annotation(dataset="demo:" + TASK, task=TASK, query_id="q1", failure_type="other", annotator="a"))
+    header, line = backup_text(source).splitlines()
+    hostile = [
+        json.dumps({**json.loads(line), "created_at": "9999-12-31T23:59:59-14:00"}),
+        '{"kind": "label", "rank": ' + "9" * 5000 + "}",
+    ]
+    data = "\n".join([header, *hostile, line]).encode()
+
+    class Upload:  # what st.file_uploader returns (AppTest cannot upload a file)
+        name, size = "team backup.jsonl", len(data)
+
+        def getvalue(self) -> bytes:
+            return data
+
+    real = st.file_uploader
+
+    def uploader(*args: object, key: str | None = None, **kwargs: object) -> object:
+        return Upload() if key == "w_ann_restore_upload" else real(*args, key=key, **kwargs)
+
+    monkeypatch.setattr(st, "file_uploader", uploader)
+    at = open_app("annotations", task=TASK, systems=["bm25"])
+    (restore,) = [b for b in at.button if b.label == "Restore"]
+    restore.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert any(md("team backup.jsonl:2: created_at '9999-12-31T23:59:59-14:00' is out of range") in e for e in errors)
+    assert any(md("team backup.jsonl:3: a number too long to read") in e for e in errors)
+    assert not any(str(tmp_path) in e or "Traceback" in e for e in errors)
+    assert any(md("1 labels") in s.value for s in at.success)
+    assert [a.content() for a in AnnotationStore().list()] == [good.content()]

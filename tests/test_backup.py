@@ -5,7 +5,8 @@ a bad line is reported by file and line while the rest is restored."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -173,3 +174,125 @@ def test_queue_lines_without_a_queue_are_reported_not_dropped(
     _work(source, queue)
     report = restore_backup_bytes(AnnotationStore(new_target("target")), backup_text(source, queue).encode(), "b")
     assert len(report.errors) == 2 and all("no queue to restore it into" in p.message for p in report.errors)
+
+
+def test_hostile_lines_are_reported_by_line_and_the_rest_restores(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source, queue = AnnotationStore(new_target("source")), JudgingQueue(tmp_path / "src" / "judging_queue.json")
+    _work(source, queue)
+    header, *lines = backup_text(source, queue).splitlines()  # 3 labels, 2 decisions, 2 queued
+    good_label = json.loads(lines[0])
+    good_decision = {**json.loads(lines[3]), "supersedes": None}
+    hostile = {
+        "a 5000-digit number": '{"kind": "label", "rank": ' + "9" * 5000 + "}",
+        "the end of time west of UTC": json.dumps({**good_label, "created_at": "9999-12-31T23:59:59-14:00"}),
+        "the start of time east of UTC": json.dumps({**good_label, "created_at": "0001-01-01T00:00:00+14:00"}),
+        "a list as a label id": json.dumps({**good_label, "id": [1]}),
+        "an object as a label id": json.dumps({**good_label, "id": {"a": 1}}),
+        "a rank of 10**30": json.dumps({**good_label, "rank": 10**30}),
+        "a grade of 10**30": json.dumps({**good_decision, "grade": 10**30}),
+        "a lone surrogate in a reason": json.dumps({**good_decision, "reason": "fine \ud800"}),
+        "a lone surrogate in a reviewer": json.dumps({**good_decision, "reviewer": "Dr. \udfff"}),
+        "a list as a doc_id": json.dumps({**good_decision, "doc_id": ["d1"]}),
+        "a decision at the end of time": json.dumps({**good_decision, "decided_at": "9999-12-31T23:59:59-14:00"}),
+        "a lone surrogate in a field name": json.dumps({**good_label, "\ud800": 1}),
+        "a lone surrogate in a queued document": json.dumps({**json.loads(lines[5]), "doc_id": "d\ud800"}),
+    }
+    bad_lines = list(hostile.values())
+    body = [header]
+    for good, bad in zip(lines, bad_lines):  # a hostile line after every good one, the other hostile ones last
+        body += [good, bad]
+    body += bad_lines[len(lines) :]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(body) + "\n", encoding="utf-8")
+
+    target, target_queue = AnnotationStore(new_target("target")), JudgingQueue(tmp_path / "dst" / "judging_queue.json")
+    report = restore_backup(target, path, target_queue)
+    bad = [n for n, line in enumerate(body, start=1) if line in bad_lines]
+    assert [p.line for p in report.errors] == bad, [str(p) for p in report.errors]
+    assert all(str(p).startswith(f"{path}:") for p in report.errors)
+    assert all(str(p).encode("utf-8") for p in report.errors)  # every message can be shown and logged
+    assert (report.labels_added, report.decisions_added, report.queue_added) == (3, 2, 2)  # the good rest
+    assert _content(target) == _content(source) and _decisions(target) == _decisions(source)
+    by_line = {p.line: p.message for p in report.errors}
+    expected = {
+        "a 5000-digit number": "number too long to read",
+        "the end of time west of UTC": "created_at '9999-12-31T23:59:59-14:00' is out of range",
+        "the start of time east of UTC": "created_at '0001-01-01T00:00:00+14:00' is out of range",
+        "a list as a label id": "id must be a positive integer",
+        "an object as a label id": "id must be a positive integer",
+        "a rank of 10**30": "rank must be a positive integer (at most 2147483647)",
+        "a grade of 10**30": "grade must be a whole number of 0 or more (at most 2147483647)",
+        "a lone surrogate in a reason": "reason is not valid Unicode text",
+        "a lone surrogate in a reviewer": "reviewer is not valid Unicode text",
+        "a list as a doc_id": "doc_id must be a string or None",
+        "a decision at the end of time": "decided_at '9999-12-31T23:59:59-14:00' is out of range",
+        "a lone surrogate in a field name": 'unknown field(s) "\\ud800"',
+        "a lone surrogate in a queued document": "doc_id is not valid Unicode text",
+    }
+    for what, line in hostile.items():
+        assert expected[what] in by_line[body.index(line) + 1], what
+
+
+def test_a_restored_decision_never_adjudicates_the_reviewers_own_unit(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    source = AnnotationStore(new_target("source"))
+    source.add(label(annotator="alice", created_at="2025-01-01T08:00:00Z"))
+    source.add(label(annotator="bob", failure_type="lexical_trap", created_at="2025-01-01T09:00:00Z"))
+    decide(source, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    source.add(label(annotator="Dr. Rev", failure_type="lexical_trap"))  # labelled after deciding: allowed
+    header, *lines = backup_text(source).splitlines()
+    decision = json.loads(lines[-1])
+    forged = json.dumps({**decision, "id": 2, "reviewer": " ALICE ", "reason": "my own label wins"})
+    path = tmp_path / "forged.jsonl"
+    path.write_text("\n".join([header, *lines, forged]) + "\n", encoding="utf-8")
+
+    target = AnnotationStore(new_target("target"))
+    report = restore_backup(target, path)
+    (problem,) = report.errors
+    assert (problem.path, problem.line) == (str(path), 6)
+    assert "nobody adjudicates a unit they labelled" in problem.message and "ALICE" in problem.message
+    assert [d.reviewer for d in history(target)] == ["Dr. Rev"]  # the lawful decision is kept
+    assert report.labels_added == 3
+
+
+def test_a_restore_runs_a_few_statements_per_batch_not_a_query_per_line(
+    new_target: Callable[[str], Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Restore time grows with the backup, not its square: duplicates are found in memory, labels are
+    added in batches, whatever the number of labels on one query."""
+    source = AnnotationStore(new_target("source"))
+    labels = [
+        asdict(label(annotator=f"a{n % 3}", doc_id=f"d{n // 3}", created_at=f"2025-01-01T08:00:{n % 60:02d}Z"))
+        for n in range(1200)
+    ]
+    assert source.import_jsonl_bytes("".join(json.dumps(a) + "\n" for a in labels).encode()).added == 1200
+    decide(source, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    data = backup_text(source).encode()
+    target = AnnotationStore(new_target("target"))
+    statements = 0
+    connection = target._backend.connection
+
+    @contextmanager
+    def counting(write: bool = False) -> Iterator[object]:
+        nonlocal statements
+        with connection(write) as conn:
+
+            class Counting:  # counts the store's calls: execute, and executemany (one round trip)
+                def __getattr__(self, name: str) -> object:
+                    nonlocal statements
+                    statements += 1
+                    return getattr(conn, name)
+
+            yield Counting()
+
+    monkeypatch.setattr(target._backend, "connection", counting)
+    first = restore_backup_bytes(target, data, "big.jsonl")
+    assert (first.labels_added, first.decisions_added, first.errors) == (1200, 1, ())
+    assert statements < 40, statements  # one duplicate check and one insert per label would be 2,400
+    statements = 0
+    again = restore_backup_bytes(target, data, "big.jsonl")
+    assert (again.labels_present, again.decisions_present, again.added) == (1200, 1, 0)
+    assert statements < 40, statements

@@ -67,6 +67,11 @@ ADJUDICATION_COLUMNS: tuple[str, ...] = (
     "supersedes",
     "label_ids",
 )
+#: The largest whole number every store's INTEGER columns hold (PostgreSQL's INTEGER is 32-bit): a larger
+#: rank or grade is refused when a label or decision is made, never left for the database to reject.
+INTEGER_MAX = 2**31 - 1
+#: The largest row id (ids are 64-bit in both databases).
+ID_MAX = 2**63 - 1
 ADJUDICATION_INDEX = ("adjudications_by_unit", ("dataset", "task", "query_id", "doc_id"))
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
@@ -88,6 +93,10 @@ class Session(Protocol):
     """One connection inside ``Backend.connection``: runs the store's portable SQL."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """Run one statement (no RETURNING) once per row, in one round trip where the database allows."""
+        ...
 
 
 class Backend(Protocol):
@@ -175,7 +184,9 @@ __all__ = [
     "ADJUDICATION_COLUMNS",
     "ADJUDICATION_INDEX",
     "COLUMNS",
+    "ID_MAX",
     "INDEXES",
+    "INTEGER_MAX",
     "SCHEMA_VERSION",
     "URL_ENV",
     "AnnotationStoreError",

@@ -112,6 +112,10 @@ class _Session:
             return self._conn.execute(sql)
         return self._conn.execute(_translate(sql), tuple(params))
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cursor:  # psycopg pipelines the rows: one round trip, not one per row
+            cursor.executemany(_translate(sql), [tuple(row) for row in rows])
+
 
 @dataclass(frozen=True)
 class _Found:
