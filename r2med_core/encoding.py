@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,11 @@ import numpy as np
 from .cache import atomic_write_bytes, atomic_write_text, cache_root, fingerprint, make_kind_folder
 from .progress import Progress, report
 
-#: Documents per chunk file: small enough that a crash loses little and Cancel answers quickly.
+#: Documents per chunk file: small enough that a crash loses little.
 CHUNK_DOCS = 256
+#: Documents per call of the encoder within a chunk: progress (and Cancel) every batch, within seconds
+#: of the start even on a slow CPU, rather than once per chunk.
+BATCH_DOCS = 32
 CHUNK_VERSION = 1
 #: Characters beyond this many per model token never reach the model, so they cost nothing.
 CHARS_PER_TOKEN = 6
@@ -49,6 +53,14 @@ class EncodeStatus:
     total: int
     docs_per_s: float | None = None
     eta_seconds: float | None = None
+    #: When ``eta_seconds`` was estimated (``time.monotonic()``), so a page can count it down between reports.
+    measured_at: float = field(default_factory=time.monotonic)
+
+    def eta_now(self) -> float | None:
+        """The ETA counted down by the time since it was estimated (never below 0)."""
+        if self.eta_seconds is None:
+            return None
+        return max(0.0, self.eta_seconds - (time.monotonic() - self.measured_at))
 
     def line(self) -> str:
         parts = [f"{self.done:,}/{self.total:,} documents"]
@@ -174,8 +186,18 @@ _THROUGHPUT = "throughput.json"
 _MIN_MEASURED_DOCS = 64
 
 
+def busy_factor() -> float:
+    """How many times over this machine's cores are in demand now (1-minute load average / cores, at
+    least 1): CPU work runs about that many times slower than on an idle machine."""
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except (OSError, AttributeError):  # no load average on this platform
+        return 1.0
+
+
 def measured_docs_per_s(model: str, device: str) -> float | None:
-    """The speed last measured on this machine for this model and device, if any."""
+    """The speed last measured on this machine for this model and device, if any, as an idle machine
+    would run it (on a CPU, the speed measured times the busy factor then)."""
     try:
         data = json.loads((cache_root() / _THROUGHPUT).read_text(encoding="utf-8"))
         value = float(data[f"{model}|{device}"])
@@ -184,8 +206,15 @@ def measured_docs_per_s(model: str, device: str) -> float | None:
     return value if value > 0 else None
 
 
+def _on_cpu(device: str) -> bool:
+    return not device.startswith(("cuda", "mps"))
+
+
 def record_throughput(model: str, device: str, docs_per_s: float) -> None:
-    """Remember a measured speed, so the next estimate on this machine is this machine's."""
+    """Remember a measured speed, so the next estimate on this machine is this machine's. On a CPU the
+    speed is stored as an idle machine's (times the busy factor while it was measured)."""
+    if _on_cpu(device):
+        docs_per_s *= busy_factor()
     path = cache_root() / _THROUGHPUT
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -198,12 +227,12 @@ def record_throughput(model: str, device: str, docs_per_s: float) -> None:
 
 
 def docs_per_s(model: str, device: str) -> float:
-    """Measured here if known, else the table's figure (x GPU_SPEEDUP on a GPU)."""
-    measured = measured_docs_per_s(model, device)
-    if measured:
-        return measured
-    base = CPU_DOCS_PER_S.get(model, 0.7)  # an unknown model: assume base-sized
-    return base * (GPU_SPEEDUP if device.startswith(("cuda", "mps")) else 1.0)
+    """The speed to expect now: measured here if known, else the table's figure (x GPU_SPEEDUP on a
+    GPU); on a CPU divided by the current busy factor, so an estimate made under load is not short."""
+    speed = measured_docs_per_s(model, device)
+    if not speed:
+        speed = CPU_DOCS_PER_S.get(model, 0.7) * (1.0 if _on_cpu(device) else GPU_SPEEDUP)  # unknown: base-sized
+    return speed / busy_factor() if _on_cpu(device) else speed
 
 
 # --------------------------------------------------------------------------- one encoder per key
@@ -316,19 +345,35 @@ def _encode_locked(
     total_cost = float(costs.sum()) or 1.0
     meter = _Meter(n)
 
+    in_flight = [0, 0.0]  # documents and cost of the chunk being encoded, batch by batch
+
     def publish() -> None:
-        current = meter.status(done, cost_left)
+        current = meter.status(done + in_flight[0], cost_left - in_flight[1])
         _STATUS[folder.name] = current
-        report(progress, 1.0 - cost_left / total_cost, f"{label}: {current.line()}")
+        report(progress, 1.0 - (cost_left - in_flight[1]) / total_cost, f"{label}: {current.line()}")
 
     publish()
     if encode_chunks is None:
 
         def local_chunks(p: Plan, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
             for chunk in wanted:
-                yield chunk, encode([texts[i] for i in p.positions(chunk)])
+                positions = p.positions(chunk)
+                parts = []
+                for start in range(0, len(positions), BATCH_DOCS):
+                    batch = positions[start : start + BATCH_DOCS]
+                    parts.append(np.asarray(encode([texts[i] for i in batch]), dtype=np.float32))
+                    cost = float(costs[batch].sum())
+                    in_flight[0] += len(batch)
+                    in_flight[1] += cost
+                    meter.add(len(batch), cost)
+                    publish()  # progress (and a Cancel) every batch
+                in_flight[0], in_flight[1] = 0, 0.0
+                yield chunk, np.concatenate(parts)
 
         encode_chunks = local_chunks
+        metered = True
+    else:
+        metered = False
     for chunk, vectors in encode_chunks(the_plan, todo):
         vectors = np.asarray(vectors, dtype=np.float32)
         rows = len(the_plan.positions(chunk))
@@ -339,7 +384,8 @@ def _encode_locked(
         chunk_cost = float(costs[the_plan.positions(chunk)].sum())
         done += rows
         cost_left -= chunk_cost
-        meter.add(rows, chunk_cost)
+        if not metered:  # chunks encoded elsewhere (Ray) are counted as they arrive
+            meter.add(rows, chunk_cost)
         publish()
     return assemble(the_plan, done_vectors), meter
 

@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
+#: A running job asked to stop: it ends at its next progress report (within a batch's time).
+CANCELLING = "cancelling"
 
 
 @dataclass
@@ -64,10 +66,12 @@ class JobStatus:
     docs_per_s: float | None = None
     eta_seconds: float | None = None
     error: str = ""
+    #: Seconds since the work started.
+    elapsed_seconds: float = 0.0
 
     @property
     def finished(self) -> bool:
-        return self.state != RUNNING
+        return self.state not in (RUNNING, CANCELLING)
 
 
 @dataclass
@@ -99,6 +103,11 @@ class Job:
     def cancel(self) -> None:
         self._cancel.set()
 
+    @property
+    def cancelling(self) -> bool:
+        """Cancel was pressed and the work has not stopped yet."""
+        return self.state == RUNNING and self._cancel.is_set()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job ends (tests and the CLI); True if it has."""
         if self._thread is not None:
@@ -106,15 +115,16 @@ class Job:
         return self.state != RUNNING
 
     def status(self, encoding: EncodeStatus | None = None) -> JobStatus:
+        """How far the job is; the ETA counts down between progress reports (it is re-estimated at each)."""
         encoding = encoding or self.encoding
-        eta = encoding.eta_seconds if encoding else None
+        eta = encoding.eta_now() if encoding else None
+        elapsed = time.monotonic() - self.started
         if eta is None and self._first_fraction is not None and self.fraction > self._first_fraction:
-            elapsed = time.monotonic() - self.started
             eta = elapsed * (1 - self.fraction) / (self.fraction - self._first_fraction)
         return JobStatus(
             key=self.key,
             label=self.label,
-            state=self.state,
+            state=CANCELLING if self.cancelling else self.state,
             fraction=self.fraction,
             message=self.message,
             done=encoding.done if encoding else None,
@@ -122,6 +132,7 @@ class Job:
             docs_per_s=encoding.docs_per_s if encoding else None,
             eta_seconds=eta,
             error=self.error,
+            elapsed_seconds=elapsed,
         )
 
 
@@ -133,10 +144,13 @@ class JobRegistry:
         self._lock = threading.Lock()
 
     def start(self, key: tuple, label: str, work: Callable[[Job], Any]) -> Job:
-        """Start ``work(job)`` in a thread, unless a job with this key is running (then return it)."""
+        """Start ``work(job)`` in a thread, unless a job with this key is running (then return it).
+
+        A job being cancelled is not joined: a new one starts, and it resumes from what the old one
+        kept once that one has let go (an encoding waits for the other encoder's lock)."""
         with self._lock:
             current = self._jobs.get(key)
-            if current is not None and current.state == RUNNING:
+            if current is not None and current.state == RUNNING and not current.cancelling:
                 return current
             job = Job(key, label)
             thread = threading.Thread(target=self._run, args=(job, work), name=f"r2med-job-{label}", daemon=True)

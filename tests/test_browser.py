@@ -596,3 +596,28 @@ def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[st
     box = grid.bounding_box()
     assert box is not None and box["x"] + box["width"] <= width
     page.screenshot(path=str(SCREENSHOTS / f"compare-{width}.png"))
+
+
+def test_cancel_then_compute_shows_live_progress_and_runs_the_job_to_the_end(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Long work looks alive (documents counted every batch, an elapsed clock, an ETA), Cancel says
+    "Cancelling…", and Compute clicked after it starts a job that runs to the end."""
+    work = tmp_path_factory.mktemp("cancel-compute")
+    with streamlit_server(work, {"R2MED_COMPUTE_SECONDS": "0.001"}) as base:  # every system waits for a click
+        context = browser.new_context(viewport=VIEWPORT, base_url=base)
+        context.set_default_timeout(60_000)
+        page = context.new_page()
+        try:
+            page.goto(f"/metrics?task={TASK}&systems=minilm")
+            page.get_by_role("button", name=re.compile(r"^Compute \(")).click()
+            page.get_by_text(re.compile(r"\d+ s elapsed")).first.wait_for()
+            page.get_by_text(re.compile(r"[1-9]\d* / \d+ documents")).first.wait_for(timeout=RENDER_MS)
+            assert page.get_by_role("button", name=re.compile(r"^Compute")).count() == 0  # one control at a time
+            page.get_by_role("button", name="Cancel").click()
+            page.get_by_role("button", name=re.compile(r"^Compute .*resumes where it stopped")).click(timeout=RENDER_MS)
+            settle(page, "Official metrics", timeout_ms=2 * RENDER_MS)
+            assert page.get_by_text("cancelled").count() == 0
+            assert_healthy(page)
+        finally:
+            context.close()

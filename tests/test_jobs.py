@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -70,6 +71,7 @@ def test_a_dense_job_reports_docs_per_second_and_eta_and_resumes_after_cancel(
     import r2med_core.encoding as encoding
 
     monkeypatch.setattr(encoding, "CHUNK_DOCS", 8)
+    monkeypatch.setattr(encoding, "busy_factor", lambda: 1.0)  # the two estimates compare work, not load
     dataset = load_demo(TASK)
     cold = estimate_seconds(dataset, "minilm")
     job = start_run(dataset, "minilm")
@@ -158,3 +160,63 @@ def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(
     at.run()
     gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
     assert "after rerank" in gold.columns
+
+
+def test_progress_comes_every_batch_not_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256-document chunk on a slow CPU took 45 s before its first report: now every batch reports,
+    and Cancel stops the work within a batch."""
+    import r2med_core.encoding as encoding
+
+    seen: list[int] = []
+    texts = [f"document number {i} " * 5 for i in range(100)]
+
+    def encode(batch: list[str]):  # type: ignore[no-untyped-def]
+        return np.ones((len(batch), 4), dtype=np.float32)
+
+    def progress(fraction: float, message: str) -> None:
+        status = encoding.status({"test": "batches"})
+        if status is not None:
+            seen.append(status.done)
+
+    vectors = encoding.encode_corpus(encode, texts, {"test": "batches"}, chunk_docs=256, progress=progress)
+    assert vectors.shape == (100, 4)
+    assert seen[:5] == [0, 32, 64, 96, 100]  # one chunk, four batches, each reported
+
+
+def test_the_eta_counts_down_between_reports_and_estimates_follow_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    import r2med_core.encoding as encoding
+
+    status = encoding.EncodeStatus(10, 100, 2.0, 30.0, measured_at=time.monotonic() - 12)
+    assert 17.5 < status.eta_now() <= 18.0  # type: ignore[operator]
+    assert encoding.EncodeStatus(10, 100, 2.0, 5.0, measured_at=time.monotonic() - 60).eta_now() == 0.0
+
+    monkeypatch.setattr(encoding, "busy_factor", lambda: 1.0)
+    idle = encoding.docs_per_s("minilm", "cpu")
+    monkeypatch.setattr(encoding, "busy_factor", lambda: 4.0)  # four times as much work as cores
+    assert encoding.docs_per_s("minilm", "cpu") == pytest.approx(idle / 4)
+    assert encoding.docs_per_s("minilm", "cuda") == encoding.docs_per_s("minilm", "cuda")  # a GPU: not scaled
+
+
+def test_compute_right_after_cancel_starts_a_new_job_that_runs_to_the_end() -> None:
+    """Compute clicked while the old job is still stopping used to return the dying job."""
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow(job):  # type: ignore[no-untyped-def]
+        started.set()
+        while not release.wait(0.01):
+            job.progress(0.5, "working")
+        job.progress(0.9, "last report")  # raises Cancelled if Cancel was pressed
+        return "finished"
+
+    key = ("test", "cancel-then-compute")
+    first = REGISTRY.start(key, "slow", slow)
+    assert started.wait(5)
+    assert REGISTRY.cancel(key)
+    assert first.cancelling and REGISTRY.status(key).state == "cancelling"  # type: ignore[union-attr]
+    second = REGISTRY.start(key, "slow", lambda job: "finished")
+    assert second is not first
+    release.set()
+    assert first.wait(5) and first.state == "cancelled"
+    assert second.wait(5) and second.state == "done" and second.result == "finished"
+    assert REGISTRY.get(key) is second

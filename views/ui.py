@@ -41,7 +41,15 @@ from r2med_core.generation import (
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.imported_runs import kept_provenance
 from r2med_core.intervals import Interval, results_intervals
-from r2med_core.jobs import REGISTRY, estimate_seconds, format_seconds, rerank_seconds, run_job_key, start_run
+from r2med_core.jobs import (
+    REGISTRY,
+    JobStatus,
+    estimate_seconds,
+    format_seconds,
+    rerank_seconds,
+    run_job_key,
+    start_run,
+)
 from r2med_core.kinds.llm_rerank import use_operator
 from r2med_core.progress import Progress
 from r2med_core.provenance import Provenance, ProvenanceError, run_provenance
@@ -285,20 +293,23 @@ def compute_panel(dataset: Dataset, system: str) -> None:
     job = REGISTRY.get(key)
     label = md(system_label(system))
     try:
-        if job is not None and job.state == "running":
+        if job is not None and job.state == "running" and not job.cancelling:
             job_progress(key)
             return
         if job is not None and job.state == "failed":
             st.error(f"{label} failed: {md(job.error)}")
         seconds = estimate_seconds(dataset, system)
-        resumed = " (resumes where it stopped)" if job is not None and job.state == "cancelled" else ""
+        stopped = job is not None and (job.state == "cancelled" or job.cancelling)
+        resumed = " (resumes where it stopped)" if stopped else ""
         with st.container(border=True):
             st.markdown(f"**{label}** is not computed on this task yet.")
+            if job is not None and job.cancelling:
+                st.caption("Cancelling… the finished part is kept; Compute starts again from there.")
             for note in cost_notes(dataset, system):
                 st.caption(md(note))
             if st.button(f"Compute (≈ {format_seconds(seconds)}){resumed}", key=f"compute:{system}", type="primary"):
-                start_run(dataset, system)
-                job_progress(key)
+                start_run(dataset, system)  # a job still being cancelled is not joined: a new one resumes
+                st.rerun()  # one control at a time: the next run shows the progress, not this button
     except (StreamlitDuplicateElementKey, StreamlitDuplicateElementId):
         pass  # the same system's panel is already on this page
 
@@ -313,19 +324,30 @@ def job_progress(key: tuple) -> None:
     if status.finished:
         st.rerun()
     with st.container(border=True):
-        st.markdown(f"**Computing {md(status.label)}** — other pages stay usable meanwhile.")
+        if status.state == "cancelling":
+            st.markdown(f"**Cancelling {md(status.label)}…** the finished part is kept.")
+        else:
+            st.markdown(f"**Computing {md(status.label)}** — other pages stay usable meanwhile.")
         st.progress(min(max(status.fraction, 0.0), 1.0), text=shorten(status.message, 120))
-        facts = []
-        if status.done is not None and status.total:
-            facts.append(f"{status.done:,} / {status.total:,} documents")
-        if status.docs_per_s:
-            facts.append(f"{status.docs_per_s:,.1f} documents/s")
-        if status.eta_seconds is not None:
-            facts.append(f"ETA {format_seconds(status.eta_seconds)}")
-        if facts:
-            st.caption(" · ".join(facts))
-        if st.button("Cancel", key=f"cancel:{'|'.join(key)}"):
+        st.caption(" · ".join(status_facts(status)))
+        if status.state != "cancelling" and st.button("Cancel", key=f"cancel:{'|'.join(key)}"):
             REGISTRY.cancel(key)
+            st.rerun(scope="fragment")
+
+
+def status_facts(status: JobStatus) -> list[str]:
+    """Elapsed time, documents done, speed and an ETA that counts down (or "estimating" until the
+    first batch is measured)."""
+    facts = [f"{format_seconds(status.elapsed_seconds)} elapsed"]
+    if status.done is not None and status.total:
+        facts.append(f"{status.done:,} / {status.total:,} documents")
+    if status.docs_per_s:
+        facts.append(f"{status.docs_per_s:,.1f} documents/s")
+    if status.state == "cancelling":
+        return facts
+    eta = status.eta_seconds
+    facts.append(f"about {format_seconds(eta)} left" if eta is not None else "estimating…")
+    return facts
 
 
 # --------------------------------------------------------------------------- sidebar

@@ -731,8 +731,12 @@ class DenseRetriever:
         return key
 
     def _max_chars(self) -> int:
-        """Roughly how many characters of a document the model reads (the rest is truncated)."""
-        return (self.model.max_length or 512) * CHARS_PER_TOKEN
+        """Roughly how many characters of a document the model reads (the rest is truncated): its preset's
+        max length, else the loaded encoder's own limit (MiniLM reads 256 tokens, not 512)."""
+        tokens = self.model.max_length
+        if tokens is None and self.model.backend == "sentence-transformers":
+            tokens = getattr(self._encoder("doc"), "max_seq_length", None)
+        return (tokens or 512) * CHARS_PER_TOKEN
 
     def search_vectors(
         self, vectors: np.ndarray, k: int = 100, query_ids: Sequence[str] | None = None
