@@ -282,6 +282,30 @@ def test_the_clinician_path_from_the_landing_to_a_failures_verdict_in_one_click(
     assert_healthy(page)
 
 
+def test_a_click_anywhere_on_a_query_row_opens_it_and_folds_the_table(page: Page, judged_ids: list[str]) -> None:
+    """Clicking a row's text (not the narrow checkbox) opens its query, and the table folds so the query
+    is in view; a new task then opens on its own table, not on the old task's query id."""
+    page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25")
+    settle(page, "Retrieved top 10")
+    table = page.locator('[data-testid="stExpander"]').filter(has_text="All queries")
+    grid = table.locator('[data-testid="stDataFrame"]')
+    grid.wait_for(state="visible")
+    box = grid.bounding_box()
+    assert box is not None
+    row_height = 35  # Streamlit's data grid: a 35 px header, then 35 px rows
+    page.mouse.click(box["x"] + box["width"] * 0.75, box["y"] + row_height * 3.5)  # the third row's query text
+    wait_for_param(page, "q", judged_ids[2])
+    settle(page, f"Query {judged_ids[2]}")
+    assert not grid.is_visible()  # folded: the opened query is what the reader sees
+    assert_query_panels(page, judged_ids[2])
+
+    _choose(page, "Demo task", "clinical-case")
+    wait_for_param(page, "task", "clinical-case")
+    settle(page, "Retrieved top 10")
+    grid.wait_for(state="visible", timeout=10_000)  # the new task's table is open
+    assert_healthy(page)
+
+
 def test_explorer_selects_a_query_and_puts_it_in_the_url(page: Page, judged_ids: list[str]) -> None:
     page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25")
     settle(page, "Retrieved top 10")

@@ -100,7 +100,10 @@ with st.expander(
     table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
     table = mask_blind(table, blind_ids)  # a query's failure class tells whether it failed: hidden too
     shown = diagnosis.filter_classes(filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search))
-    st.caption(f"{len(shown)} of {len(table)} judged queries · click a row to open it · Next/Previous follow filters")
+    st.caption(
+        f"{len(shown)} of {len(table)} judged queries · click a row to open its query · "
+        "Next/Previous follow the filters"
+    )
     if blind_ids:
         st.caption(
             f"Blind first: the {len(blind_ids)} queries you have not labelled as a whole yet show no scores, and "
@@ -109,18 +112,21 @@ with st.expander(
     shown_ids = list(shown["query_id"])
 
     def _picked() -> None:
-        """Open the query whose row was clicked (ids as shown when the click happened)."""
-        rows = st.session_state[state.widget_key("table", within)].selection.rows
+        """Open the query whose row was clicked, anywhere on the row (ids as shown when the click
+        happened), and fold the table so the opened query is in view."""
+        selection = st.session_state[state.widget_key("table", within)].selection
+        rows = list(selection.rows) or [cell[0] for cell in selection.cells]
         if rows:
             v.q = shown_ids[rows[0]]
             st.session_state[picker_key] = v.q
+            st.session_state[table_key] = False
 
     st.dataframe(
         shown,
         hide_index=True,
         width="stretch",
         on_select=_picked,
-        selection_mode="single-row",
+        selection_mode=["single-row", "single-cell"],  # a click on any cell opens its row's query
         key=state.widget_key("table", within),
         # The scores first and the query text last, so the numbers stay in view on a narrow screen.
         column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]

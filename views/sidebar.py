@@ -12,7 +12,7 @@ from r2med_core.rerank import RERANKER_PRESETS
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.roots import NOT_ALLOWED, allowed_folder
 from views import runs, ui
-from views.state import View, bound, store, view
+from views.state import View, bound, store, switch_task, view
 
 SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
 BASE_SYSTEMS: tuple[str, ...] = (
@@ -117,13 +117,13 @@ def _add_system(name: str) -> None:
 
 def _sidebar_dataset(v: View) -> Dataset | None:
     if v.source == "demo":
-        st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=store("task"))
+        st.selectbox("Demo task", DEMO_TASKS, key=bound("task", DEMO_TASKS, View.task), on_change=switch_task)
     elif v.source == "local":
         if not _sidebar_folder(v):
             return None
     else:
         tasks = list(TASKS)
-        st.selectbox("R2MED task", tasks, key=bound("task", tasks), on_change=store("task"))
+        st.selectbox("R2MED task", tasks, key=bound("task", tasks), on_change=switch_task)
         task = TASKS[v.task] if v.task in TASKS else next(iter(TASKS.values()))
         if cached_task(task.name) is None:
             st.caption(

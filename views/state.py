@@ -166,6 +166,14 @@ def store(name: str, within: str = "") -> Callable[[], None]:
     return callback
 
 
+def switch_task() -> None:
+    """on_change of a task picker: the new task, and no selected query (an id of the old task names
+    another question, or none, in the new one), so the explorer opens on its query table."""
+    v = view()
+    v.task = st.session_state[widget_key("task")]
+    v.q = ""
+
+
 def show_flash() -> None:
     """Show, once, the confirmation or the failure an action (a button callback) left in the view."""
     v = view()
