@@ -30,7 +30,9 @@ _KEEP = frozenset(
 _FILLER = frozenset(
     "patient patients year years old month months week weeks day days presents presented presenting "
     "present following likely history shows showed reports reported complains noted diagnosis question "
-    "answer case man woman boy girl".split()
+    "answer case man woman boy girl "
+    # function verbs scikit-learn's list lacks: "did not respond", "started adding" share no meaning
+    "did does doing done started starting began begun became got gets went came".split()
 )
 FILLER_WORDS: frozenset[str] = (ENGLISH_STOP_WORDS - _KEEP) | _FILLER
 

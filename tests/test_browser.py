@@ -622,6 +622,31 @@ def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[st
     page.screenshot(path=str(SCREENSHOTS / f"compare-{width}.png"))
 
 
+@pytest.mark.parametrize("width", [800, 1600])
+def test_the_explorer_lays_itself_out_from_800_to_1600_px(browser: Browser, app_url: str, width: int) -> None:
+    """Under 1000 px the sidebar starts folded, the rewrite's before → after values fit their cards and
+    the gold and retrieved panels stack; at 1600 px the sidebar is open and the panels side by side."""
+    context = browser.new_context(viewport={"width": width, "height": 1000}, base_url=app_url)
+    page = context.new_page()
+    try:
+        page.goto("/explorer?task=clinical-case&systems=bm25&system=bm25&q=3&rewrite=hyde:demo-writer")
+        settle(page, "Retrieved top 10")
+        page.wait_for_timeout(1500)  # the sidebar folds a moment after the first render
+        folded = page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed")
+        assert folded == ("true" if width < 1000 else "false")
+        for value in page.locator('[data-testid="stMetricValue"]').all():
+            assert value.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), f"{value.inner_text()!r} is cut"
+        gold = page.get_by_role("heading", name=re.compile(r"Gold documents")).bounding_box()
+        retrieved = page.get_by_role("heading", name=re.compile(r"Retrieved top 10")).bounding_box()
+        assert gold is not None and retrieved is not None
+        stacked = abs(gold["x"] - retrieved["x"]) < 5 and retrieved["y"] > gold["y"]
+        assert stacked == (width < 1000)
+        page.screenshot(path=str(SCREENSHOTS / f"explorer-layout-{width}.png"), full_page=True)
+        assert_healthy(page)
+    finally:
+        context.close()
+
+
 def test_cancel_then_compute_shows_live_progress_and_runs_the_job_to_the_end(
     browser: Browser, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -174,7 +174,7 @@ def _step(offset: int) -> None:
         st.session_state[picker_key] = v.q
 
 
-nav = st.columns([1, 6, 1])
+nav = st.columns([1.4, 5, 1.4])  # room for "◀ Previous K" on a narrow window
 nav[0].button("◀ Previous", on_click=_step, args=(-1,), width="stretch", shortcut="K", disabled=not walk, key="w_prev")
 nav[1].selectbox(
     "Query",
@@ -279,7 +279,7 @@ if blind:
     st.stop()
 reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
 gold = gold_rows(dataset, run, qid, rewritten, reranked)
-left, right = st.columns(2)
+left, right = st.container(key="r2-stack-gold").columns(2)  # stacked on a narrow window (ui.NARROW_PX)
 with left:
     st.subheader(f"Gold documents ({len(gold)})")
     st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")

@@ -138,7 +138,7 @@ def verdict_box(dataset: Dataset, system: str, run: Run, qid: str, picker_key: s
     told = _verdict(dataset, system, run, found, qid) if found is not None else None
     if found is None or told is None:
         return
-    text, button = st.columns([6, 1], vertical_alignment="center")
+    text, button = st.container(key="r2-stack-verdict").columns([5, 1.2], vertical_alignment="center")
     if told.failed:
         text.warning(ui.md(told.text), icon=":material/search_off:")  # not an app error
     else:

@@ -560,15 +560,43 @@ def demo_banner(dataset: Dataset) -> None:
         st.info(f"**Demo data.** {md(notice)}", icon="ℹ️")
 
 
-_STYLE = """<style>
-.r2-text { line-height: 1.55; font-size: 0.95rem; max-height: 24rem; overflow-y: auto; }
-.r2-text mark { background: #fde68a; color: inherit; padding: 0 2px; border-radius: 3px; }
+#: The width under which the app lays itself out for a narrow window (a laptop half, a tablet).
+NARROW_PX = 1000
+_STYLE = f"""<style>
+.r2-text {{ line-height: 1.55; font-size: 0.95rem; max-height: 24rem; overflow-y: auto; }}
+.r2-text mark {{ background: #fde68a; color: inherit; padding: 0 2px; border-radius: 3px; }}
+@media (max-width: {NARROW_PX}px) {{
+  /* metric cards: "0.000 → 0.333" fits instead of "0.00…" */
+  [data-testid="stMetricValue"] {{ font-size: 1.35rem; }}
+  /* side-by-side panels (gold | retrieved, two systems) stack */
+  [class*="st-key-r2-stack"] [data-testid="stHorizontalBlock"] {{ flex-wrap: wrap; }}
+  [class*="st-key-r2-stack"] [data-testid="stColumn"] {{ min-width: 100%; }}
+}}
 </style>"""
+# Streamlit keeps its 300 px sidebar open at any width over 768 px; under NARROW_PX it is folded once per
+# browser tab (the visitor can open it again). A fixed script: nothing from a dataset or a visitor in it.
+_NARROW_SCRIPT = f"""<script>
+(() => {{
+  if (window.innerWidth >= {NARROW_PX} || sessionStorage.getItem("r2-sidebar-folded")) return;
+  const fold = (tries) => {{
+    const button = document.querySelector('[data-testid="stSidebarCollapseButton"] button');
+    if (button && button.getAttribute("aria-expanded") === "true") {{
+      sessionStorage.setItem("r2-sidebar-folded", "1");
+      button.click();
+    }} else if (tries > 0) {{
+      setTimeout(() => fold(tries - 1), 200);
+    }}
+  }};
+  fold(25);
+}})();
+</script>"""
 
 
 def style() -> None:
-    """Styles for highlighted document text (a fixed string: nothing from a dataset goes in here)."""
+    """Styles for highlighted document text and narrow windows, and the sidebar folded under
+    ``NARROW_PX`` (fixed strings: nothing from a dataset goes in here)."""
     st.html(_STYLE)
+    st.html(_NARROW_SCRIPT, unsafe_allow_javascript=True)
 
 
 def delta_bars(
