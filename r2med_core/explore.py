@@ -330,3 +330,74 @@ def axis_range(values: pd.Series | list[float], pad: float = 0.05) -> list[float
     low, high = float(series.min()), float(series.max())
     margin = max((high - low) * pad, 0.01)
     return [low - margin, high + margin]
+
+
+# --------------------------------------------------------------------------- why a wrong document won
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """The top wrong document against the best-placed missed gold document of one query, told by the
+    words each shares with the query and, for the gold one, with the reference answer: why the wrong
+    one won, without an LLM.
+
+    ``winner``: the highest-ranked document that is not gold; ``loser``: the best-ranked gold document
+    outside the top ``depth`` (rank None: not retrieved at all). Words are as written in each document.
+    """
+
+    query_id: str
+    winner: str
+    winner_rank: int
+    winner_words: tuple[str, ...]
+    loser: str
+    loser_rank: int | None
+    loser_words: tuple[str, ...]
+    #: Words the gold document shares with the reference answer but not with the query: the bridge a
+    #: reasoning step would have to build (empty without a reference answer).
+    bridge_words: tuple[str, ...]
+    has_answer: bool
+
+    def sentences(self, depth: int = 10) -> list[str]:
+        """What a reader should take from the contrast, in words."""
+        where = f"rank {self.loser_rank}" if self.loser_rank is not None else "not in the top 100"
+        out = [
+            f"The top wrong document, {self.winner} (rank {self.winner_rank}), shares "
+            f"{len(self.winner_words)} words with the question; the gold document {self.loser} ({where}) "
+            f"shares {len(self.loser_words)}."
+        ]
+        if self.bridge_words:
+            words = ", ".join(self.bridge_words[:8]) + ("…" if len(self.bridge_words) > 8 else "")
+            out.append(
+                f"The gold document shares {len(self.bridge_words)} words with the reference answer that the "
+                f"question lacks ({words}): the link runs through the answer, which the question never states."
+            )
+        elif self.has_answer:
+            out.append("The gold document shares no further words with the reference answer either.")
+        return out
+
+
+def contrast(dataset: Dataset, run: Run, query_id: str, depth: int = 10) -> Contrast | None:
+    """The contrast for one query, or None when no gold document is outside the top ``depth`` or the
+    run has no wrong document to set against it."""
+    gold = dataset.positives(query_id)
+    outside = [d for d in gold if (r := run.rank_of(query_id, d)) is None or r > depth]
+    winner = next(((rank, doc) for rank, (doc, _) in enumerate(run.top(query_id), 1) if doc not in gold), None)
+    if not outside or winner is None:
+        return None
+    loser = min(outside, key=lambda d: (run.rank_of(query_id, d) or 10_000, d))
+    question = query_terms(dataset.queries[query_id])
+    answer = dataset.query_meta.get(query_id, {}).get("answer")
+    answered = isinstance(answer, str) and bool(answer.strip())
+    answer_terms = query_terms(answer) - question if answered else frozenset()
+    winner_text, loser_text = dataset.corpus.get(winner[1], ""), dataset.corpus.get(loser, "")
+    return Contrast(
+        query_id=query_id,
+        winner=winner[1],
+        winner_rank=winner[0],
+        winner_words=tuple(overlap(winner_text, question)),
+        loser=loser,
+        loser_rank=run.rank_of(query_id, loser),
+        loser_words=tuple(overlap(loser_text, question)),
+        bridge_words=tuple(overlap(loser_text, answer_terms)),
+        has_answer=answered,
+    )

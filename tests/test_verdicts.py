@@ -113,3 +113,35 @@ def test_the_landing_starts_from_the_failures_and_a_card_opens_its_verdict() -> 
     at.button(key="w_next_failure").click().run()
     assert at.session_state["view"].q != first
     assert any("Missed" in e.value for e in at.warning)
+
+
+def test_the_contrast_tells_why_a_wrong_document_beat_the_gold_one(case) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from r2med_core.explore import contrast
+
+    dataset, run, _, _, found = case
+    told = contrast(dataset, run, "3")  # the Addison's crisis case
+    assert told is not None
+    assert (told.winner, told.winner_rank) == (run.top("3", 1)[0][0], 1) and told.winner not in dataset.positives("3")
+    assert (told.loser, told.loser_rank) == ("addison_crisis_hemorrhage_0", 42)  # the best-placed missed gold
+    assert len(told.winner_words) > 5 * len(told.loser_words)
+    assert {"adrenal", "cortisol", "insufficiency"} <= {w.lower() for w in told.bridge_words}
+    assert not {w.lower() for w in told.bridge_words} & {w.lower() for w in told.loser_words}
+    first, second = told.sentences()
+    assert first.startswith(f"The top wrong document, {told.winner} (rank 1), shares {len(told.winner_words)} words")
+    assert "words with the reference answer that the question lacks" in second
+    found_ids = [q.query_id for q in found.queries if not q.failed]
+    assert contrast(dataset, run, found_ids[0], depth=100) is None  # every gold document is in the top 100
+    no_answers = replace(dataset, query_meta={})
+    bare = contrast(no_answers, run, "3")
+    assert bare is not None and not bare.has_answer and bare.bridge_words == () and len(bare.sentences()) == 1
+
+
+def test_the_explorer_shows_the_contrast_under_the_verdict() -> None:
+    from tests.test_app import open_app
+
+    at = open_app("explorer", task="clinical-case", systems=["bm25"], system="bm25", q="3")
+    (box,) = [e for e in at.expander if e.label.startswith("Why did a wrong document beat the gold one?")]
+    texts = [m.value.replace("\\", "") for m in box.markdown]
+    assert any(t.startswith("The top wrong document, ") and "addison_crisis_hemorrhage_0 (rank 42)" in t for t in texts)

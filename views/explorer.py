@@ -222,6 +222,7 @@ with st.container(border=True):
             st.text(str(value))
 if not blind:  # the verdict tells whether the query failed: not before the person's own label
     failures.verdict_box(dataset, v.system, run, qid, picker_key)
+    failures.contrast_box(dataset, run, qid, v.system)
 
 per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
 with_rewrite = (

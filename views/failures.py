@@ -9,7 +9,7 @@ import streamlit as st
 
 from r2med_core.data import Dataset
 from r2med_core.diagnosis import Diagnosis
-from r2med_core.explore import shorten
+from r2med_core.explore import contrast, highlight, query_terms, shorten
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.runs import Run
 from r2med_core.systems import SpecError, parse_system, rewritten_name
@@ -158,3 +158,34 @@ def verdict_box(dataset: Dataset, system: str, run: Run, qid: str, picker_key: s
         width="stretch",
     )
 
+
+
+def contrast_box(dataset: Dataset, run: Run, qid: str, system: str) -> None:
+    """Why the top wrong document beat a missed gold one, from shared words alone (no LLM): the words
+    each shares with the question, and the gold document's words shared with the reference answer."""
+    told = contrast(dataset, run, qid)
+    if told is None:
+        return
+    with st.expander("Why did a wrong document beat the gold one? (shared words; no LLM)"):
+        for line in told.sentences():
+            st.markdown(ui.md(line))
+        question = query_terms(dataset.queries[qid])
+        answer = dataset.query_meta.get(qid, {}).get("answer")
+        bridge = query_terms(answer) if isinstance(answer, str) else frozenset()
+        left, right = st.container(key="r2-stack-contrast").columns(2)
+        with left:
+            ranked = f"rank {told.winner_rank} in {ui.md(short_label(system))}"
+            st.markdown(f"**{ui.md(told.winner)}** · {ranked} · not gold")
+            st.caption("Shared with the question: " + (ui.md(", ".join(told.winner_words)) or "none"))
+            st.html(f"<div class='r2-text'>{highlight(dataset.corpus.get(told.winner, ''), question)}</div>")
+        with right:
+            where = f"rank {told.loser_rank}" if told.loser_rank is not None else "not in the top 100"
+            st.markdown(f"**{ui.md(told.loser)}** · {where} · gold")
+            st.caption("Shared with the question: " + (ui.md(", ".join(told.loser_words)) or "none"))
+            if told.has_answer:
+                st.caption(
+                    "Highlighted below: words shared with the reference answer; not in the question: "
+                    + (ui.md(", ".join(told.bridge_words)) or "none")
+                )
+            terms = bridge if told.has_answer else question
+            st.html(f"<div class='r2-text'>{highlight(dataset.corpus.get(told.loser, ''), terms)}</div>")
