@@ -274,6 +274,21 @@ def retrieved_frame(dataset: Dataset, run: Run, query_id: str, k: int = 10) -> p
     return pd.DataFrame(rows, columns=["rank", "document", "score", "gold", "preview"])
 
 
+def side_by_side(dataset: Dataset, runs: dict[str, Run], query_id: str, k: int = 10) -> pd.DataFrame:
+    """Two or more systems' top k for one query next to each other, one row per rank: each system's
+    document with ✓ when it is gold (and its grade), so where each one finds or misses them reads across."""
+    gold = dataset.positives(query_id)
+    rows = []
+    for rank in range(1, k + 1):
+        row: dict[str, object] = {"rank": rank}
+        for label, run in runs.items():
+            top = run.top(query_id, k)
+            doc = top[rank - 1][0] if rank <= len(top) else ""
+            row[label] = f"✓ {doc} (grade {gold[doc]})" if doc in gold else doc
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["rank", *runs])
+
+
 def per_query_delta(a: Results, b: Results, metric: str = "ndcg_at_10") -> pd.DataFrame:
     """Per-query metric of two systems and the difference B − A, largest gains first."""
     joined = pd.concat(

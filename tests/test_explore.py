@@ -163,3 +163,28 @@ def test_retrieved_frame_has_a_text_preview(tiny_r2med: Path) -> None:
     ds = load_r2med_dir(tiny_r2med)
     frame = retrieved_frame(ds, _tiny_run(), "q1", k=5)
     assert frame["preview"].iloc[0].startswith("Ketoacidosis causes an anion gap")
+
+
+def test_two_systems_side_by_side_mark_gold_in_each_column(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from r2med_core import load_demo, run_system
+    from r2med_core.explore import side_by_side
+
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    dataset = load_demo("clinical-case")
+    bm25, hyde = run_system(dataset, "bm25"), run_system(dataset, "bm25+hyde:demo-writer")
+    table = side_by_side(dataset, {"BM25": bm25, "BM25 + HyDE": hyde}, "3", k=5)
+    assert list(table.columns) == ["rank", "BM25", "BM25 + HyDE"] and list(table["rank"]) == [1, 2, 3, 4, 5]
+    assert not any(cell.startswith("✓") for cell in table["BM25"])  # BM25 misses every gold document here
+    marked = [cell for cell in table["BM25 + HyDE"] if cell.startswith("✓")]
+    assert len(marked) == 3 and "✓ addison_crisis_hemorrhage_0 (grade 2)" in marked  # HyDE: ranks 1-3
+
+
+def test_the_explorer_shows_another_system_side_by_side() -> None:
+    from tests.test_app import open_app
+
+    at = open_app("explorer", task="clinical-case", systems=["bm25", "bm25+hyde:demo-writer"], system="bm25", q="3")
+    assert not at.exception, [e.value for e in at.exception]
+    (box,) = [e for e in at.expander if e.label == "Side by side with another system"]
+    table = box.dataframe[0].value
+    assert table.columns[0] == "rank" and len(table.columns) == 3
+    assert sum(str(c).startswith("✓") for c in table.iloc[:, 2]) == 3

@@ -19,6 +19,7 @@ from r2med_core.explore import (
     rank_text,
     retrieved_frame,
     shared_with_gold,
+    side_by_side,
     step,
 )
 from r2med_core.report import metric_label
@@ -330,6 +331,19 @@ with right:
             with st.container(border=True):
                 st.markdown(f"**Why, says {ui.md(reasons.by)}:** {ui.md(reasons.texts[doc])}")
                 st.caption(ui.md(reasons.details[doc]))
+
+# ------------------------------------------------------------------ two systems side by side
+others = [s for s in systems if s != v.system]
+if others:
+    with st.expander("Side by side with another system"):
+        other = st.selectbox("Other system", others, format_func=ui.system_label, key="w_side_system")
+        computed_other = ui.safe_results(dataset, other)  # a Compute button when it is not ready
+        if computed_other is not None:
+            table = side_by_side(
+                dataset, {ui.system_label(v.system): run, ui.system_label(other): computed_other[0]}, qid, depth
+            )
+            st.dataframe(table, hide_index=True, width="stretch")
+            st.caption("✓: a gold document (its grade). Each column is that system's top " + str(depth) + ".")
 
 # ------------------------------------------------------------------ labelling
 st.divider()

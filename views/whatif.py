@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_core.explore import highlight, overlap, query_terms
+from r2med_core.explore import highlight, overlap, preview, query_terms
 from r2med_core.generation import default_llm_name, hypothetical_document
 from r2med_core.systems import SpecError, parse_system, search_text
 from views import state, ui
@@ -107,7 +107,8 @@ for column, (name, ranking) in zip(columns, rankings.items()):
         st.subheader(ui.system_label(name))
         for rank, (doc, score) in enumerate(ranking, start=1):
             flag = " · ★ all agree" if doc in agreed else ""
+            body = dataset.corpus.get(doc, "")
             with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{flag}"):
-                body = dataset.corpus.get(doc, "")
                 st.caption("shared terms: " + (ui.md(", ".join(overlap(body, terms))) or "none"))
                 st.html(f"<div class='r2-text'>{highlight(body, terms)}</div>")
+            st.caption(ui.md(preview(body)))  # the card says what the document is before it is opened
