@@ -23,6 +23,7 @@ import json
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,10 +63,17 @@ class RunEntry:
     origin: str  # UPLOADS or RUNS_DIR
     path: Path
     label: str  # the original file name, for display
+    #: Who uploaded it: signed-in identities, or browser-session tokens when sign-in is off (an upload of
+    #: the same bytes by someone else adds them). Empty for the operator's runs folder and older uploads.
+    uploaded_by: tuple[str, ...] = ()
 
     @property
     def system(self) -> str:
         return RUN_PREFIX + self.name
+
+    def uploaded_by_one_of(self, uploaders: Collection[str]) -> bool:
+        """Whether one of ``uploaders`` (a person's identities, or a session's token) uploaded it."""
+        return bool(set(self.uploaded_by) & set(uploaders))
 
 
 def is_run_name(name: str) -> bool:
@@ -390,8 +398,11 @@ def _upload_entries(dataset: Dataset) -> list[RunEntry]:
         name = path.stem
         if not is_run_name(name) or not _inside(path, folder):
             continue
-        label = str(_upload_meta(path).get("source_file") or name)
-        entries.append(RunEntry(name, UPLOADS, path, label))
+        meta = _upload_meta(path)
+        label = str(meta.get("source_file") or name)
+        by = meta.get("uploaded_by")
+        uploaders = tuple(str(u) for u in by if isinstance(u, str)) if isinstance(by, list) else ()
+        entries.append(RunEntry(name, UPLOADS, path, label, uploaders))
     return entries
 
 
@@ -493,9 +504,10 @@ def run_digest(dataset: Dataset, name: str, settings: Settings | None = None) ->
 
 
 def save_upload(
-    dataset: Dataset, data: bytes, file_name: str, settings: Settings | None = None
+    dataset: Dataset, data: bytes, file_name: str, settings: Settings | None = None, uploader: str = ""
 ) -> tuple[RunEntry, ImportedRun]:
-    """Validate uploaded bytes and store them for this dataset under a fresh name of our choosing.
+    """Validate uploaded bytes and store them for this dataset under a fresh name of our choosing,
+    recording ``uploader`` (a signed-in identity or a browser session's token) as one who uploaded it.
 
     Raises DataError (file:line problems) on a bad file, or when the upload is over the size cap or
     names none of the dataset's queries.
@@ -511,7 +523,11 @@ def save_upload(
     same = next(
         (e for e in offered.values() if e.origin == UPLOADS and _upload_meta(e.path).get("sha256") == digest), None
     )
-    if same is not None:
+    if same is not None:  # the same bytes again: one run, with one more uploader
+        if uploader and uploader not in same.uploaded_by:
+            meta = _upload_meta(same.path) | {"uploaded_by": [*same.uploaded_by, uploader]}
+            atomic_write_text(same.path.with_suffix(".json"), json.dumps(meta, indent=1))
+            same = replace(same, uploaded_by=(*same.uploaded_by, uploader))
         return same, load_run(dataset, same.name, settings)
     base = sanitize_run_name(label)
     taken = set(offered)
@@ -533,6 +549,7 @@ def save_upload(
         "uploaded": datetime.now(UTC).isoformat(timespec="seconds"),
         "sha256": digest,
         "warnings": [str(w) for w in imported.warnings],
+        "uploaded_by": [uploader] if uploader else [],
     }
     atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
-    return RunEntry(name, UPLOADS, path, label), imported
+    return RunEntry(name, UPLOADS, path, label, (uploader,) if uploader else ()), imported

@@ -657,7 +657,9 @@ def upload_file_name(system: str) -> str:
     return sanitize_run_name(system.removeprefix(RUN_PREFIX)) + ".trec"
 
 
-def reopen_report(dataset: Dataset, data: bytes, file_name: str, settings: Settings | None = None) -> Reopened:
+def reopen_report(
+    dataset: Dataset, data: bytes, file_name: str, settings: Settings | None = None, uploader: str = ""
+) -> Reopened:
     """Store a saved report's runs as imported runs of ``dataset`` (``run:<system>``).
 
     Every run is checked before any is stored, so a bad report adds nothing; the messages name the
@@ -694,7 +696,9 @@ def reopen_report(dataset: Dataset, data: bytes, file_name: str, settings: Setti
     entries = []
     for run in saved.runs:
         try:
-            entry, imported = save_upload(dataset, run.trec.encode("utf-8"), upload_file_name(run.name), settings)
+            entry, imported = save_upload(
+                dataset, run.trec.encode("utf-8"), upload_file_name(run.name), settings, uploader
+            )
         except DataError as err:
             raise DataError([Problem(f"{label} › {run.name}", p.line, p.message) for p in err.problems]) from None
         if run.provenance is not None:  # the run keeps where it came from, not where it was reopened

@@ -302,3 +302,28 @@ def test_a_document_with_the_query_id_is_dropped_before_scoring(form: str, datas
     means = evaluate(imported.run, dataset.qrels).means
     assert means["ndcg_at_10"] == pytest.approx(_beir_ndcg_at_10(dataset.qrels, _scores(with_self)))
     assert means["ndcg_at_10"] != pytest.approx(evaluate(with_self, dataset.qrels).means["ndcg_at_10"])
+
+
+def test_your_runs_are_yours_and_the_others_are_listed_apart() -> None:
+    """On a shared server a session's "Your runs" lists its own uploads; another session's uploads are
+    listed separately, saying who brought them (another visitor, when sign-in is off)."""
+    dataset = load_demo(TASK)
+    data = format_trec(_shuffled_run(dataset)).encode()
+    alice = open_app(task=TASK, systems=["bm25"])
+    alice.file_uploader(key="w_run_file").set_value(("alice run.trec", data, "text/plain")).run()
+    alice.button(key="w_run_add").click().run()
+    assert not alice.exception
+    alice.run()
+    assert any(e.label == "Your runs (1)" for e in alice.expander)
+    assert any("uploaded by you" in c.value and "alice run.trec" in c.value.replace("\\", "") for c in alice.caption)
+
+    bob = open_app(task=TASK, systems=["bm25"])  # another browser session on the same server
+    assert any(e.label == "Your runs (0)" for e in bob.expander)
+    assert any("Others' runs on this server (1)" in m.value for m in bob.markdown)
+    assert any("uploaded by another visitor" in c.value for c in bob.caption)
+    bob.file_uploader(key="w_run_file").set_value(("same bytes.trec", data, "text/plain")).run()
+    bob.button(key="w_run_add").click().run()  # the same file: one run, now Bob's too
+    bob.run()
+    assert any(e.label == "Your runs (1)" for e in bob.expander)
+    (entry,) = available_runs(dataset).values()
+    assert len(entry.uploaded_by) == 2 and all(u.startswith("session:") for u in entry.uploaded_by)

@@ -3,6 +3,7 @@ panel to sign in and out. Without sign-in configured the typed name is used, as 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,26 @@ def acting() -> Acting:
     pairs = [(name, value) for name in headers for value in headers.get_all(name)]
     person = resolve_identity(config, headers=pairs, peer=_peer(), user=_user(), roles=roles)
     return Acting(config, person)
+
+
+#: Prefix of the uploader recorded for a browser session when sign-in is off (a typed name proves nothing).
+SESSION_UPLOADER = "session:"
+
+
+def uploader() -> str:
+    """Who is uploading, as recorded with an upload: the signed-in identity, else this browser session's
+    own random token (so "your runs" are this tab's when anyone may type any name)."""
+    person = acting().person
+    if person is not None and person.verified:
+        return person.name
+    if "uploader_token" not in st.session_state:
+        st.session_state["uploader_token"] = SESSION_UPLOADER + secrets.token_hex(8)
+    return st.session_state["uploader_token"]
+
+
+def uploader_words(who: str) -> str:
+    """How another uploader is named: their signed-in identity, or "another visitor" for a session."""
+    return "another visitor" if who.startswith(SESSION_UPLOADER) else who
 
 
 def panel() -> None:

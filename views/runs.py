@@ -8,9 +8,16 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from r2med_core import DataError, Dataset
-from r2med_core.imported_runs import JSON_SUFFIXES, RUNS_DIR, TREC_SUFFIXES, available_runs, save_upload
+from r2med_core.imported_runs import (
+    JSON_SUFFIXES,
+    RUNS_DIR,
+    TREC_SUFFIXES,
+    RunEntry,
+    available_runs,
+    save_upload,
+)
 from r2med_core.settings import load_settings
-from views import saved_reports, ui
+from views import auth, saved_reports, ui
 from views.state import view
 
 
@@ -22,17 +29,23 @@ def offered(dataset: Dataset) -> list[str]:
 def runs_section(dataset: Dataset) -> None:
     """The sidebar's "Your runs" expander: what is available, and an upload for a new run."""
     settings = load_settings()
-    entries = available_runs(dataset, settings)
-    with st.expander(f"Your runs ({len(entries)})"):
+    entries = list(available_runs(dataset, settings).values())
+    me = auth.uploader()
+    mine = [e for e in entries if e.uploaded_by_one_of([me])]
+    others = [e for e in entries if not e.uploaded_by_one_of([me])]
+    with st.expander(f"Your runs ({len(mine)})"):
         st.caption(
             f"A TREC run (`qid Q0 docid rank score tag`) or a `{{query id: {{doc id: score}}}}` JSON (MTEB "
             f"save_predictions, an evaluation kit's score file) for {ui.md(dataset.name)} becomes a system named "
             "`run:<name>` on every page. The top 100 per query is evaluated, as in the benchmark. A report saved "
             "from Compare or Metrics (.html) brings back all of its runs."
         )
-        for entry in entries.values():
-            where = "runs folder" if entry.origin == RUNS_DIR else "uploaded"
-            st.caption(f"`{entry.system}` · {where} · {ui.md(entry.label)}")
+        for entry in mine:
+            st.caption(f"`{entry.system}` · uploaded by you · {ui.md(entry.label)}")
+        if others:
+            st.markdown(f"**Others' runs on this server ({len(others)})**")
+            for entry in others:
+                st.caption(f"`{entry.system}` · {ui.md(_origin(entry))} · {ui.md(entry.label)}")
         if settings.demo_mode:
             st.caption("Uploads are off on this public demo.")
             return
@@ -43,6 +56,15 @@ def runs_section(dataset: Dataset) -> None:
         )
         if uploaded is not None and st.button("Add this run", key="w_run_add"):
             _add(dataset, uploaded)
+
+
+def _origin(entry: RunEntry) -> str:
+    """Where a run someone else brought comes from, in words."""
+    if entry.origin == RUNS_DIR:
+        return "the operator's runs folder"
+    if not entry.uploaded_by:
+        return "uploaded earlier (uploader not recorded)"
+    return "uploaded by " + ", ".join(dict.fromkeys(auth.uploader_words(who) for who in entry.uploaded_by))
 
 
 def _add(dataset: Dataset, uploaded: UploadedFile) -> None:
@@ -56,7 +78,7 @@ def _add(dataset: Dataset, uploaded: UploadedFile) -> None:
         st.error(f"{ui.md(file_name)} is over the {settings.upload_max_mb:g} MB upload limit.")
         return
     try:
-        entry, imported = save_upload(dataset, uploaded.getvalue(), file_name, settings)
+        entry, imported = save_upload(dataset, uploaded.getvalue(), file_name, settings, auth.uploader())
     except DataError as err:
         st.error(
             f"{ui.md(file_name)} cannot be added. Fix these and upload it again:\n\n"

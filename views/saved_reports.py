@@ -14,7 +14,7 @@ from r2med_core.report import metric_label
 from r2med_core.runs import safe_name
 from r2med_core.saved_report import TESTS, Report, ReportSystem, reopen_report
 from r2med_core.settings import load_settings
-from views import state, ui
+from views import auth, state, ui
 
 _SOURCES = {"demo": "embedded demo data", "local": "a local dataset folder", "hf": "R2MED on the Hugging Face hub"}
 ALPHAS = (0.01, 0.05, 0.1)
@@ -135,7 +135,7 @@ def reopen_upload(dataset: Dataset, uploaded: UploadedFile, *, rerun: bool) -> N
         st.error(f"{ui.md(uploaded.name)} is over the {settings.upload_max_mb:g} MB upload limit.")
         return
     try:
-        reopened = reopen_report(dataset, uploaded.getvalue(), uploaded.name, settings)
+        reopened = reopen_report(dataset, uploaded.getvalue(), uploaded.name, settings, auth.uploader())
     except DataError as err:
         st.error(
             f"{ui.md(uploaded.name)} cannot be reopened:\n\n" + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
