@@ -499,7 +499,7 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     full_page_screenshot(page, "triage-1-failures")
 
     # 2. Step through the filtered list: Next, then the J shortcut, then K back.
-    page.get_by_role("button", name=re.compile("Next")).click()
+    page.get_by_role("button", name=re.compile(r"^Next ▶")).click()
     wait_for_param(page, "q", failures[0])
     settle(page, f"Query {failures[0]}")
     page.locator("h1").filter(has_text="Query explorer").click()  # focus the page, not a text field
