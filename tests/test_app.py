@@ -564,6 +564,9 @@ def test_leaderboard_marks_local_settings_that_are_not_the_benchmarks() -> None:
     settings = dict(zip(local["system"], local["setting"]))
     assert settings["BM25 (R2MED official)"] == "benchmark's"
     assert settings["BM25 (bm25s default tokenizer)"].startswith("≠ benchmark: bm25s's own tokenizer")
+    for value, text in zip(local["local nDCG@10"], local["95% CI"]):  # every local mean carries its interval
+        low, high = map(float, text.strip("[]").split(", "))
+        assert low - 0.0005 <= value <= high + 0.0005
 
 
 def test_explorer_and_metrics_say_when_a_query_had_nothing_to_search(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from r2med_core.evaluation import published_metrics, published_metrics_note
+from r2med_core.evaluation import Results, published_metrics, published_metrics_note
+from r2med_core.intervals import DESCRIPTION
 from r2med_core.published import (
     ATTRIBUTION,
     GAP_TOLERANCE,
@@ -95,6 +96,14 @@ if dataset.name not in PUBLISHED_TASKS:
         "copy) to see the gap to the paper."
     )
 published_task = dataset.name in PUBLISHED_TASKS
+
+
+def _interval(result: Results) -> str:
+    """The local mean's 95 % bootstrap interval (r2med_core.intervals), as text."""
+    interval = ui.get_intervals(dataset, result, [metric]).get(metric)
+    return interval.text(3) if interval else "–"
+
+
 rows = []
 local_kinds: list[str] = []
 prices = ui.settings().prices  # the operator's price per 1M tokens; without one, tokens only
@@ -107,6 +116,7 @@ for name in state.systems_in_play():
     row = {
         "system": ui.system_label(name),
         f"local {metric_label(metric)}": round(local, 4),
+        "95% CI": _interval(computed[1]),
         "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
         "time (s)": None if record.wall_seconds is None else round(record.wall_seconds, 2),
         "cost": record.cost(prices),
@@ -129,7 +139,8 @@ for system_kind in local_kinds:
     st.caption(str(published_metrics_note(system_kind)))
 if published_task:
     st.caption(
-        f"Local and published scores here are on the 0–1 scale. A gap over {GAP_TOLERANCE} is flagged: it usually "
+        f"Local and published scores here are on the 0–1 scale; 95% CI: the local mean's {DESCRIPTION}. "
+        f"A gap over {GAP_TOLERANCE} is flagged: it usually "
         "means a different model revision, tokenizer or corpus copy. "
         "Systems without a published counterpart (MiniLM, bm25s, fusions …) have no paper number."
     )
@@ -151,12 +162,16 @@ else:
                 {
                     "run": name,
                     f"local {metric_label(metric)}": round(result.means.get(metric, float("nan")), 4),
+                    "95% CI": _interval(result),
                     "queries evaluated": result.n_evaluated,
                     "queries in the run": len(run),
                 }
             )
     st.dataframe(pd.DataFrame(scored), hide_index=True, width="stretch")
-    st.caption("Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements.")
+    st.caption(
+        "Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements; "
+        f"95% CI: the {DESCRIPTION}."
+    )
 
 sweep_dir = ui.load_settings().sweep_dir
 if sweep_dir is not None:
