@@ -89,6 +89,23 @@ def published_kind(spec: SystemSpec | str) -> str | None:
     return spec.system_kind.published_kind(spec)
 
 
+#: Rewrite methods as a reader knows them (the file layout's names are lower case).
+_METHOD_WORDS = {
+    "hyde": "HyDE",
+    "query2doc": "query2doc",
+    "lamer": "LameR",
+    "search-o1": "Search-o1",
+    "search-r1": "Search-R1",
+}
+
+
+def rewrite_words(rewrite: str) -> str:
+    """``"hyde:demo-writer"`` → ``"HyDE (demo-writer)"``: a rewrite named for a reader, not a URL."""
+    method, _, llm = rewrite.partition(":")
+    name = _METHOD_WORDS.get(method, method)
+    return f"{name} ({llm})" if llm else name
+
+
 def rewritten_name(system: str, rewrite: str) -> str:
     """The canonical name of ``system`` run on the ``"METHOD:LLM"`` rewrite (``""``: the system itself)."""
     if not rewrite:

@@ -492,7 +492,7 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     assert query_param(page, "task") == [task]  # the page wrote its state to the address at once
 
     # 1. Open the failures: the filter is in the link and the table stays open after the change.
-    page.get_by_text("nDCG@10 = 0", exact=True).click()
+    page.get_by_text("Failures only", exact=True).click()
     wait_for_param(page, "fail", "1")
     settle(page, f"{len(failures)} of {len(table)} judged queries")
     assert page.get_by_text("Search query text").is_visible(), "the All queries table closed after a change"
@@ -604,7 +604,7 @@ def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[st
     page.set_viewport_size({"width": width, "height": 1000})
     page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25")
     settle(page, "Retrieved top 10")
-    for text in ("nDCG@10 = 0", "Gold missed", "Search query text"):
+    for text in ("Failures only", "Gold missed", "Search query text"):
         label = page.get_by_text(text, exact=True).first
         box = label.bounding_box()
         assert box is not None and box["x"] + box["width"] <= width, f"{text!r} is off screen at {width} px"
@@ -615,8 +615,8 @@ def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[st
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.locator("th", has_text="randomization p").first.wait_for(state="attached")
     headers = [h.strip() for h in grid.locator("th").all_text_contents() if h.strip()]
-    # Δ and the p-values come right after the system name, so they are the first columns in view.
-    assert headers[:3] == ["system", "Δ", "randomization p"], headers
+    # Δ, its interval and the p-values come right after the system name, so they are the first columns in view.
+    assert headers[:4] == ["system", "Δ", "Δ 95% CI", "randomization p"], headers
     box = grid.bounding_box()
     assert box is not None and box["x"] + box["width"] <= width
     page.screenshot(path=str(SCREENSHOTS / f"compare-{width}.png"))

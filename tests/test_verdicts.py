@@ -145,3 +145,11 @@ def test_the_explorer_shows_the_contrast_under_the_verdict() -> None:
     (box,) = [e for e in at.expander if e.label.startswith("Why did a wrong document beat the gold one?")]
     texts = [m.value.replace("\\", "") for m in box.markdown]
     assert any(t.startswith("The top wrong document, ") and "addison_crisis_hemorrhage_0 (rank 42)" in t for t in texts)
+
+
+def test_rewrites_are_named_for_a_reader() -> None:
+    from r2med_core.systems import rewrite_words
+
+    assert rewrite_words("hyde:demo-writer") == "HyDE (demo-writer)"
+    assert rewrite_words("query2doc:gpt-4o") == "query2doc (gpt-4o)"
+    assert rewrite_words("lamer:qwen") == "LameR (qwen)"

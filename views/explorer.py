@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from r2med_core.annotations import TAXONOMY
 from r2med_core.explore import (
     GLOSSARY,
     filter_queries,
@@ -23,7 +24,7 @@ from r2med_core.explore import (
     step,
 )
 from r2med_core.report import metric_label
-from r2med_core.systems import dense_instruction_notes, queries_left_out, rewritten_name
+from r2med_core.systems import dense_instruction_notes, queries_left_out, rewrite_words, rewritten_name
 from views import auth, diagnosis, failures, judge, labels, state, ui
 
 dataset = ui.current_dataset()
@@ -81,10 +82,10 @@ with st.expander(
 ):
     f1, f2, f3 = st.columns([1.4, 1.2, 2])
     f1.checkbox(
-        "nDCG@10 = 0",
+        "Failures only",
         key=state.bound("fail"),
         on_change=state.store("fail"),
-        help="Only failures: queries with no gold document in the top 10.",
+        help="Only the questions with no relevant (gold) document in the top 10, i.e. nDCG@10 = 0.",
     )
     f2.checkbox(
         "Gold missed",
@@ -230,7 +231,7 @@ with_rewrite = (
     rewritten_results.per_query.loc[qid] if rewritten is not None and qid in rewritten_results.per_query.index else None
 )
 if with_rewrite is not None:
-    st.caption(f"Arrows: the change with the rewrite ({ui.md(v.rewrite)}).")
+    st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite))}.")
 m = st.columns(4)
 for col, metric in zip(m, [] if blind else ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
     value = float(per_query[metric]) if per_query is not None else 0.0
@@ -354,7 +355,7 @@ if query_labels:
         [
             {
                 "document": a.doc_id or "(query)",
-                "failure": a.failure_type,
+                "failure": TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type,
                 "status": labels.status_of(a),
                 "note": a.note,
                 "by": a.annotator,

@@ -12,7 +12,7 @@ from r2med_core.diagnosis import Diagnosis
 from r2med_core.explore import contrast, highlight, query_terms, shorten
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.runs import Run
-from r2med_core.systems import SpecError, parse_system, rewritten_name
+from r2med_core.systems import SpecError, parse_system, rewrite_words, rewritten_name
 from r2med_core.verdicts import Verdict, next_failure, summary, verdict, worst_failures
 from views import diagnosis, state, ui
 
@@ -50,8 +50,7 @@ def _rewrite(dataset: Dataset, system: str) -> tuple[Run | None, str]:
         name = rewritten_name(system, chosen)
     except SpecError:
         return None, ""
-    method, _, llm = chosen.partition(":")
-    words = f"{'HyDE' if method == 'hyde' else method.capitalize()} ({llm})"
+    words = rewrite_words(chosen)
     if name == system or not ui.is_ready(dataset, name):
         return None, words
     computed = ui.safe_results(dataset, name)
