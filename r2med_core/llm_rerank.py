@@ -19,6 +19,14 @@ to the top of the window and the rest keep their order, so all k documents stay 
 k, k−1, …). RankGPT's loop stops before the top when k − size is not a multiple of the step; here
 the last window is clamped to the top of the list, as its ``max()`` intends.
 
+**InsertRank-style** (``show_scores=True``; Seetharaman et al., "InsertRank: LLMs can reason over
+BM25 scores to Improve Listwise Reranking", arXiv 2506.14086, WSDM 2026; *not the benchmark's
+setting*): the same list-wise prompt, parsing and scores, but each passage is followed by its
+first-stage score (``BM25 score: 12.34``) and the instructions say the scores are given and are a
+signal of relevance. The paper shows the model the query, each document and its BM25 score
+``(q, D1, b1, …, Dn, bn)``; its exact wording, score format and normalisation were not available
+here, so the sentences around the scores are this project's, on the benchmark's prompt.
+
 **Point-wise reasoning judge** (the explorer's own prompt, not the benchmark's): for each (query,
 document) the model reasons in a few sentences, then answers "Answer: relevant" or "Answer: not
 relevant". The score is P(relevant) from the answer token's log-probabilities when the endpoint
@@ -45,7 +53,7 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +68,16 @@ from .runs import Ranking, Run
 #: Bump when a prompt or the reply format changes: cached replies of the old one are not reused.
 LISTWISE_VERSION = "r2med-rerankergpt-1"
 POINTWISE_VERSION = "explorer-pointwise-1"
+INSERTRANK_VERSION = "insertrank-style-1"
+#: Each method's prompt version (in every reply's cache key).
+PROMPT_VERSIONS = {"listwise": LISTWISE_VERSION, "pointwise": POINTWISE_VERSION, "insertrank": INSERTRANK_VERSION}
+#: What an estimate says of an InsertRank-style job.
+INSERTRANK_NOTE = "InsertRank-style prompt (arXiv 2506.14086): not the benchmark's setting"
+#: The InsertRank-style prompt's sentence about the scores shown (before the benchmark's instructions).
+SCORES_HINT = (
+    "Each passage is followed by its BM25 score from a lexical retrieval system. "
+    "Consider both the passage's content and its BM25 score as signals of relevance.\n"
+)
 
 SYSTEM_MESSAGE = "You are a helpful assistant."
 #: The benchmark's prompt asks for this many ids whatever k is (``topk = 10`` in ``predict``).
@@ -265,14 +283,29 @@ def count_tokens(text: str) -> int:
 
 def listwise_messages(query: str, passages: list[str], listed: int = OFFICIAL_LISTED) -> list[dict[str, str]]:
     """The benchmark's RerankerGPT prompt for ``query`` and ``passages`` (best first), exactly."""
+    return _rerankergpt_messages(query, _shown_passages(passages), listed)
+
+
+def insertrank_messages(
+    query: str, passages: list[str], scores: list[float], listed: int = OFFICIAL_LISTED
+) -> list[dict[str, str]]:
+    """The InsertRank-style prompt (module docstring): the benchmark's, each passage followed by its
+    first-stage score, and a sentence saying what the scores are."""
+    shown = [f"{text}\nBM25 score: {score:.2f}" for text, score in zip(_shown_passages(passages), scores, strict=True)]
+    return _rerankergpt_messages(query, shown, listed, SCORES_HINT)
+
+
+def _shown_passages(passages: list[str]) -> list[str]:
+    """Passages on one line each, cut as the benchmark cuts them when a prompt holds many."""
     cut = len(passages) > CUT_ABOVE
-    docs = "".join(
-        "[{}]. {}\n\n".format(i, _NEWLINES.sub(" ", cut_passage(text) if cut else text))
-        for i, text in enumerate(passages, start=1)
-    )
+    return [_NEWLINES.sub(" ", cut_passage(text) if cut else text) for text in passages]
+
+
+def _rerankergpt_messages(query: str, shown: list[str], listed: int, hint: str = "") -> list[dict[str, str]]:
+    docs = "".join(f"[{i}]. {text}\n\n" for i, text in enumerate(shown, start=1))
     content = (
         f"The following passages are related to query: {query.replace(chr(10), '  ')}\n\n"
-        f"{docs}"
+        f"{docs}{hint}"
         "First identify the essential problem in the query.\n"
         "Think step by step to reason about why each document is relevant or irrelevant.\n"
         "Rank these passages based on their relevance to the query.\n"
@@ -423,7 +456,7 @@ class _Reply:
 
 def reply_key(method: str, endpoint: AnyEndpoint, messages: list[dict[str, str]], logprobs: bool) -> str:
     """The cache key of one reply: method and prompt version, server, model, sampling, the messages."""
-    version = LISTWISE_VERSION if method == "listwise" else POINTWISE_VERSION
+    version = PROMPT_VERSIONS[method]
     return fingerprint("llm-rerank", method, version, endpoint.identity(), messages, logprobs)
 
 
@@ -628,9 +661,12 @@ def _note_unshown(run: Run, dataset: Dataset, plan: dict[str, Any], k: int, resu
             result.notes[qid] = f"{result.notes[qid]}; {note}" if qid in result.notes else note
 
 
-def listwise_name(run_name: str, model: str, k: int, window: Window | None = None) -> str:
-    """The reranked run's name; ``+window…`` marks the sliding window (not the benchmark's setting)."""
-    name = f"{run_name}>llm-listwise:{model}@{k}"
+def listwise_name(
+    run_name: str, model: str, k: int, window: Window | None = None, show_scores: bool = False
+) -> str:
+    """The reranked run's name; ``+window…`` marks the sliding window (not the benchmark's setting),
+    ``insertrank`` the prompt with first-stage scores (neither is the benchmark's)."""
+    name = f"{run_name}>{'insertrank' if show_scores else 'llm-listwise'}:{model}@{k}"
     return name + (f"+window{window.size}-{window.step}" if window else "")
 
 
@@ -642,6 +678,14 @@ def listwise_label(model: str, k: int, window: Window | None = None) -> str:
     return label
 
 
+def insertrank_label(model: str, k: int) -> str:
+    """How an InsertRank-style reranking is described to users: its source, and that it is not the benchmark's."""
+    return (
+        f"reranked list-wise by {model} shown each passage's BM25 score (top {k}; InsertRank-style, "
+        "arXiv 2506.14086, not the benchmark's setting)"
+    )
+
+
 def pointwise_name(run_name: str, model: str, k: int) -> str:
     return f"{run_name}>llm-pointwise:{model}@{k}"
 
@@ -650,19 +694,34 @@ def pointwise_label(model: str, k: int) -> str:
     return f"reranked point-wise by {model} (top {k}; the explorer's reasoning judge, not the benchmark's)"
 
 
+def _list_messages(
+    dataset: Dataset, query: str, docs: list[str], listed: int, scores: dict[str, float] | None
+) -> list[dict[str, str]]:
+    """The list-wise prompt for ``docs``: the benchmark's, or with ``scores`` the InsertRank-style one."""
+    texts = [dataset.corpus[d] for d in docs]
+    if scores is None:
+        return listwise_messages(query, texts, listed)
+    return insertrank_messages(query, texts, [scores[d] for d in docs], listed)
+
+
 def _listwise_job(
-    asker: _Asker, dataset: Dataset, query: str, docs: list[str], k: int, window: Window | None
+    asker: _Asker,
+    dataset: Dataset,
+    query: str,
+    docs: list[str],
+    k: int,
+    window: Window | None,
+    scores: dict[str, float] | None = None,
 ) -> tuple[Ranking, str | None]:
-    texts = dataset.corpus
     if window is None:
-        reply = asker.ask(listwise_messages(query, [texts[d] for d in docs]))
+        reply = asker.ask(_list_messages(dataset, query, docs, OFFICIAL_LISTED, scores))
         named, note = _listed_docs(parse_listwise_reply(reply.content), docs)
         return official_scores(docs if named is None else named, k), note
     order = list(docs)
     notes: list[str] = []
     for start, end in window.spans(len(order)):
         shown = order[start:end]
-        reply = asker.ask(listwise_messages(query, [texts[d] for d in shown], min(OFFICIAL_LISTED, len(shown))))
+        reply = asker.ask(_list_messages(dataset, query, shown, min(OFFICIAL_LISTED, len(shown)), scores))
         named, note = _listed_docs(parse_listwise_reply(reply.content), shown)
         if named is None:
             notes.append(f"window {start + 1}-{end}: unparsable reply, order kept")
@@ -690,8 +749,10 @@ def listwise_rerank(
     max_delay: float = 60.0,
     max_consecutive_failures: int = 3,
     sleep: Callable[[float], None] = time.sleep,
+    show_scores: bool = False,
 ) -> Run:
-    """Rerank each query's top ``k`` with the benchmark's list-wise GPT prompt (module docstring).
+    """Rerank each query's top ``k`` with the benchmark's list-wise GPT prompt (module docstring), or
+    with ``show_scores`` the InsertRank-style one: each passage shown with its score in ``run``.
 
     Returns the reranked run (only the listed documents, as the benchmark's; every k document with
     a ``window``). Sampling left unset on the endpoint is the benchmark's (0.8, top_p 0.8); replies
@@ -706,13 +767,15 @@ def listwise_rerank(
     if min(k, window.size if window else k) > CUT_ABOVE:
         _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
     endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
-    result = report_to if report_to is not None else RerankReport("listwise", endpoint.url)
-    result.method, result.endpoint = "listwise", endpoint.url
+    method = "insertrank" if show_scores else "listwise"
+    result = report_to if report_to is not None else RerankReport(method, endpoint.url)
+    result.method, result.endpoint = method, endpoint.url
     total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
     retry = {"max_retries": max_retries, "base_delay": base_delay, "max_delay": max_delay, "sleep": sleep}
-    asker = _Asker("listwise", endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry)
+    asker = _Asker(method, endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry)
+    shown = _scores_shown(run, plan, k, show_scores)
     jobs = [
-        (qid, lambda q=query, d=docs: _listwise_job(asker, dataset, q, d, k, window))
+        (qid, partial(_listwise_job, asker, dataset, query, docs, k, window, shown.get(qid)))
         for qid, (query, docs) in plan.items()
     ]
     done = _run_jobs(
@@ -737,9 +800,15 @@ def listwise_rerank(
         else:
             rankings[qid] = list(run.top(qid, k))
     _note_unshown(run, dataset, plan, k, result)
-    report(progress, 1.0, f"LLM listwise reranking: done ({result.summary()})")
-    usage = (*run.usage, asker.spent.record(endpoint.model, "listwise rerank")) if _api(endpoint) else run.usage
-    return Run(listwise_name(run.name, endpoint.model, k, window), rankings, run.seconds + asker.seconds, usage)
+    report(progress, 1.0, f"LLM {method} reranking: done ({result.summary()})")
+    usage = (*run.usage, asker.spent.record(endpoint.model, f"{method} rerank")) if _api(endpoint) else run.usage
+    name = listwise_name(run.name, endpoint.model, k, window, show_scores)
+    return Run(name, rankings, run.seconds + asker.seconds, usage)
+
+
+def _scores_shown(run: Run, plan: dict[str, Any], k: int, show_scores: bool) -> dict[str, dict[str, float]]:
+    """Per query, the first-stage scores an InsertRank-style prompt shows (none for the benchmark's)."""
+    return {qid: dict(run.top(qid, k)) for qid in plan} if show_scores else {}
 
 
 def pointwise_rerank(
@@ -890,24 +959,26 @@ def estimate(
     workers: int = 1,
     seconds_per_request: float = 20.0,
 ) -> Estimate:
-    """The cost of ``listwise_rerank`` / ``pointwise_rerank`` with these settings, sending nothing.
+    """The cost of ``listwise_rerank`` / ``pointwise_rerank`` with these settings, sending nothing
+(``method`` "insertrank": ``listwise_rerank`` with ``show_scores``).
 
     Cached requests are found as the job would find them (a sliding window's later prompts depend
     on earlier replies, so they are replayed from the cache until the first one missing); prompt
     tokens of the rest are counted on first-stage order. Time: uncached requests ×
     ``seconds_per_request`` / ``workers`` (measure your server's with benchmarks/bench_llm_rerank).
     """
-    if method not in ("listwise", "pointwise"):
-        raise LLMRerankError("method must be 'listwise' or 'pointwise'")
+    if method not in PROMPT_VERSIONS:
+        raise LLMRerankError(f"method must be one of {', '.join(PROMPT_VERSIONS)}")
     plan = _plan(run, dataset, k)
-    if method == "listwise":
+    if method != "pointwise":
         endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
     else:
         endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
     dry = _Asker(method, endpoint, dry=True)
+    shown = _scores_shown(run, plan, k, method == "insertrank")
     prompts: list[list[dict[str, str]]] = []
     cached = 0
-    for query, docs in plan.values():
+    for qid, (query, docs) in plan.items():
         texts = [dataset.corpus[d] for d in docs]
         if method == "pointwise":
             for text in texts:
@@ -919,17 +990,20 @@ def estimate(
         spans = window.spans(len(docs)) if window else [(0, len(docs))]
         for start, end in spans:
             listed = min(OFFICIAL_LISTED, end - start) if window else OFFICIAL_LISTED
-            prompts.append(listwise_messages(query, texts[start:end], listed))
+            prompts.append(_list_messages(dataset, query, docs[start:end], listed, shown.get(qid)))
         before = dry.from_cache
         try:
-            _listwise_job(dry, dataset, query, docs, k, window)
+            _listwise_job(dry, dataset, query, docs, k, window, shown.get(qid))
         except _NotCached:
             pass
         cached += dry.from_cache - before
     sizes = [sum(count_tokens(m["content"]) + 4 for m in messages) for messages in prompts]
     requests = len(prompts)
     bound = endpoint.max_tokens
-    note = "" if window is None or method != "listwise" else "Sliding window: not the benchmark's setting."
+    notes = [f"{INSERTRANK_NOTE}."] if method == "insertrank" else []
+    if window is not None and method != "pointwise":
+        notes.append("Sliding window: not the benchmark's setting.")
+    note = " ".join(notes)
     return Estimate(
         method=method,
         queries=len(plan),
@@ -953,6 +1027,7 @@ __all__ = [
     "Window",
     "cached_explanations",
     "estimate",
+    "insertrank_messages",
     "listwise_messages",
     "listwise_rerank",
     "parse_listwise_reply",

@@ -22,7 +22,7 @@ from r2med_core.runs import Run
 from r2med_core.settings import load_settings
 from r2med_core.systems import parse_system, published_kind, run_system, search_text
 
-BUILT_IN = {"bm25", "dense", "fusion", "run", "rerank", "llmrerank", "oracle"}
+BUILT_IN = {"bm25", "bm25q", "dense", "fusion", "run", "rerank", "llmrerank", "insertrank", "oracle"}
 
 
 def test_every_built_in_kind_is_registered_and_found_by_name() -> None:
@@ -32,7 +32,7 @@ def test_every_built_in_kind_is_registered_and_found_by_name() -> None:
         base.kind_named("nope")
     # wrappers and fusion are tried before the plain retrievers, which reject unknown '+' suffixes
     order = [kind.name for kind in registered_kinds()]
-    assert max(order.index(n) for n in ("rerank", "oracle", "fusion", "run")) < order.index("bm25")
+    assert max(order.index(n) for n in ("rerank", "insertrank", "oracle", "fusion", "run")) < order.index("bm25")
 
 
 # --------------------------------------------------------------------------- a kind added by a test

@@ -19,6 +19,7 @@ BASE_SYSTEMS: tuple[str, ...] = (
     "bm25",
     "bm25s",
     "bm25-okapi",
+    "bm25q",
     "minilm",
     "rrf(bm25,minilm)",
     *tuple(name for name in PRESETS if name != "minilm"),

@@ -1,10 +1,12 @@
 """System kinds: each kind of retrieval system is one small class in its own module, found through a
 registry that ``parse_system`` consults (as ir_measures finds its measures).
 
-Built in: ``bm25`` (BM25 engines), ``dense`` (dense presets and ``dense:<model>``), ``fusion``
-(``rrf(A,B,...)``), ``imported_run`` (``run:<name>``), ``rerank`` (``SYSTEM>rerank:MODEL@K``, a
-cross-encoder over a first-stage system), ``llmrerank`` (``SYSTEM>llmrerank:list|point:MODEL@K``, an
-LLM on the operator's endpoint, computed only after a click) and ``oracle`` (``oracle:<retriever>``, retrieval with the
+Built in: ``bm25`` (BM25 engines), ``bm25q`` (query-side BM25 as Anserini's BRIGHT baselines),
+``dense`` (dense presets and ``dense:<model>``), ``fusion`` (``rrf(A,B,...)``), ``imported_run``
+(``run:<name>``), ``rerank`` (``SYSTEM>rerank:MODEL@K``, a cross-encoder over a first-stage system),
+``llmrerank`` (``SYSTEM>llmrerank:list|point:MODEL@K``, an LLM on the operator's endpoint, computed
+only after a click), ``insertrank`` (``BM25SYSTEM>insertrank:MODEL@K``, the list-wise LLM reranker
+shown each passage's BM25 score) and ``oracle`` (``oracle:<retriever>``, retrieval with the
 reference answer: a diagnostic). ``base`` holds the contract (``SystemKind``), the spec
 (``SystemSpec``), the registry and the cached ``run_system``; ``r2med_core.systems`` re-exports the
 public names, so callers need not know which module a kind lives in.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..cache import cached, entry_path
 from ..data import Dataset
@@ -75,11 +75,11 @@ def bm25_queries(dataset: Dataset, rewrite: Rewrite | None) -> dict[str, str]:
     return {qid: bm25_query(rewrite[0], rewrite[1], text, hy_docs[qid]) for qid, text in queries.items()}
 
 
-def search_bm25(retriever: BM25Retriever, texts: list[str], k: int) -> list[Ranking]:
+def search_bm25(retriever: BM25Retriever, texts: list[str], k: int, query_length: str = "vocabulary") -> list[Ranking]:
     """The engine's rankings, except that a query with no term in the corpus retrieves nothing: the
     engine pads with zero-score documents in corpus order (as the official run does), which on a
-    small corpus would "find" everything."""
-    rankings = retriever.search(texts, k)
+    small corpus would "find" everything. ``query_length``: see ``BM25Retriever.search``."""
+    rankings = retriever.search(texts, k, query_length=query_length)
     return [ranking if ranking and ranking[0][1] > 0 else [] for ranking in rankings]
 
 
@@ -89,10 +89,16 @@ class BM25Kind(SystemKind):
     grammar = "bm25, bm25s or bm25-okapi (BM25), optionally followed by +METHOD:LLM (e.g. bm25+hyde:gpt4)"
     priority = 90
     typed_text = True
+    #: What ``|q|`` counts in the official engine's query weight (``retrieval.bm25.QUERY_LENGTHS``).
+    query_length: ClassVar[str] = "vocabulary"
 
     def parse(self, text: str, parse: Parse) -> SystemSpec | None:
         core, rewrite = split_rewrite(text)
-        return SystemSpec("bm25", core, rewrite) if core in BM25_ENGINES else None
+        return SystemSpec(self.name, core, rewrite) if core in BM25_ENGINES else None
+
+    def index_alias(self, spec: SystemSpec) -> str:
+        """The ``BM25_ENGINES`` alias whose cached index it searches."""
+        return spec.name
 
     def format(self, spec: SystemSpec) -> str:
         return spec.name
@@ -101,23 +107,23 @@ class BM25Kind(SystemKind):
         return BM25_LABELS[spec.name]
 
     def with_rewrite(self, spec: SystemSpec, rewrite: Rewrite | None) -> SystemSpec:
-        return SystemSpec("bm25", spec.name, rewrite)
+        return SystemSpec(self.name, spec.name, rewrite)
 
     def compute(self, dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
         started = time.perf_counter()
         qids = list(retrieved_queries(dataset, spec.rewrite))
-        retriever = bm25_retriever(dataset, spec.name, scaled(progress, 0.0, 0.8))
+        retriever = bm25_retriever(dataset, self.index_alias(spec), scaled(progress, 0.0, 0.8))
         texts = bm25_queries(dataset, spec.rewrite)
-        rankings = search_bm25(retriever, [texts[q] for q in qids], k)
+        rankings = search_bm25(retriever, [texts[q] for q in qids], k, self.query_length)
         done(progress, spec)
         return Run(str(spec), dict(zip(qids, rankings)), time.perf_counter() - started)
 
     def search(
         self, dataset: Dataset, spec: SystemSpec, text: str, k: int, hy_doc: str | None, progress: Progress | None
     ) -> Ranking:
-        retriever = kept_loaded(dataset, spec, lambda: bm25_retriever(dataset, spec.name, progress))
+        retriever = kept_loaded(dataset, spec, lambda: bm25_retriever(dataset, self.index_alias(spec), progress))
         query = bm25_query(*spec.rewrite, text, hy_doc or "") if spec.rewrite else text
-        return retriever.search([query], k)[0]
+        return retriever.search([query], k, query_length=self.query_length)[0]
 
     def published_kind(self, spec: SystemSpec) -> str | None:
         return "bm25"
@@ -129,5 +135,5 @@ class BM25Kind(SystemKind):
         n_docs, n_queries = len(dataset.corpus), len(dataset.queries)
         if spec.name == "bm25-okapi":
             return n_docs / BM25_DOCS_PER_S + n_docs * n_queries / OKAPI_PAIRS_PER_S
-        indexed = (entry_path("bm25", bm25_index_key(dataset, spec.name)) / "manifest.json").is_file()
+        indexed = (entry_path("bm25", bm25_index_key(dataset, self.index_alias(spec))) / "manifest.json").is_file()
         return (0.0 if indexed else n_docs / BM25_DOCS_PER_S) + 0.2

@@ -98,6 +98,23 @@ def _depths(spec: SystemSpec, k: int) -> tuple[int, int]:
     return depth, max(k, depth, FIRST_STAGE_DEPTH)
 
 
+def outermost(text: str, marker: str) -> tuple[str, str] | None:
+    """``(base, rest)`` when ``text`` is ``BASE{marker}REST`` with this wrapping the outermost, else None
+    (no marker, or a later wrapper's name, ``…>llmrerank:…>rerank:…``, whose base is this text)."""
+    at = rfind_top_level(text, marker)
+    if at < 0:
+        return None
+    rest = text[at + len(marker) :]
+    return None if ">" in rest else (text[:at], rest)
+
+
+def endpoint_model(text: str, model: str) -> str:
+    """``model`` as named in ``text``, refused when it looks like a path (it names a model the endpoint serves)."""
+    if model.startswith(("/", ".", "~")) or "\\" in model or any(ch.isspace() for ch in model):
+        raise SpecError(f"{text!r}: MODEL is the name an LLM endpoint knows the model by, not a path")
+    return model
+
+
 def _whole(text: str) -> int | None:
     return int(text) if text.isdigit() and text == str(int(text)) and int(text) >= 1 else None
 
@@ -112,21 +129,17 @@ class LLMRerankKind(SystemKind):
     priority = 9  # before the cross-encoder's rerank, which would read '…>llmrerank:…' as part of a model name
 
     def parse(self, text: str, parse: Parse) -> SystemSpec | None:
-        at = rfind_top_level(text, MARKER)
-        if at < 0:
+        wrapped = outermost(text, MARKER)
+        if wrapped is None:
             return None
-        rest = text[at + len(MARKER) :]
-        if ">" in rest:
-            return None  # a later wrapper's (``…>llmrerank:…>rerank:…``): the base is this text
+        base, rest = wrapped
         usage = (
             f"{text!r}: an LLM reranking is SYSTEM>llmrerank:list:MODEL@K[+windowS-T] or SYSTEM>llmrerank:point:MODEL@K"
         )
         found = _REST.fullmatch(rest)
         if found is None or found["mode"] not in MODES or not found["model"].strip():
             raise SpecError(usage + " with K a whole number of at least 1")
-        model = found["model"]
-        if model.startswith(("/", ".", "~")) or "\\" in model or any(ch.isspace() for ch in model):
-            raise SpecError(f"{text!r}: MODEL is the name an LLM endpoint knows the model by, not a path")
+        model = endpoint_model(text, found["model"])
         depth = _whole(found["k"])
         if depth is None:
             raise SpecError(usage + " with K a whole number of at least 1")
@@ -140,7 +153,7 @@ class LLMRerankKind(SystemKind):
             except lr.LLMRerankError as err:
                 raise SpecError(f"{text!r}: {err}") from None
             window = (size, step)
-        return llm_reranked_spec(parse(text[:at]), found["mode"], model, depth, window)
+        return llm_reranked_spec(parse(base), found["mode"], model, depth, window)
 
     def format(self, spec: SystemSpec) -> str:
         window = spec.param("window")
@@ -158,12 +171,15 @@ class LLMRerankKind(SystemKind):
             raise SpecError("LLM reranking is off in this read-only demo")
         super().check(dataset, spec)
 
+    def method(self, spec: SystemSpec) -> str:
+        """The ``llm_rerank`` method it runs ("listwise", "pointwise"; "insertrank" in a subclass)."""
+        return MODES[spec.param("mode")]
+
     def key_parts(self, dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
-        mode = MODES[spec.param("mode")]
         return {
             "base": run_key(dataset, spec.members[0], _depths(spec, k)[1]),
             "endpoint": operator_endpoint(spec.name).identity(),
-            "prompt": lr.LISTWISE_VERSION if mode == "listwise" else lr.POINTWISE_VERSION,
+            "prompt": lr.PROMPT_VERSIONS[self.method(spec)],
         }
 
     def compute(self, dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
@@ -171,11 +187,19 @@ class LLMRerankKind(SystemKind):
         first = run_system(dataset, spec.members[0], k=first_k, progress=scaled(progress, 0.0, 0.05))
         endpoint = operator_endpoint(spec.name)
         rest = scaled(progress, 0.05, 1.0)
-        if spec.param("mode") == "point":
+        method = self.method(spec)
+        if method == "pointwise":
             run, _ = lr.pointwise_rerank(first, dataset, endpoint, depth, workers=WORKERS, progress=rest)
         else:
             run = lr.listwise_rerank(
-                first, dataset, endpoint, depth, window=_window(spec), workers=WORKERS, progress=rest
+                first,
+                dataset,
+                endpoint,
+                depth,
+                window=_window(spec),
+                workers=WORKERS,
+                progress=rest,
+                show_scores=method == "insertrank",
             )
         return Run(str(spec), {q: r[:k] for q, r in run.rankings.items()}, run.seconds, run.usage)
 
@@ -205,7 +229,7 @@ class LLMRerankKind(SystemKind):
             first,
             dataset,
             operator_endpoint(spec.name),
-            MODES[spec.param("mode")],
+            self.method(spec),
             depth,
             window=_window(spec),
             workers=WORKERS,
@@ -214,7 +238,7 @@ class LLMRerankKind(SystemKind):
 
     def _requests_without_run(self, dataset: Dataset, spec: SystemSpec) -> int:
         depth, window = spec.param("k"), _window(spec)
-        per_query = depth if spec.param("mode") == "point" else len(window.spans(depth)) if window else 1
+        per_query = depth if self.method(spec) == "pointwise" else len(window.spans(depth)) if window else 1
         return len(dataset.queries) * per_query
 
     def estimate_seconds(self, dataset: Dataset, spec: SystemSpec, k: int) -> float:

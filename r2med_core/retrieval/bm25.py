@@ -12,6 +12,14 @@ English-analyzer tokens and gensim ``LuceneBM25Model`` weighting — so its runs
   repeated query term saturates instead of counting twice;
 * ties keep corpus order.
 
+``query_length="all"`` is **query-side BM25 (BM25Q) as Anserini computes it** (its
+``QuerySideBm25QueryGenerator``, ``SearchCollection -bm25.querySide``; Ge et al., "Lighting the Way
+for BRIGHT", arXiv 2509.02558): the same query weight, but ``|q|`` counts every analysed query token,
+also those no document holds (Anserini's ``tokens.size()``), where gensim counts only tokens in the
+vocabulary. Anserini's other departures are not reproduced: Lucene's one-byte (lossy) document-length
+norms, and ``N`` and ``avgdl`` over documents with at least one token (here over every document; they
+differ only when a corpus has empty documents).
+
 ``engine="bm25s"`` is plain bm25s (its own regex tokenizer + Snowball stemmer, summing document
 weights once per query token): fast, but its rankings differ from the official ones.
 ``engine="okapi"`` is rank_bm25's ``BM25Okapi`` over the Lucene tokens: the engine our design card
@@ -38,13 +46,19 @@ from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize, tokenize_ma
 if TYPE_CHECKING:
     from rank_bm25 import BM25Okapi
 
-__all__ = ["ENGINES", "BM25Retriever", "lucene_weights"]
+__all__ = ["ENGINES", "QUERY_LENGTHS", "BM25Retriever", "lucene_weights"]
 
 #: engine name -> label shown to users.
 ENGINES: dict[str, str] = {
     "official": "BM25 (R2MED official)",
     "bm25s": "BM25 (bm25s fast default; alternative, not the paper's)",
     "okapi": "BM25 (rank_bm25 Okapi; comparison, slow)",
+}
+
+#: What ``|q|`` counts in the official engine's query weight -> what that is (module docstring).
+QUERY_LENGTHS: dict[str, str] = {
+    "vocabulary": "query tokens the corpus vocabulary holds (gensim's LuceneBM25Model, the benchmark's)",
+    "all": "every analysed query token (Anserini's query-side BM25, -bm25.querySide)",
 }
 
 _FORMAT_VERSION = 1
@@ -266,6 +280,8 @@ class BM25Retriever:
         k: int = 100,
         progress: Progress | None = None,
         workers: int | None = None,
+        *,
+        query_length: str = "vocabulary",
     ) -> list[list[tuple[str, float]]]:
         """Top ``k`` ``(doc_id, score)`` per query, best first.
 
@@ -273,15 +289,24 @@ class BM25Retriever:
         for a query with no tokens at all, so it scores 0 in the averages instead of dropping out.
         On a large corpus ``workers`` threads (default: one per core) score queries side by side;
         scipy and numpy do the work without the GIL, and the results do not depend on it.
+        ``query_length`` (official engine only): what ``|q|`` counts in the query weight, one of
+        ``QUERY_LENGTHS`` ("all" is Anserini's query-side BM25; see the module docstring).
         """
         if not self._indexed:
             raise RuntimeError("BM25Retriever.search() called before index() or load()")
+        if query_length not in QUERY_LENGTHS:
+            raise ValueError(f"unknown query_length {query_length!r}; valid: {', '.join(QUERY_LENGTHS)}")
+        if query_length != "vocabulary" and self.engine != "official":
+            raise ValueError(f"query_length={query_length!r} weights queries as the official engine does")
         queries = list(queries)
         query_tokens = self._analyze_queries(queries)
         total = len(queries)
 
         def ranked(tokens: list[str]) -> list[tuple[str, float]]:
-            scores = self._okapi_scores(tokens) if self.engine == "okapi" else self._matrix_scores(tokens)
+            if self.engine == "okapi":
+                scores = self._okapi_scores(tokens)
+            else:
+                scores = self._matrix_scores(tokens, query_length)
             return [(self._doc_ids[j], float(scores[j])) for j in _top_k(scores, k).tolist()]
 
         n_threads = 1
@@ -310,24 +335,25 @@ class BM25Retriever:
         stemmer = Stemmer.Stemmer("english")
         return bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
 
-    def _query_weights(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _query_weights(self, tokens: list[str], query_length: str) -> tuple[np.ndarray, np.ndarray]:
         """The query's distinct in-vocabulary term ids (ascending) and their weights (float64)."""
         counts = Counter(self._vocab[t] for t in tokens if t in self._vocab)
         terms = np.fromiter(sorted(counts), dtype=np.int64, count=len(counts))
         qtf = np.array([counts[t] for t in terms.tolist()], dtype=np.float64)
         if self.engine != "official" or not counts:  # bm25s sums the document weight once per query token
             return terms, qtf
-        q_len = qtf.sum()  # in-vocabulary query tokens, as gensim counts them
+        # In-vocabulary query tokens, as gensim counts them; or every token, as Anserini's BM25Q does.
+        q_len = qtf.sum() if query_length == "vocabulary" else float(len(tokens))
         norm = self.k1 * (1.0 - self.b + self.b * q_len / self._avgdl)
         return terms, self._idf[terms] * qtf / (qtf + norm)
 
-    def _matrix_scores(self, tokens: list[str]) -> np.ndarray:
+    def _matrix_scores(self, tokens: list[str], query_length: str) -> np.ndarray:
         """Dot product of the query weight vector with the document matrix (float64).
 
         scipy gathers the query's term rows and multiplies them by the weights in C, term by term
         in ascending id order, so every document's sum is taken in the same order every time.
         """
-        terms, weights = self._query_weights(tokens)
+        terms, weights = self._query_weights(tokens, query_length)
         if not len(terms):
             return np.zeros(len(self._doc_ids))
         return self._search_matrix()[terms].T @ weights
