@@ -11,13 +11,14 @@ them the paper published for a kind of system. A value at a shared cutoff is the
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytrec_eval
 
-from .intervals import Interval, difference_interval
+from .intervals import Interval, difference_interval, mean_interval
 from .runs import Run
 
 if TYPE_CHECKING:
@@ -117,6 +118,11 @@ class Results:
             table = table.frame()
             object.__setattr__(self, "_per_query", table)
         return table
+
+    def intervals(self, metrics: Iterable[str]) -> dict[str, Interval | None]:
+        """Each metric's 95 % bootstrap interval over the evaluated queries (:mod:`r2med_core.intervals`)."""
+        table = self.per_query
+        return {m: mean_interval(table[m].to_numpy()) if m in table else None for m in metrics}
 
     def to_json(self, digits: int = 5) -> dict[str, Any]:
         """The benchmark's results file: dataset_name, model_name, evaluation_time, test."""

@@ -72,7 +72,7 @@ def means_figure(
     intervals: Mapping[str, Mapping[str, Interval | None]] | None = None,
 ) -> go.Figure:
     """Grouped bars: each metric's mean, one bar per system; with ``intervals`` (run name → metric →
-    interval, :func:`r2med_core.intervals.results_intervals`) each bar carries its interval as error bars."""
+    interval, :meth:`r2med_core.evaluation.Results.intervals`) each bar carries its interval as error bars."""
     shown = _labels(results, labels)
     rows = []
     for r in results:

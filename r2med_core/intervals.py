@@ -17,12 +17,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .evaluation import Results
 
 #: The confidence level, the resamples and the seed every interval in the app uses.
 LEVEL = 0.95
@@ -119,9 +115,3 @@ def difference_interval(
     if len(x) < 2:
         return None
     return _bootstrap((x, y), _mean_difference, paired=True, level=level, n_resamples=n_resamples, seed=seed)
-
-
-def results_intervals(results: Results, metrics: Iterable[str]) -> dict[str, Interval | None]:
-    """Each metric's interval over ``results``' evaluated queries."""
-    table = results.per_query
-    return {m: mean_interval(table[m].to_numpy()) if m in table else None for m in metrics}

@@ -38,7 +38,7 @@ from .imported_runs import (
     sanitize_run_name,
     save_upload,
 )
-from .intervals import DESCRIPTION, PAIRED_DESCRIPTION, Interval, results_intervals
+from .intervals import DESCRIPTION, PAIRED_DESCRIPTION, Interval
 from .provenance import Provenance, ProvenanceError
 from .report import metric_label
 from .runs import Run, format_trec
@@ -353,7 +353,7 @@ class Report:
     @cached_property
     def intervals(self) -> dict[str, dict[str, Interval | None]]:
         """Each system's 95 % bootstrap interval per metric (system name → metric → interval)."""
-        return {s.name: results_intervals(s.results, self.metrics) for s in self.systems}
+        return {s.name: s.results.intervals(self.metrics) for s in self.systems}
 
     def left_out_lines(self) -> list[str]:
         """One sentence per system chosen on the page that this report does not contain."""

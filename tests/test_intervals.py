@@ -8,7 +8,7 @@ import pytest
 
 from r2med_core import evaluate, load_demo, run_system
 from r2med_core.evaluation import paired_test
-from r2med_core.intervals import difference_interval, mean_interval, results_intervals
+from r2med_core.intervals import difference_interval, mean_interval
 from r2med_core.runs import Run
 
 
@@ -65,7 +65,7 @@ def test_results_and_paired_tests_carry_their_intervals(tmp_path, monkeypatch: p
     )
     worse = evaluate(reversed_run, dataset.qrels)
     bm25 = evaluate(run, dataset.qrels)
-    intervals = results_intervals(bm25, ["ndcg_at_10", "mrr"])
+    intervals = bm25.intervals(["ndcg_at_10", "mrr"])
     for metric, interval in intervals.items():
         assert interval is not None and interval.low <= bm25.means[metric] <= interval.high
     test = paired_test(bm25, worse)

@@ -88,16 +88,17 @@ def landing(dataset: Dataset) -> None:
     """Where the chosen system fails on this task: one sentence overall, one per failure class, and the
     worst failures as cards, each one click from its question in the explorer."""
     v = state.view()
-    systems = [s for s in v.systems if ui.searches_text(s)] or list(state.DEFAULT_SYSTEMS)
-    st.selectbox(
+    systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
+    # Its own widget, not bound to the explorer's system: a link's system=… that is not in play here
+    # must not be overwritten by a visit to the landing (the card's click sets it).
+    system = st.selectbox(
         "System",
         systems,
+        index=systems.index(v.system) if v.system in systems else 0,
         format_func=ui.system_label,
-        key=state.bound("system", systems),
-        on_change=state.store("system"),
+        key="w_landing_system",
         help="Where this system fails on the task shown; choose systems in the sidebar.",
     )
-    system = v.system = st.session_state["w_system"]
     computed = ui.safe_results(dataset, system)
     if computed is None:
         return

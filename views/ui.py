@@ -40,7 +40,7 @@ from r2med_core.generation import (
 )
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
 from r2med_core.imported_runs import kept_provenance
-from r2med_core.intervals import Interval, results_intervals
+from r2med_core.intervals import Interval
 from r2med_core.jobs import (
     REGISTRY,
     JobStatus,
@@ -243,7 +243,7 @@ def get_results(dataset: Dataset, system: str) -> Results:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _intervals(key: str, system: str, metrics: tuple[str, ...], _results_value: Results) -> dict:
-    return results_intervals(_results_value, metrics)
+    return _results_value.intervals(metrics)
 
 
 def get_intervals(dataset: Dataset, results: Results, metrics: Sequence[str]) -> dict[str, Interval | None]:
