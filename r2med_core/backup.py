@@ -1,10 +1,10 @@
 """A full backup of the team's work, and restoring it into another annotation store (SQLite or PostgreSQL).
 
 A label export carries labels only; a backup also carries every adjudication decision with its history
-(superseded decisions included) and the pooling judging queue, so nothing a user made is lost when a
-store moves. The backup is JSONL, one object per line, so a problem is reported by file and line:
+(superseded decisions included) and the judging queue (``judging``), so nothing a user made is lost when
+a store moves. The backup is JSONL, one object per line, so a problem is reported by file and line:
 
-* line 1, the header: ``{"format": "r2med-annotation-backup", "version": 1, "schema": 4, ...}``;
+* line 1, the header: ``{"format": "r2med-annotation-backup", "version": 1, "schema": 5, ...}``;
 * ``{"kind": "label", "id": ..., <Annotation fields>}`` per label (``id`` is the source store's);
 * ``{"kind": "decision", "id": ..., "supersedes": ..., "label_ids": [...], <Decision fields>}``, oldest
   first, ids and references those of the source store;
@@ -16,8 +16,8 @@ a decision's ``supersedes`` and ``label_ids`` are rewritten to them; decisions a
 so the supersession order (the latest decision on a unit stands) is kept. Restored into a store with
 decisions of its own on a unit, the restored ones are recorded after them and stand.
 
-Every line is checked when it is read, as a new label or decision is (types, ranges, text a database can
-hold, and that no reviewer decided a unit they had labelled), so a hostile or damaged line is reported by
+Every line is checked when it is read, as a new label, decision or queued document is (types, ranges, text
+a database can hold, and that no reviewer decided a unit they had labelled), so a hostile or damaged line is reported by
 line and the rest restored. Duplicates are found in memory (``ContentIndex``), not by a query per line,
 so a restore takes time in proportion to the backup.
 """
@@ -40,7 +40,6 @@ from .annotations import (
     ContentIndex,
     _parse,
     _read_file,
-    check_storable,
     check_upload_size,
     check_whole_number,
     jsonl_objects,
@@ -49,7 +48,7 @@ from .annotations import (
 )
 from .cache import atomic_write_text
 from .data import DataError, Problem
-from .pooling import JudgingQueue, QueueEntry
+from .judging import JudgingQueue, QueueEntry, check_task, queue_entry
 
 BACKUP_FORMAT = "r2med-annotation-backup"
 BACKUP_VERSION = 1
@@ -81,11 +80,11 @@ class RestoreReport:
         return self.labels_added + self.decisions_added + self.queue_added
 
 
-def backup_text(store: AnnotationStore, queue: JudgingQueue | None = None) -> str:
-    """The whole store (labels, every decision with its history) and ``queue`` as backup JSONL."""
+def backup_text(store: AnnotationStore) -> str:
+    """The whole store (labels, every decision with its history, the judging queue) as backup JSONL."""
     labels = store.list()
     decisions = history(store)
-    queued = queue.every_task() if queue is not None else []
+    queued = JudgingQueue(store).every_task()
     header = {
         "format": BACKUP_FORMAT,
         "version": BACKUP_VERSION,
@@ -103,31 +102,25 @@ def backup_text(store: AnnotationStore, queue: JudgingQueue | None = None) -> st
     return "".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in lines)
 
 
-def write_backup(store: AnnotationStore, path: str | Path, queue: JudgingQueue | None = None) -> Path:
+def write_backup(store: AnnotationStore, path: str | Path) -> Path:
     """Write ``backup_text`` to ``path`` atomically (a crash never leaves half a backup)."""
     path = Path(path)
-    atomic_write_text(path, backup_text(store, queue))
+    atomic_write_text(path, backup_text(store))
     return path
 
 
-def restore_backup(store: AnnotationStore, path: str | Path, queue: JudgingQueue | None = None) -> RestoreReport:
-    """Merge the backup file at ``path`` into ``store`` (and its queue entries into ``queue``)."""
+def restore_backup(store: AnnotationStore, path: str | Path) -> RestoreReport:
+    """Merge the backup file at ``path`` into ``store`` (labels, decisions and its judging queue)."""
     path = Path(path)
-    return restore_backup_bytes(store, _read_file(path), str(path), queue)
+    return restore_backup_bytes(store, _read_file(path), str(path))
 
 
 def restore_backup_bytes(
-    store: AnnotationStore,
-    data: bytes,
-    name: str = "upload",
-    queue: JudgingQueue | None = None,
-    *,
-    max_bytes: int | None = None,
+    store: AnnotationStore, data: bytes, name: str = "upload", *, max_bytes: int | None = None
 ) -> RestoreReport:
     """``restore_backup`` on content held in memory (an upload): ``name`` only labels the messages and is
     never used as a path. DataError (nothing restored) for more than ``max_bytes``, or a file that is not
-    a backup this version reads; a bad line is reported by file and line and the other lines restored.
-    Without ``queue`` the backup's queue lines are reported, not silently dropped."""
+    a backup this version reads; a bad line is reported by file and line and the other lines restored."""
     check_upload_size(data, name, max_bytes)
     objects = jsonl_objects(data, name)
     _check_header(objects, name)
@@ -148,12 +141,7 @@ def restore_backup_bytes(
             (errors if isinstance(parsed, Problem) else decisions).append(parsed)
         elif kind == "queue":
             parsed = _queue_entry(obj, name, number)
-            if isinstance(parsed, Problem):
-                errors.append(parsed)
-            elif queue is None:
-                errors.append(Problem(name, number, "a judging queue entry, but no queue to restore it into"))
-            else:
-                queued.append(parsed)
+            (errors if isinstance(parsed, Problem) else queued).append(parsed)
         else:
             errors.append(Problem(name, number, f"unknown kind {str(kind)[:40]!r}; expected {', '.join(KINDS)}"))
 
@@ -164,7 +152,7 @@ def restore_backup_bytes(
     labels_added = sum(1 for _, new in stored if new)
     restoring = _DecisionRestore(stored_labels, label_ids)
     decisions_added, decisions_present = restoring.run(store, decisions, name, errors)
-    queue_added = queue.merge(queued) if queue is not None and queued else 0
+    queue_added = JudgingQueue(store).merge(queued)
     return RestoreReport(
         labels_added=labels_added,
         labels_present=len(stored) - labels_added,
@@ -206,30 +194,16 @@ def _label(obj: Mapping[str, Any], name: str, number: int) -> tuple[int | None, 
 
 
 def _queue_entry(obj: Mapping[str, Any], name: str, number: int) -> tuple[str, str, QueueEntry] | Problem:
-    """A queue line as (dataset, task, entry), or the Problem with it."""
-    unknown = unknown_fields(obj, {"kind", *_QUEUE_FIELDS})
-    if unknown:
-        return Problem(name, number, unknown)
-    for key in ("dataset", "task", "query_id", "doc_id"):
-        if not isinstance(obj.get(key), str) or not obj[key].strip():
-            return Problem(name, number, f'"{key}" must be a non-empty string')
-    systems, depth = obj.get("systems", []), obj.get("depth", 0)
-    if not isinstance(systems, list) or not all(isinstance(s, str) for s in systems):
-        return Problem(name, number, '"systems" must be a list of system names')
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        return Problem(name, number, '"depth" must be a whole number of 0 or more')
-    if not all(isinstance(obj.get(k, ""), str) for k in ("sent_by", "sent_at")):
-        return Problem(name, number, '"sent_by" and "sent_at" must be strings')
+    """A queue line as (dataset, task, entry), or the Problem with it (the checks a queue file's entries
+    and a send's get: ``judging.queue_entry``)."""
     try:
-        for key in ("dataset", "task", "query_id", "doc_id", "sent_by", "sent_at"):
-            check_storable(key, obj.get(key))
-        for system in systems:
-            check_storable("systems", system)
-    except ValueError as err:
-        return Problem(name, number, str(err))
-    entry = QueueEntry(
-        obj["query_id"], obj["doc_id"], tuple(systems), depth, obj.get("sent_by", ""), obj.get("sent_at", "")
-    )
+        unknown = unknown_fields(obj, {"kind", *_QUEUE_FIELDS})
+        if unknown:
+            raise ValueError(unknown)
+        check_task(obj.get("dataset"), obj.get("task"))
+        entry = queue_entry({k: v for k, v in obj.items() if k not in ("kind", "dataset", "task")})
+    except (ValueError, RecursionError) as err:
+        return Problem(name, number, f"queue entry: {str(err)[:300]}")
     return obj["dataset"], obj["task"], entry
 
 

@@ -3,9 +3,9 @@
 R2MED's judgements come from its construction, not from pooling the systems evaluated here, so a new
 system's top 10 can rest on *holes* (documents without any judgement) that the metrics count as not
 relevant. As in TREC, ``pool`` takes the union of the top ``depth`` of chosen systems and keeps the
-unjudged documents, remembering which systems retrieved each. ``JudgingQueue`` holds the pools sent for
-judging; annotators label them blind (query and document only) through the ordinary failure labels, so
-a "relevant but unjudged" label becomes a grade-1 judgement once a reviewer accepts it.
+unjudged documents, remembering which systems retrieved each. ``judging.JudgingQueue`` holds the pools
+sent for judging; annotators label them blind (query and document only) through the ordinary failure
+labels, so a "relevant but unjudged" label becomes a grade-1 judgement once a reviewer accepts it.
 ``compare_with_additions`` then shows each system's metric and rank without and with the accepted
 additions next to Judged@k (ir_measures), so a user sees which scores rest on holes.
 """
@@ -13,35 +13,21 @@ additions next to Judged@k (ir_measures), so a user sees which scores rest on ho
 from __future__ import annotations
 
 import csv
-import glob
 import io
-import json
-import os
-import shutil
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import ir_measures
 import pandas as pd
 
 from .adjudication import history, qrels_changes
-from .annotations import Annotation, AnnotationStore, Qrels, default_store_path, extended_qrels, utc_now
-from .cache import atomic_write_text
+from .annotations import Annotation, AnnotationStore, Qrels, extended_qrels
 from .data import DataError, Dataset, Problem
 from .evaluation import evaluate
 from .runs import Run
 
 #: The pool depth TREC-style pooling uses most, and the cutoff Judged@k is shown at.
 DEFAULT_DEPTH = 10
-QUEUE_FILE = "judging_queue.json"
-QUEUE_VERSION = 1
-#: What a damaged queue file kept aside is named after: ``judging_queue.json.damaged-<UTC time>``.
-DAMAGED = ".damaged-"
-#: Skipped entries reported one by one; the rest are counted.
-_MAX_PROBLEMS = 20
 #: The label an annotator gives a pooled document that does not answer the query.
 NOT_RELEVANT = "not_relevant"
 
@@ -251,223 +237,3 @@ def compare_with_additions(
     frame.insert(4, "rank_with", frame["with"].rank(ascending=False, method="min").astype(int))
     frame.insert(5, "rank_change", frame["rank_without"] - frame["rank_with"])
     return frame
-
-
-# --------------------------------------------------------------------------- the judging queue
-
-
-@dataclass(frozen=True)
-class QueueEntry:
-    """One (query, document) sent for blind judging: from which pool and by whom."""
-
-    query_id: str
-    doc_id: str
-    systems: tuple[str, ...]
-    depth: int
-    sent_by: str
-    sent_at: str
-
-
-def default_queue_path() -> Path:
-    """``judging_queue.json`` next to the default SQLite annotation store (``$R2MED_DATA_HOME``)."""
-    return default_store_path().parent / QUEUE_FILE
-
-
-class JudgingQueue:
-    """The pools sent for judging, per dataset and task, in one JSON file (atomic writes, a lock file so
-    two senders never lose each other's entries). The labels themselves live in the annotation store:
-    what is left to judge is worked out from them (``pending``), so the queue is only written on a send.
-
-    A damaged file never stops judging and is never overwritten: a bad entry is skipped and a file that
-    cannot be read at all is an empty queue, each reported by ``problems``; the next send or restore first
-    keeps the file aside as ``<name>.damaged-<UTC time>``, then writes the entries it could read and the
-    new ones. Temporary files a killed writer left behind are removed by the next writer.
-    """
-
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_queue_path()
-
-    def items(self, dataset: str, task: str) -> list[QueueEntry]:
-        """Every readable entry sent for this task, in the order sent."""
-        return self._read().tasks.get(_key(dataset, task), [])
-
-    def problems(self) -> list[Problem]:
-        """What is wrong with the file (entries skipped, or the whole file unreadable) and the damaged files
-        kept aside so far, each named by its file name (never a server path)."""
-        kept = sorted(self.path.parent.glob(f"{glob.escape(self.path.name)}{DAMAGED}*"))
-        return self._read().problems + [
-            Problem(copy.name, None, "a damaged judging queue kept aside; the entries that could be read are in "
-                    f"{self.path.name}, all of it is here (delete it once looked at)")
-            for copy in kept
-        ]
-
-    def send(self, dataset: str, task: str, pooled: Pool, sent_by: str) -> int:
-        """Add the pool's documents to the task's queue; ones already queued are kept as they were.
-        Returns how many were new."""
-        if not isinstance(sent_by, str) or not sent_by.strip():
-            raise ValueError("sending a pool for judging needs the sender's name")
-        now = utc_now()
-        return self.merge(
-            (dataset, task, QueueEntry(doc.query_id, doc.doc_id, doc.systems, pooled.depth, sent_by.strip(), now))
-            for doc in pooled.items()
-        )
-
-    def every_task(self) -> list[tuple[str, str, QueueEntry]]:
-        """Every readable entry of every task as (dataset, task, entry), tasks in the order first sent: a
-        backup's view of the whole queue."""
-        out = []
-        for key, entries in self._read().tasks.items():
-            dataset, _, task = key.partition("\t")
-            out += [(dataset, task, entry) for entry in entries]
-        return out
-
-    def merge(self, entries: Iterable[tuple[str, str, QueueEntry]]) -> int:
-        """Add entries (a send's, or restored from a backup with who sent them and when); a (query, document)
-        already queued for its task is kept as it was. Returns how many were new."""
-        with self._locked():
-            found = self._read()
-            tasks = found.tasks
-            added = 0
-            seen: dict[str, set[tuple[str, str]]] = {}
-            for dataset, task, entry in entries:
-                key = _key(dataset, task)
-                queued = tasks.setdefault(key, [])
-                pairs = seen.setdefault(key, {(e.query_id, e.doc_id) for e in queued})
-                if (entry.query_id, entry.doc_id) in pairs:
-                    continue
-                queued.append(entry)
-                pairs.add((entry.query_id, entry.doc_id))
-                added += 1
-            if added:
-                if found.problems:
-                    self._keep_aside()
-                data = {key: [_json_entry(e) for e in queued] for key, queued in tasks.items()}
-                atomic_write_text(self.path, json.dumps({"version": QUEUE_VERSION, "tasks": data}, indent=1))
-        return added
-
-    def pending(self, dataset: str, task: str, labels: Iterable[Annotation], annotator: str) -> list[QueueEntry]:
-        """The entries ``annotator`` has not labelled yet (any label on the (query, document) counts;
-        names compare case-insensitively)."""
-        mine = annotator.strip().lower()
-        done = {
-            (a.query_id, a.doc_id)
-            for a in labels
-            if a.dataset == dataset and a.task == task and a.doc_id is not None and a.annotator.strip().lower() == mine
-        }
-        return [e for e in self.items(dataset, task) if (e.query_id, e.doc_id) not in done]
-
-    def _read(self) -> _Contents:
-        """The file's readable entries per task and what was wrong with the rest; never raises."""
-        name = self.path.name
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return _Contents({}, [])
-        except OSError as err:
-            return _unreadable(name, None, f"cannot be read ({err.strerror or err})")
-        try:
-            data = json.loads(raw.decode("utf-8"), parse_int=_json_int)
-        except UnicodeDecodeError as err:
-            return _unreadable(name, raw[: err.start].count(b"\n") + 1, "not UTF-8 text")
-        except json.JSONDecodeError as err:
-            return _unreadable(name, err.lineno, f"not JSON ({err.msg})")
-        except RecursionError:
-            return _unreadable(name, None, "nested too deeply to read")
-        found = data.get("tasks") if isinstance(data, dict) and data.get("version") == QUEUE_VERSION else None
-        if not isinstance(found, dict):
-            return _unreadable(name, None, f"not a version-{QUEUE_VERSION} judging queue")
-        tasks: dict[str, list[QueueEntry]] = {}
-        problems: list[Problem] = []
-        for key, entries in found.items():
-            dataset, tab, task = key.partition("\t")
-            if not tab or not isinstance(entries, list):
-                problems.append(Problem(name, None, f"{key[:80]!r}: not a task's list of entries; skipped"))
-                continue
-            for number, obj in enumerate(entries, start=1):
-                try:
-                    tasks.setdefault(key, []).append(queue_entry(obj))
-                except ValueError as err:
-                    where = f"task {dataset[:60]}/{task[:60]}, entry {number}"
-                    problems.append(Problem(name, None, f"{where}: {err}; skipped"))
-        if len(problems) > _MAX_PROBLEMS:
-            problems[_MAX_PROBLEMS:] = [Problem(name, None, f"… and {len(problems) - _MAX_PROBLEMS} more skipped")]
-        return _Contents(tasks, problems + _kept_note(name) if problems else [])
-
-    def _keep_aside(self) -> None:
-        """Copy the damaged file to ``<name>.damaged-<UTC time>`` before it is rewritten (under the lock); an
-        existing copy of that name is never replaced (OSError: then nothing is written)."""
-        aside = self.path.with_name(f"{self.path.name}{DAMAGED}{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
-        with self.path.open("rb") as source, aside.open("xb") as copy:
-            shutil.copyfileobj(source, copy)
-
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold an exclusive lock (POSIX ``flock``; elsewhere none) while reading and rewriting the file. With
-        the lock held no writer is half-way, so any temporary file of an atomic write is a killed writer's."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(f"{self.path}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            try:
-                import fcntl
-            except ImportError:  # pragma: no cover - Windows
-                yield
-                return
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.*.tmp"):
-                    stale.unlink(missing_ok=True)
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-@dataclass(frozen=True)
-class _Contents:
-    """What a read of the queue file found: the readable entries per task key, and the problems."""
-
-    tasks: dict[str, list[QueueEntry]]
-    problems: list[Problem]
-
-
-def _unreadable(name: str, line: int | None, why: str) -> _Contents:
-    return _Contents({}, [Problem(name, line, f"{why}: read as an empty queue"), *_kept_note(name)])
-
-
-def _kept_note(name: str) -> list[Problem]:
-    return [Problem(name, None, f"left as it is until the queue is next written (a send or a restore), which first "
-                    f"keeps it as {name}{DAMAGED}<UTC time>")]
-
-
-def _json_int(text: str) -> int | str:
-    """json's ``parse_int``: an integer too long for any depth or version stays text, so its entry is
-    refused instead of ``int()`` refusing the whole file (Python reads at most 4300 digits)."""
-    return int(text) if len(text) <= 20 else text
-
-
-def _json_entry(entry: QueueEntry) -> dict[str, object]:
-    return {**asdict(entry), "systems": list(entry.systems)}
-
-
-def _key(dataset: str, task: str) -> str:
-    return f"{dataset}\t{task}"
-
-
-def queue_entry(obj: object) -> QueueEntry:
-    """A queue entry from its JSON object; ValueError saying what is wrong (wrong types are refused, never
-    converted)."""
-    if not isinstance(obj, dict):
-        raise ValueError("not an object")
-    for key in ("query_id", "doc_id"):
-        if not isinstance(obj.get(key), str) or not obj[key].strip():
-            raise ValueError(f'"{key}" must be a non-empty string')
-    systems, depth = obj.get("systems", []), obj.get("depth", 0)
-    if not isinstance(systems, list) or not all(isinstance(s, str) for s in systems):
-        raise ValueError('"systems" must be a list of system names')
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError('"depth" must be a whole number of 0 or more')
-    sent_by, sent_at = obj.get("sent_by", ""), obj.get("sent_at", "")
-    if not isinstance(sent_by, str) or not isinstance(sent_at, str):
-        raise ValueError('"sent_by" and "sent_at" must be strings')
-    return QueueEntry(obj["query_id"], obj["doc_id"], tuple(systems), depth, sent_by, sent_at)

@@ -17,6 +17,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
 | ``R2MED_TRUST_REMOTE_CODE`` | ``1``: presets that run their hub repository's own code (NV-Embed-v2) may load | off |
 | ``R2MED_LLM_REPLY_MAX_MB`` | largest LLM reply accepted (a larger one fails its query) | 1 |
+| ``R2MED_JUDGES_PER_DOCUMENT`` | annotators each queued document is assigned to on the Judging page | 2 |
 
 The operator's LLM key is ``OPENAI_API_KEY`` and its server ``OPENAI_BASE_URL`` (environment or
 secrets); ``r2med_core.endpoints`` decides where that key may go.
@@ -39,6 +40,8 @@ from pathlib import Path
 ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
 
 _TRUE = ("1", "true", "yes", "on")
+#: Annotators each document of the judging queue goes to by default: two, so their agreement can be measured.
+JUDGES_PER_DOCUMENT = 2
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Settings:
     encode_backend: str = "auto"
     sweep_dir: Path | None = None
     compute_seconds: float = 2.0
+    judges_per_document: int = JUDGES_PER_DOCUMENT
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -183,7 +187,18 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         sweep_dir=sweep_dir,
         compute_seconds=_number(env.get("R2MED_COMPUTE_SECONDS"), "R2MED_COMPUTE_SECONDS", 2.0) or 2.0,
         llm_prices=tuple(parse_prices(env.get("R2MED_LLM_PRICES")).items()),
+        judges_per_document=_count(env, "R2MED_JUDGES_PER_DOCUMENT", JUDGES_PER_DOCUMENT),
     )
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    """The variable ``name`` as a whole number from 1 to 1000; ValueError naming it otherwise."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdecimal() or len(text) > 4 or not 1 <= int(text) <= 1000:
+        raise ValueError(f"{name} must be a whole number from 1 to 1000, got {text[:20]!r}")
+    return int(text)
 
 
 def _endpoints(from_env: str | None, from_secrets: object) -> tuple[str, ...]:

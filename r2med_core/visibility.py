@@ -15,7 +15,8 @@ backups included. With sign-in configured — or configured but broken, when nob
 | admin | every label | yes | yes |
 
 *Review work* is what a reviewer reviews: agreement figures, adjudication and its decisions, the LLM
-judge's proposals panel, and the task-level qrels exports. *Store-wide exports* are every label (CSV,
+judge's proposals panel, the task-level qrels exports, and the team's judging progress (every
+annotator's, and per task); an annotator sees their own progress only. *Store-wide exports* are every label (CSV,
 JSONL) and the full backup.
 
 **Blind per judging unit.** A unit is a (query, document) pair, or a whole query. An annotator who
@@ -39,15 +40,20 @@ from .identity import ROLES_FILE_ENV, Person
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
 
 
-class _Label(Protocol):
+class _Named(Protocol):
+    @property
+    def annotator(self) -> str: ...
+
+
+class _Label(_Named, Protocol):
     dataset: str
     task: str
     query_id: str
     doc_id: str | None
-    annotator: str
 
 
 T = TypeVar("T", bound=_Label)
+N = TypeVar("N", bound=_Named)
 
 
 def _unit(label: _Label) -> Unit:
@@ -99,7 +105,7 @@ class Sight:
             f"and admins; the operator grants roles in the roles file ({ROLES_FILE_ENV})."
         )
 
-    def _own(self, label: _Label) -> bool:
+    def _own(self, label: _Named) -> bool:
         name = self.person.name.strip().lower() if self.person is not None else None
         return name is not None and isinstance(label.annotator, str) and label.annotator.strip().lower() == name
 
@@ -133,6 +139,16 @@ class Sight:
             return []
         done = self.revealed(labels)
         return [a for a in labels if self._own(a) or _shown(_unit(a), done)]
+
+    def progress(self, rows: Iterable[N]) -> list[N]:
+        """Of judging-progress rows, one per annotator (``judging.AnnotatorProgress``), those this person may
+        see: everyone's for a reviewer (and without sign-in), their own for someone who labels, none
+        otherwise. The team's figures per task go with ``reviews``."""
+        rows = list(rows)
+        if self.reviews:
+            return rows
+        may_label = self.person is not None and self.person.may("label")
+        return [row for row in rows if may_label and self._own(row)]
 
 
 def _shown(unit: Unit, done: frozenset[Unit]) -> bool:

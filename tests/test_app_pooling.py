@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from r2med_core import load_demo, run_system
 from r2med_core.adjudication import adjudication_queue, decide, history, qrels_changes, qrels_changes_text
 from r2med_core.annotations import AnnotationStore
+from r2med_core.identity import typed_person
+from r2med_core.judging import JudgingQueue, default_queue_path
 from r2med_core.pooling import (
-    JudgingQueue,
     compare_with_additions,
-    default_queue_path,
     judged_at_k,
     judged_not_relevant,
     pool,
@@ -19,6 +22,11 @@ from tests.test_app import by_label, open_app, save_label
 from views.ui import md
 
 TASK = "clinical-evidence"
+
+
+def _queue() -> JudgingQueue:
+    """The queue of the app's store (the default one: $R2MED_DATA_HOME's file in these tests)."""
+    return JudgingQueue(AnnotationStore())
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +53,7 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
 
     at.button(key="w_pool_send").click().run()  # nobody named: refused, nothing queued
     assert any("type your name" in e.value for e in at.error)
-    assert JudgingQueue().items(dataset.source, dataset.name) == []
+    assert _queue().items(dataset.source, dataset.name) == []
     at.text_input(key="w_annotator").input("Rev").run()
     at.button(key="w_pool_send").click().run()
     assert not at.exception
@@ -53,7 +61,7 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
         [s.value for s in at.success],
         [e.value for e in at.error],
     )
-    queued = JudgingQueue().items(dataset.source, dataset.name)
+    queued = _queue().items(dataset.source, dataset.name)
     assert [(e.query_id, e.doc_id) for e in queued] == [(d.query_id, d.doc_id) for d in expected.items()]
 
     at.text_input(key="w_annotator").input("Ann").run()  # another person judges
@@ -71,10 +79,8 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
     by_label(at.selectbox, "Failure type").set_value("not_relevant")
     save_label(at)
     assert f"Document {md(queued[2].doc_id)}" in " ".join(m.value for m in at.markdown)
-    left = JudgingQueue().pending(dataset.source, dataset.name, AnnotationStore().list(), "Ann")
-    assert len(left) == len(queued) - 2 and len(JudgingQueue().pending(dataset.source, dataset.name, [], "Rev")) == len(
-        queued
-    )
+    ann = _queue().serve(dataset.source, dataset.name, typed_person("Ann"))
+    assert (ann.entry, ann.judged, ann.queued) == (queued[2], 2, len(queued))  # the one she is shown now
 
     AnnotationStore().review(label.id, True, "Rev")
     at.switch_page("views/metrics.py").run()
@@ -105,7 +111,7 @@ def test_in_the_read_only_demo_no_pool_is_sent_and_nothing_is_judged(monkeypatch
     at.switch_page("views/judging.py").run()
     assert not at.exception and not at.error
     assert any("Nothing to judge" in i.value for i in at.info)
-    assert JudgingQueue().items(load_demo(TASK).source, TASK) == [] and AnnotationStore().to_dataframe().empty
+    assert _queue().items(load_demo(TASK).source, TASK) == [] and AnnotationStore().to_dataframe().empty
 
 
 def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scores() -> None:
@@ -117,7 +123,7 @@ def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scor
     at = open_app("metrics", task=TASK, systems=list(runs))
     at.text_input(key="w_annotator").input("Rev").run()
     at.button(key="w_pool_send").click().run()
-    first = JudgingQueue().items(dataset.source, dataset.name)[0]
+    first = _queue().items(dataset.source, dataset.name)[0]
     for name, verdict in (("Ann", "relevant_unjudged"), ("Dan", "not_relevant")):  # each in their own session
         judge = open_app("judging", task=TASK, systems=list(runs))
         judge.text_input(key="w_annotator").input(name)  # in the label form: sent with Save
@@ -147,23 +153,105 @@ def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scor
     assert f"{first.query_id} 0 {first.doc_id} 2\n" in qrels_changes_text(changes)
 
 
-def test_a_damaged_queue_file_is_reported_and_neither_judging_nor_sending_crashes() -> None:
-    """A queue file nested too deeply for Python (it crashed both pages) reads as an empty queue with a
-    warning naming the file, never a server path; a send keeps the damaged file aside and says so."""
+def test_a_damaged_queue_file_is_kept_aside_and_reported_and_neither_judging_nor_sending_crashes() -> None:
+    """A queue file of an earlier version nested too deeply for Python (it crashed both pages) moves into the
+    store as nothing, kept aside with a warning naming the kept file, never a server path; sending works."""
     path = default_queue_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     damaged = "[" * 100_000 + "]" * 100_000
     path.write_text(damaged)
     judge = open_app("judging", task=TASK, systems=["bm25"])
+    (kept,) = path.parent.glob("judging_queue.json.damaged-*")
+    assert kept.read_text() == damaged and not path.exists()  # nothing the user made is lost
     warnings = " ".join(w.value for w in judge.warning)
-    assert md("judging_queue.json: nested too deeply to read: read as an empty queue") in warnings
+    assert md(f"{kept.name}: nested too deeply to read") in warnings and "kept aside" in warnings
     assert str(path.parent) not in warnings and any("Nothing to judge" in i.value for i in judge.info)
     at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
     at.text_input(key="w_annotator").input("Rev").run()
     at.button(key="w_pool_send").click().run()
     assert not at.exception and any("Sent:" in s.value for s in at.success), [e.value for e in at.error]
-    (kept,) = path.parent.glob("judging_queue.json.damaged-*")
-    assert kept.read_text() == damaged
     assert any(md(kept.name) in w.value and "kept aside" in w.value for w in at.warning)
     judge.run()
     assert not judge.exception and any(m.value.startswith("**Document ") for m in judge.markdown)
+
+
+def test_the_queue_file_of_an_earlier_version_is_judged_after_the_upgrade() -> None:
+    dataset = load_demo(TASK)
+    docs = pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10).items()[:3]
+    entries = [{"query_id": d.query_id, "doc_id": d.doc_id, "systems": ["bm25"], "depth": 10, "sent_by": "Rev",
+                "sent_at": "2025-01-01T00:00:00.000000Z"} for d in docs]  # fmt: skip
+    path = default_queue_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "tasks": {f"{dataset.source}\t{dataset.name}": entries}}))
+    judge = open_app("judging", task=TASK, systems=["bm25"])
+    assert not judge.warning and f"Document {md(docs[0].doc_id)}" in " ".join(m.value for m in judge.markdown)
+    assert [e.doc_id for e in _queue().items(dataset.source, dataset.name)] == [d.doc_id for d in docs]
+    assert not path.exists() and len(list(path.parent.glob("judging_queue.json.migrated-*"))) == 1
+
+
+def test_a_second_server_on_the_same_store_serves_the_queue(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 28 item 5: two servers on one database, each with its own data folder: the second's Judging
+    page said 'nothing to judge' (the queue was a file in the first one's folder)."""
+    monkeypatch.setenv("R2MED_ANNOTATIONS_URL", str(tmp_path / "team" / "annotations.sqlite"))
+    dataset = load_demo(TASK)
+    at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
+    at.text_input(key="w_annotator").input("Ann").run()
+    at.button(key="w_pool_send").click().run()
+    at.switch_page("views/judging.py").run()
+    first, second = _queue().items(dataset.source, dataset.name)[:2]
+    assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in at.markdown)
+    by_label(at.selectbox, "Failure type").set_value("not_relevant")
+    save_label(at)
+    monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "second-server"))  # its own data folder
+    other = open_app("metrics", task=TASK, systems=["bm25"])
+    other.text_input(key="w_annotator").input("Ann").run()
+    other.switch_page("views/judging.py").run()
+    assert not any("Nothing to judge" in i.value for i in other.info)
+    assert f"Document {md(second.doc_id)}" in " ".join(m.value for m in other.markdown)  # the next one for her
+
+
+def _tables(at):  # type: ignore[no-untyped-def]
+    """The Judging page's progress tables: the team's per task (None when not shown) and the annotators'."""
+    frames = [df.value for df in at.dataframe]
+    team = next((f for f in frames if "queued" in f.columns), None)
+    people = next((f for f in frames if "waiting" in f.columns), None)
+    return team, people
+
+
+def test_the_judging_page_shows_each_annotators_and_the_teams_progress_per_task() -> None:
+    dataset = load_demo(TASK)
+    at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
+    at.text_input(key="w_annotator").input("Rev").run()
+    at.button(key="w_pool_send").click().run()
+    queued = len(_queue().items(dataset.source, dataset.name))
+    for name, count in (("Ann", 2), ("Dan", 1)):  # each in their own session
+        judge = open_app("judging", task=TASK, systems=["bm25"])
+        judge.text_input(key="w_annotator").input(name)  # in the label form: sent with Save
+        for _ in range(count):
+            by_label(judge.selectbox, "Failure type").set_value("not_relevant")
+            save_label(judge)
+            assert not judge.exception
+    team, people = _tables(judge)
+    assert team is not None and people is not None
+    assert team.to_dict("records") == [
+        {"dataset": dataset.source, "task": TASK, "queued": queued, "judged by 2": 1, "judged by fewer": 1,
+         "not judged yet": queued - 2}
+    ]  # fmt: skip
+    assert people[["annotator", "judged", "waiting"]].to_dict("records") == [
+        {"annotator": "Ann", "judged": 2, "waiting": 1},
+        {"annotator": "Dan", "judged": 1, "waiting": 1},
+    ]
+    assert any(f"1 of the {queued} queued document(s) judged by you" in p.proto.text for p in judge.get("progress"))
+
+
+def test_the_operator_sets_how_many_annotators_judge_each_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("R2MED_JUDGES_PER_DOCUMENT", "1")
+    dataset = load_demo(TASK)
+    _queue().send(dataset.source, dataset.name, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    first, second = _queue().items(dataset.source, dataset.name)[:2]
+    for name, shown in (("Ann", first), ("Dan", second)):  # one annotator each: Dan gets the next document
+        at = open_app("metrics", task=TASK, systems=["bm25"])
+        at.text_input(key="w_annotator").input(name).run()
+        at.switch_page("views/judging.py").run()
+        assert f"Document {md(shown.doc_id)}" in " ".join(m.value for m in at.markdown), name
+        assert any("goes to 1 annotator(s)" in c.value for c in at.caption)

@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, run_system
 from r2med_core.annotations import Annotation, AnnotationStore
-from r2med_core.pooling import JudgingQueue, pool
+from r2med_core.judging import JudgingQueue
+from r2med_core.pooling import pool
 from views.labels import WHOLE_QUERY
 from views.ui import md
 
@@ -199,8 +200,9 @@ def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind
     recorded blind (not only each one's first on the query), so the reviewer's agreement counts all three."""
     dataset = load_demo(TASK)
     runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
-    JudgingQueue().send(dataset.source, dataset.name, pool(runs, dataset.qrels, 10), "rev@example.org")
-    queued = JudgingQueue().items(dataset.source, dataset.name)[:3]
+    queue = JudgingQueue(AnnotationStore())
+    queue.send(dataset.source, dataset.name, pool(runs, dataset.qrels, 10), "rev@example.org")
+    queued = queue.items(dataset.source, dataset.name)[:3]
     assert len({e.query_id for e in queued}) == 1  # several documents of one query: the case that matters
     for email, verdict in (("ann@example.org", "not_relevant"), ("ann2@example.org", "relevant_unjudged")):
         at = _open("judging", email)
@@ -214,6 +216,18 @@ def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind
     rev = _open("adjudication", "rev@example.org")
     table = next(df.value for df in rev.dataframe if "kappa before" in df.value.columns)
     assert list(table["items"]) == [3] and list(table["same label before"]) == [0]
+
+    # Progress: an annotator sees their own, a reviewer everyone's and the team's per task.
+    mine = _open("judging", "ann@example.org")
+    people = [df.value for df in mine.dataframe if "waiting" in df.value.columns]
+    assert [p["annotator"].tolist() for p in people] == [["ann@example.org"]]
+    assert not any("queued" in df.value.columns for df in mine.dataframe) and "ann2@example.org" not in _shown(mine)
+    rev.switch_page("views/judging.py").run()
+    (everyone,) = [df.value for df in rev.dataframe if "waiting" in df.value.columns]
+    assert everyone[["annotator", "judged"]].values.tolist() == [["ann2@example.org", 3], ["ann@example.org", 3]]
+    (team,) = [df.value for df in rev.dataframe if "queued" in df.value.columns]
+    assert team[["judged by 2", "judged by fewer"]].values.tolist() == [[3, 0]]
+    assert not _shown(_open("judging", "nobody@example.org")).count("ann@example.org")  # no role: nobody's
 
 
 def test_the_explorer_stays_blind_after_a_document_label_until_the_whole_query_is_labelled() -> None:

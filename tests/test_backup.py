@@ -16,7 +16,8 @@ from r2med_core.adjudication import current, decide, history
 from r2med_core.annotations import AnnotationStore
 from r2med_core.backup import BACKUP_VERSION, backup_text, restore_backup, restore_backup_bytes, write_backup
 from r2med_core.data import DataError
-from r2med_core.pooling import JudgingQueue, Pool, PooledDoc
+from r2med_core.judging import JudgingQueue
+from r2med_core.pooling import Pool, PooledDoc
 
 from .test_annotations import DATASET, TASK, label
 
@@ -24,7 +25,7 @@ Target = str | Path
 UNIT = (DATASET, TASK, "q1", "d1")
 
 
-def _work(store: AnnotationStore, queue: JudgingQueue) -> None:
+def _work(store: AnnotationStore) -> None:
     """A team's day: labels (one reviewed, one blind), a decision overturned by a second, a sent pool."""
     alice = store.add(label(annotator="alice", note="answers it", blind=True, created_at="2025-01-01T08:00:00Z"))
     store.add(label(annotator="bob", failure_type="lexical_trap", rank=3, created_at="2025-01-01T09:00:00Z"))
@@ -33,7 +34,7 @@ def _work(store: AnnotationStore, queue: JudgingQueue) -> None:
     first = decide(store, UNIT, "relevant_unjudged", "Dr. Rev", grade=1, reason="answers the question")
     decide(store, UNIT, "lexical_trap", "Dr. Two", grade=0, reason="same words only", replacing=first.id)
     pooled = Pool(10, ("bm25",), {"q3": (PooledDoc("q3", "d7", ("bm25", "dense")), PooledDoc("q3", "d8", ("bm25",)))})
-    queue.send(DATASET, TASK, pooled, "Paula")
+    JudgingQueue(store).send(DATASET, TASK, pooled, "Paula")
 
 
 def _content(store: AnnotationStore) -> list[tuple[object, ...]]:
@@ -63,16 +64,17 @@ def _decisions(store: AnnotationStore) -> list[tuple[object, ...]]:
 def test_a_backup_restores_into_a_fresh_store_and_twice_adds_nothing(
     new_target: Callable[[str], Target], tmp_path: Path
 ) -> None:
-    source, queue = AnnotationStore(new_target("source")), JudgingQueue(tmp_path / "src" / "judging_queue.json")
-    _work(source, queue)
-    path = write_backup(source, tmp_path / "team.backup.jsonl", queue)
+    source = AnnotationStore(new_target("source"))
+    _work(source)
+    path = write_backup(source, tmp_path / "team.backup.jsonl")
     header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     assert header["version"] == BACKUP_VERSION and header["counts"] == {"label": 3, "decision": 2, "queue": 2}
+    assert header["schema"] == 5
 
     target = AnnotationStore(new_target("target"))
     target.add(label(annotator="dave", query_id="q9", doc_id="d9"))  # the target's own work: ids differ
-    target_queue = JudgingQueue(tmp_path / "dst" / "judging_queue.json")
-    report = restore_backup(target, path, target_queue)
+    queue, target_queue = JudgingQueue(source), JudgingQueue(target)
+    report = restore_backup(target, path)
     assert report.errors == ()
     assert (report.labels_added, report.decisions_added, report.queue_added) == (3, 2, 2)
     assert _content(target)[1:] == _content(source)  # annotator, times, review, rank and blind flag kept
@@ -82,7 +84,7 @@ def test_a_backup_restores_into_a_fresh_store_and_twice_adds_nothing(
     assert (standing.reviewer, standing.grade, standing.failure_type) == ("Dr. Two", 0, "lexical_trap")
     assert target_queue.every_task() == queue.every_task()  # sent_by and sent_at as they were
 
-    again = restore_backup(target, path, target_queue)
+    again = restore_backup(target, path)
     assert again.added == 0 and again.errors == ()
     assert (again.labels_present, again.decisions_present, again.queue_present) == (3, 2, 2)
     assert len(target) == 4 and len(history(target)) == 2 and len(target_queue.every_task()) == 2
@@ -92,7 +94,7 @@ def test_decisions_point_at_the_target_labels_after_new_ids(
     new_target: Callable[[str], Target], tmp_path: Path
 ) -> None:
     source = AnnotationStore(new_target("source"))
-    _work(source, JudgingQueue(tmp_path / "judging_queue.json"))
+    _work(source)
     target = AnnotationStore(new_target("target"))
     for n in range(5):  # shift every id the target hands out
         target.delete(target.add(label(annotator=f"x{n}")).id)
@@ -167,23 +169,15 @@ def test_an_upload_over_the_limit_is_refused_and_its_name_is_never_a_path(
     assert report.labels_added == 1  # the name only labels messages
 
 
-def test_queue_lines_without_a_queue_are_reported_not_dropped(
-    new_target: Callable[[str], Target], tmp_path: Path
-) -> None:
-    source, queue = AnnotationStore(new_target("source")), JudgingQueue(tmp_path / "judging_queue.json")
-    _work(source, queue)
-    report = restore_backup_bytes(AnnotationStore(new_target("target")), backup_text(source, queue).encode(), "b")
-    assert len(report.errors) == 2 and all("no queue to restore it into" in p.message for p in report.errors)
-
-
 def test_hostile_lines_are_reported_by_line_and_the_rest_restores(
     new_target: Callable[[str], Target], tmp_path: Path
 ) -> None:
-    source, queue = AnnotationStore(new_target("source")), JudgingQueue(tmp_path / "src" / "judging_queue.json")
-    _work(source, queue)
-    header, *lines = backup_text(source, queue).splitlines()  # 3 labels, 2 decisions, 2 queued
+    source = AnnotationStore(new_target("source"))
+    _work(source)
+    header, *lines = backup_text(source).splitlines()  # 3 labels, 2 decisions, 2 queued
     good_label = json.loads(lines[0])
     good_decision = {**json.loads(lines[3]), "supersedes": None}
+    queued = json.loads(lines[5])
     hostile = {
         "a 5000-digit number": '{"kind": "label", "rank": ' + "9" * 5000 + "}",
         "the end of time west of UTC": json.dumps({**good_label, "created_at": "9999-12-31T23:59:59-14:00"}),
@@ -197,7 +191,13 @@ def test_hostile_lines_are_reported_by_line_and_the_rest_restores(
         "a list as a doc_id": json.dumps({**good_decision, "doc_id": ["d1"]}),
         "a decision at the end of time": json.dumps({**good_decision, "decided_at": "9999-12-31T23:59:59-14:00"}),
         "a lone surrogate in a field name": json.dumps({**good_label, "\ud800": 1}),
-        "a lone surrogate in a queued document": json.dumps({**json.loads(lines[5]), "doc_id": "d\ud800"}),
+        "a lone surrogate in a queued document": json.dumps({**queued, "doc_id": "d\ud800"}),
+        "a queued depth beyond an integer column": json.dumps({**queued, "depth": 10**12}),
+        "a NUL in a queued task": json.dumps({**queued, "task": "t\x00"}),
+        "an empty queued dataset": json.dumps({**queued, "dataset": " "}),
+        "a number among the queued systems": json.dumps({**queued, "systems": ["bm25", 7]}),
+        "a list as a queued document": json.dumps({**queued, "doc_id": ["d7"]}),
+        "an unknown field in a queued document": json.dumps({**queued, "priority": "high"}),
     }
     bad_lines = list(hostile.values())
     body = [header]
@@ -207,8 +207,8 @@ def test_hostile_lines_are_reported_by_line_and_the_rest_restores(
     path = tmp_path / "hostile.jsonl"
     path.write_text("\n".join(body) + "\n", encoding="utf-8")
 
-    target, target_queue = AnnotationStore(new_target("target")), JudgingQueue(tmp_path / "dst" / "judging_queue.json")
-    report = restore_backup(target, path, target_queue)
+    target = AnnotationStore(new_target("target"))
+    report = restore_backup(target, path)
     bad = [n for n, line in enumerate(body, start=1) if line in bad_lines]
     assert [p.line for p in report.errors] == bad, [str(p) for p in report.errors]
     assert all(str(p).startswith(f"{path}:") for p in report.errors)
@@ -230,6 +230,12 @@ def test_hostile_lines_are_reported_by_line_and_the_rest_restores(
         "a decision at the end of time": "decided_at '9999-12-31T23:59:59-14:00' is out of range",
         "a lone surrogate in a field name": 'unknown field(s) "\\ud800"',
         "a lone surrogate in a queued document": "doc_id is not valid Unicode text",
+        "a queued depth beyond an integer column": '"depth" must be a whole number of 0 or more (at most 2147483647)',
+        "a NUL in a queued task": "task contains a NUL character",
+        "an empty queued dataset": '"dataset" must be a non-empty string',
+        "a number among the queued systems": '"systems" must be a list of system names',
+        "a list as a queued document": '"doc_id" must be a non-empty string',
+        "an unknown field in a queued document": 'unknown field(s) "priority"',
     }
     for what, line in hostile.items():
         assert expected[what] in by_line[body.index(line) + 1], what

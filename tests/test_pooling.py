@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from pathlib import Path
 
 import ir_measures
@@ -13,7 +11,6 @@ from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.data import DataError
 from r2med_core.evaluation import evaluate
 from r2med_core.pooling import (
-    JudgingQueue,
     Pool,
     compare_with_additions,
     judged_at_k,
@@ -91,162 +88,6 @@ def test_accepted_addition_changes_metric_rank_and_judged(tmp_path: Path) -> Non
     assert table.loc["B", "rank_change"] == 0
     assert table.loc["A", "judged_without"] == pytest.approx((2 / 5 + 1 / 2) / 2)
     assert table.loc["A", "judged_with"] == pytest.approx((2 / 5 + 1) / 2)
-
-
-def test_queue_send_merges_and_pending_follows_each_annotators_labels(tmp_path: Path) -> None:
-    queue = JudgingQueue(tmp_path / "data" / "queue.json")
-    assert queue.items("R2MED", "T") == []
-    pooled = pool({"A": A, "B": B}, QRELS, depth=3)
-    assert queue.send("R2MED", "T", pooled, "rev") == 5
-    assert queue.send("R2MED", "T", pool({"A": A, "B": B}, QRELS, depth=5), "rev") == 1  # only u3 is new
-    entries = queue.items("R2MED", "T")
-    assert [(e.query_id, e.doc_id) for e in entries][:2] == [("q1", "u2"), ("q1", "u1")]
-    assert entries[1].systems == ("A",) and entries[1].depth == 3 and entries[-1].doc_id == "u3"
-    assert queue.items("R2MED", "other task") == []
-    labels = [
-        Annotation(dataset="R2MED", task="T", query_id="q1", doc_id="u2", failure_type="wrong_aspect", annotator="Ann"),
-        Annotation(dataset="R2MED", task="X", query_id="q1", doc_id="u1", failure_type="wrong_aspect", annotator="ann"),
-    ]
-    left = queue.pending("R2MED", "T", labels, " ann ")
-    assert [(e.query_id, e.doc_id) for e in left] == [
-        ("q1", "u1"),
-        ("q1", "u5"),
-        ("q2", "u4"),
-        ("q2", "u6"),
-        ("q1", "u3"),
-    ]
-    assert len(queue.pending("R2MED", "T", labels, "bob")) == 6
-    with pytest.raises(ValueError, match="sender"):
-        queue.send("R2MED", "T", pooled, " ")
-
-
-def test_concurrent_sends_lose_nothing(tmp_path: Path) -> None:
-    queue = JudgingQueue(tmp_path / "queue.json")
-    pools = [pool({"A": A}, QRELS, depth=5), pool({"B": B}, QRELS, depth=5)]
-    threads = [threading.Thread(target=queue.send, args=("R2MED", "T", p, "rev")) for p in pools * 3]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    union = {(d.query_id, d.doc_id) for p in pools for d in p.items()}
-    assert {(e.query_id, e.doc_id) for e in queue.items("R2MED", "T")} == union
-    assert len(queue.items("R2MED", "T")) == len(union)
-
-
-def _kept_aside(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f"{path.name}.damaged-*"))
-
-
-def test_a_file_that_is_not_a_queue_is_an_empty_queue_and_kept_aside_before_the_next_send(tmp_path: Path) -> None:
-    path = tmp_path / "queue.json"
-    path.write_text("my notes\n")
-    queue = JudgingQueue(path)
-    assert queue.items("R2MED", "T") == [] and queue.pending("R2MED", "T", [], "ann") == []
-    assert str(queue.problems()[0]) == "queue.json:1: not JSON (Expecting value): read as an empty queue"
-    assert path.read_text() == "my notes\n"  # reading never rewrites it
-    assert queue.send("R2MED", "T", pool({"A": A}, QRELS), "rev") == 4
-    (kept,) = _kept_aside(path)
-    assert kept.read_text() == "my notes\n"  # nothing the user made is lost
-    assert len(queue.items("R2MED", "T")) == 4
-    (note,) = queue.problems()  # the file is sound again; the copy is still pointed at
-    assert note.path == kept.name and "kept aside" in note.message
-
-
-GOOD = {"query_id": "q1", "doc_id": "u1", "systems": ["A"], "depth": 3, "sent_by": "rev", "sent_at": "t"}
-
-
-@pytest.mark.parametrize(
-    ("bad", "expected"),
-    [
-        pytest.param(["q1", "u9"], "entry 2: not an object", id="list"),
-        pytest.param({**GOOD, "doc_id": 9}, 'entry 2: "doc_id" must be a non-empty string', id="number-id"),
-        pytest.param({**GOOD, "doc_id": {"a": 1}}, 'entry 2: "doc_id" must be', id="object-id"),
-        pytest.param({**GOOD, "systems": "A"}, 'entry 2: "systems" must be a list', id="systems-text"),
-        pytest.param({**GOOD, "depth": True}, 'entry 2: "depth" must be a whole number', id="depth-bool"),
-        pytest.param({**GOOD, "depth": 1e999}, 'entry 2: "depth" must be a whole number', id="depth-infinite"),
-        pytest.param({**GOOD, "sent_by": None}, 'entry 2: "sent_by" and "sent_at" must be', id="sender-null"),
-    ],
-)
-def test_a_wrong_entry_is_skipped_and_named_and_the_rest_kept(tmp_path: Path, bad: object, expected: str) -> None:
-    path = tmp_path / "queue.json"
-    path.write_text(json.dumps({"version": 1, "tasks": {"R2MED\tT": [GOOD, bad, {**GOOD, "doc_id": "u2"}]}}))
-    queue = JudgingQueue(path)
-    assert [e.doc_id for e in queue.items("R2MED", "T")] == ["u1", "u2"]
-    assert [(d, t, e.doc_id) for d, t, e in queue.every_task()] == [("R2MED", "T", "u1"), ("R2MED", "T", "u2")]
-    first = str(queue.problems()[0])
-    assert first.startswith(f"queue.json: task R2MED/T, {expected}") and first.endswith("; skipped")
-    _sends_and_merges_keeping_what_was_there(queue, path, ["u1", "u2"])
-
-
-def _sends_and_merges_keeping_what_was_there(queue: JudgingQueue, path: Path, before: list[str]) -> None:
-    """A send and a restore's merge work on a damaged file: the damaged file is kept aside first, and the
-    queue then holds what could be read of it plus the new entries."""
-    damaged = path.read_bytes()
-    assert queue.send("R2MED", "T", pool({"B": B}, QRELS, depth=2), "rev") > 0
-    (kept,) = _kept_aside(path)
-    assert kept.read_bytes() == damaged
-    assert [e.doc_id for e in queue.items("R2MED", "T")] == before + [d for d in ["u2", "u5", "u6"] if d not in before]
-    restored = [("R2MED", "other", queue.items("R2MED", "T")[0])]
-    assert queue.merge(restored) == 1 and queue.every_task()[-1] == restored[0]
-    assert [p.path for p in queue.problems()] == [kept.name]  # sound again: only the kept copy is pointed at
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("[" * 100_000 + "]" * 100_000, "queue.json: nested too deeply to read", id="deep"),
-        pytest.param('{"version": 1' + "0" * 5000 + ', "tasks": {}}', "not a version-1", id="long-version"),
-        pytest.param('{"version": 1, "tasks": []}', "not a version-1 judging queue", id="tasks-list"),
-        pytest.param('{"version": 1}', "not a version-1 judging queue", id="no-tasks"),
-        pytest.param(b'{"version": 1,\n\xff}', "queue.json:2: not UTF-8 text", id="not-utf8"),
-    ],
-)
-def test_an_unreadable_file_is_an_empty_queue_and_kept(tmp_path: Path, text: str | bytes, expected: str) -> None:
-    path = tmp_path / "queue.json"
-    path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    queue = JudgingQueue(path)
-    assert queue.items("R2MED", "T") == [] and queue.every_task() == []
-    assert expected in str(queue.problems()[0]) and "read as an empty queue" in str(queue.problems()[0])
-    _sends_and_merges_keeping_what_was_there(queue, path, [])
-
-
-def test_hostile_task_lists_and_a_huge_depth_skip_only_their_entries(tmp_path: Path) -> None:
-    path = tmp_path / "queue.json"
-    huge = json.dumps({**GOOD, "doc_id": "u9"}).replace('"depth": 3', '"depth": ' + "9" * 5000)
-    path.write_text(
-        '{"version": 1, "tasks": {"R2MED\\tT": [' + json.dumps(GOOD) + ", " + huge + "], "
-        '"no tab": [], "R2MED\\tX": {"not": "a list"}}}'
-    )
-    queue = JudgingQueue(path)
-    assert [e.doc_id for e in queue.items("R2MED", "T")] == ["u1"]
-    messages = [str(p) for p in queue.problems()]
-    assert messages[:3] == [
-        'queue.json: task R2MED/T, entry 2: "depth" must be a whole number of 0 or more; skipped',
-        "queue.json: 'no tab': not a task's list of entries; skipped",
-        "queue.json: 'R2MED\\tX': not a task's list of entries; skipped",
-    ]
-    _sends_and_merges_keeping_what_was_there(queue, path, ["u1"])
-
-
-def test_many_bad_entries_are_counted_not_listed(tmp_path: Path) -> None:
-    path = tmp_path / "queue.json"
-    path.write_text(json.dumps({"version": 1, "tasks": {"R2MED\tT": [1] * 500}}))
-    problems = JudgingQueue(path).problems()
-    assert len(problems) == 22 and problems[20].message == "… and 480 more skipped"
-
-
-def test_a_killed_writers_temporary_files_are_removed_by_the_next_write(tmp_path: Path) -> None:
-    path = tmp_path / "queue.json"
-    queue = JudgingQueue(path)
-    queue.send("R2MED", "T", pool({"A": A}, QRELS), "rev")
-    stale = [tmp_path / ".queue.json.k1ll3d.tmp", tmp_path / ".queue.json.0ther.tmp"]  # as atomic_write leaves them
-    for file in stale:
-        file.write_text('{"version": 1, "tasks": {}}')
-    other = tmp_path / ".other.json.x.tmp"
-    other.write_text("not ours")
-    assert queue.send("R2MED", "T", pool({"A": A}, QRELS), "rev") == 0  # even a send that adds nothing
-    assert not any(file.exists() for file in stale) and other.exists()
-    assert len(queue.items("R2MED", "T")) == 4
 
 
 def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from r2med_core.annotations import Annotation
 from r2med_core.identity import AuthConfig, parse_roles, resolve_identity, typed_person
+from r2med_core.judging import AnnotatorProgress
 from r2med_core.visibility import Sight
 
 CONFIG = AuthConfig(oidc=True)
@@ -82,3 +83,12 @@ def test_without_sign_in_the_trusted_team_sees_everything() -> None:
         sight = Sight(person, signed_in=False)
         assert sight.labels(OTHERS) == OTHERS and sight.reviews and sight.exports_store
         assert not sight.blind and not sight.hidden(OTHERS, ("demo:t", "t", "q1", "d1"))
+
+
+def test_judging_progress_is_each_annotators_own_and_the_whole_teams_for_reviewers() -> None:
+    rows = [AnnotatorProgress("demo:t", "t", "Ann@Example.org", 3, 1), AnnotatorProgress("demo:t", "t", "carol", 2, 0)]
+    assert signed_in("ann@example.org").progress(rows) == rows[:1]  # names compare case-insensitively
+    for sight in (signed_in("rev@example.org"), signed_in("adm@example.org"), Sight(typed_person("Dana"), False)):
+        assert sight.progress(rows) == rows
+    for sight in (signed_in(None), signed_in("nobody@example.org"), Sight(None, signed_in=True)):
+        assert sight.progress(rows) == []

@@ -19,7 +19,6 @@ from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
 from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own
-from r2med_core.pooling import JudgingQueue
 from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
 from views import auth, judge, state, ui
@@ -238,7 +237,7 @@ def _downloads(columns: list) -> None:
     if sight.exports_store:
         st.download_button(
             "Download a full backup",
-            backup_text(store, JudgingQueue()),
+            backup_text(store),
             file_name="r2med_backup.jsonl",
             mime="application/jsonl",
             help="Labels, every adjudication decision with its history, and the judging queue; restore it below.",
@@ -430,7 +429,7 @@ if uploaded is not None and st.button("Import", key="w_ann_import") and _person(
 backup = _uploader("Restore a full backup (merged; what is already here is kept", "w_ann_restore_upload")
 if backup is not None and st.button("Restore", key="w_ann_restore") and _person("manage") is not None:
     try:
-        restored = restore_backup_bytes(store, backup.getvalue(), backup.name, JudgingQueue(), max_bytes=limit)
+        restored = restore_backup_bytes(store, backup.getvalue(), backup.name, max_bytes=limit)
     except DataError as err:
         for problem in err.problems[:20]:
             st.error(ui.md(str(problem)))

@@ -1,5 +1,5 @@
 """Pooling and holes: the Metrics page's section (metrics and ranks with and without the new judgements,
-Judged@k, sending a pool for judging) and the blind judging of the queue (the Judging page)."""
+Judged@k, sending a pool for judging), and the judging queue both it and the Judging page use."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.annotations import AnnotationStoreError, Qrels
+from r2med_core.annotations import AnnotationStore, AnnotationStoreError, Qrels
 from r2med_core.evaluation import MAIN_METRICS
-from r2med_core.explore import highlight, query_terms
 from r2med_core.identity import PermissionDenied, authorize
+from r2med_core.judging import JudgingQueue, kept_queue_files
 from r2med_core.pooling import (
     DEFAULT_DEPTH,
-    JudgingQueue,
     Pool,
     compare_with_additions,
     new_judgements,
@@ -24,20 +23,20 @@ from r2med_core.pooling import (
 )
 from r2med_core.report import metric_label
 from r2med_core.runs import Run
-from views import auth, labels, state, ui
+from views import auth, state, ui
 
 DEPTHS = [5, 10, 20, 50, 100]
 
 
-def _queue() -> JudgingQueue:
-    """The queue file next to the default store (opened per use: it follows $R2MED_DATA_HOME)."""
-    return JudgingQueue()
+def judging_queue(store: AnnotationStore) -> JudgingQueue:
+    """The store's judging queue, each document going to as many annotators as the operator set."""
+    return JudgingQueue(store, ui.settings().judges_per_document)
 
 
-def _queue_problems(queue: JudgingQueue) -> None:
-    """What is wrong with the queue file (skipped entries, an unreadable file, damaged copies kept aside),
-    where senders and judges look; named by file name only."""
-    problems = queue.problems()
+def queue_notes() -> None:
+    """The damaged queue files kept aside (what in each could not be read), where senders and judges look;
+    named by file name only."""
+    problems = kept_queue_files()
     if problems:
         st.warning("The judging queue file needs a look:\n\n" + "\n".join(f"- {ui.md(str(p))}" for p in problems))
 
@@ -127,7 +126,7 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
     )
     state.show_flash()
     if not ui.read_only():
-        _queue_problems(_queue())
+        queue_notes()
     if not auth.acting().signed_in_mode and not ui.read_only():
         st.text_input(
             "Your name",
@@ -155,55 +154,14 @@ def _send(dataset: Dataset, pooled: Pool) -> None:
     if not acting.signed_in_mode:
         v.annotator = str(st.session_state.get(state.widget_key("annotator")) or "").strip()
         acting = auth.acting()
+    store = ui.annotation_store()
+    if store is None:
+        v.flash_error = "Not sent: the annotation store is unavailable."
+        return
     try:
         person = authorize(acting.person, "review", config=acting.config)
-        added = _queue().send(dataset.source, dataset.name, pooled, person.name)
-    except (PermissionDenied, ValueError, OSError) as err:
+        added = judging_queue(store).send(dataset.source, dataset.name, pooled, person.name)
+    except (PermissionDenied, ValueError, AnnotationStoreError) as err:
         v.flash_error = f"Not sent: {ui.md(err)}"
         return
     v.flash = f"Sent: {added} new document(s) in the judging queue ({len(pooled) - added} already queued)."
-
-
-def judging_page(dataset: Dataset) -> None:
-    """Blind judging of the queue: the next (query, document) this person has not labelled, with the query
-    and the document only — no judgements, scores, systems or other people's labels."""
-    st.title("Judging")
-    st.caption(
-        "Documents pooled from the systems' top k that nobody judged. Label each from the query and the "
-        "document alone: 'Relevant but unjudged' is a proposal a reviewer accepts on the Annotations page; "
-        "'Judged not relevant' takes it off your queue."
-    )
-    store = ui.annotation_store()
-    if store is None:
-        return
-    acting = auth.acting()
-    who = acting.person.name if acting.person is not None else ""
-    queue = _queue()
-    try:
-        task_labels = store.list(dataset=dataset.source, task=dataset.name)
-    except AnnotationStoreError as err:
-        st.error(ui.md(err))
-        return
-    _queue_problems(queue)
-    pending = queue.pending(dataset.source, dataset.name, task_labels, who)
-    total = len(queue.items(dataset.source, dataset.name))
-    pending = [e for e in pending if e.query_id in dataset.queries]  # a queue sent on another version of the task
-    if not total:
-        st.info("Nothing to judge on this task: send a pool from the Metrics page (Pooling and holes).")
-        return
-    if not pending:
-        st.success(f"You have judged all {total} queued document(s) of this task.")
-        return
-    st.progress(1 - len(pending) / total, text=f"{total - len(pending)} of {total} judged by you")
-    entry = pending[0]
-    text = dataset.corpus.get(entry.doc_id, "")
-    with st.container(border=True):
-        st.markdown(f"**Query {ui.md(entry.query_id)}**")
-        st.html(f"<div class='r2-text'>{highlight(dataset.queries.get(entry.query_id, ''), frozenset())}</div>")
-    with st.container(border=True):
-        st.markdown(f"**Document {ui.md(entry.doc_id)}**")
-        st.html(f"<div class='r2-text'>{highlight(text, query_terms(dataset.queries.get(entry.query_id, '')))}</div>")
-    ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
-    within = state.scope(ui.dataset_key(dataset), entry.query_id, entry.doc_id)
-    st.session_state.setdefault(state.widget_key("label_doc", within), entry.doc_id)  # the document judged
-    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within)

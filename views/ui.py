@@ -50,6 +50,7 @@ from r2med_core.jobs import (
     run_job_key,
     start_run,
 )
+from r2med_core.judging import migrate_queue_file
 from r2med_core.kinds.llm_rerank import use_operator
 from r2med_core.progress import Progress
 from r2med_core.provenance import Provenance, ProvenanceError, run_provenance
@@ -529,12 +530,15 @@ def annotation_store() -> AnnotationStore | None:
 
     A store that is not usable (or a database server that stopped answering) is reported and left
     untouched; the rest of the app works on. The cache is
-    keyed by a hash of the setting, never by the URL itself (it may carry a password).
+    keyed by a hash of the setting, never by the URL itself (it may carry a password). The judging queue
+    file of earlier versions, when there is one in the data folder, is moved into the store first.
     """
     try:
         store = _store(hashlib.sha256(str(default_store_target()).encode()).hexdigest())
         if store.path is None:  # a database server: it may be down or unreachable since it was opened
             store.ping()
+        for problem in migrate_queue_file(store):
+            st.warning(f"The judging queue file: {md(problem)}")
         return store
     except AnnotationStoreError as err:
         st.error(f"Annotations are unavailable: {md(err)}")

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 URL_ENV = "R2MED_ANNOTATIONS_URL"
 #: Schema version (SQLite: ``PRAGMA user_version``; PostgreSQL: the ``annotations_schema`` table); a newer
 #: store is refused rather than misread.
-SCHEMA_VERSION = 4  # 2: rank, reviewer, reviewed_at; 3: blind; 4: the adjudications table
+SCHEMA_VERSION = 5  # 2: rank, reviewer, reviewed_at; 3: blind; 4: the adjudications table; 5: the judging queue
 #: The columns, in the order ``Annotation`` lists its fields.
 COLUMNS: tuple[str, ...] = (
     "id",
@@ -73,6 +73,30 @@ INTEGER_MAX = 2**31 - 1
 #: The largest row id (ids are 64-bit in both databases).
 ID_MAX = 2**63 - 1
 ADJUDICATION_INDEX = ("adjudications_by_unit", ("dataset", "task", "query_id", "doc_id"))
+#: Schema 5: the judging queue, shared by every server on the store: one row per (query, document) of a
+#: task sent for judging (``systems``: the pool's systems as a JSON list). Not indexed on its text: an
+#: index entry must fit a PostgreSQL page, and the queue is read one task (or the whole queue) at a time.
+QUEUE_COLUMNS: tuple[str, ...] = (
+    "id",
+    "dataset",
+    "task",
+    "query_id",
+    "doc_id",
+    "systems",
+    "depth",
+    "sent_by",
+    "sent_at",
+)
+#: Schema 5: which annotator is to judge which queued document (``queue_id``: a ``judging_queue`` row).
+ASSIGNMENT_COLUMNS: tuple[str, ...] = ("id", "queue_id", "annotator", "assigned_at")
+ASSIGNMENT_INDEX = ("assignments_by_item", ("queue_id",))
+#: The store's tables besides ``annotations``, with the columns each must have: one that lacks any is not
+#: the store's, and is reported and left untouched.
+OTHER_TABLES: dict[str, tuple[str, ...]] = {
+    "adjudications": ADJUDICATION_COLUMNS,
+    "judging_queue": QUEUE_COLUMNS,
+    "assignments": ASSIGNMENT_COLUMNS,
+}
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
@@ -183,10 +207,14 @@ __all__ = [
     "ADDED_COLUMNS",
     "ADJUDICATION_COLUMNS",
     "ADJUDICATION_INDEX",
+    "ASSIGNMENT_COLUMNS",
+    "ASSIGNMENT_INDEX",
     "COLUMNS",
     "ID_MAX",
     "INDEXES",
     "INTEGER_MAX",
+    "OTHER_TABLES",
+    "QUEUE_COLUMNS",
     "SCHEMA_VERSION",
     "URL_ENV",
     "AnnotationStoreError",

@@ -25,10 +25,11 @@ from typing import Any
 
 from . import (
     ADDED_COLUMNS,
-    ADJUDICATION_COLUMNS,
     ADJUDICATION_INDEX,
+    ASSIGNMENT_INDEX,
     COLUMNS,
     INDEXES,
+    OTHER_TABLES,
     SCHEMA_VERSION,
     URL_ENV,
     AnnotationStoreError,
@@ -83,6 +84,34 @@ CREATE TABLE adjudications (
     label_ids TEXT NOT NULL DEFAULT ''
 )
 """
+# Schema 5: the judging queue and its assignments, created when missing.
+_CREATE_QUEUE = """
+CREATE TABLE judging_queue (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    systems TEXT NOT NULL DEFAULT '[]',
+    depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
+    sent_by TEXT NOT NULL DEFAULT '',
+    sent_at TEXT NOT NULL DEFAULT ''
+)
+"""
+_CREATE_ASSIGNMENTS = """
+CREATE TABLE assignments (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue_id BIGINT NOT NULL REFERENCES judging_queue (id),
+    annotator TEXT NOT NULL CHECK (annotator <> ''),
+    assigned_at TEXT NOT NULL
+)
+"""
+#: Each table besides ``annotations`` with what creates it: the table, then its index when it has one.
+_CREATE_OTHERS: dict[str, tuple[str, tuple[str, tuple[str, ...]] | None]] = {
+    "adjudications": (_CREATE_ADJUDICATIONS, ADJUDICATION_INDEX),
+    "judging_queue": (_CREATE_QUEUE, None),
+    "assignments": (_CREATE_ASSIGNMENTS, ASSIGNMENT_INDEX),
+}
 _UNTOUCHED = "the database was left untouched — choose another database or schema"
 
 
@@ -129,7 +158,7 @@ class _Found:
     @property
     def current(self) -> bool:
         """Nothing to create or migrate: opening needs no lock and writes nothing."""
-        whole = {"annotations", "annotations_schema", "adjudications"} <= self.tables and set(INDEXES) <= self.indexes
+        whole = {"annotations", "annotations_schema", *OTHER_TABLES} <= self.tables and set(INDEXES) <= self.indexes
         return whole and self.version == SCHEMA_VERSION and set(COLUMNS) <= self.columns
 
 
@@ -216,7 +245,8 @@ class PostgresBackend:
             name
             for (name,) in db.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-                "AND table_name IN ('annotations', 'annotations_schema', 'adjudications')"
+                "AND table_name IN ('annotations', 'annotations_schema', 'adjudications', 'judging_queue', "
+                "'assignments')"
             ).fetchall()
         }
         version = 0
@@ -234,12 +264,14 @@ class PostgresBackend:
                 f"{self.location}: its annotations table is not an annotation store (it lacks column(s) "
                 f"{', '.join(missing)}); {_UNTOUCHED}"
             )
-        if "adjudications" in tables:
-            have = self._columns(db, "adjudications")
-            lacking = [name for name in ADJUDICATION_COLUMNS if name not in have]
+        for table, wanted in OTHER_TABLES.items():
+            if table not in tables:
+                continue
+            have = self._columns(db, table)
+            lacking = [name for name in wanted if name not in have]
             if lacking:
                 raise AnnotationStoreError(
-                    f"{self.location}: its adjudications table is not an annotation store's (it lacks "
+                    f"{self.location}: its {table} table is not an annotation store's (it lacks "
                     f"column(s) {', '.join(lacking)}); {_UNTOUCHED}"
                 )
         indexes = {
@@ -266,10 +298,12 @@ class PostgresBackend:
         """DDL only for what is missing, so a role without CREATE rights can use an up-to-date store."""
         if "annotations" not in found.tables:
             db.execute(_CREATE_TABLE)
-        if "adjudications" not in found.tables:
-            index, indexed = ADJUDICATION_INDEX
-            db.execute(_CREATE_ADJUDICATIONS)
-            db.execute(f"CREATE INDEX {index} ON adjudications ({', '.join(indexed)})")
+        for table, (create, index) in _CREATE_OTHERS.items():
+            if table in found.tables:
+                continue
+            db.execute(create)
+            if index is not None:
+                db.execute(f"CREATE INDEX {index[0]} ON {table} ({', '.join(index[1])})")
         for name in ADDED_COLUMNS:
             if name not in found.columns:
                 db.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from . import (
     ADDED_COLUMNS,
-    ADJUDICATION_COLUMNS,
     ADJUDICATION_INDEX,
+    ASSIGNMENT_INDEX,
     COLUMNS,
     INDEXES,
+    OTHER_TABLES,
     SCHEMA_VERSION,
     AnnotationStoreError,
 )
@@ -71,6 +72,27 @@ CREATE TABLE IF NOT EXISTS adjudications (
     label_ids TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS adjudications_by_unit ON adjudications (dataset, task, query_id, doc_id);
+"""
+# Schema 5: the judging queue and its assignments, created when missing (every label kept as it was).
+_QUEUE = """
+CREATE TABLE IF NOT EXISTS judging_queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dataset TEXT NOT NULL,
+    task TEXT NOT NULL,
+    query_id TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    systems TEXT NOT NULL DEFAULT '[]',
+    depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
+    sent_by TEXT NOT NULL DEFAULT '',
+    sent_at TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS assignments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue_id INTEGER NOT NULL REFERENCES judging_queue (id),
+    annotator TEXT NOT NULL CHECK (annotator <> ''),
+    assigned_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS assignments_by_item ON assignments (queue_id);
 """
 _UNTOUCHED = "the file was left untouched — move it aside or choose another path"
 #: SQLite's result codes for a write the disk or file refuses (the primary code: the low byte); a file
@@ -191,7 +213,7 @@ class SQLiteBackend:
                     f"{SCHEMA_VERSION}); the file was left untouched"
                 )
             if "annotations" in tables:
-                self._check_existing(conn, "adjudications" in tables)
+                self._check_existing(conn, tables)
             if version == SCHEMA_VERSION and self._is_current(conn, tables):
                 self.journal_mode = "wal"
                 return
@@ -200,7 +222,7 @@ class SQLiteBackend:
             # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in filter(str.strip, (_SCHEMA + _ADJUDICATIONS).split(";")):
+                for statement in filter(str.strip, (_SCHEMA + _ADJUDICATIONS + _QUEUE).split(";")):
                     conn.execute(statement)
                 present = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
                 for name in ADDED_COLUMNS:
@@ -219,12 +241,13 @@ class SQLiteBackend:
     @staticmethod
     def _is_current(conn: sqlite3.Connection, tables: set[str]) -> bool:
         """True when the file holds this version's whole schema in WAL mode (read only: nothing to write)."""
-        if not {"annotations", "adjudications"} <= tables:
+        if not {"annotations", *OTHER_TABLES} <= tables:
             return False
         indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
         mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-        return {*INDEXES, ADJUDICATION_INDEX[0]} <= indexes and set(ADDED_COLUMNS) <= columns and mode == "wal"
+        wanted = {*INDEXES, ADJUDICATION_INDEX[0], ASSIGNMENT_INDEX[0]}
+        return wanted <= indexes and set(ADDED_COLUMNS) <= columns and mode == "wal"
 
     def _enable_wal(self, conn: sqlite3.Connection) -> str:
         """Switch to WAL; the switch ignores the busy timeout, so retry while another process holds a lock."""
@@ -240,7 +263,7 @@ class SQLiteBackend:
                     raise
                 time.sleep(0.02)
 
-    def _check_existing(self, conn: sqlite3.Connection, has_adjudications: bool = False) -> None:
+    def _check_existing(self, conn: sqlite3.Connection, tables: set[str]) -> None:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
         missing = [name for name in COLUMNS if name not in columns and name not in ADDED_COLUMNS]
         if missing:
@@ -248,12 +271,14 @@ class SQLiteBackend:
                 f"{self.file}: its annotations table lacks column(s) {', '.join(missing)}; "
                 "the file was left untouched — choose another path"
             )
-        if has_adjudications:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(adjudications)")}
-            missing = [name for name in ADJUDICATION_COLUMNS if name not in columns]
+        for table, wanted in OTHER_TABLES.items():
+            if table not in tables:
+                continue
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            missing = [name for name in wanted if name not in columns]
             if missing:
                 raise AnnotationStoreError(
-                    f"{self.file}: its adjudications table is not an annotation store's (it lacks column(s) "
+                    f"{self.file}: its {table} table is not an annotation store's (it lacks column(s) "
                     f"{', '.join(missing)}); the file was left untouched — choose another path"
                 )
         status = [row[0] for row in conn.execute("PRAGMA quick_check")]

@@ -26,3 +26,11 @@ def test_settings_read_from_environment_and_secrets(tmp_path) -> None:  # type: 
     assert settings.demo_mode and not settings.model_allowed("org/model")  # demo mode allows no new model
     defaults = load_settings({"R2MED_DATA_DIR": str(tmp_path)})
     assert defaults.data_roots[-1] == tmp_path and defaults.data_roots[0].name == "data"
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5", "9" * 5000, "1001"])
+def test_the_judges_per_document_must_be_a_whole_number_from_1_to_1000(value: str) -> None:
+    assert load_settings({}).judges_per_document == 2  # two by default: their agreement can be measured
+    assert load_settings({"R2MED_JUDGES_PER_DOCUMENT": " 3 "}).judges_per_document == 3
+    with pytest.raises(ValueError, match="R2MED_JUDGES_PER_DOCUMENT must be a whole number from 1 to 1000"):
+        load_settings({"R2MED_JUDGES_PER_DOCUMENT": value})
