@@ -263,7 +263,8 @@ def assert_query_panels(page: Page, qid: str) -> None:
 
 def test_the_clinician_path_from_the_landing_to_a_failures_verdict_in_one_click(page: Page) -> None:
     """Open the app, click the first failure card: the question opens with its verdict in a sentence
-    (what was missed, the reasoning gap, what HyDE changed), the gold and retrieved documents below."""
+    (what was missed, the reasoning gap, what HyDE changed), the gold and retrieved documents below, and
+    a label is saved: four clicks in all."""
     page.goto("/")
     settle(page, "Open this question")
     page.get_by_text("BM25 finds a relevant document in its top 10 for 4 of 12 questions.").wait_for()
@@ -280,6 +281,11 @@ def test_the_clinician_path_from_the_landing_to_a_failures_verdict_in_one_click(
     page.get_by_role("heading", name=re.compile(r"Retrieved top 10")).wait_for(state="visible")
     full_page_screenshot(page, "landing-to-verdict")
     assert_healthy(page)
+    # … and the label: clicks 2 and 3 choose the failure type, the name is typed, click 4 saves.
+    _choose(page, "Failure type", "Missing reasoning step")
+    page.get_by_label("Your name").fill("Dr. Path")
+    page.get_by_role("button", name="Save label").click()
+    page.get_by_text(re.compile(r"Saved: Missing reasoning step")).first.wait_for(timeout=RENDER_MS)
 
 
 def test_a_click_anywhere_on_a_query_row_opens_it_and_folds_the_table(page: Page, judged_ids: list[str]) -> None:

@@ -185,6 +185,9 @@ def test_the_explorer_shows_another_system_side_by_side() -> None:
     at = open_app("explorer", task="clinical-case", systems=["bm25", "bm25+hyde:demo-writer"], system="bm25", q="3")
     assert not at.exception, [e.value for e in at.exception]
     (box,) = [e for e in at.expander if e.label == "Side by side with another system"]
+    assert not box.dataframe  # nothing computed until asked
+    at.toggle(key="w_side_show").set_value(True).run()
+    (box,) = [e for e in at.expander if e.label == "Side by side with another system"]
     table = box.dataframe[0].value
     assert table.columns[0] == "rank" and len(table.columns) == 3
     assert sum(str(c).startswith("✓") for c in table.iloc[:, 2]) == 3

@@ -338,7 +338,10 @@ others = [s for s in systems if s != v.system]
 if others:
     with st.expander("Side by side with another system"):
         other = st.selectbox("Other system", others, format_func=ui.system_label, key="w_side_system")
-        computed_other = ui.safe_results(dataset, other)  # a Compute button when it is not ready
+        # Nothing runs until asked: an expander's body runs even while folded, and the other system may
+        # need minutes (or the operator's LLM).
+        shown = st.toggle("Show its top documents next to these", key="w_side_show")
+        computed_other = ui.safe_results(dataset, other) if shown else None  # a Compute button when not ready
         if computed_other is not None:
             table = side_by_side(
                 dataset, {ui.system_label(v.system): run, ui.system_label(other): computed_other[0]}, qid, depth
