@@ -4,6 +4,7 @@ package the wheel leaves out, as it once left out ``r2med_core.kinds``)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -17,9 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel built from a copy of the tracked files (a ``build/`` folder left in the checkout by an
+    earlier build would otherwise slip its packages into the wheel)."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
         check=True,
         cwd=out,
         capture_output=True,
