@@ -16,6 +16,7 @@ from r2med_core.systems import dense_retriever, run_system
 from r2med_core.tasks import task_instructions
 
 from .conftest import TINY_CORPUS, write_jsonl
+from .test_presets import AUTHORS_INSTRUCTIONS
 
 
 @pytest.fixture
@@ -212,8 +213,9 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> RecordingEncoder:
     return encoder
 
 
-QUERY_ONLY = ("bge", "e5", "sfr", "medcpt", "contriever", "bmr-410m", "bmr-2b", "bmr-7b")
-BOTH_HALVES = ("inst-l", "inst-xl", "nv", "grit")
+LATER_DECODERS = ("reasonembed-8b", "reasonembed-4b", "qwen3-emb-8b", "qwen3-emb-4b", "rader-7b", "diver-4b")
+QUERY_ONLY = ("bge", "e5", "sfr", "medcpt", "contriever", "bmr-410m", "bmr-2b", "bmr-7b", *LATER_DECODERS)
+BOTH_HALVES = ("inst-l", "inst-xl", "nv", "grit", "reasonir-8b")
 
 
 @pytest.mark.parametrize("preset", QUERY_ONLY + BOTH_HALVES)
@@ -243,7 +245,10 @@ def test_query2doc_is_one_instructed_text(tiny_r2med: Path, recorder: RecordingE
 
 #: How each half of a rewrite is embedded before the two are averaged, as the benchmark's encoders
 #: output them (PROTOCOL, "With a rewrite"): L2-normalised, or raw.
-HALVES_NORMALISED = {"bge": True, "e5": True, "sfr": True, "inst-l": True, "inst-xl": True, "nv": True}
+HALVES_NORMALISED = {
+    **{"bge": True, "e5": True, "sfr": True, "inst-l": True, "inst-xl": True, "nv": True},
+    **dict.fromkeys((*LATER_DECODERS, "reasonir-8b"), True),  # FlagEmbedding / ReasonIR normalise each text
+}
 HALVES_RAW = ("contriever", "medcpt", "bmr-410m", "bmr-2b", "bmr-7b")
 
 
@@ -283,7 +288,6 @@ def test_a_document_with_the_query_id_is_never_retrieved(tiny_r2med: Path) -> No
 def tiny_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer GPT-NeoX (BMRetriever-410M's architecture) with a word-level
     tokenizer that has an EOS token and no padding token (as Pythia's), saved as a local model folder."""
-    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPTNeoXConfig, GPTNeoXModel, PreTrainedTokenizerFast
 
@@ -294,10 +298,19 @@ def tiny_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
     assert tokenizer.pad_token is None and tokenizer("asthma wheeze")["input_ids"] == [2, 3]
     tokenizer.save_pretrained(folder)
+    config = GPTNeoXConfig(vocab_size=len(vocab), max_position_embeddings=64, eos_token_id=1, **TINY_SIZES)
+    return _save_decoder(folder, GPTNeoXModel, config, "final_layer_norm")
+
+
+def _save_decoder(folder: Path, model_class: type, config: object, norm: str) -> Path:
+    """Save a seeded random decoder whose final norm has uneven scales, so texts' vectors differ in
+    length as real ones do (normalisation then matters)."""
+    import torch
+
     torch.manual_seed(0)
-    model = GPTNeoXModel(GPTNeoXConfig(vocab_size=len(vocab), max_position_embeddings=64, eos_token_id=1, **TINY_SIZES))
-    with torch.no_grad():  # uneven output scales, so texts' vectors differ in length as real ones do
-        model.final_layer_norm.weight.copy_(torch.rand(16) * 4)
+    model = model_class(config)
+    with torch.no_grad():
+        getattr(model, norm).weight.copy_(torch.rand(16) * 4)
     model.save_pretrained(folder)
     return folder
 
@@ -398,3 +411,135 @@ def test_openai_inputs_are_sent_as_json_string_literals(monkeypatch: pytest.Monk
     cut = cl100k.decode(cl100k.encode(long)[:6000])
     assert sent == [json.dumps(t.replace("\n", " ")) for t in (texts[0], "", cut)]
     assert sent[0] == '"Fever and \\"rash\\", na\\u00efve"' and sent[1] == '""'
+
+
+# ---------------------------------------------------------------- later models, as the ReasonEmbed authors ran them
+
+
+def _decoder_standin(folder: Path, architecture: str, padding_side: str, eos_appended: bool) -> Path:
+    """A randomly initialised 2-layer Qwen3 or Qwen2 decoder with a word-level tokenizer that knows the
+    instruction's words, pads with ``<|endoftext|>`` on ``padding_side`` and, like Qwen3-Embedding's,
+    may append ``<|endoftext|>`` to every text itself; saved as a local model folder."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
+
+    words = f"Instruct Query : {AUTHORS_INSTRUCTIONS['Biology']}".replace(",", " , ").replace(".", " . ").split()
+    vocab = {
+        w: i for i, w in enumerate(dict.fromkeys(["<unk>", "<|endoftext|>", "<|im_end|>", *words, *TINY_VOCAB[5:]]))
+    }
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    if eos_appended:
+        core.post_processor = processors.TemplateProcessing(
+            single="$A <|endoftext|>", special_tokens=[("<|endoftext|>", 1)]
+        )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        unk_token="<unk>",
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        padding_side=padding_side,
+    )
+    assert tokenizer("asthma wheeze")["input_ids"][-1] == (1 if eos_appended else vocab["wheeze"])
+    tokenizer.save_pretrained(folder)
+    config_class, model_class = {"qwen3": (Qwen3Config, Qwen3Model), "qwen2": (Qwen2Config, Qwen2Model)}[architecture]
+    sizes = {**TINY_SIZES, "num_key_value_heads": 1, "max_position_embeddings": 1024}
+    return _save_decoder(
+        folder, model_class, config_class(vocab_size=len(vocab), pad_token_id=1, eos_token_id=2, **sizes), "norm"
+    )
+
+
+@pytest.fixture(scope="module")
+def qwen3_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3-Embedding-like: pads on the left, appends <|endoftext|> itself."""
+    return _decoder_standin(tmp_path_factory.mktemp("qwen3-standin"), "qwen3", "left", eos_appended=True)
+
+
+@pytest.fixture(scope="module")
+def qwen2_standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A gte-Qwen2-like decoder whose tokenizer pads on the right and appends nothing."""
+    return _decoder_standin(tmp_path_factory.mktemp("qwen2-standin"), "qwen2", "right", eos_appended=False)
+
+
+def _flagembedding_llm(folder: Path, texts: list[str], max_length: int) -> np.ndarray:
+    """FlagEmbedding's decoder-only embedder (BaseLLMEmbedder.encode_single_device, the ReasonEmbed
+    authors' R2MED evaluation), transcribed: the tokenizer cuts at max_length, the batch is padded as the
+    tokenizer pads, last_token_pool (the last column if every row ends attended, else each row's
+    length - 1), then L2 normalisation."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder)
+    features = tokenizer(texts, truncation=True, max_length=max_length)
+    rows = [{key: features[key][i] for key in features} for i in range(len(texts))]
+    batch = tokenizer.pad(rows, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch, return_dict=True).last_hidden_state
+    mask = batch["attention_mask"]
+    if mask[:, -1].sum() == mask.shape[0]:
+        pooled = hidden[:, -1]
+    else:
+        pooled = hidden[torch.arange(len(texts)), mask.sum(dim=1) - 1]
+    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+@pytest.mark.parametrize("preset", LATER_DECODERS)
+def test_later_decoders_encode_as_the_reasonembed_authors_code_does(
+    preset: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("R2MED_TRUST_REMOTE_CODE", "1")  # RaDeR loads its repository's code, as its authors ran it
+    folder = request.getfixturevalue("qwen2_standin" if preset == "rader-7b" else "qwen3_standin")
+    model = replace(PRESETS[preset], query_model=str(folder)).with_instruction(task_instructions("Biology"))
+    retriever = DenseRetriever(model)
+    long, short = " ".join(["asthma wheeze airway"] * 250), "lung"  # long: past 512 tokens; short: padded
+    queries = retriever.encode([long, short], "query")
+    authors = ["Instruct: {}\nQuery: {}".format(AUTHORS_INSTRUCTIONS["Biology"], q) for q in (long, short)]
+    assert queries == pytest.approx(_flagembedding_llm(folder, authors, 512), abs=1e-5)
+    assert np.linalg.norm(queries, axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
+    uncut = _flagembedding_llm(folder, authors[:1], 1024)[0]
+    assert not np.allclose(queries[0], uncut, atol=1e-3)  # the long query was cut at 512 tokens
+    [alone] = retriever.encode([short], "query")  # padding never moves the pooled token
+    assert alone == pytest.approx(queries[1], abs=1e-5)
+    documents = ["asthma wheeze airway lung", "gout"]  # documents: no prefix, the same pooling
+    assert retriever.encode(documents, "doc") == pytest.approx(_flagembedding_llm(folder, documents, 512), abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_sentence_transformer(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT as a sentence-transformers folder with its own (mean) pooling, like ReasonIR-8B's."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules
+
+    folder = tmp_path_factory.mktemp("tiny-st")
+    transformer = modules.Transformer(str(tiny_bert))
+    pooling = modules.Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+    SentenceTransformer(modules=[transformer, pooling]).save(str(folder))
+    return folder
+
+
+def _reasonir_encoder(folder: Path, texts: list[str], prompt: str, max_length: int) -> np.ndarray:
+    """The ReasonEmbed authors' ReasonIREncoder, transcribed: the model's own SentenceTransformer, its
+    max_seq_length set per side, ``encode(prompt=…, normalize_embeddings=True)``."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    model.max_seq_length = max_length
+    return model.encode(texts, prompt=prompt, normalize_embeddings=True, convert_to_numpy=True)
+
+
+def test_reasonir_encodes_as_the_reasonembed_authors_code_does(
+    tiny_sentence_transformer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("R2MED_TRUST_REMOTE_CODE", "1")  # its bidirectional model is its repository's code
+    folder = tiny_sentence_transformer
+    model = replace(PRESETS["reasonir-8b"], query_model=str(folder)).with_instruction(task_instructions("Biology"))
+    retriever = DenseRetriever(model)
+    texts = [" ".join(TINY_VOCAB[5:] * 50), "asthma wheeze"]  # over 512 tokens, and a short one
+    query_prompt = "<|user|>\n{}\n<|embed|>\n".format(AUTHORS_INSTRUCTIONS["Biology"])
+    assert retriever.encode(texts, "query") == pytest.approx(
+        _reasonir_encoder(folder, texts, query_prompt, 512), abs=1e-5
+    )
+    documents = retriever.encode(texts, "doc")
+    assert documents == pytest.approx(_reasonir_encoder(folder, texts, "<|embed|>\n", 512), abs=1e-5)
+    assert not np.allclose(documents, _reasonir_encoder(folder, texts, "", 512), atol=1e-3)  # the prefix counts
+    assert not np.allclose(documents[0], _reasonir_encoder(folder, texts[:1], "<|embed|>\n", 256)[0], atol=1e-3)

@@ -296,7 +296,8 @@ def test_auto_runs_onnx_on_a_cpu_only_when_it_is_importable_and_measured_faster(
     assert hardware.resolve_backend("auto", "cuda:1") == "torch"
     assert hardware.resolve_backend("torch", "cpu") == "torch"  # an explicit choice is kept
     assert DenseRetriever(PRESETS["minilm"], device="cpu").backend == "onnx"
-    for name in ("bmr-410m", "inst-l", "e5", "nv"):  # decoders, unpooled prompts, remote code
+    # decoders, unpooled prompts, remote code
+    for name in ("bmr-410m", "inst-l", "e5", "nv", "qwen3-emb-4b", "reasonir-8b"):
         assert DenseRetriever(PRESETS[name], device="cpu").backend == "torch", name
     monkeypatch.setenv("R2MED_ENCODE_BACKEND", "torch")
     assert DenseRetriever(PRESETS["minilm"], device="cpu").backend == "torch"  # the operator's setting wins

@@ -1,6 +1,9 @@
 """The dense presets against the benchmark's configuration (facts copied from the R2MED protocol):
 hub ids, pooling, max lengths, prompts, the exact per-task instructions for all eight tasks, which
-presets instruct both halves of a rewrite, and clear errors for models that cannot run here."""
+presets instruct both halves of a rewrite, and clear errors for models that cannot run here. The
+later models' presets against the ReasonEmbed authors' R2MED evaluation code (facts transcribed from
+VectorSpaceLab/agentic-search, ReasonEmbed/evaluation_r2med: prompts.py, runner.py,
+reasonir_models.py and the scripts)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,12 @@ from pathlib import Path
 import pytest
 
 from r2med_core.cli import main
+from r2med_core.fidelity import fidelity
+from r2med_core.hub import ModelUnavailable
 from r2med_core.published import RETRIEVER_NAMES, published_key_for
 from r2med_core.retrieval.dense import (
     PRESETS,
+    REASONEMBED_PRESETS,
     DenseModelUnavailable,
     DenseRetriever,
     instruction_note,
@@ -105,9 +111,9 @@ def test_every_task_has_the_benchmarks_instructions() -> None:
             assert _prompts(preset, task) == ("", "")
 
 
-def test_only_instructor_nv_and_grit_instruct_both_halves_of_a_rewrite() -> None:
+def test_only_instructor_nv_grit_and_reasonir_instruct_both_halves_of_a_rewrite() -> None:
     both = {name for name, model in PRESETS.items() if model.instruct_all_parts}
-    assert both == {"inst-l", "inst-xl", "nv", "grit"}
+    assert both == {"inst-l", "inst-xl", "nv", "grit", "reasonir-8b"}  # ReasonIR: GritLM's format, GritLM's rule
 
 
 def test_medcpt_documents_are_pairs_and_instructor_pools_without_its_prompt() -> None:
@@ -131,7 +137,7 @@ def test_old_names_still_work_and_map_to_the_papers_retrievers() -> None:
         assert published_key_for(f"{name}+hyde:gpt4") == f"hyde/gpt4/{name}"
     assert published_key_for("bge-large") == "bge"
     assert set(RETRIEVER_NAMES) - {"bm25", "voyage"} == paper | {"sfr", "nv", "openai"} <= set(PRESETS)
-    for name in ("medcpt-dual", "minilm", "e5-large-v2"):
+    for name in ("medcpt-dual", "minilm", "e5-large-v2", *REASONEMBED_PRESETS):
         assert published_key_for(name) is None
 
 
@@ -178,4 +184,128 @@ def test_the_app_explains_published_metrics_and_unavailable_models(monkeypatch: 
     at = open_app("metrics", systems=["bm25", "grit"])
     assert not at.exception
     assert any("pip install gritlm" in e.value for e in at.error)  # one clear message, the page goes on
+    assert at.dataframe  # bm25's metrics are still shown
+
+
+# --------------------------------------------------------------------------- the ReasonEmbed authors' settings
+
+# preset: (hub id, backend, max length both sides, L2-normalised, trust_remote_code) as their scripts run
+# each model: FlagEmbedding's "decoder-only-base" embedder with pooling last_token (ReasonIR-8B: its
+# own SentenceTransformer), --embedder_query_max_length 512 --embedder_passage_max_length 512,
+# normalize_embeddings left at its default (True), --trust_remote_code True for RaDeR and ReasonIR only.
+REASONEMBED_MODELS = {
+    "reasonembed-8b": ("hanhainebula/reason-embed-qwen3-8b-0928", "last-token", 512, True, False),
+    "reasonembed-4b": ("hanhainebula/reason-embed-qwen3-4b-0928", "last-token", 512, True, False),
+    "qwen3-emb-8b": ("Qwen/Qwen3-Embedding-8B", "last-token", 512, True, False),
+    "qwen3-emb-4b": ("Qwen/Qwen3-Embedding-4B", "last-token", 512, True, False),
+    "rader-7b": ("Raderspace/RaDeR_gte_Qwen2-7B_MATH_LLMq_CoT_lexical", "last-token", 512, True, True),
+    "diver-4b": ("AQ-MedAI/Diver-Retriever-4B", "last-token", 512, True, False),
+    "reasonir-8b": ("reasonir/ReasonIR-8B", "sentence-transformers", 512, True, True),
+}
+# R2MEDInstructions in their prompts.py: the benchmark's sentences, each with a full stop.
+AUTHORS_INSTRUCTIONS = {
+    "Biology": "Given a Biology post, retrieve relevant passages that help answer the post.",
+    "Medical-Sciences": "Given a Medical Science post, retrieve relevant passages that help answer the post.",
+    "Bioinformatics": "Given a Bioinformatics post, retrieve relevant passages that help answer the post.",
+    "MedXpertQA-Exam": "Given a Medical Exam, retrieve relevant passages that help answer the exam.",
+    "MedQA-Diag": "Given a Medical Exam, retrieve relevant passages that help answer the exam.",
+    "PMC-Treatment": "Given a Clinical Case, retrieve relevant passages that help answer the case.",
+    "PMC-Clinical": "Given a Clinical Case, retrieve similar cases that help diagnose the case.",
+    "IIYi-Clinical": "Given a Clinical Case, retrieve similar cases that help diagnose the case.",
+}
+LABELS = {
+    "reasonembed-8b": "ReasonEmbed-Qwen3-8B",
+    "reasonembed-4b": "ReasonEmbed-Qwen3-4B",
+    "qwen3-emb-8b": "Qwen3-Embedding-8B",
+    "qwen3-emb-4b": "Qwen3-Embedding-4B",
+    "rader-7b": "RaDeR-gte-Qwen2-7B",
+    "diver-4b": "DIVER-Retriever-4B",
+    "reasonir-8b": "ReasonIR-8B",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(REASONEMBED_MODELS))
+def test_later_models_are_configured_as_the_reasonembed_authors_ran_them(preset: str) -> None:
+    assert set(REASONEMBED_MODELS) == REASONEMBED_PRESETS <= set(PRESETS)
+    model = PRESETS[preset]
+    assert (
+        model.query_model,
+        model.backend,
+        model.max_length,
+        model.normalize,
+        model.trust_remote_code,
+    ) == REASONEMBED_MODELS[preset]
+    assert model.doc_model is None and model.query_max_length is None and model.pooling is None
+    whose = "(the ReasonEmbed authors' R2MED setting; not in the R2MED paper; GPU advised)"
+    assert model.label == f"{LABELS[preset]} {whose}"
+
+
+def test_later_models_get_the_reasonembed_authors_instruction_for_every_task() -> None:
+    assert set(AUTHORS_INSTRUCTIONS) == set(TASKS)
+    for task, instruction in AUTHORS_INSTRUCTIONS.items():
+        for preset in sorted(REASONEMBED_PRESETS - {"reasonir-8b"}):  # FlagEmbedding: 'Instruct: {}\nQuery: {}'
+            assert _prompts(preset, task) == (f"Instruct: {instruction}\nQuery: ", "")
+        assert _prompts("reasonir-8b", task) == (f"<|user|>\n{instruction}\n<|embed|>\n", "<|embed|>\n")
+    note = instruction_note("clinical-case", "qwen3-emb-8b")  # elsewhere: the generic one, said so
+    assert note is not None and "generic" in note
+    assert _prompts("qwen3-emb-8b", "clinical-case")[0].startswith("Instruct: Given a medical question")
+
+
+def test_later_models_are_badged_as_not_the_benchmarks_setting() -> None:
+    for preset in REASONEMBED_PRESETS:
+        verdict = fidelity(preset, dataset_name="Biology")
+        assert not verdict.is_benchmark
+        assert verdict.differences == (
+            f"{preset} runs in the ReasonEmbed authors' R2MED setting (instructions, pooling, lengths), "
+            "not the benchmark's",
+        )
+        assert not fidelity(f"{preset}+hyde:gpt4", dataset_name="Biology").is_benchmark
+    generic = fidelity("reasonembed-8b", dataset_name="clinical-case").differences
+    assert generic[1] == "clinical-case is not an R2MED task: a generic query instruction replaces the per-task one"
+
+
+@pytest.fixture
+def offline_empty_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No network and an empty Hugging Face cache, as on a machine that never downloaded the model."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-empty"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.mark.parametrize("preset", sorted(REASONEMBED_MODELS))
+def test_later_models_offline_say_they_are_not_downloaded(
+    preset: str, offline_empty_hub: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = PRESETS[preset]
+    if model.trust_remote_code:  # first the operator must allow the repository's code …
+        monkeypatch.delenv("R2MED_TRUST_REMOTE_CODE", raising=False)
+        with pytest.raises(DenseModelUnavailable, match="R2MED_TRUST_REMOTE_CODE=1"):
+            DenseRetriever(model).encode(["q"])
+        monkeypatch.setenv("R2MED_TRUST_REMOTE_CODE", "1")
+    with pytest.raises(ModelUnavailable) as err:  # … then the weights must be there
+        DenseRetriever(model).encode(["q"])
+    message = str(err.value)
+    assert message.startswith(f"{model.query_model} is not downloaded and the Hugging Face hub cannot be reached")
+    assert "Run once with network access" in message
+
+
+def test_cli_refuses_a_later_model_offline_in_one_line(
+    tmp_path: Path, offline_empty_hub: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["eval", "--retriever", "reasonembed-8b", "--demo", "clinical-case"]
+    assert main([*args, "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "error: hanhainebula/reason-embed-qwen3-8b-0928 is not downloaded" in err and "Traceback" not in err
+
+
+def test_the_app_says_a_later_model_is_not_downloaded(offline_empty_hub: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from views.ui import md
+
+    from .test_app import open_app
+
+    monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")  # compute at once (no Compute click) to see the failure
+    at = open_app("metrics", systems=["bm25", "qwen3-emb-4b"])
+    assert not at.exception
+    assert any(md("Qwen/Qwen3-Embedding-4B is not downloaded") in e.value for e in at.error)
     assert at.dataframe  # bm25's metrics are still shown

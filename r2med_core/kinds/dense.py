@@ -13,7 +13,15 @@ from ..data import Dataset
 from ..encoding import docs_per_s, finished_docs
 from ..progress import Progress
 from ..published import RETRIEVER_NAMES
-from ..retrieval.dense import PRESETS, DenseModel, DenseRetriever, canonical_preset, resolve_model
+from ..retrieval.dense import (
+    PRESETS,
+    REASONEMBED_PRESETS,
+    REASONEMBED_SETTING,
+    DenseModel,
+    DenseRetriever,
+    canonical_preset,
+    resolve_model,
+)
 from ..rewrite import dense_query
 from ..runs import Ranking, Run
 from ..tasks import TASKS, task_instructions
@@ -35,9 +43,9 @@ from .base import (
 #: Dense presets configured as the benchmark ran them (model, pooling, cosine, per-task instruction,
 #: document prefix, max length): the paper's retrievers, named as published.
 BENCHMARK_DENSE_PRESETS: frozenset[str] = frozenset(RETRIEVER_NAMES) - {"bm25"}
-#: Of those, the ones whose query instruction is per task (a non-R2MED dataset gets a generic one).
-TASK_INSTRUCTION_PRESETS: frozenset[str] = frozenset(
-    {"inst-l", "inst-xl", "bmr-410m", "bmr-2b", "bmr-7b", "e5", "grit", "sfr", "nv"}
+#: The dense presets whose query instruction is per task (a non-R2MED dataset gets a generic one).
+TASK_INSTRUCTION_PRESETS: frozenset[str] = (
+    frozenset({"inst-l", "inst-xl", "bmr-410m", "bmr-2b", "bmr-7b", "e5", "grit", "sfr", "nv"}) | REASONEMBED_PRESETS
 )
 
 
@@ -133,11 +141,15 @@ class DenseKind(SystemKind):
     def differences(self, spec: SystemSpec, dataset_name: str | None) -> list[str]:
         if spec.name == "minilm":
             return ["MiniLM is the offline default, not a paper model"]
-        if spec.name not in BENCHMARK_DENSE_PRESETS:
+        if spec.name in REASONEMBED_PRESETS:
+            found = [f"{spec.name} runs in {REASONEMBED_SETTING} (instructions, pooling, lengths), not the benchmark's"]
+        elif spec.name not in BENCHMARK_DENSE_PRESETS:
             return [f"dense model {spec.name!r} is not one of the benchmark's dense configurations"]
+        else:
+            found = []
         if spec.name in TASK_INSTRUCTION_PRESETS and dataset_name is not None and dataset_name not in TASKS:
-            return [f"{dataset_name} is not an R2MED task: a generic query instruction replaces the per-task one"]
-        return []
+            found.append(f"{dataset_name} is not an R2MED task: a generic query instruction replaces the per-task one")
+        return found
 
     def estimate_seconds(self, dataset: Dataset, spec: SystemSpec, k: int) -> float:
         n_docs, n_queries = len(dataset.corpus), len(dataset.queries)

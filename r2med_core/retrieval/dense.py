@@ -1,7 +1,8 @@
 """Dense retrieval: the R2MED paper's dense models configured as it ran them, over an exact index.
 
 A ``DenseModel`` says how to encode (model ids, prompts, pooling, max length, pair inputs); the
-presets are the paper's models with its exact per-task instructions. Scores are cosine
+presets are the paper's models with its exact per-task instructions, and the leading later open
+models as the ReasonEmbed authors evaluated them on R2MED (their own code's settings). Scores are cosine
 similarities for every model, as the benchmark scores them through BEIR: document vectors are
 stored L2-normalised and each query vector is normalised at search time (after any averaging of
 a rewrite's two halves). A document whose id equals the query id is never retrieved (BEIR's
@@ -32,7 +33,7 @@ from ..progress import Progress, report
 from ..tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
 
 #: Backends: how a model is loaded and called.
-BACKENDS: tuple[str, ...] = ("sentence-transformers", "bmretriever", "gritlm", "nv-embed", "openai")
+BACKENDS: tuple[str, ...] = ("sentence-transformers", "bmretriever", "last-token", "gritlm", "nv-embed", "openai")
 #: A backend's number goes up when the way it turns a text into a vector changes, so embeddings (and
 #: runs) made the old way are never reused; a backend not listed has not changed since keys were made.
 ENCODER_REVISIONS: dict[str, int] = {"openai": 2}  # 2: inputs sent as JSON string literals, as R2MED did
@@ -105,6 +106,11 @@ _BMR_QUERY = "{instruction}\nQuery: "
 _BMR_DOC = "Represent this passage\npassage: "
 _GRIT_QUERY = "<|user|>\n{instruction}\n<|embed|>\n"
 _GRIT_DOC = "<|embed|>\n"
+#: The ReasonEmbed authors' R2MED evaluation (VectorSpaceLab/agentic-search, ReasonEmbed/evaluation_r2med)
+#: words each task's instruction as the benchmark's sentence with a full stop, and wraps it in
+#: FlagEmbedding's "Instruct: {}\nQuery: {}" (ReasonIR-8B: in its own "<|user|>\n{}\n<|embed|>\n").
+_REASONEMBED_QUERY = "Instruct: {instruction}.\nQuery: "
+_REASONIR_QUERY = "<|user|>\n{instruction}.\n<|embed|>\n"
 
 
 def _instructor(name: str, size: str) -> DenseModel:
@@ -132,8 +138,27 @@ def _bmretriever(name: str, size: str, max_length: int) -> DenseModel:
     )
 
 
+#: Whose setting the presets of later models are: the ReasonEmbed paper's R2MED evaluation code.
+REASONEMBED_SETTING = "the ReasonEmbed authors' R2MED setting"
+
+
+def _reasonembed_eval(name: str, model_id: str, label: str, *, trust_remote_code: bool = False) -> DenseModel:
+    """A decoder as the ReasonEmbed authors ran it on R2MED (FlagEmbedding's decoder-only embedder:
+    last-token pooling, L2-normalised, 512 tokens each side, no document prefix)."""
+    return DenseModel(
+        name,
+        model_id,
+        query_prompt=_REASONEMBED_QUERY,
+        max_length=512,
+        backend="last-token",
+        trust_remote_code=trust_remote_code,
+        label=f"{label} ({REASONEMBED_SETTING}; not in the R2MED paper; GPU advised)",
+    )
+
+
 #: The paper's dense retrievers as it ran them (names as its results folders spell them), MedCPT as
-#: its authors meant it, and the offline MiniLM.
+#: its authors meant it, the leading open models as the ReasonEmbed authors evaluated them on R2MED
+#: (``REASONEMBED_PRESETS``), and the offline MiniLM.
 PRESETS: dict[str, DenseModel] = {
     p.name: p
     for p in (
@@ -229,8 +254,34 @@ PRESETS: dict[str, DenseModel] = {
             doc_prompt="passage: ",
             label="e5-large-v2 (not a paper model)",
         ),
+        _reasonembed_eval("reasonembed-8b", "hanhainebula/reason-embed-qwen3-8b-0928", "ReasonEmbed-Qwen3-8B"),
+        _reasonembed_eval("reasonembed-4b", "hanhainebula/reason-embed-qwen3-4b-0928", "ReasonEmbed-Qwen3-4B"),
+        _reasonembed_eval("qwen3-emb-8b", "Qwen/Qwen3-Embedding-8B", "Qwen3-Embedding-8B"),
+        _reasonembed_eval("qwen3-emb-4b", "Qwen/Qwen3-Embedding-4B", "Qwen3-Embedding-4B"),
+        _reasonembed_eval(
+            "rader-7b",
+            "Raderspace/RaDeR_gte_Qwen2-7B_MATH_LLMq_CoT_lexical",
+            "RaDeR-gte-Qwen2-7B",
+            trust_remote_code=True,
+        ),
+        _reasonembed_eval("diver-4b", "AQ-MedAI/Diver-Retriever-4B", "DIVER-Retriever-4B"),
+        DenseModel(  # through its own sentence-transformers configuration, as the ReasonEmbed authors ran it
+            "reasonir-8b",
+            "reasonir/ReasonIR-8B",
+            query_prompt=_REASONIR_QUERY,
+            doc_prompt=_GRIT_DOC,
+            max_length=512,
+            instruct_all_parts=True,
+            trust_remote_code=True,
+            label=f"ReasonIR-8B ({REASONEMBED_SETTING}; not in the R2MED paper; GPU advised)",
+        ),
     )
 }
+
+#: The presets configured as the ReasonEmbed authors evaluated each model on R2MED (not the benchmark's).
+REASONEMBED_PRESETS: frozenset[str] = frozenset(
+    {"reasonembed-8b", "reasonembed-4b", "qwen3-emb-8b", "qwen3-emb-4b", "rader-7b", "diver-4b", "reasonir-8b"}
+)
 
 #: Earlier preset names, still accepted (old URLs, scripts): each maps to its canonical preset.
 ALIASES: dict[str, str] = {"bge-large": "bge", "e5-mistral": "e5", "sfr-mistral": "sfr"}
@@ -386,23 +437,41 @@ class _GritLMEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-class _BMRetrieverEncoder:
-    """A BMRetriever decoder as its authors (and R2MED) encode with it: the text's tokens cut to
-    ``max_length - 1``, the EOS token appended, and its last hidden state taken as the embedding —
-    raw, never L2-normalised (sentence-transformers' last-token pooling would pool the last text token
-    and append no EOS). A tokenizer without a padding token pads with EOS on the left, as theirs does."""
+class _LastTokenEncoder:
+    """A decoder through transformers, embedded by the hidden state of its last attended token (found
+    from the attention mask, so either padding side works), raw: the caller normalises.
 
-    def __init__(self, model_id: str, revision: str | None, device: str, fp16: bool) -> None:
+    ``append_eos`` is BMRetriever's way, as its authors (and R2MED) encode: the text's tokens cut to
+    ``max_length - 1`` and the EOS token appended and pooled (sentence-transformers' last-token pooling
+    would pool the last text token and append no EOS). Without it, FlagEmbedding's decoder-only
+    embedder's way (the ReasonEmbed authors' R2MED evaluation): the model's own tokenizer cuts at
+    ``max_length``, keeping whatever special tokens it adds (Qwen3-Embedding's appends its EOS), and
+    pads on its own side; tokenizer and model load with the preset's ``trust_remote_code``, as
+    FlagEmbedding loads them. A tokenizer without a padding token pads with EOS on the left."""
+
+    def __init__(self, model_id: str, model: DenseModel, device: str, fp16: bool, *, append_eos: bool) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
+        remote = model.trust_remote_code
+        self.tokenizer = AutoTokenizer.from_pretrained(model_id, revision=model.revision, trust_remote_code=remote)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
             self.tokenizer.padding_side = "left"
         dtype = torch.float16 if fp16 else None
-        self.model = AutoModel.from_pretrained(model_id, revision=revision, torch_dtype=dtype).to(device).eval()
+        self.model = (
+            AutoModel.from_pretrained(model_id, revision=model.revision, torch_dtype=dtype, trust_remote_code=remote)
+            .to(device)
+            .eval()
+        )
         self.device = device
+        self.append_eos = append_eos
+
+    def _ids(self, batch: list[str], max_length: int) -> list[list[int]]:
+        if not self.append_eos:
+            return self.tokenizer(batch, max_length=max_length, truncation=True)["input_ids"]
+        ids = self.tokenizer(batch, max_length=max_length - 1, truncation=True)["input_ids"]
+        return [[*row, self.tokenizer.eos_token_id] for row in ids]
 
     def encode(self, texts: list[str], *, prompt: str, max_length: int | None, batch_size: int) -> np.ndarray:
         import torch
@@ -411,17 +480,16 @@ class _BMRetrieverEncoder:
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
                 batch = [prompt + text for text in texts[start : start + batch_size]]
-                ids = self.tokenizer(batch, max_length=(max_length or 512) - 1, truncation=True)["input_ids"]
                 inputs = self.tokenizer.pad(
-                    {"input_ids": [[*row, self.tokenizer.eos_token_id] for row in ids]},
+                    {"input_ids": self._ids(batch, max_length or 512)},
                     padding=True,
                     return_attention_mask=True,
                     return_tensors="pt",
                 ).to(self.device)
                 hidden = self.model(**inputs).last_hidden_state
                 mask = inputs["attention_mask"]
-                eos = mask.shape[1] - 1 - mask.flip(1).argmax(1)  # the last attended position, either padding side
-                parts.append(hidden[torch.arange(len(batch)), eos].float().cpu().numpy())
+                last = mask.shape[1] - 1 - mask.flip(1).argmax(1)  # the last attended position, either padding side
+                parts.append(hidden[torch.arange(len(batch)), last].float().cpu().numpy())
         width = int(self.model.config.hidden_size)
         return np.vstack(parts) if parts else np.zeros((0, width), dtype=np.float32)
 
@@ -522,8 +590,8 @@ def _load_backend(model: DenseModel, model_id: str, device: str = "cpu", fp16: b
     _check_remote_code(model)
     check_model_reachable(model_id)
     try:
-        if model.backend == "bmretriever":
-            return _BMRetrieverEncoder(model_id, model.revision, device, fp16)
+        if model.backend in ("bmretriever", "last-token"):
+            return _LastTokenEncoder(model_id, model, device, fp16, append_eos=model.backend == "bmretriever")
         return _GritLMEncoder(model_id) if model.backend == "gritlm" else _NVEmbedEncoder(model_id, model.revision)
     except Exception as err:
         cause = " ".join(str(err).split())[:200]
