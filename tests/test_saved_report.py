@@ -280,8 +280,8 @@ def _computes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
 
 
-@pytest.mark.usefixtures("_computes")
-def test_compare_page_offers_both_downloads_of_what_it_compares(monkeypatch: pytest.MonkeyPatch) -> None:
+def _record_reports(monkeypatch: pytest.MonkeyPatch) -> list[Report]:
+    """Every Report the pages build from now on, in order (the page builds one; a click saves it)."""
     import views.saved_reports as saved_reports
 
     made: list[Report] = []
@@ -292,6 +292,12 @@ def test_compare_page_offers_both_downloads_of_what_it_compares(monkeypatch: pyt
             made.append(self)
 
     monkeypatch.setattr(saved_reports, "Report", Recording)
+    return made
+
+
+@pytest.mark.usefixtures("_computes")
+def test_compare_page_offers_both_downloads_of_what_it_compares(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _record_reports(monkeypatch)
     at = open_app("compare", task=TASK, systems=["bm25", "minilm"])
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels == ["Download report (HTML)", "Download LaTeX table"]
@@ -472,16 +478,7 @@ def test_a_report_built_inside_the_app_keeps_real_distinct_colours(dataset, syst
 @pytest.mark.usefixtures("_computes")
 def test_the_metrics_page_draws_the_reports_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """One builder for page and report: the page's charts have the report's series and colours."""
-    import views.saved_reports as saved_reports
-
-    made: list[Report] = []
-
-    class Recording(Report):
-        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(saved_reports, "Report", Recording)
+    made = _record_reports(monkeypatch)
     at = open_app("metrics", task=TASK, systems=["bm25", "minilm"])
     assert not at.exception, [e.value for e in at.exception]
     page_bars, page_curves = (json.loads(c.proto.spec) for c in at.get("plotly_chart")[:2])
@@ -497,17 +494,9 @@ def test_the_metrics_page_draws_the_reports_figures(monkeypatch: pytest.MonkeyPa
 def test_a_system_chosen_but_not_computed_is_named_on_the_page_and_in_the_report(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import views.saved_reports as saved_reports
     import views.ui as ui
 
-    made: list[Report] = []
-
-    class Recording(Report):
-        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
-    monkeypatch.setattr(saved_reports, "Report", Recording)
+    made = _record_reports(monkeypatch)
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
     ready = ui.is_ready
     monkeypatch.setattr(ui, "is_ready", lambda dataset, system: system != "minilm" and ready(dataset, system))
