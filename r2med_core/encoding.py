@@ -366,7 +366,8 @@ def _encode_locked(
                     in_flight[0] += len(batch)
                     in_flight[1] += cost
                     meter.add(len(batch), cost)
-                    publish()  # progress (and a Cancel) every batch
+                    if start + BATCH_DOCS < len(positions):  # a chunk's last batch reports once it is saved,
+                        publish()  # so a Cancel there keeps it; every other batch reports (and Cancels) here
                 in_flight[0], in_flight[1] = 0, 0.0
                 yield chunk, np.concatenate(parts)
 
