@@ -110,7 +110,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- integrity
 
 
-def _open_regular(path: Path) -> int:
+def open_regular(path: Path) -> int:
     """Open a regular file for reading; a symlink, FIFO or device raises OSError (never blocks)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
@@ -120,9 +120,9 @@ def _open_regular(path: Path) -> int:
     return fd
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
-    with os.fdopen(_open_regular(path), "rb") as handle:
+    with os.fdopen(open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -154,7 +154,7 @@ def _normalized(key: dict[str, Any]) -> Any:
 def _read_manifest(folder: Path) -> dict[str, Any] | None:
     """The manifest when it is a small regular file of the expected shape, else None."""
     try:
-        with os.fdopen(_open_regular(folder / MANIFEST), "rb") as handle:
+        with os.fdopen(open_regular(folder / MANIFEST), "rb") as handle:
             raw = handle.read(_MANIFEST_MAX_BYTES + 1)
         if len(raw) > _MANIFEST_MAX_BYTES:
             return None
@@ -177,7 +177,7 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
 
 def _write_manifest(folder: Path, kind: str, key: dict[str, Any]) -> None:
     listing = _listing(folder) or {}
-    files = {name: {"size": size, "sha256": _digest(folder / name)} for name, size in sorted(listing.items())}
+    files = {name: {"size": size, "sha256": file_digest(folder / name)} for name, size in sorted(listing.items())}
     payload = {"kind": kind, "key": key, "files": files}
     (folder / MANIFEST).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
 
@@ -203,7 +203,7 @@ def is_intact(folder: Path, key: dict[str, Any] | None = None, kind: str | None 
         if set(listing) != set(files):
             return False
         for name, info in files.items():
-            if listing[name] != info["size"] or _digest(folder / name) != info["sha256"]:
+            if listing[name] != info["size"] or file_digest(folder / name) != info["sha256"]:
                 return False
     except OSError:
         return False

@@ -30,13 +30,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from r2med_core.progress import Progress, report
 from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize, tokenize_many, tokenize_to_ids
 
 if TYPE_CHECKING:
     from rank_bm25 import BM25Okapi
+    from scipy import sparse  # imported where it is used: a warm run that loads a cached run never needs it
 
 __all__ = ["ENGINES", "BM25Retriever", "lucene_weights"]
 
@@ -123,6 +123,7 @@ def lucene_weights(tokens: TokenIds, k1: float, b: float) -> tuple[np.ndarray, n
     """
     import bm25s
     from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
+    from scipy import sparse
 
     model = bm25s.BM25(k1=k1, b=b, method="lucene")
     n_docs, n_terms = len(tokens), len(tokens.terms)
@@ -336,6 +337,8 @@ class BM25Retriever:
         """The document weights as terms × documents, float64 (the products are float64 either
         way; stored so, scipy skips converting the gathered rows on every query)."""
         if self._by_term is None:
+            from scipy import sparse
+
             self._by_term = sparse.csr_matrix(
                 (self._data.astype(np.float64), self._indices, self._indptr),
                 shape=(len(self._vocab), len(self._doc_ids)),
