@@ -1,10 +1,13 @@
 """Issue 27: what a user does the second time. A cached run is found without reading the corpus,
 yet any change to the corpus's bytes gives a new key; JSONL files are streamed with the same
-messages as before."""
+messages as before; a cache entry is digested when it was built, copied or changed, not on every
+load, and damage is still found."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core import file_facts
+from r2med_core import cache, file_facts
+from r2med_core.cache import MANIFEST, cached, entry_path, is_intact
 from r2med_core.data import DataError, FileCorpus, load_beir_dir, load_dir, validate_dir
 from r2med_core.evaluation import evaluate
 from r2med_core.systems import run_system
@@ -176,3 +180,80 @@ def test_a_beir_corpus_is_remembered_apart_from_an_r2med_reading_of_the_same_fil
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     first = load_beir_dir(root)
     assert load_beir_dir(root).corpus["d1"] == first.corpus["d1"] == "Gout\nUrate crystals."
+
+
+# --------------------------------------------------------------------------- cache entries: digested when changed
+
+
+def _count_digests(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    digested: list[Path] = []
+    real = cache.file_digest
+
+    def counting(path: Path) -> str:
+        digested.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(cache, "file_digest", counting)
+    return digested
+
+
+def _build(folder: Path) -> None:
+    (folder / "data.bin").write_bytes(b"0123456789" * 1000)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "ids.txt").write_text("a\nb")
+
+
+def _load(folder: Path) -> bytes:
+    return (folder / "data.bin").read_bytes()
+
+
+def test_an_unchanged_entry_loads_without_digesting_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    cached("t", {"k": 1}, _build, _load)
+    digested = _count_digests(monkeypatch)
+    assert cached("t", {"k": 1}, lambda folder: pytest.fail("rebuilt"), _load) == b"0123456789" * 1000
+    assert digested == []
+
+
+def test_tampering_that_sets_the_mtime_back_is_still_detected() -> None:
+    cached("t", {"k": 1}, _build, _load)
+    path = entry_path("t", {"k": 1}) / "data.bin"
+    before = os.stat(path)
+    with open(path, "r+b") as handle:  # same size, same inode
+        handle.write(b"X")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert not is_intact(path.parent, {"k": 1}, "t")
+    assert cached("t", {"k": 1}, _build, _load) == b"0123456789" * 1000  # rebuilt
+
+
+def test_an_entry_checked_before_this_release_or_copied_is_digested_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    cached("t", {"k": 1}, _build, _load)
+    folder = entry_path("t", {"k": 1})
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for info in manifest["files"].values():
+        del info["seen"]  # as every manifest written before issue 27
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    copy = folder.with_name("copy")
+    shutil.copytree(folder, copy)  # new inodes
+    shutil.rmtree(folder)
+    copy.rename(folder)
+    digested = _count_digests(monkeypatch)
+    assert is_intact(folder, {"k": 1}, "t") and len(digested) == 2
+    assert is_intact(folder, {"k": 1}, "t") and len(digested) == 2  # recorded: not digested again
+    assert sorted(p.name for p in folder.iterdir()) == ["data.bin", MANIFEST, "sub"]
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no stray manifest copy
+
+
+def test_a_reopened_dense_index_is_memory_mapped_and_still_checked(tiny_r2med: Path) -> None:
+    from r2med_core.retrieval.dense import open_index
+    from r2med_core.systems import dense_retriever
+
+    dataset = load_dir(tiny_r2med)
+    built = dense_retriever(dataset, "minilm")
+    folder = entry_path("dense", built.cache_key(dataset.fingerprint))
+    index, ids = open_index(folder)
+    assert ids == list(dataset.corpus) and index.ntotal == len(ids)
+    assert (index.reconstruct_n(0, len(ids)) == built.index.reconstruct_n(0, len(ids))).all()
+    with open(folder / "index.faiss", "r+b") as handle:  # a flipped byte in the vectors, same size
+        handle.seek(-4, os.SEEK_END)
+        handle.write(b"\x00\x00\x80\x7f")
+    assert not is_intact(folder, built.cache_key(dataset.fingerprint), "dense")

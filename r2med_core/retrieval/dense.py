@@ -539,6 +539,19 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
+def open_index(folder: Path) -> tuple[Any, list[str]]:
+    """A cached index and its document ids. The flat index is memory-mapped (``IO_FLAG_MMAP_IFC``):
+    its vectors are read in place from the page cache as searches touch them, not copied up front, so
+    reopening a 357k x 384 index costs about nothing and processes sharing it share its memory."""
+    import faiss
+
+    index = faiss.read_index(str(folder / "index.faiss"), faiss.IO_FLAG_MMAP_IFC)
+    ids = (folder / "doc_ids.txt").read_text(encoding="utf-8").split("\n")
+    if index.ntotal != len(ids):
+        raise ValueError("cached index does not match its document ids")
+    return index, ids
+
+
 class DenseRetriever:
     """Encode a corpus once (cached), then rank documents by cosine similarity to each query."""
 
@@ -707,9 +720,8 @@ class DenseRetriever:
             (folder / "doc_ids.txt").write_text("\n".join(doc_ids), encoding="utf-8")
 
         def load(folder: Path) -> tuple[Any, list[str]]:
-            index = faiss.read_index(str(folder / "index.faiss"))
-            ids = (folder / "doc_ids.txt").read_text(encoding="utf-8").split("\n")
-            if index.ntotal != len(ids) or ids != list(doc_ids):
+            index, ids = open_index(folder)
+            if ids != list(doc_ids):
                 raise ValueError("cached index does not match the corpus")
             return index, ids
 
