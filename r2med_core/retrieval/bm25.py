@@ -205,9 +205,9 @@ class BM25Retriever:
     ) -> None:
         """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties).
 
-        ``workers`` processes tokenize a large corpus for the official engine (default: one per
-        idle core, none on a busy machine; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`);
-        the index is the same either way.
+        ``workers`` > 1 processes tokenize the corpus for the official engine (default: this process,
+        which costs the least CPU; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`); the
+        index is the same either way.
         """
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
