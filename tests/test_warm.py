@@ -243,7 +243,7 @@ def test_an_entry_checked_before_this_release_or_copied_is_digested_once(monkeyp
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no stray manifest copy
 
 
-def test_a_reopened_dense_index_is_memory_mapped_and_still_checked(tiny_r2med: Path) -> None:
+def test_a_reopened_dense_index_is_the_built_one_and_damage_is_still_found(tiny_r2med: Path) -> None:
     from r2med_core.retrieval.dense import open_index
     from r2med_core.systems import dense_retriever
 

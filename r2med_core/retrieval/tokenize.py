@@ -20,8 +20,8 @@ use the same grammar cut down to ASCII, which compiles in milliseconds. Stems ar
 Porter stemmer in ``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems: PyStemmer's C "porter"
 stems every word on which the two cannot differ, a copy of NLTK's module
 (:mod:`r2med_core.retrieval.porter`; importing NLTK itself takes about a second) the rest.
-:func:`tokenize_to_ids` spreads a large corpus over worker processes when there are idle cores
-for them, and merges their ids into exactly the single-process result.
+:func:`tokenize_to_ids` works in this process unless asked for worker processes (they cost more
+CPU than they save wall time here), whose ids it merges into exactly the single-process result.
 """
 
 from __future__ import annotations
