@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.bench_bm25 import K1, TOP_K, B, run_raw_bm25s
 from benchmarks.procs import gib, load_average, measure
-from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES, write_task
+from benchmarks.synthetic import ALL_DOCS, ALL_QUERIES
 
 GOAL_SECONDS, GOAL_BYTES = 120.0, 4 * 2**30
 
@@ -67,7 +68,10 @@ def ensure_task(folder: Path, n_docs: int, n_queries: int, seed: int) -> Path:
     if stamp.is_file() and json.loads(stamp.read_text()) == wanted:
         return folder
     print(f"writing a synthetic task of {n_docs:,} documents and {n_queries} queries to {folder} …", flush=True)
-    write_task(folder, n_docs, n_queries, seed)
+    # In a child process: Linux carries a process's peak memory (``ru_maxrss``) across fork and exec, so
+    # a parent that held the corpus would lend its size to every process it then measures.
+    command = [sys.executable, "-m", "benchmarks.synthetic", "--docs", str(n_docs), "--queries", str(n_queries)]
+    subprocess.run([*command, "--seed", str(seed), "--out", str(folder)], check=True, stdout=subprocess.DEVNULL)
     stamp.write_text(json.dumps(wanted))
     return folder
 

@@ -3,7 +3,9 @@
 Every entry is a folder named by a fingerprint of everything that produced it (corpus digest,
 system parameters, model revision …). It is built in a temporary folder and renamed into place,
 so a crash never leaves a half-written entry; a manifest of file sizes and SHA-256 digests is
-checked on load, so a truncated or damaged file is detected and the entry rebuilt.
+checked on load, so a truncated or damaged file is detected and the entry rebuilt. A file is
+digested when it is new to the manifest's record (built, imported, copied, written before) or has
+changed since its last check (size, mtime, ctime or inode), not on every load of a 4 GB index.
 
 Whoever can write the cache folder must not be able to make a loader hang, crash or serve the
 wrong data, so an entry is trusted only when its manifest is a small regular file of the right
@@ -52,6 +54,8 @@ STALE_BUILD_SECONDS = 10 * 60
 #: A build folder made on another host (a shared cache volume) is removed only this old.
 STALE_FOREIGN_SECONDS = 24 * 3600
 _MANIFEST_MAX_BYTES = 16 << 20
+#: The mtime a check gives each file of an entry (2000-01-01): any write sets it to now.
+SEAL_NS = 946_684_800 * 10**9
 _HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
 _BUILD_NAME = re.compile(r"^\.build-[0-9a-f]+-([0-9a-f]{8})-(\d+)-")
 
@@ -84,13 +88,17 @@ def _umask() -> int:
     return 0o022
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, scratch: Path | None = None) -> None:
     """Write a file so readers see the old content or the new, never a partial one.
 
-    The file gets the permissions any new file would (``0666 & ~umask``), not mkstemp's 0600.
+    The file gets the permissions any new file would (``0666 & ~umask``), not mkstemp's 0600. The
+    new content is written in ``scratch`` (default: the file's folder; the same file system) first.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if scratch is None:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    else:  # named like a build folder, so a crash's leftover is swept
+        fd, tmp = tempfile.mkstemp(dir=scratch, prefix=f".build-{path.parent.name}-{path.name}-", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
@@ -110,7 +118,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- integrity
 
 
-def _open_regular(path: Path) -> int:
+def open_regular(path: Path) -> int:
     """Open a regular file for reading; a symlink, FIFO or device raises OSError (never blocks)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
@@ -120,19 +128,19 @@ def _open_regular(path: Path) -> int:
     return fd
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
-    with os.fdopen(_open_regular(path), "rb") as handle:
+    with os.fdopen(open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _listing(folder: Path) -> dict[str, int] | None:
-    """``{relative path: size}`` of every file under ``folder``; None if anything is not a plain file or folder."""
+def _files(folder: Path) -> dict[str, os.stat_result] | None:
+    """``{relative path: lstat}`` of every file under ``folder``; None if anything is not a plain file or folder."""
     if not stat.S_ISDIR(os.lstat(folder).st_mode):
         return None
-    files: dict[str, int] = {}
+    files: dict[str, os.stat_result] = {}
     for parent, dirs, names in os.walk(folder, followlinks=False):
         for name in dirs:
             if not stat.S_ISDIR(os.lstat(os.path.join(parent, name)).st_mode):
@@ -142,8 +150,30 @@ def _listing(folder: Path) -> dict[str, int] | None:
             info = os.lstat(full)
             if not stat.S_ISREG(info.st_mode):
                 return None  # a symlink, FIFO, socket or device
-            files[Path(os.path.relpath(full, folder)).as_posix()] = info.st_size
+            files[Path(os.path.relpath(full, folder)).as_posix()] = info
     return files
+
+
+def _listing(folder: Path) -> dict[str, int] | None:
+    """``{relative path: size}`` of every file under ``folder``; None if anything is not a plain file or folder."""
+    files = _files(folder)
+    return None if files is None else {name: info.st_size for name, info in files.items()}
+
+
+def _seen(info: os.stat_result) -> list[int]:
+    """What the manifest records of a checked file besides size and digest: ``[mtime_ns, ctime_ns, inode]``."""
+    return [info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+
+def _seal(path: Path) -> list[int] | None:
+    """Mark a file whose digest is about to be checked: its mtime is set to ``SEAL_NS``, so any later
+    write (which sets it to now, even in the same tick of the file system's clock) or ``utime`` shows;
+    returns what to record, or None where the file cannot be marked (a read-only cache)."""
+    try:
+        os.utime(path, ns=(SEAL_NS, SEAL_NS), follow_symlinks=False)
+        return _seen(os.lstat(path))
+    except (OSError, NotImplementedError):
+        return None
 
 
 def _normalized(key: dict[str, Any]) -> Any:
@@ -154,7 +184,7 @@ def _normalized(key: dict[str, Any]) -> Any:
 def _read_manifest(folder: Path) -> dict[str, Any] | None:
     """The manifest when it is a small regular file of the expected shape, else None."""
     try:
-        with os.fdopen(_open_regular(folder / MANIFEST), "rb") as handle:
+        with os.fdopen(open_regular(folder / MANIFEST), "rb") as handle:
             raw = handle.read(_MANIFEST_MAX_BYTES + 1)
         if len(raw) > _MANIFEST_MAX_BYTES:
             return None
@@ -170,16 +200,36 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
             and info["size"] >= 0
             and isinstance(info.get("sha256"), str)
             and name != MANIFEST
+            and ("seen" not in info or _is_seen(info["seen"]))
         ):
             return None
     return manifest
 
 
+def _is_seen(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 3 and all(type(n) is int for n in value)
+
+
 def _write_manifest(folder: Path, kind: str, key: dict[str, Any]) -> None:
-    listing = _listing(folder) or {}
-    files = {name: {"size": size, "sha256": _digest(folder / name)} for name, size in sorted(listing.items())}
+    files: dict[str, dict[str, Any]] = {}
+    for name, size in sorted((_listing(folder) or {}).items()):
+        seen = _seal(folder / name)
+        files[name] = {"size": size, "sha256": file_digest(folder / name), **({"seen": seen} if seen else {})}
     payload = {"kind": kind, "key": key, "files": files}
     (folder / MANIFEST).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+
+
+def _record_seen(folder: Path, manifest: dict[str, Any], seen: dict[str, list[int]]) -> None:
+    """Record files just digested as checked, so the next load trusts them without a digest. The new
+    manifest is written beside the entry and renamed into it (an entry never holds a stray file);
+    where the cache is read-only, the next load digests them again."""
+    for name, now in seen.items():
+        manifest["files"][name]["seen"] = now
+    text = json.dumps(manifest, indent=1, default=str)
+    try:
+        atomic_write_bytes(folder / MANIFEST, text.encode("utf-8"), scratch=folder.parent)
+    except OSError:
+        pass
 
 
 def is_intact(folder: Path, key: dict[str, Any] | None = None, kind: str | None = None) -> bool:
@@ -187,6 +237,12 @@ def is_intact(folder: Path, key: dict[str, Any] | None = None, kind: str | None 
 
     With ``key`` (and ``kind``), the manifest must also record that key: an entry copied or renamed
     under another entry's name is never served.
+
+    A file is digested when it was not checked before or has changed since (its size, mtime, ctime or
+    inode differ from the manifest's record of its last check), not on every load: a build, an import
+    or a copy digests, a load of an unchanged entry reads its manifest and stats its files. Every
+    write or ``utime`` changes ctime, which no user can set back, and a check marks each file's mtime
+    (``_seal``) so even a write within the same clock tick shows.
     """
     try:
         manifest = _read_manifest(folder)
@@ -196,15 +252,25 @@ def is_intact(folder: Path, key: dict[str, Any] | None = None, kind: str | None 
             return False
         if kind is not None and manifest.get("kind") != kind:
             return False
-        listing = _listing(folder)
-        if listing is None or listing.pop(MANIFEST, None) is None:
+        stats = _files(folder)
+        if stats is None or stats.pop(MANIFEST, None) is None:
             return False
         files: dict[str, dict[str, Any]] = manifest["files"]
-        if set(listing) != set(files):
+        if set(stats) != set(files):
             return False
+        checked: dict[str, list[int]] = {}
         for name, info in files.items():
-            if listing[name] != info["size"] or _digest(folder / name) != info["sha256"]:
+            if stats[name].st_size != info["size"]:
                 return False
+            if info.get("seen") == _seen(stats[name]):
+                continue
+            now = _seal(folder / name)
+            if file_digest(folder / name) != info["sha256"]:
+                return False
+            if now is not None:
+                checked[name] = now
+        if checked:
+            _record_seen(folder, manifest, checked)
     except OSError:
         return False
     return True

@@ -12,13 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import file_facts
 from .tasks import REWRITE_METHODS, TASKS, Family
 
 #: The embedded demo tasks, one per R2MED family (folders under ``r2med_core/demo/``).
@@ -110,7 +113,7 @@ class Dataset:
     """
 
     name: str
-    corpus: dict[str, str]
+    corpus: Mapping[str, str]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     source: str
@@ -126,11 +129,11 @@ class Dataset:
 
     @cached_property
     def fingerprint(self) -> str:
-        """A digest of document ids and texts: the key of every index built on this corpus."""
-        digest = hashlib.sha256()
-        for doc_id, text in self.corpus.items():
-            digest.update(doc_id.encode("utf-8") + b"\x00" + text.encode("utf-8") + b"\x01")
-        return digest.hexdigest()[:20]
+        """A digest of document ids and texts: the key of every index built on this corpus (a corpus
+        read from a file knows it without reading the file again)."""
+        if isinstance(self.corpus, FileCorpus):
+            return self.corpus.fingerprint
+        return corpus_fingerprint(self.corpus.items())
 
     @cached_property
     def content_digest(self) -> str:
@@ -228,14 +231,29 @@ def _grade_problem(grade: int) -> str | None:
     return f"relevance grade {grade} is outside 0-{MAX_GRADE}"
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line number, object)`` for each non-blank line; collect problems as DataError."""
-    problems: list[Problem] = []
-    rows: list[tuple[int, dict[str, Any]]] = []
-    raw = _read_bytes(path)
-    for number, line in enumerate(raw.split(b"\n"), start=1):
+def _lines(path: Path, digest: Any = None) -> Iterator[tuple[int, bytes]]:
+    """Stream ``(line number, line)`` of a file, one line at a time (without its newline, and without a
+    leading UTF-8 byte-order mark: it would rename the first id); ``digest.update`` sees every byte
+    read, so the caller learns the bytes' digest in the same pass."""
+    if not path.is_file():
+        raise DataError([Problem(str(path), None, "file not found")])
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if digest is not None:
+                digest.update(line)
+            if number == 1:
+                line = line.removeprefix(b"\xef\xbb\xbf")
+            yield number, line[:-1] if line.endswith(b"\n") else line
+
+
+def _read_jsonl(path: Path, problems: list[Problem], digest: Any = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, object)`` for each good non-blank line as it is read; bad lines (and an
+    empty file) are added to ``problems``, which the caller raises with its own as one DataError."""
+    seen = False
+    for number, line in _lines(path, digest):
         if not line.strip():
             continue
+        seen = True
         try:
             obj = _parse_json(line)
         except ValueError as err:
@@ -244,12 +262,9 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not isinstance(obj, dict):
             problems.append(Problem(str(path), number, "expected a JSON object per line"))
             continue
-        rows.append((number, obj))
-    if not rows and not problems:
+        yield number, obj
+    if not seen:
         problems.append(Problem(str(path), None, "file is empty"))
-    if problems:
-        raise DataError(problems)
-    yield from rows
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -268,13 +283,15 @@ def _as_id(value: Any) -> str | None:
     return None
 
 
-def _read_texts(path: Path, id_field: str, text_fields: tuple[str, ...]) -> tuple[dict[str, str], dict[str, dict]]:
+def _read_texts(
+    path: Path, id_field: str, text_fields: tuple[str, ...], digest: Any = None
+) -> tuple[dict[str, str], dict[str, dict]]:
     """Read ``{id, text…}`` rows: ids unique, text a string; other fields kept as metadata."""
     texts: dict[str, str] = {}
     meta: dict[str, dict] = {}
     problems: list[Problem] = []
     first_line: dict[str, int] = {}
-    for number, obj in _read_jsonl(path):
+    for number, obj in _read_jsonl(path, problems, digest):
         raw_id = obj.get(id_field)
         item_id = _as_id(raw_id)
         if raw_id is None:
@@ -311,10 +328,152 @@ def _read_texts(path: Path, id_field: str, text_fields: tuple[str, ...]) -> tupl
     return texts, meta
 
 
+# --------------------------------------------------------------------------- corpora read on demand
+
+#: Bump when reading a corpus file would yield other documents or reject others: what an older reader
+#: remembered about a file (``file_facts``) is then not used.
+CORPUS_READER_VERSION = 1
+
+
+def corpus_fingerprint(items: Iterable[tuple[str, str]]) -> str:
+    """A digest of document ids and texts: the key of every index built on this corpus."""
+    digest = hashlib.sha256()
+    for doc_id, text in items:
+        digest.update(doc_id.encode("utf-8") + b"\x00" + text.encode("utf-8") + b"\x01")
+    return digest.hexdigest()[:20]
+
+
+class FileCorpus(Mapping[str, str]):
+    """A corpus file's documents, in file order, read from the file only when a text or id is needed.
+
+    A warm start needs only what a full read remembered (``file_facts``): the fingerprint that keys
+    every index and run, the number of documents, which judged documents are absent. The texts are
+    read on first use (the explorer's previews, indexing, the Overview's statistics) and must still be
+    the ones remembered: a file changed since is a DataError asking to load the dataset again.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        fields: tuple[str, tuple[str, ...]],
+        read: file_facts.Remembered,
+        texts: dict[str, str] | None = None,
+    ) -> None:
+        self.path, self.fields, self._read = path, fields, read
+        self._texts = texts
+        self._lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self._read.facts["fingerprint"])
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the texts are in memory (a warm start has not read them)."""
+        return self._texts is not None
+
+    def texts(self) -> dict[str, str]:
+        """Every document, read from the file on first use."""
+        with self._lock:
+            if self._texts is None:
+                texts, _ = _read_texts(self.path, *self.fields)
+                if corpus_fingerprint(texts.items()) != self.fingerprint:
+                    message = "the file changed since the dataset was loaded: load the dataset again"
+                    raise DataError([Problem(str(self.path), None, message)])
+                self._texts = texts
+            return self._texts
+
+    def __getitem__(self, doc_id: str) -> str:
+        return self.texts()[doc_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.texts())
+
+    def __len__(self) -> int:
+        return int(self._read.facts["documents"])
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.texts()
+
+    def keys(self):  # type: ignore[override]  # the dict's own views: no lookup per document
+        return self.texts().keys()
+
+    def values(self):  # type: ignore[override]
+        return self.texts().values()
+
+    def items(self):  # type: ignore[override]
+        return self.texts().items()
+
+    def get(self, doc_id: str, default: Any = None) -> Any:
+        return self.texts().get(doc_id, default)
+
+    def absent(self, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` name no document. Remembered for the last set of ids asked about (a task's
+        judged documents), so a warm start counts the judged documents the corpus lacks without it."""
+        wanted = sorted(set(ids))
+        key = hashlib.sha256("\x00".join(wanted).encode("utf-8")).hexdigest()
+        known = self._read.facts.get("absent")
+        if isinstance(known, dict) and known.get("ids") == key and isinstance(known.get("absent"), list):
+            return {str(doc_id) for doc_id in known["absent"]}
+        texts = self.texts()
+        found = {doc_id for doc_id in wanted if doc_id not in texts}
+        facts = {**self._read.facts, "absent": {"ids": key, "absent": sorted(found)}}
+        self._read = replace(self._read, facts=facts)
+        if self._read.identity:
+            file_facts.remember(self.path, _corpus_reader(self.fields), self._read)
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def _corpus_reader(fields: tuple[str, tuple[str, ...]]) -> str:
+    return f"corpus-v{CORPUS_READER_VERSION}:{fields[0]}:{','.join(fields[1])}"
+
+
+def _usable_facts(facts: dict[str, Any]) -> bool:
+    return (
+        isinstance(facts.get("fingerprint"), str)
+        and type(facts.get("documents")) is int
+        and facts["documents"] >= 0
+    )
+
+
+def _read_corpus(path: Path, id_field: str, text_fields: tuple[str, ...]) -> FileCorpus:
+    """The corpus of a file: from what a full read of these very bytes remembered when there is such a
+    read (nothing is read now), else read in full (validated; its facts are remembered for next time)."""
+    fields = (id_field, text_fields)
+    reader = _corpus_reader(fields)
+    remembered = file_facts.recall(path, reader)
+    if remembered is not None and _usable_facts(remembered.facts):
+        return FileCorpus(path, fields, remembered)
+    seen, started = file_facts.identity(path), time.time_ns()
+    digest = hashlib.sha256()
+    texts, _ = _read_texts(path, id_field, text_fields, digest)
+    facts = {"fingerprint": corpus_fingerprint(texts.items()), "documents": len(texts)}
+    if seen is None or file_facts.identity(path) != seen:  # changed while it was read: remember nothing
+        seen = []
+    read = file_facts.Remembered(seen, digest.hexdigest(), started, facts)
+    if seen:
+        file_facts.remember(path, reader, read)
+    return FileCorpus(path, fields, read, texts)
+
+
+def _absent(corpus: Mapping[str, str], ids: Iterable[str]) -> set[str]:
+    """Which of ``ids`` name no document of the corpus (without reading a remembered corpus file)."""
+    if isinstance(corpus, FileCorpus):
+        return corpus.absent(ids)
+    return {doc_id for doc_id in ids if doc_id not in corpus}
+
+
 def _read_qrels_jsonl(path: Path) -> list[tuple[int, str, str, int]]:
     out: list[tuple[int, str, str, int]] = []
     problems: list[Problem] = []
-    for number, obj in _read_jsonl(path):
+    for number, obj in _read_jsonl(path, problems):
         missing = [name for name in ("q_id", "p_id", "score") if name not in obj]
         if missing:
             problems.append(Problem(str(path), number, "missing field(s) " + ", ".join(f'"{m}"' for m in missing)))
@@ -359,8 +518,7 @@ def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
     """TREC qrels (``qid 0 docid rel``), three-column (``qid docid rel``) or BEIR tsv with header."""
     out: list[tuple[int, str, str, int]] = []
     problems: list[Problem] = []
-    raw = _read_bytes(path)
-    for number, line in enumerate(raw.split(b"\n"), start=1):
+    for number, line in _lines(path):
         try:
             text = line.decode("utf-8").strip()
         except UnicodeDecodeError as err:
@@ -443,9 +601,10 @@ def _grade_text(grade: int | None) -> str:
 
 
 def _build_qrels(
-    rows: list[tuple[int, str, str, int]], path: Path, queries: dict[str, str], corpus: dict[str, str]
+    rows: list[tuple[int, str, str, int]], path: Path, queries: dict[str, str], absent: set[str]
 ) -> tuple[dict[str, dict[str, int]], int, int, int]:
-    """The qrels exactly as pytrec_eval gets them in the benchmark: last line wins, unknown documents kept.
+    """The qrels exactly as pytrec_eval gets them in the benchmark: last line wins, unknown documents
+    (``absent`` from the corpus) kept.
 
     Returns ``(qrels, unknown query lines, unknown document lines, duplicate lines)``.
     """
@@ -459,7 +618,7 @@ def _build_qrels(
         if qid not in queries:
             unknown_q += 1
             continue
-        if did not in corpus:
+        if did in absent:
             unknown_d += 1
         qrels.setdefault(qid, {})[did] = grade
     return qrels, unknown_q, unknown_d, duplicates
@@ -498,7 +657,7 @@ def _read_rewrites(
 def _assemble(
     name: str,
     source: str,
-    corpus: dict[str, str],
+    corpus: Mapping[str, str],
     queries: dict[str, str],
     query_meta: dict[str, dict],
     qrels_rows: list[tuple[int, str, str, int]],
@@ -509,7 +668,8 @@ def _assemble(
     meta: dict[str, Any],
     rewrite_queries: dict[tuple[str, str], dict[str, str]] | None = None,
 ) -> Dataset:
-    qrels, unknown_q, unknown_d, duplicates = _build_qrels(qrels_rows, qrels_path, queries, corpus)
+    absent = _absent(corpus, {did for _, _, did, _ in qrels_rows})
+    qrels, unknown_q, unknown_d, duplicates = _build_qrels(qrels_rows, qrels_path, queries, absent)
     report = LoadReport(
         unknown_qrels_queries=unknown_q,
         unknown_qrels_documents=unknown_d,
@@ -518,7 +678,7 @@ def _assemble(
         duplicate_qrels=duplicates,
         queries_without_positives=tuple(q for q in queries if qrels.get(q) and max(qrels[q].values()) <= 0),
         queries_only_unknown_documents=tuple(
-            q for q in queries if qrels.get(q) and not any(d in corpus for d in qrels[q])
+            q for q in queries if qrels.get(q) and all(d in absent for d in qrels[q])
         ),
     )
     return Dataset(
@@ -559,11 +719,11 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
         raise DataError([Problem(str(root), None, "folder not found")])
     name = name or root.name
     problems: list[Problem] = []
-    corpus: dict[str, str] = {}
+    corpus: Mapping[str, str] = {}
     queries: dict[str, str] = {}
     query_meta: dict[str, dict] = {}
     try:
-        corpus, _ = _read_texts(root / "corpus.jsonl", "id", ("text",))
+        corpus = _read_corpus(root / "corpus.jsonl", "id", ("text",))
     except DataError as err:
         problems += err.problems
     try:
@@ -601,11 +761,11 @@ def load_beir_dir(path: str | Path, name: str | None = None, split: str = "test"
     if not root.is_dir():
         raise DataError([Problem(str(root), None, "folder not found")])
     problems: list[Problem] = []
-    corpus: dict[str, str] = {}
+    corpus: Mapping[str, str] = {}
     queries: dict[str, str] = {}
     query_meta: dict[str, dict] = {}
     try:
-        corpus, _ = _read_texts(root / "corpus.jsonl", "_id", ("title", "text"))
+        corpus = _read_corpus(root / "corpus.jsonl", "_id", ("title", "text"))
     except DataError as err:
         problems += err.problems
     try:

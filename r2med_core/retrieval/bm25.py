@@ -38,13 +38,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from r2med_core.progress import Progress, report
 from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize, tokenize_many, tokenize_to_ids
 
 if TYPE_CHECKING:
     from rank_bm25 import BM25Okapi
+    from scipy import sparse  # imported where it is used: a warm run that loads a cached run never needs it
 
 __all__ = ["ENGINES", "QUERY_LENGTHS", "BM25Retriever", "lucene_weights"]
 
@@ -137,6 +137,7 @@ def lucene_weights(tokens: TokenIds, k1: float, b: float) -> tuple[np.ndarray, n
     """
     import bm25s
     from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
+    from scipy import sparse
 
     model = bm25s.BM25(k1=k1, b=b, method="lucene")
     n_docs, n_terms = len(tokens), len(tokens.terms)
@@ -218,9 +219,9 @@ class BM25Retriever:
     ) -> None:
         """Build the index; ``doc_ids[i]`` names ``texts[i]`` (corpus order breaks ties).
 
-        ``workers`` processes tokenize a large corpus for the official engine (default: one per
-        idle core, none on a busy machine; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`);
-        the index is the same either way.
+        ``workers`` > 1 processes tokenize the corpus for the official engine (default: this process,
+        which costs the least CPU; see :func:`~r2med_core.retrieval.tokenize.tokenize_to_ids`); the
+        index is the same either way.
         """
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
@@ -362,6 +363,8 @@ class BM25Retriever:
         """The document weights as terms × documents, float64 (the products are float64 either
         way; stored so, scipy skips converting the gathered rows on every query)."""
         if self._by_term is None:
+            from scipy import sparse
+
             self._by_term = sparse.csr_matrix(
                 (self._data.astype(np.float64), self._indices, self._indptr),
                 shape=(len(self._vocab), len(self._doc_ids)),
