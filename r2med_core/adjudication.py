@@ -259,13 +259,18 @@ def describe(unit: Unit) -> str:
 # --------------------------------------------------------------------------- the queue
 
 
+def item_of(annotation: Annotation) -> Item:
+    """The unit a label is on, and the vocabulary it rates in."""
+    unit = (annotation.dataset, annotation.task, annotation.query_id, annotation.doc_id)
+    return (unit, vocabulary_of(annotation))
+
+
 def latest_ratings(labels: Iterable[Annotation]) -> dict[Item, dict[str, Annotation]]:
     """Each unit's label per annotator in each vocabulary: an annotator's latest grade on a document and
     their latest failure type on it stand for them side by side (one never hides the other)."""
     out: dict[Item, dict[str, Annotation]] = {}
     for annotation in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
-        unit = (annotation.dataset, annotation.task, annotation.query_id, annotation.doc_id)
-        out.setdefault((unit, vocabulary_of(annotation)), {})[annotation.annotator] = annotation
+        out.setdefault(item_of(annotation), {})[annotation.annotator] = annotation
     return out
 
 

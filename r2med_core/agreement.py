@@ -29,16 +29,11 @@ import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import fleiss_kappa
 
-from .adjudication import Decision, Item, current, latest_ratings
+from .adjudication import Decision, current, item_of, latest_ratings
 from .annotations import Annotation, Vocabulary, rating_of, vocabulary_of
 
 #: Both vocabularies, in the order the pages show them.
 VOCABULARIES: tuple[Vocabulary, ...] = ("grade", "failure type")
-
-
-def item_of(annotation: Annotation) -> Item:
-    unit = (annotation.dataset, annotation.task, annotation.query_id, annotation.doc_id)
-    return (unit, vocabulary_of(annotation))
 
 
 @dataclass(frozen=True)

@@ -356,7 +356,7 @@ table = labels_frame(everything)
 if table.empty and sight.notice():
     st.caption("No labels to show you (see above).")
 elif table.empty:
-    st.info("No labels yet. Open the Query explorer, pick a query and use **Label a failure** under it.")
+    st.info("No labels yet. Open the Query explorer, pick a query and grade a document or label a failure under it.")
 else:
     st.subheader("All labels")
     c = st.columns(4)
