@@ -31,7 +31,7 @@ import io
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 from .adjudication import Decision, current, history
 from .annotations import Annotation, AnnotationStore, Qrels, grade_of
@@ -40,7 +40,6 @@ from .data import DataError, Dataset, Problem
 Pair = tuple[str, str, str, str]  # (dataset, task, query_id, doc_id)
 #: Where a team judgement comes from.
 Source = Literal["agreed", "accepted", "not relevant", "adjudicated"]
-SOURCES: tuple[Source, ...] = get_args(Source)
 
 
 # --------------------------------------------------------------------------- one pair's grades
