@@ -237,7 +237,8 @@ if len(waiting) > PAGE:
 if decided:
     with st.expander(f"Decided ({len(decided)}) — history, and superseding a decision"):
         for item in decided[:PAGE]:
-            earlier = [d for d in decisions if d.unit == item.unit and d.id != (item.decision and item.decision.id)]
+            same = (item.unit, item.vocabulary)
+            earlier = [d for d in decisions if d.item == same and d.id != (item.decision and item.decision.id)]
             if earlier:
                 st.caption("Superseded: " + "; ".join(_decision_line(d) for d in earlier))
             _item(item)
