@@ -1,47 +1,51 @@
 """Adjudication: a reviewer settles a unit whose annotators disagree, without touching their labels.
 
-A *decision* names the adjudicated failure type of a unit (a whole query, or a (query, document) pair)
-and, for a document, optionally the judgement grade it deserves. Decisions live in their own table
-(``adjudications``, schema 4), one row each: a later decision on a unit *supersedes* the current one
-(``supersedes`` names it) and the history is kept, so who decided what, when and why can always be
-read back. The labels are never changed by a decision.
+Annotators disagree in one of two vocabularies (``annotations.Vocabulary``): on a document's relevance
+grade, or on the failure type of a unit (a whole query, or a (query, document) pair). A *decision*
+settles one of them: a grade (stored as its ``grade_<n>`` code with that grade), or the adjudicated
+failure type and, for a document, optionally the judgement grade it deserves. Decisions live in their
+own table (``adjudications``, schema 4), one row each: a later decision on a unit in the same
+vocabulary *supersedes* the current one (``supersedes`` names it) and the history is kept, so who
+decided what, when and why can always be read back. The labels are never changed by a decision.
 
 Rules, checked in the decision's own locked transaction so two reviewers cannot race:
 
 * nobody adjudicates a unit they labelled (``SelfAdjudication``), as nobody reviews their own label;
 * a reviewer replaces only the decision they saw (``StaleDecision`` when another landed meanwhile).
 
-Decisions with a grade become qrels *additions* (a pair the task never judged) and *corrections* (a
-judged pair whose grade the reviewer changed), exported as TREC qrels text and CSV.
+The standing decisions' grades are the last layer of the team's qrels (``team``): *additions* (a pair
+the task never judged) and *corrections* (a judged pair whose grade the reviewer changed).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .annotation_backends import ADJUDICATION_COLUMNS
 from .annotations import (
+    GRADES,
     Annotation,
     AnnotationStore,
-    Qrels,
+    Vocabulary,
     _normalise_time,
     check_storable,
     check_whole_number,
-    extended_qrels,
     get_failure_type,
+    grade_code,
+    grade_of,
+    rating_of,
     utc_now,
+    vocabulary_of,
 )
-from .data import DataError, Dataset, Problem
-from .evaluation import Results, evaluate
 from .identity import PermissionDenied
-from .runs import Run
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
+#: What annotators can disagree on, and a decision settles: a unit, in one vocabulary.
+Item = tuple[Unit, Vocabulary]
 
 _SELECT = f"SELECT {', '.join(ADJUDICATION_COLUMNS)} FROM adjudications"
 
@@ -58,9 +62,10 @@ class StaleDecision(ValueError):
 class Decision:
     """One reviewer's decision on one unit. Construction validates it, so a bad one never reaches the store.
 
-    ``grade`` (documents only): the judgement the pair deserves, None to leave the judgements as they are;
-    a ``relevant_unjudged`` decision needs a grade of 1 or more. ``label_ids``: the labels on the unit
-    when it was decided (what the reviewer saw). ``supersedes``: the decision this one replaced.
+    ``grade`` (documents only): the judgement the pair deserves, None to leave the judgements as they are.
+    A decision on a grade (``failure_type`` a relevance code) has the grade its code stands for (given or
+    not); an older ``relevant_unjudged`` one names a grade of 1 or more. ``label_ids``: the labels on the
+    unit when it was decided (what the reviewer saw). ``supersedes``: the decision this one replaced.
     """
 
     id: int | None = None
@@ -93,14 +98,42 @@ class Decision:
         check_whole_number("grade", self.grade, 0)
         if self.grade is not None and self.doc_id is None:
             raise ValueError("a grade judges a (query, document) pair: a decision on a whole query has none")
-        if self.failure_type == "relevant_unjudged" and (self.grade is None or self.grade < 1):
-            raise ValueError("a 'relevant but unjudged' decision needs the grade the document deserves (1 or more)")
+        if self.failure_type == "relevant_unjudged":
+            if self.grade is None or self.grade < 1:
+                raise ValueError("a 'relevant but unjudged' decision needs the grade the document deserves (1 or more)")
+        elif (implied := grade_of(self.failure_type)) is not None:
+            if self.grade not in (None, implied):
+                raise ValueError(f"a decision for grade {implied} cannot give the pair grade {self.grade}")
+            object.__setattr__(self, "grade", implied)
         object.__setattr__(self, "decided_at", _normalise_time(self.decided_at, "decided_at"))
         object.__setattr__(self, "label_ids", tuple(int(i) for i in self.label_ids))
 
     @property
     def unit(self) -> Unit:
         return (self.dataset, self.task, self.query_id, self.doc_id)
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """What it settles: a disagreement on the grade, or on the failure type."""
+        return vocabulary_of(self.failure_type)
+
+    @property
+    def item(self) -> Item:
+        return (self.unit, self.vocabulary)
+
+    @property
+    def judged(self) -> int | None:
+        """The grade it gives the pair, None when it leaves the judgements as they are (a decision on a
+        grade always gives one: a stored one without names the grade its code stands for)."""
+        return self.grade if self.grade is not None else grade_of(self.failure_type)
+
+    @property
+    def rating(self) -> str:
+        """What it says, as ``annotations.rating_of`` says it of a label: the labels it settles compare to it."""
+        judged = self.judged
+        if self.vocabulary != "grade" or judged is None:
+            return self.failure_type
+        return grade_code(min(judged, GRADES[-1]))  # a grade above the scale (written by hand) rates as its top
 
     @classmethod
     def _from_row(cls, row: Sequence[Any]) -> Decision:
@@ -129,12 +162,13 @@ def decide(
     reason: str = "",
     replacing: int | None = None,
 ) -> Decision:
-    """Record ``reviewer``'s decision on ``unit`` and return it with its id.
+    """Record ``reviewer``'s decision on ``unit`` and return it with its id: a grade (``failure_type`` a
+    relevance code) or a failure type, each settling the unit's disagreement in that vocabulary.
 
-    ``replacing``: the id of the current decision the reviewer saw (None when the unit had none); when
-    another decision landed since, StaleDecision is raised and nothing is written. SelfAdjudication when
-    the reviewer labelled the unit (names compare case-insensitively); ValueError for a bad decision or
-    a unit without labels. Labels and earlier decisions are never changed.
+    ``replacing``: the id of the current decision in that vocabulary the reviewer saw (None when the unit
+    had none); when another decision landed since, StaleDecision is raised and nothing is written.
+    SelfAdjudication when the reviewer labelled the unit (names compare case-insensitively); ValueError
+    for a bad decision or a unit without labels. Labels and earlier decisions are never changed.
     """
     dataset, task, query_id, doc_id = unit
     decision = Decision(
@@ -155,9 +189,11 @@ def decide(
         if not labels:
             raise ValueError(f"no labels on {describe(key)}: only a labelled unit is adjudicated")
         check_not_own_unit(decision.reviewer, (annotator for _, annotator in labels), key)
-        current = conn.execute(
-            f"SELECT id, reviewer, decided_at FROM adjudications WHERE {_unit_where()} ORDER BY id DESC LIMIT 1", key
-        ).fetchone()
+        earlier = conn.execute(
+            f"SELECT id, reviewer, decided_at, failure_type FROM adjudications WHERE {_unit_where()} ORDER BY id DESC",
+            key,
+        ).fetchall()
+        current = next((row for row in earlier if vocabulary_of(str(row[3])) == decision.vocabulary), None)
         current_id = None if current is None else int(current[0])
         if current_id != replacing:
             seen = "no decision" if replacing is None else f"decision #{replacing}"
@@ -211,11 +247,12 @@ def history(
     return [Decision._from_row(row) for row in rows]
 
 
-def current(decisions: Iterable[Decision]) -> dict[Unit, Decision]:
-    """The standing decision per unit: the latest recorded (ids grow with time in both databases)."""
-    out: dict[Unit, Decision] = {}
+def current(decisions: Iterable[Decision]) -> dict[Item, Decision]:
+    """The standing decision per unit and vocabulary: the latest recorded (ids grow with time in both
+    databases)."""
+    out: dict[Item, Decision] = {}
     for decision in sorted(decisions, key=lambda d: d.id or 0):
-        out[decision.unit] = decision
+        out[decision.item] = decision
     return out
 
 
@@ -228,24 +265,32 @@ def describe(unit: Unit) -> str:
 # --------------------------------------------------------------------------- the queue
 
 
-def latest_labels(labels: Iterable[Annotation]) -> dict[Unit, dict[str, Annotation]]:
-    """Each unit's label per annotator (an annotator's latest label on a unit stands for them)."""
-    out: dict[Unit, dict[str, Annotation]] = {}
+def item_of(annotation: Annotation) -> Item:
+    """The unit a label is on, and the vocabulary it rates in."""
+    unit = (annotation.dataset, annotation.task, annotation.query_id, annotation.doc_id)
+    return (unit, vocabulary_of(annotation))
+
+
+def latest_ratings(labels: Iterable[Annotation]) -> dict[Item, dict[str, Annotation]]:
+    """Each unit's label per annotator in each vocabulary: an annotator's latest grade on a document and
+    their latest failure type on it stand for them side by side (one never hides the other)."""
+    out: dict[Item, dict[str, Annotation]] = {}
     for annotation in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
-        key = (annotation.dataset, annotation.task, annotation.query_id, annotation.doc_id)
-        out.setdefault(key, {})[annotation.annotator] = annotation
+        out.setdefault(item_of(annotation), {})[annotation.annotator] = annotation
     return out
 
 
 @dataclass(frozen=True)
 class AdjudicationItem:
-    """A unit whose annotators disagree, with its labels and its standing decision (None: undecided).
+    """A unit whose annotators disagree in one vocabulary (``vocabulary``: on the grade, or on the failure
+    type), with those labels and its standing decision in that vocabulary (None: undecided).
 
     ``reopened``: labels arrived after the decision (they were not among those the reviewer saw).
     ``suggestions``: a model's proposals on the unit, shown to the reviewer; they are not labels here,
     so they neither make a disagreement nor reopen a decision."""
 
     unit: Unit
+    vocabulary: Vocabulary
     labels: tuple[Annotation, ...]
     decision: Decision | None
     suggestions: tuple[Annotation, ...] = ()
@@ -267,20 +312,23 @@ class AdjudicationItem:
 def adjudication_items(
     labels: Iterable[Annotation], decisions: Iterable[Decision], *, task: str | None = None
 ) -> list[AdjudicationItem]:
-    """Every unit where two or more annotators chose different failure types (all people's labels count,
-    blind or not: any disagreement needs settling), oldest first, with its standing decision and the
-    model's proposals on it as suggestions (a model is not an annotator: ``Annotation.by_model``)."""
+    """Every unit where two or more annotators said different things in one vocabulary — different grades
+    (whichever page they were given on: ``annotations.rating_of``), or different failure types — oldest
+    first. All people's labels count, blind or not: any disagreement needs settling. Each comes with its
+    standing decision and the model's proposals on it as suggestions (a model is not an annotator:
+    ``Annotation.by_model``)."""
     labels = list(labels)
     standing = current(decisions)
-    suggested = latest_labels(a for a in labels if a.by_model)
+    suggested = latest_ratings(a for a in labels if a.by_model)
     items = []
-    for unit, rated in latest_labels(a for a in labels if not a.by_model).items():
+    for (unit, vocabulary), rated in latest_ratings(a for a in labels if not a.by_model).items():
         if task is not None and unit[1] != task:
             continue
-        if len(rated) < 2 or len({a.failure_type for a in rated.values()}) < 2:
+        if len(rated) < 2 or len({rating_of(a) for a in rated.values()}) < 2:
             continue
-        hints = tuple(suggested.get(unit, {}).values())
-        items.append(AdjudicationItem(unit, tuple(rated.values()), standing.get(unit), hints))
+        hints = tuple(suggested.get((unit, vocabulary), {}).values())
+        decision = standing.get((unit, vocabulary))
+        items.append(AdjudicationItem(unit, vocabulary, tuple(rated.values()), decision, hints))
     return sorted(items, key=lambda item: min(a.created_at for a in item.labels))
 
 
@@ -289,115 +337,6 @@ def adjudication_queue(
 ) -> list[AdjudicationItem]:
     """The disagreements still waiting for a decision (undecided, or reopened by later labels)."""
     return [item for item in adjudication_items(labels, decisions, task=task) if item.waiting]
-
-
-# --------------------------------------------------------------------------- qrels additions and corrections
-
-
-@dataclass(frozen=True)
-class QrelsChange:
-    """What a decision's grade changes in a task's judgements.
-
-    ``addition``: the pair was not judged; ``correction``: it was, with grade ``original``."""
-
-    kind: Literal["addition", "correction"]
-    query_id: str
-    doc_id: str
-    original: int | None
-    grade: int
-    decision: Decision
-
-
-def qrels_changes(decisions: Iterable[Decision], qrels: Mapping[str, Mapping[str, int]]) -> list[QrelsChange]:
-    """The standing decisions' grades that differ from ``qrels`` (one task's), in id order. A decision
-    without a grade, or with the grade the pair already has, changes nothing and is left out."""
-    changes = []
-    for decision in sorted(current(decisions).values(), key=lambda d: (d.query_id, d.doc_id or "")):
-        if decision.grade is None or decision.doc_id is None:
-            continue
-        original = qrels.get(decision.query_id, {}).get(decision.doc_id)
-        if original == decision.grade:
-            continue
-        kind: Literal["addition", "correction"] = "addition" if original is None else "correction"
-        changes.append(QrelsChange(kind, decision.query_id, decision.doc_id, original, decision.grade, decision))
-    return changes
-
-
-def adjudicated_qrels(qrels: Qrels, changes: Iterable[QrelsChange]) -> Qrels:
-    """The judgements with the changes applied (a correction may lower a grade); ``qrels`` is not changed."""
-    merged = {qid: dict(grades) for qid, grades in qrels.items()}
-    for change in changes:
-        merged.setdefault(change.query_id, {})[change.doc_id] = change.grade
-    return merged
-
-
-def team_qrels(store: AnnotationStore, dataset: Dataset) -> Qrels:
-    """The task's judgements with the team's work applied: the accepted additions (grade 1), then the
-    standing decisions' grades (additions and corrections; a decision replaces what the labels said)."""
-    additions = store.qrels_additions(dataset.source, dataset.name)
-    changes = qrels_changes(history(store, dataset=dataset.source, task=dataset.name), dataset.qrels)
-    return adjudicated_qrels(extended_qrels(dataset.qrels, additions), changes)
-
-
-def qrels_text(qrels: Mapping[str, Mapping[str, int]], label: str = "qrels") -> str:
-    """Whole qrels as TREC text (``qid 0 docid grade`` per line). An id a TREC line cannot hold raises
-    DataError (``label`` names the qrels): a full qrels file never silently loses a judgement."""
-    bad = [(q, d) for q, grades in qrels.items() for d in grades if not (_trec_safe(q) and _trec_safe(d))]
-    if bad:
-        raise DataError(
-            [Problem(label, None, f"query {q!r}, document {d!r}: an id a TREC line cannot hold") for q, d in bad[:20]]
-        )
-    return "".join(f"{q} 0 {d} {grade}\n" for q, grades in qrels.items() for d, grade in grades.items())
-
-
-def reevaluate_adjudicated(
-    run: Run, qrels: Qrels, changes: Iterable[QrelsChange], dataset_name: str = "", *, depth: int = 100
-) -> tuple[Results, Results]:
-    """Score ``run`` against the original and the adjudicated judgements (additions and corrections
-    applied): what the reviewers' decisions change. Team judgements, not the benchmark's."""
-    original = evaluate(run, qrels, dataset_name=dataset_name, depth=depth)
-    adjudicated = evaluate(run, adjudicated_qrels(qrels, changes), dataset_name=dataset_name, depth=depth)
-    return original, adjudicated
-
-
-def _trec_safe(identifier: str) -> bool:
-    return bool(identifier) and not re.search(r"\s", identifier)
-
-
-def qrels_changes_text(changes: Iterable[QrelsChange]) -> str:
-    """The changes as TREC qrels lines (``qid 0 docid grade``): applied after the original file, each line
-    overrides the pair's grade. Ids a TREC line cannot hold (with whitespace) are left out."""
-    return "".join(
-        f"{c.query_id} 0 {c.doc_id} {c.grade}\n" for c in changes if _trec_safe(c.query_id) and _trec_safe(c.doc_id)
-    )
-
-
-QRELS_CSV_HEADER = (
-    "kind",
-    "query_id",
-    "doc_id",
-    "original_grade",
-    "adjudicated_grade",
-    "failure_type",
-    "reviewer",
-    "decided_at",
-    "reason",
-    "decision_id",
-)
-
-
-def qrels_changes_csv(changes: Iterable[QrelsChange]) -> str:
-    """The changes as CSV, each with the decision behind it (an empty original grade: not judged)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(QRELS_CSV_HEADER)
-    for c in changes:
-        d = c.decision
-        original = "" if c.original is None else c.original
-        writer.writerow(
-            [c.kind, c.query_id, c.doc_id, original, c.grade, d.failure_type, d.reviewer, d.decided_at, d.reason, d.id]
-        )
-    return buffer.getvalue()
 
 
 def decisions_csv(decisions: Iterable[Decision]) -> str:

@@ -1,10 +1,11 @@
-"""Failure annotations: annotators label a query, or a (query, document) pair, with why retrieval failed.
+"""Labels: annotators judge a (query, document)'s relevance with a grade, and say why retrieval failed.
 
-The labels let a team extend the benchmark's judgements: a ``relevant_unjudged`` label is saved as a
-*proposed* addition and becomes a grade-1 judgement (``qrels_additions``) only once a reviewer accepts it
-(``AnnotationStore.review``, which records the reviewer and the time); ``reevaluate`` scores a run
-against the original and the extended qrels side by side. Other labels (a questionable gold document,
-a lexical trap, a HyDE rewrite that asserted something wrong …) are kept for error analysis.
+Two vocabularies, never mixed. A *relevance judgement* is a grade 0-2 wherever it is made (the Judging
+page, Judge a list, the explorer); ``grade_of`` is the one place a stored code becomes a grade, so the
+codes older versions wrote ("relevant but unjudged", "judged not relevant") read as grades 1 and 0. A
+*failure type* (a questionable gold document, a lexical trap, a HyDE rewrite that asserted something
+wrong …) says why a system failed, for error analysis. What the team's grades make of a task's qrels —
+agreed grades, accepted proposals, adjudicated corrections — is defined once, in ``team``.
 
 Labels live in one SQLite file in WAL mode (the default), or in a PostgreSQL database named by
 ``$R2MED_ANNOTATIONS_URL`` (``annotation_backends`` holds both), so several annotators — separate app
@@ -12,7 +13,7 @@ sessions or processes — can write at once. Every label is its own row and ever
 transaction: a crash loses at most the label being written, and nothing is overwritten. The store is
 the user's work: a file or table that is not an annotation store is reported, never deleted or replaced.
 
-The failure types are a registry (``TAXONOMY``) extended with ``register_failure_type``.
+Label codes are a registry (``TAXONOMY``) extended with ``register_failure_type``.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ from .annotation_backends import URL_ENV as URL_ENV
 from .annotation_backends import AnnotationStoreError as AnnotationStoreError
 from .cache import atomic_write_text
 from .data import DataError, Problem
-from .evaluation import Results, evaluate
-from .runs import Run
 
 Scope = Literal["query", "document", "both"]
 SCOPES: tuple[str, ...] = get_args(Scope)
@@ -51,8 +50,6 @@ STORE_FILE = "annotations.sqlite"
 APP_DIR = "r2med_explorer"
 #: Rows per transaction when importing, so a large import never holds the write lock for long.
 IMPORT_BATCH = 500
-#: Grade given to an accepted ``relevant_unjudged`` label in the extended qrels.
-ADDITION_GRADE = 1
 
 Qrels = dict[str, dict[str, int]]
 
@@ -94,11 +91,22 @@ class FailureType:
 
 
 _DEFAULT_TYPES: tuple[FailureType, ...] = (
+    # Relevance grades (``RELEVANCE_CODES``): what every page writes when a person judges a document.
+    FailureType("grade_0", "Grade 0: not relevant", "The document does not help answer the query.", "document"),
+    FailureType("grade_1", "Grade 1: relevant", "The document helps answer the query.", "document"),
+    FailureType("grade_2", "Grade 2: highly relevant", "The document answers the query directly.", "document"),
+    # The codes the Judging page wrote before it gave grades (and the LLM judge's grade-1 proposals still
+    # are): kept so stored labels read, shown and counted as the grades they stand for.
     FailureType(
         "relevant_unjudged",
-        "Relevant but unjudged",
-        "A retrieved document that answers the query and should count as gold; accepted labels become "
-        "grade-1 judgements when re-evaluating.",
+        "Grade 1: relevant",
+        "Written as 'Relevant but unjudged' by older versions and as the LLM judge's proposals: a grade 1.",
+        "document",
+    ),
+    FailureType(
+        "not_relevant",
+        "Grade 0: not relevant",
+        "Written as 'Judged not relevant' by older versions: a grade 0.",
         "document",
     ),
     FailureType(
@@ -131,30 +139,22 @@ _DEFAULT_TYPES: tuple[FailureType, ...] = (
         "The LLM rewrite (HyDE, query2doc, …) asserted something wrong and led retrieval astray.",
         "query",
     ),
-    FailureType(
-        "not_relevant",
-        "Judged not relevant",
-        "A pooled or retrieved unjudged document that does not answer the query: says it was looked at (it "
-        "leaves the annotator's judging queue) and never changes the judgements.",
-        "document",
-    ),
     FailureType("other", "Other", "Anything else; say what in the note.", "both"),
-    # Relevance grades given while judging a whole ranked list (``list_judging``): labels like the
-    # others (one row each, the latest per annotator stands), so agreement and the queue cover them.
-    FailureType("grade_0", "Grade 0: not relevant", "Judged in a list: the document does not help answer.", "document"),
-    FailureType("grade_1", "Grade 1: relevant", "Judged in a list: the document helps answer the query.", "document"),
-    FailureType(
-        "grade_2", "Grade 2: highly relevant", "Judged in a list: the document answers the query directly.", "document"
-    ),
 )
 
 #: The annotator prefix of an LLM judge's proposals (``llm_judge.proposer_name``): "proposed by <model>".
 PROPOSER_PREFIX = "proposed by "
 
-#: The relevance grade each grade label stands for (``grade_<n>`` → n).
-GRADE_CODES: dict[str, int] = {"grade_0": 0, "grade_1": 1, "grade_2": 2}
+#: The relevance grades a person gives, on every page.
+GRADES: tuple[int, ...] = (0, 1, 2)
+#: The grade each relevance code stands for: ``grade_<n>``, and the two codes older versions wrote. The
+#: one place a stored code becomes a grade (``grade_of``); every other code is a failure type.
+RELEVANCE_CODES: dict[str, int] = {"grade_0": 0, "grade_1": 1, "grade_2": 2, "relevant_unjudged": 1, "not_relevant": 0}
 
-#: Every failure type by code, in display order. Extend with ``register_failure_type``.
+#: What a label rates: a document's relevance (a grade) or why a system failed (a failure type).
+Vocabulary = Literal["grade", "failure type"]
+
+#: Every label code (the grades, then the failure types), in display order. Extend with ``register_failure_type``.
 TAXONOMY: dict[str, FailureType] = {t.code: t for t in _DEFAULT_TYPES}
 
 
@@ -171,6 +171,36 @@ def register_failure_type(
         raise ValueError(f"failure type {code!r} is already registered; pass replace=True to redefine it")
     TAXONOMY[code] = failure_type
     return failure_type
+
+
+def grade_code(grade: int) -> str:
+    """The code a grade is stored as (``grade_<n>``); ValueError outside ``GRADES``."""
+    if isinstance(grade, bool) or grade not in GRADES:
+        raise ValueError(f"a grade is one of {', '.join(map(str, GRADES))}, got {grade!r}")
+    return f"grade_{grade}"
+
+
+def grade_of(label: Annotation | str) -> int | None:
+    """The relevance grade a label (or a code) stands for; None for a failure type."""
+    code = label if isinstance(label, str) else label.failure_type
+    return RELEVANCE_CODES.get(code) if isinstance(code, str) else None
+
+
+def vocabulary_of(label: Annotation | str) -> Vocabulary:
+    """Whether a label (or a code) is a relevance grade or a failure type."""
+    return "grade" if grade_of(label) is not None else "failure type"
+
+
+def rating_of(label: Annotation) -> str:
+    """What a label says, comparable between annotators: a grade as ``grade_<n>`` (whichever code stored
+    it, so a grade given on the Judging page equals the same grade given on Judge a list), else the failure type."""
+    grade = grade_of(label)
+    return label.failure_type if grade is None else grade_code(grade)
+
+
+def failure_types() -> list[str]:
+    """The registered failure types (why a system failed), in display order: every code but the grades."""
+    return [code for code in TAXONOMY if code not in RELEVANCE_CODES]
 
 
 def get_failure_type(code: str) -> FailureType:
@@ -256,7 +286,7 @@ class Annotation:
     ``doc_id`` is None for a label on the whole query. ``system`` is the exact ranking the annotator looked
     at (rewrite and reranker included) and ``rank`` the document's rank in it. A new label is *proposed*
     (``accepted`` False, no reviewer); ``review`` accepts or rejects it, recording ``reviewer`` and
-    ``reviewed_at``. Only accepted ``relevant_unjudged`` labels extend the judgements. ``blind``: the
+    ``reviewed_at``: accepting a grade above 0 settles its (query, document) (``team``). ``blind``: the
     annotator saved it while its unit — the (query, document), or the whole query — was hidden from them:
     no judgements, others' labels, proposals or scores on it seen yet (``visibility``, with sign-in on);
     agreement then counts only blind labels.
@@ -538,9 +568,9 @@ class AnnotationStore:
     def review(
         self, annotation_id: int, accept: bool, reviewer: str, *, qrels: Mapping[str, Mapping[str, int]] | None = None
     ) -> Annotation:
-        """Accept or reject a label as ``reviewer`` (name and time recorded); only an accepted
-        ``relevant_unjudged`` label extends the judgements. With the task's ``qrels``, accepting an addition
-        for a document already judged relevant is refused (ValueError)."""
+        """Accept or reject a label as ``reviewer`` (name and time recorded); an accepted grade above 0 settles
+        its (query, document) for the team (``team``). With the task's ``qrels``, accepting one for a document
+        already judged relevant is refused (ValueError)."""
         if not isinstance(accept, bool):
             raise ValueError(f"accept must be True or False, got {accept!r}")
         if not isinstance(reviewer, str) or not reviewer.strip():
@@ -724,37 +754,6 @@ class AnnotationStore:
                 fresh.discard(row)
         return stored
 
-    # ---------------------------------------------------------------- extending the judgements
-
-    def qrels_additions(self, dataset: str, task: str) -> Qrels:
-        """Accepted ``relevant_unjudged`` labels of one task as grade-1 judgements ``{qid: {docid: 1}}``."""
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT query_id, doc_id FROM annotations WHERE dataset = ? AND task = ? "
-                "AND failure_type = 'relevant_unjudged' AND accepted = 1 AND doc_id IS NOT NULL",
-                (dataset, task),
-            ).fetchall()
-        additions: Qrels = {}
-        for query_id, doc_id in sorted(rows):  # code-point order in Python: the same in every database
-            additions.setdefault(query_id, {})[doc_id] = ADDITION_GRADE
-        return additions
-
-    def qrels_additions_text(self, dataset: str, task: str) -> str:
-        """The additions as TREC qrels text (``qid 0 docid 1`` per line). Ids a TREC line cannot hold
-        (empty, or with whitespace) are left out; ``flagged`` lists those labels."""
-        lines = []
-        for query_id, grades in self.qrels_additions(dataset, task).items():
-            for doc_id, grade in grades.items():
-                if _trec_safe(query_id) and _trec_safe(doc_id):
-                    lines.append(f"{query_id} 0 {doc_id} {grade}\n")
-        return "".join(lines)
-
-    def export_qrels_additions(self, path: str | Path, dataset: str, task: str) -> Path:
-        """Write the additions as a TREC qrels file (atomically) for other tools."""
-        path = Path(path)
-        atomic_write_text(path, self.qrels_additions_text(dataset, task))
-        return path
-
 
 def labels_frame(labels: Iterable[Annotation]) -> pd.DataFrame:
     """Labels as a table, one column per Annotation field, plus ``status``."""
@@ -817,10 +816,6 @@ def _parse(obj: Mapping[str, Any], name: str, number: int) -> Annotation | Probl
         return Problem(name, number, str(err)[:300])
 
 
-def _trec_safe(identifier: object) -> bool:
-    return isinstance(identifier, str) and bool(identifier) and not re.search(r"\s", identifier)
-
-
 def _safe_status(annotation: Annotation) -> str:
     try:
         return annotation.status
@@ -843,37 +838,13 @@ def row_problems(annotation: Annotation) -> builtins.list[str]:
 
 
 def check_unjudged(annotation: Annotation, qrels: Mapping[str, Mapping[str, int]]) -> None:
-    """Refuse (ValueError) a ``relevant_unjudged`` label on a document the task already judges relevant."""
-    if annotation.failure_type != "relevant_unjudged" or annotation.doc_id is None:
+    """Refuse (ValueError) a proposal — a grade above 0 — on a document the task already judges relevant:
+    there is nothing to add, and accepting it would settle a judged pair."""
+    if not grade_of(annotation) or annotation.doc_id is None:
         return
     grade = qrels.get(annotation.query_id, {}).get(annotation.doc_id, 0)
     if grade > 0:
         raise ValueError(
-            f"{annotation.doc_id} is already judged relevant (grade {grade}) for query {annotation.query_id}; "
-            "to dispute the judgement, use 'Gold judgement questionable'"
+            f"{annotation.doc_id} is already judged relevant (grade {grade}) for query {annotation.query_id}: "
+            "nothing to add"
         )
-
-
-# --------------------------------------------------------------------------- re-evaluation
-
-
-def extended_qrels(qrels: Qrels, additions: Qrels) -> Qrels:
-    """The original judgements plus the additions; an existing grade is never lowered, inputs never changed."""
-    merged = {qid: dict(grades) for qid, grades in qrels.items()}
-    for qid, grades in additions.items():
-        target = merged.setdefault(qid, {})
-        for doc_id, grade in grades.items():
-            target[doc_id] = max(grade, target.get(doc_id, grade))
-    return merged
-
-
-def reevaluate(
-    run: Run, qrels: Qrels, additions: Qrels, dataset_name: str = "", *, depth: int = 100
-) -> tuple[Results, Results]:
-    """Score ``run`` against the original and the extended qrels: what the accepted additions change.
-
-    A query judged only through additions joins the averages of the extended results.
-    """
-    original = evaluate(run, qrels, dataset_name=dataset_name, depth=depth)
-    extended = evaluate(run, extended_qrels(qrels, additions), dataset_name=dataset_name, depth=depth)
-    return original, extended

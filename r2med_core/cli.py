@@ -566,27 +566,20 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_pool(args: argparse.Namespace) -> int:
     from .annotation_backends import AnnotationStoreError
     from .evaluation import MAIN_METRICS
-    from .pooling import (
-        DEFAULT_DEPTH,
-        compare_with_additions,
-        new_judgements,
-        pool,
-        pool_csv,
-        pool_text,
-        with_judgements,
-    )
+    from .pooling import DEFAULT_DEPTH, compare_with_team, pool, pool_csv, pool_text
+    from .team import read_team_qrels
 
     if args.metric not in MAIN_METRICS:
         raise UsageError(f"--metric must be one of {', '.join(MAIN_METRICS)}, got {args.metric!r}")
     dataset = _load(args)
     runs = _read_runs(args.run, dataset)
-    additions, negatives = {}, {}
+    team = None
     if args.store is not None:
         try:
-            additions, negatives = new_judgements(_open_store(args.store), dataset)
+            team = read_team_qrels(_open_store(args.store), dataset)
         except AnnotationStoreError as err:
             return _store_error(err)
-    pooled = pool(runs, with_judgements(dataset.qrels, additions, negatives), args.depth)
+    pooled = pool(runs, dataset.qrels if team is None else team.qrels, args.depth)
     as_csv = args.format == "csv" or (args.format is None and args.output.suffix.lower() == ".csv")
     atomic_write_text(args.output, pool_csv(pooled) if as_csv else pool_text(pooled))
     contributed, unique = pooled.contributed(), pooled.unique()
@@ -594,13 +587,11 @@ def cmd_pool(args: argparse.Namespace) -> int:
     print(f"{'system':<{width}}  pooled @{args.depth}  only it")
     for name in runs:
         print(f"{name:<{width}}  {contributed[name]:>10}  {unique[name]:>7}")
-    if args.store is not None:
-        table = compare_with_additions(
-            runs, dataset.qrels, additions, negatives=negatives, metric=args.metric, k=DEFAULT_DEPTH,
-            dataset_name=dataset.name,
+    if team is not None:
+        table = compare_with_team(
+            runs, dataset.qrels, team.qrels, metric=args.metric, k=DEFAULT_DEPTH, dataset_name=dataset.name
         )
-        n_added, n_negative = (sum(len(g) for g in q.values()) for q in (additions, negatives))
-        print(f"{n_added} accepted addition(s), {n_negative} judged not relevant (not the benchmark's qrels)")
+        print(f"with the team's judgements (not the benchmark's qrels): {team.caption()}")
         judged = f"Judged@{DEFAULT_DEPTH}"
         print(f"{'system':<{width}}  {'without':>8}  {'with':>8}  {'rank':>7}  {judged:>9}  {judged + ' with':>14}")
         for row in table.to_dict("records"):
@@ -618,20 +609,19 @@ def cmd_pool(args: argparse.Namespace) -> int:
 
 
 def cmd_qrels(args: argparse.Namespace) -> int:
-    from .adjudication import qrels_text, team_qrels
     from .annotation_backends import AnnotationStoreError
+    from .team import qrels_text, read_team_qrels
 
     dataset = _load(args)
     try:
-        qrels = team_qrels(_open_store(args.store), dataset)
+        team = read_team_qrels(_open_store(args.store), dataset)
     except AnnotationStoreError as err:
         return _store_error(err)
-    atomic_write_text(args.output, qrels_text(qrels, str(args.output)))
-    changed = sum(
-        grade != dataset.qrels.get(qid, {}).get(doc) for qid, grades in qrels.items() for doc, grade in grades.items()
-    )
-    total = sum(len(grades) for grades in qrels.values())
+    atomic_write_text(args.output, qrels_text(team.qrels, str(args.output)))
+    total = sum(len(grades) for grades in team.qrels.values())
+    changed = len(team.changes)
     print(f"{dataset.name}: {total} judgements, {changed} added or changed by the team (not the benchmark's qrels)")
+    print(f"  {team.caption()}")
     print(f"wrote {args.output}")
     return 0
 
@@ -830,14 +820,14 @@ def build_parser() -> argparse.ArgumentParser:
     po.add_argument("--format", choices=("trec", "csv"), help="default: csv for a .csv file, else trec")
     po.add_argument(
         "--store", nargs="?", const="", metavar="TARGET",
-        help="with the annotation store's new judgements: skip judged documents and print each run's metric "
-        "without / with them and Judged@10 (none: where the app keeps it)",
+        help="with the team's judgements in the annotation store: skip judged documents and print each run's "
+        "metric without / with them and Judged@10 (none: where the app keeps it)",
     )
     po.add_argument("--metric", default="ndcg_at_10", help="with --store: the metric shown (default ndcg_at_10)")
     po.set_defaults(handler=cmd_pool)
 
     qr = commands.add_parser(
-        "qrels", help="write the task's qrels with accepted additions and adjudicated corrections applied (TREC)"
+        "qrels", help="write the task's qrels with the team's judgements applied (team.team_qrels; TREC)"
     )
     _add_source(qr)
     qr.add_argument("--store", metavar="TARGET", help="the annotation store (default: where the app keeps it)")

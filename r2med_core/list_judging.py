@@ -7,9 +7,10 @@ each event once (a grade equal to the annotator's latest grade on the document i
 either). A grade is recorded at its keypress's time, and an event pressed before the annotator's latest
 grade on the document never replaces it, however long after it is sent again (a replay once
 ``SaveOnce`` forgot it, a browser's stale pending list). A message carries at most ``MAX_EVENTS``
-events, each a store write; the rest wait for the next one. Grades are labels like any other
-(``grade_0`` … ``grade_2`` in ``annotations.TAXONOMY``): one row per grade, the latest per annotator
-stands, agreement and the review queue cover them, and they never change the qrels by themselves.
+events, each a store write; the rest wait for the next one. A grade is stored as every page stores one
+(``grade_0`` … ``grade_2``, ``annotations.grade_of``): one row per grade, the latest per annotator stands
+(a grade given on the Judging page or in the explorer is the annotator's grade here too), and it counts
+for the team as ``team`` says — agreeing grades without a review, a lone grade above 0 once accepted.
 
 Blind first: a row shows the qrels grade and others' labels only once the annotator graded it; a grade
 is recorded ``blind`` (with sign-in on) when the document was still hidden from its annotator — no earlier
@@ -24,13 +25,18 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from .annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore, AnnotationStoreError
+from .annotations import (
+    GRADES,
+    TAXONOMY,
+    Annotation,
+    AnnotationStore,
+    AnnotationStoreError,
+    grade_code,
+    grade_of,
+)
 from .runs import Run
 from .visibility import Sight
 
-GRADES: tuple[int, ...] = (0, 1, 2)
-#: The label code of each grade.
-GRADE_TYPE: dict[int, str] = {grade: code for code, grade in GRADE_CODES.items()}
 #: Event ids remembered per session; far more than one sitting's keypresses, so memory stays bounded.
 MEMORY = 20_000
 #: Events handled from one component message (each is a store write); the rest wait for the next message.
@@ -139,15 +145,15 @@ class Outcome:
 
 
 def latest_grades(labels: Iterable[Annotation], annotator: str) -> dict[str, int]:
-    """The annotator's latest grade per document (names compare case-insensitively)."""
-    return {doc: GRADE_CODES[label.failure_type] for doc, label in _latest_grade_labels(labels, annotator).items()}
+    """The annotator's latest grade per document, whichever page gave it (names compare case-insensitively)."""
+    return {doc: grade_of(label) or 0 for doc, label in _latest_grade_labels(labels, annotator).items()}
 
 
 def _latest_grade_labels(labels: Iterable[Annotation], annotator: str) -> dict[str, Annotation]:
     mine = annotator.strip().lower()
     out: dict[str, Annotation] = {}
     for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
-        if label.doc_id is not None and label.failure_type in GRADE_CODES and label.annotator.strip().lower() == mine:
+        if label.doc_id is not None and grade_of(label) is not None and label.annotator.strip().lower() == mine:
             out[label.doc_id] = label
     return out
 
@@ -184,7 +190,7 @@ def save_grades(
     for event in todo:
         latest = _latest_grade_labels(labels, annotator).get(event.doc_id)
         pressed = _EPOCH + timedelta(milliseconds=min(event.at, now))
-        if latest is not None and GRADE_CODES[latest.failure_type] == event.grade:
+        if latest is not None and grade_of(latest) == event.grade:
             outcome = Outcome(event, "unchanged")
         elif latest is not None and pressed <= datetime.fromisoformat(latest.created_at):
             outcome = Outcome(event, "stale")
@@ -202,7 +208,7 @@ def save_grades(
                         doc_id=event.doc_id,
                         system=ranking.name,
                         rank=ranking.rank_of(query_id, event.doc_id),
-                        failure_type=GRADE_TYPE[event.grade],
+                        failure_type=grade_code(event.grade),
                         annotator=annotator,
                         created_at=pressed,
                         blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),

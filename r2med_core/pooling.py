@@ -4,32 +4,29 @@ R2MED's judgements come from its construction, not from pooling the systems eval
 system's top 10 can rest on *holes* (documents without any judgement) that the metrics count as not
 relevant. As in TREC, ``pool`` takes the union of the top ``depth`` of chosen systems and keeps the
 unjudged documents, remembering which systems retrieved each. ``judging.JudgingQueue`` holds the pools
-sent for judging; annotators label them blind (query and document only) through the ordinary failure
-labels, so a "relevant but unjudged" label becomes a grade-1 judgement once a reviewer accepts it.
-``compare_with_additions`` then shows each system's metric and rank without and with the accepted
-additions next to Judged@k (ir_measures), so a user sees which scores rest on holes.
+sent for judging; annotators grade them blind (query and document only), and their grades count as
+``team`` says. ``compare_with_team`` then shows each system's metric and rank without and with the
+team's judgements (``team.team_qrels``) next to Judged@k (ir_measures), so a user sees which scores rest
+on holes.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import ir_measures
 import pandas as pd
 
-from .adjudication import history, qrels_changes
-from .annotations import Annotation, AnnotationStore, Qrels, extended_qrels
-from .data import DataError, Dataset, Problem
+from .annotations import Qrels
+from .data import DataError, Problem
 from .evaluation import evaluate
 from .runs import Run
 
 #: The pool depth TREC-style pooling uses most, and the cutoff Judged@k is shown at.
 DEFAULT_DEPTH = 10
-#: The label an annotator gives a pooled document that does not answer the query.
-NOT_RELEVANT = "not_relevant"
 
 
 # --------------------------------------------------------------------------- pooling
@@ -83,7 +80,7 @@ class Pool:
 def pool(runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]], depth: int = DEFAULT_DEPTH) -> Pool:
     """Pool the top ``depth`` of each run (keyed by system name) and keep the documents ``qrels`` does not
     judge at all (any grade, 0 included, counts as judged). Only judged queries are pooled: the others
-    are never evaluated. Documents already judged through accepted additions should be in ``qrels``."""
+    are never evaluated. Pass the team's qrels (``team``) so documents the team judged are not pooled again."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"pool depth must be a positive integer, got {depth!r}")
     systems = tuple(runs)
@@ -149,79 +146,25 @@ def judged_at_k(
     return mean, per_query
 
 
-def judged_not_relevant(labels: Iterable[Annotation], dataset: str, task: str) -> Qrels:
-    """ "Judged not relevant" labels (and list judging's "Grade 0") of one task that no reviewer
-    rejected, as grade-0 judgements.
-
-    A grade 0 changes no pytrec_eval measure (they count only grades above 0), so these need no review to
-    be used: they only tell Judged@k that someone looked, and keep the documents out of later pools."""
-    negatives: Qrels = {}
-    for label in labels:
-        if (
-            label.dataset == dataset
-            and label.task == task
-            and label.failure_type in (NOT_RELEVANT, "grade_0")
-            and label.doc_id is not None
-            and label.status != "rejected"
-        ):
-            negatives.setdefault(label.query_id, {})[label.doc_id] = 0
-    return negatives
-
-
-def with_decisions(additions: Qrels, negatives: Qrels, decided: Iterable[tuple[str, str, int]]) -> tuple[Qrels, Qrels]:
-    """The new judgements once reviewers adjudicated: each ``(query_id, doc_id, grade)`` decision on an
-    unjudged pair (``adjudication.qrels_changes`` of kind "addition") replaces whatever the labels said
-    about it — grade > 0 as an addition, grade 0 as judged not relevant. Inputs are not changed."""
-    additions = {q: dict(g) for q, g in additions.items()}
-    negatives = {q: dict(g) for q, g in negatives.items()}
-    for query_id, doc_id, grade in decided:
-        for judgements in (additions, negatives):
-            judgements.get(query_id, {}).pop(doc_id, None)
-        (additions if grade > 0 else negatives).setdefault(query_id, {})[doc_id] = grade
-    return {q: g for q, g in additions.items() if g}, {q: g for q, g in negatives.items() if g}
-
-
-def with_judgements(qrels: Qrels, additions: Qrels, negatives: Qrels) -> Qrels:
-    """The qrels a new pool is taken against: the original ones plus the new judgements (``new_judgements``),
-    so documents someone judged since are not pooled again."""
-    return extended_qrels(extended_qrels(qrels, negatives), additions)
-
-
-def new_judgements(store: AnnotationStore, dataset: Dataset) -> tuple[Qrels, Qrels]:
-    """One task's new judgements from the store: the accepted additions (grade > 0) and the documents
-    judged not relevant (grade 0), with reviewers' adjudicated grades on unjudged pairs replacing the
-    labels (``with_decisions``). What "with" means in ``compare_with_additions`` and in later pools."""
-    labels = store.list(dataset=dataset.source, task=dataset.name)
-    additions = store.qrels_additions(dataset.source, dataset.name)
-    decisions = history(store, dataset=dataset.source, task=dataset.name)
-    decided = [(c.query_id, c.doc_id, c.grade) for c in qrels_changes(decisions, dataset.qrels) if c.kind == "addition"]
-    return with_decisions(additions, judged_not_relevant(labels, dataset.source, dataset.name), decided)
-
-
-def compare_with_additions(
+def compare_with_team(
     runs: Mapping[str, Run],
     qrels: Qrels,
-    additions: Qrels,
+    team: Qrels,
     *,
-    negatives: Qrels | None = None,
     metric: str = "ndcg_at_10",
     k: int = DEFAULT_DEPTH,
     dataset_name: str = "",
 ) -> pd.DataFrame:
-    """Each system's ``metric`` and rank without and with the accepted additions, and Judged@k both ways.
+    """Each system's ``metric`` and rank without and with the team's judgements, and Judged@k both ways.
 
-    Metrics come from ``evaluation.evaluate`` (pytrec_eval) against the original and the extended qrels
-    (``negatives``, grade-0 judgements from ``judged_not_relevant``, count as judged for Judged@k and
-    change no metric); rank 1 is the best, tied systems share the best rank. ``rank_change`` > 0 means
-    the system moved up.
+    Metrics come from ``evaluation.evaluate`` (pytrec_eval) against the original ``qrels`` and the team's
+    (``team.team_qrels``: grade-0 judgements count as judged for Judged@k and change no metric); rank 1
+    is the best, tied systems share the best rank. ``rank_change`` > 0 means the system moved up.
     """
-    # Only on queries judged already: a query judged all-0 would join the means with a score of 0.
-    negatives = {qid: grades for qid, grades in (negatives or {}).items() if qrels.get(qid) or additions.get(qid)}
-    extended = extended_qrels(extended_qrels(qrels, negatives), additions)
     rows = []
     for name, run in runs.items():
         without = evaluate(run, qrels, dataset_name=dataset_name).means[metric]
-        with_ = evaluate(run, extended, dataset_name=dataset_name).means[metric]
+        with_ = evaluate(run, team, dataset_name=dataset_name).means[metric]
         rows.append(
             {
                 "system": name,
@@ -229,7 +172,7 @@ def compare_with_additions(
                 "with": with_,
                 "change": with_ - without,
                 "judged_without": judged_at_k(run, qrels, k)[0],
-                "judged_with": judged_at_k(run, extended, k)[0],
+                "judged_with": judged_at_k(run, team, k)[0],
             }
         )
     frame = pd.DataFrame(rows, columns=["system", "without", "with", "change", "judged_without", "judged_with"])

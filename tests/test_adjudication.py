@@ -1,5 +1,6 @@
-"""Adjudication: decisions in their own table on SQLite and PostgreSQL (schema 4), the queue, qrels
-additions/corrections, and agreement before/after checked against scikit-learn and statsmodels."""
+"""Adjudication: decisions in their own table on SQLite and PostgreSQL (schema 4), the queue per
+vocabulary (grades, failure types), the decisions' qrels additions/corrections in the team's qrels, and
+agreement before/after checked against scikit-learn and statsmodels."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 import math
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,21 +20,17 @@ from r2med_core.adjudication import (
     Decision,
     SelfAdjudication,
     StaleDecision,
-    adjudicated_qrels,
     adjudication_items,
     adjudication_queue,
     current,
     decide,
     decisions_csv,
     history,
-    qrels_changes,
-    qrels_changes_csv,
-    qrels_changes_text,
-    reevaluate_adjudicated,
 )
-from r2med_core.agreement import agreement_report, report_csv, review_queue, with_decisions
+from r2med_core.agreement import agreement_report, report_csv, with_decisions
 from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
 from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.team import changes_csv, changes_text, review_queue, team_qrels
 
 from .test_annotations import DATASET, TASK, label
 
@@ -41,10 +39,11 @@ UNIT = (DATASET, TASK, "q1", "d1")
 
 
 def _disputed(store: AnnotationStore) -> list[Annotation]:
-    """alice and bob disagree on (q1, d1); carol labelled q2's d5 alone."""
+    """alice (the Judging page, as older versions stored it) and bob (Judge a list) grade (q1, d1)
+    differently; carol labelled q2's d5 alone."""
     return [
         store.add(label(annotator="alice", failure_type="relevant_unjudged", note="answers it", blind=True)),
-        store.add(label(annotator="bob", failure_type="lexical_trap", note="same words only", blind=True)),
+        store.add(label(annotator="bob", failure_type="grade_0", note="same words only", blind=True)),
         store.add(label(annotator="carol", query_id="q2", doc_id="d5", failure_type="wrong_aspect")),
     ]
 
@@ -57,7 +56,8 @@ def test_decisions_are_kept_with_their_history_and_labels_stay_untouched(
     labels = _disputed(store)
     before = store.list()
     (item,) = adjudication_queue(store.list(), history(store))
-    assert item.unit == UNIT and item.annotators == ("alice", "bob") and item.decision is None
+    assert item.unit == UNIT and item.vocabulary == "grade" and item.annotators == ("alice", "bob")
+    assert item.decision is None
 
     first = decide(store, UNIT, "relevant_unjudged", "Dr. Rev", grade=1, reason="answers the question")
     assert (first.reviewer, first.grade, first.reason, first.supersedes) == ("Dr. Rev", 1, "answers the question", None)
@@ -65,20 +65,22 @@ def test_decisions_are_kept_with_their_history_and_labels_stay_untouched(
     assert adjudication_queue(store.list(), history(store)) == []  # decided: out of the queue
 
     # A second reviewer overturns it: the first decision is superseded, never overwritten.
-    second = decide(store, UNIT, "lexical_trap", "Dr. Two", grade=0, reason="", replacing=first.id)
+    second = decide(store, UNIT, "grade_0", "Dr. Two", reason="", replacing=first.id)
     reopened = AnnotationStore(target)
-    assert [(d.id, d.failure_type, d.reviewer, d.supersedes) for d in history(reopened)] == [
-        (first.id, "relevant_unjudged", "Dr. Rev", None),
-        (second.id, "lexical_trap", "Dr. Two", first.id),
+    assert [(d.id, d.failure_type, d.grade, d.reviewer, d.supersedes) for d in history(reopened)] == [
+        (first.id, "relevant_unjudged", 1, "Dr. Rev", None),
+        (second.id, "grade_0", 0, "Dr. Two", first.id),  # a decision on a grade carries it
     ]
-    assert current(history(reopened))[UNIT] == second
+    assert current(history(reopened))[(UNIT, "grade")] == second
     assert history(reopened, unit=(DATASET, TASK, "q2", "d5")) == []
     assert reopened.list() == before  # every label exactly as it was: decisions never touch them
     (settled,) = adjudication_items(reopened.list(), history(reopened))
     assert settled.decision == second and not settled.waiting
 
-    # A label arriving after the decision reopens the unit.
-    store.add(label(annotator="dave", failure_type="wrong_aspect"))
+    # A grade arriving after the decision reopens it; a failure type is another question and does not.
+    store.add(label(annotator="erin", failure_type="wrong_aspect"))
+    assert adjudication_queue(store.list(), history(store)) == []
+    store.add(label(annotator="dave", failure_type="grade_2"))
     (again,) = adjudication_queue(store.list(), history(store))
     assert again.reopened and again.decision == second
 
@@ -93,10 +95,10 @@ def test_a_models_proposals_are_suggestions_never_a_disagreement_nor_a_reopening
     store.add(label(annotator="alice", doc_id="d7", failure_type="not_relevant", blind=True))
     suggested = store.add(label(annotator=model, doc_id="d7", note="LLM judge grade 3/3"))
     assert adjudication_items(store.list(), []) == []
-    assert [item.labels for item in review_queue(store.list(), include_disagreements=False)] == [(suggested,)]
+    assert [item.labels for item in review_queue(store.list(), [])] == [(suggested,)]
     # On a unit people dispute, a proposal arriving after the decision is shown, and reopens nothing.
     _disputed(store)
-    decision = decide(store, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    decision = decide(store, UNIT, "grade_0", "Dr. Rev")
     proposal = store.add(label(annotator=model, note="LLM judge grade 2/3"))
     (item,) = adjudication_items(store.list(), history(store))
     assert item.annotators == ("alice", "bob") and item.suggestions == (proposal,)
@@ -110,7 +112,7 @@ def test_a_models_proposals_are_suggestions_never_a_disagreement_nor_a_reopening
 def test_self_adjudication_is_refused_clearly_and_nothing_is_lost(new_target: Callable[[str], Target]) -> None:
     store = AnnotationStore(new_target("self"))
     _disputed(store)
-    kept = decide(store, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    kept = decide(store, UNIT, "grade_0", "Dr. Rev")
     labels_before, decisions_before = store.list(), history(store)
     with pytest.raises(SelfAdjudication, match=r"Alice labelled clinical-case · query q1 · document d1: nobody"):
         decide(store, UNIT, "relevant_unjudged", " Alice ", grade=2, replacing=kept.id)  # case and spaces ignored
@@ -122,18 +124,23 @@ def test_self_adjudication_is_refused_clearly_and_nothing_is_lost(new_target: Ca
 def test_a_decision_on_a_stale_view_or_a_bad_decision_is_refused(new_target: Callable[[str], Target]) -> None:
     store = AnnotationStore(new_target("stale"))
     _disputed(store)
-    first = decide(store, UNIT, "lexical_trap", "Dr. Rev")
+    first = decide(store, UNIT, "grade_0", "Dr. Rev")
     with pytest.raises(StaleDecision, match=r"you saw no decision, the current one is #\d+ by Dr. Rev"):
-        decide(store, UNIT, "relevant_unjudged", "Dr. Two", grade=1)  # Dr. Two's page predates Dr. Rev's decision
+        decide(store, UNIT, "grade_1", "Dr. Two")  # Dr. Two's page predates Dr. Rev's decision
     with pytest.raises(ValueError, match="needs the grade the document deserves"):
         decide(store, UNIT, "relevant_unjudged", "Dr. Two", replacing=first.id)
+    with pytest.raises(ValueError, match="a decision for grade 1 cannot give the pair grade 2"):
+        decide(store, UNIT, "grade_1", "Dr. Two", grade=2, replacing=first.id)
     with pytest.raises(ValueError, match="no labels on clinical-case · query q9"):
         decide(store, (DATASET, TASK, "q9", "d1"), "lexical_trap", "Dr. Two")
     with pytest.raises(ValueError, match="unknown failure type"):
         decide(store, UNIT, "no_such_type", "Dr. Two", replacing=first.id)
     with pytest.raises(ValueError, match="reviewer must be a non-empty string"):
-        decide(store, UNIT, "lexical_trap", "  ", replacing=first.id)
+        decide(store, UNIT, "grade_1", "  ", replacing=first.id)
     assert [d.id for d in history(store)] == [first.id]
+    # A failure type is decided apart from the grade: no decision on it yet, so none is stale.
+    failure = decide(store, UNIT, "lexical_trap", "Dr. Two")
+    assert current(history(store)) == {(UNIT, "grade"): first, (UNIT, "failure type"): failure}
 
 
 def _make_schema_3(target: Target) -> None:
@@ -262,28 +269,31 @@ def test_decisions_become_qrels_additions_and_corrections() -> None:
         _decision("same", "lexical_trap", 1, id=5, query="q2"),  # addition on another query
         _decision("weak", "other", 1, id=6, query="q1"),  # supersedes #3 with the grade it has: no change
     ]
-    changes = qrels_changes(decisions, qrels)
+    team = team_qrels(qrels, [], decisions, dataset=DATASET, task=TASK)
+    changes = team.changes
     assert [(c.kind, c.query_id, c.doc_id, c.original, c.grade, c.decision.id) for c in changes] == [
         ("correction", "q1", "gold", 2, 0, 2),
         ("addition", "q1", "new", None, 2, 4),
         ("addition", "q2", "same", None, 1, 5),
     ]
-    assert qrels_changes_text(changes) == "q1 0 gold 0\nq1 0 new 2\nq2 0 same 1\n"
-    assert adjudicated_qrels(qrels, changes) == {"q1": {"gold": 0, "weak": 1, "new": 2}, "q2": {"same": 1}}
+    assert {c.source for c in changes} == {"adjudicated"} and team.count("adjudicated") == 3
+    assert changes_text(changes) == "q1 0 gold 0\nq1 0 new 2\nq2 0 same 1\n"
+    assert team.qrels == {"q1": {"gold": 0, "weak": 1, "new": 2}, "q2": {"same": 1}}
     assert qrels == {"q1": {"gold": 2, "weak": 1}}  # the original is not changed
-    table = list(csv.DictReader(io.StringIO(qrels_changes_csv(changes))))
-    assert [(r["kind"], r["doc_id"], r["original_grade"], r["adjudicated_grade"], r["reviewer"]) for r in table] == [
+    table = list(csv.DictReader(io.StringIO(changes_csv(changes))))
+    assert [(r["kind"], r["doc_id"], r["original_grade"], r["team_grade"], r["reviewer"]) for r in table] == [
         ("correction", "gold", "2", "0", "rev"),
         ("addition", "new", "", "2", "rev2"),
         ("addition", "same", "", "1", "rev"),
     ]
+    assert [r["decision_id"] for r in table] == ["2", "4", "5"]
     history_rows = list(csv.DictReader(io.StringIO(decisions_csv(decisions))))
     assert [r["id"] for r in history_rows] == ["1", "2", "3", "4", "5", "6"]
     with pytest.raises(ValueError, match="a decision on a whole query has none"):
         Decision(dataset=DATASET, task=TASK, query_id="q1", failure_type="other", grade=1, reviewer="rev")
 
 
-def test_reevaluation_uses_the_adjudicated_qrels() -> None:
+def test_reevaluation_uses_the_adjudicated_grades() -> None:
     from r2med_core.evaluation import evaluate
     from r2med_core.runs import Run
 
@@ -293,11 +303,10 @@ def test_reevaluation_uses_the_adjudicated_qrels() -> None:
         _decision("new", "relevant_unjudged", 2, id=1),
         _decision("y", "gold_questionable", 0, id=2, query="q2"),
     ]
-    changes = qrels_changes(decisions, qrels)
-    original, adjudicated = reevaluate_adjudicated(run, qrels, changes)
-    assert original.means == evaluate(run, qrels).means
-    expected = evaluate(run, {"q1": {"gold": 2, "weak": 1, "new": 2}, "q2": {"y": 0}})
-    assert adjudicated.means == expected.means
+    team = team_qrels(qrels, [], decisions, dataset=DATASET, task=TASK)
+    expected = {"q1": {"gold": 2, "weak": 1, "new": 2}, "q2": {"y": 0}}  # q2 stays judged: it was
+    assert team.qrels == expected
+    original, adjudicated = evaluate(run, qrels), evaluate(run, team.qrels)
     assert adjudicated.per_query.loc["q1", "ndcg_at_10"] > original.per_query.loc["q1", "ndcg_at_10"]
 
 
@@ -358,6 +367,27 @@ def test_agreement_before_and_after_adjudication_matches_sklearn_and_statsmodels
     assert float(first["kappa_before"]) == pytest.approx(cohen_kappa_score(codes["alice"], codes["bob"]))
     assert float(first["kappa_after"]) == pytest.approx(cohen_kappa_score(after["alice"], after["bob"]))
     assert (first["units"], first["adjudicated_units"], parsed[3]["agreed_before"]) == ("6", "2", "")
+    assert {r.vocabulary for r in rows} == {r["ratings"] for r in parsed} == {"failure type"}  # nobody graded
+
+
+def test_the_report_measures_grades_and_failure_types_apart_and_a_grade_decision_settles_grades_only() -> None:
+    grades = _rated({"alice": ["relevant_unjudged", "grade_0", "grade_2"], "bob": ["grade_1", "grade_1", "grade_1"]})
+    failures = [
+        replace(a, id=(a.id or 0) + 1000, failure_type=code)
+        for a, code in zip(grades, ["lexical_trap", "wrong_aspect", "lexical_trap"] * 2)
+    ]  # both also named a failure type on each document: never mixed with their grades
+    decisions = [_decision("d1", "grade_0", None, id=1)]  # d1: a grade, not a failure type
+    rows = {r.vocabulary: r for r in agreement_report(grades + failures, decisions)}
+    assert (rows["grade"].units, rows["grade"].agreed_before, rows["grade"].agreed_after) == (3, 1, 2)
+    assert rows["grade"].adjudicated == 1
+    assert rows["grade"].kappa_before == pytest.approx(
+        cohen_kappa_score(["grade_1", "grade_0", "grade_2"], ["grade_1", "grade_1", "grade_1"])
+    )
+    assert (rows["failure type"].units, rows["failure type"].agreed_after, rows["failure type"].adjudicated) == (
+        3,
+        3,
+        0,
+    )
 
 
 def test_the_report_is_per_task_counts_blind_labels_and_leaves_undefined_kappa_empty() -> None:

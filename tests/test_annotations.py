@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -28,12 +27,10 @@ from r2med_core.annotations import (
     AnnotationStore,
     AnnotationStoreError,
     default_store_path,
-    extended_qrels,
-    reevaluate,
     register_failure_type,
 )
-from r2med_core.data import DataError, _read_qrels_trec, load_r2med_dir
-from r2med_core.runs import Run
+from r2med_core.data import DataError
+from r2med_core.team import team_qrels
 
 REPO = Path(__file__).resolve().parent.parent
 DATASET, TASK = "demo:clinical-case", "clinical-case"
@@ -114,6 +111,11 @@ def label(**overrides: object) -> Annotation:
     }
     values.update(overrides)
     return Annotation(**values)  # type: ignore[arg-type]
+
+
+def accepted_pairs(store: AnnotationStore) -> dict[str, dict[str, int]]:
+    """What the team's judgements (``team.team_qrels``) add to empty qrels from the store's labels."""
+    return team_qrels({}, store.list(), [], dataset=DATASET, task=TASK).qrels
 
 
 def _start_writer(path: Target, who: str, count: int, go: Path) -> subprocess.Popen[str]:
@@ -455,59 +457,6 @@ def test_csv_import_reports_hostile_cells_by_line_and_keeps_the_rest(store: Anno
 # --------------------------------------------------------------------------- extending the judgements
 
 
-def test_qrels_additions_extend_the_evaluation(store: AnnotationStore, tiny_r2med: Path, tmp_path: Path) -> None:
-    dataset = load_r2med_dir(tiny_r2med)
-    assert dataset.qrels["q2"] == {"mi_0": 1}
-    first = store.add(label(query_id="q2", doc_id="asthma_0"))  # the run's unjudged top document
-    assert store.qrels_additions(DATASET, TASK) == {}  # proposed only: not a judgement until reviewed
-    store.review(first.id or 0, True, "rev")
-    second = store.add(label(query_id="q2", doc_id="asthma_0", annotator="bob"))  # a second vote: one judgement
-    store.review(second.id or 0, True, "rev")
-    rejected = store.add(label(query_id="q2", doc_id="gout_0"))
-    store.review(rejected.id or 0, False, "rev")  # a reviewer rejected it
-    store.add(label(query_id="q2", doc_id="mi_0"))  # proposed, never reviewed
-    gold = store.add(label(query_id="q1", doc_id="dka_0", accepted=True, reviewer="legacy"))  # already grade 2
-    with pytest.raises(ValueError, match=r"already judged relevant \(grade 2\)"):
-        store.review(gold.id or 0, True, "rev", qrels=dataset.qrels)
-    store.add(label(query_id="q2", doc_id="mi_0", failure_type="lexical_trap"))  # not an addition
-    other = store.add(label(query_id="q2", doc_id="dka_1", task="other-task"))  # another task
-    store.review(other.id or 0, True, "rev")
-    additions = store.qrels_additions(DATASET, TASK)
-    assert additions == {"q1": {"dka_0": 1}, "q2": {"asthma_0": 1}}
-
-    path = store.export_qrels_additions(tmp_path / "additions" / "qrels.txt", DATASET, TASK)
-    assert path.read_text().splitlines() == ["q1 0 dka_0 1", "q2 0 asthma_0 1"]
-    read_back: dict[str, dict[str, int]] = {}
-    for _, qid, did, grade in _read_qrels_trec(path):
-        read_back.setdefault(qid, {})[did] = grade
-    assert read_back == additions
-    # The file is a valid qrels.txt of the task: every id is known to its corpus and queries.
-    for name in ("corpus.jsonl", "query.jsonl"):
-        shutil.copy(tiny_r2med / name, path.parent / name)
-    as_dataset = load_r2med_dir(path.parent)
-    assert as_dataset.qrels == additions and as_dataset.report.unknown_qrels_documents == 0
-
-    run = Run("bm25", {"q1": [("dka_0", 3.0), ("dka_1", 2.0)], "q2": [("asthma_0", 3.0), ("mi_0", 2.0)]})
-    original, extended = reevaluate(run, dataset.qrels, read_back, dataset_name="tiny")
-    assert original.per_query.loc["q2", "mrr"] == pytest.approx(0.5)
-    assert extended.per_query.loc["q2", "mrr"] == pytest.approx(1.0)
-    assert extended.per_query.loc["q2", "ndcg_at_10"] > original.per_query.loc["q2", "ndcg_at_10"]
-    assert extended.per_query.loc["q1", "ndcg_at_10"] == original.per_query.loc["q1", "ndcg_at_10"] == 1.0
-    assert extended.means["ndcg_at_10"] > original.means["ndcg_at_10"]
-    assert extended.dataset_name == original.dataset_name == "tiny"
-    assert dataset.qrels["q2"] == {"mi_0": 1}  # the dataset's own qrels are untouched
-
-
-def test_extended_qrels_never_lowers_a_grade() -> None:
-    qrels = {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
-    merged = extended_qrels(qrels, {"q1": {"a": 1, "b": 1, "n": 1}, "q3": {"x": 1}})
-    assert merged == {"q1": {"a": 2, "b": 1, "n": 1}, "q2": {"c": 1}, "q3": {"x": 1}}
-    assert qrels == {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
-
-
-# --------------------------------------------------------------------------- the user's file is safe
-
-
 def test_a_file_that_is_not_a_store_is_reported_and_left_alone(tmp_path: Path) -> None:
     garbage = tmp_path / "thesis.sqlite"
     content = b"my thesis, not a database\n" * 200
@@ -713,7 +662,7 @@ def test_a_schema_1_store_is_migrated_and_keeps_every_row(tmp_path: Path) -> Non
     ]
     assert [a.status for a in labels] == ["accepted", "proposed", "accepted"]  # accepted rows stay accepted
     assert all(a.reviewer == "" and a.rank is None and a.reviewed_at is None for a in labels)
-    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d1": 1}}
+    assert accepted_pairs(store) == {"q1": {"d1": 1}}
     with sqlite3.connect(path) as check:
         assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     # The migrated store takes new labels with the new fields, and reopens without a second migration.
@@ -731,7 +680,7 @@ def test_an_acceptance_without_a_reviewer_is_imported_as_a_proposal(store: Annot
     report = store.import_jsonl_bytes(data, "old-export.jsonl")
     assert report.added == 2 and not report.errors
     assert {a.doc_id: a.status for a in store.list()} == {"d1": "proposed", "d2": "accepted"}
-    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d2": 1}}
+    assert accepted_pairs(store) == {"q1": {"d2": 1}}
 
 
 def test_labels_record_the_rank_in_the_ranking_shown() -> None:
@@ -868,7 +817,7 @@ def test_a_postgres_schema_1_table_is_migrated_and_keeps_every_row(postgres_urls
         ("q2", None, "", "proposed"),
     ]
     assert all(a.reviewer == "" and a.rank is None and a.reviewed_at is None for a in labels)
-    assert store.qrels_additions(DATASET, TASK) == {"q1": {"d1": 1}}
+    assert accepted_pairs(store) == {"q1": {"d1": 1}}
     new = store.add(label(query_id="q3", rank=4))
     assert AnnotationStore(url).get(new.id or 0).rank == 4 and len(AnnotationStore(url)) == 3
     with psycopg.connect(url, autocommit=True) as conn:

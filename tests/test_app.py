@@ -250,9 +250,9 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     assert "shares the murmur words" in AnnotationStore().csv_text()
 
 
-def test_an_unjudged_relevant_label_is_proposed_then_accepted_by_a_reviewer() -> None:
-    """Proposed → accepted: the addition changes the re-evaluation only after a reviewer accepts it,
-    and the reviewer's name and time are recorded."""
+def test_a_grade_on_an_unjudged_document_is_proposed_then_accepted_by_a_reviewer() -> None:
+    """Proposed → accepted: one annotator's grade changes the re-evaluation only after a reviewer accepts
+    it, and the reviewer's name and time are recorded."""
     from r2med_core.annotations import AnnotationStore
 
     dataset = load_demo("clinical-evidence")
@@ -260,41 +260,50 @@ def test_an_unjudged_relevant_label_is_proposed_then_accepted_by_a_reviewer() ->
     run = run_system(dataset, "bm25")
     top = next(doc for doc, _ in run.top(qid, 10) if doc not in dataset.positives(qid))
     at = open_app("explorer", task="clinical-evidence", systems=["bm25"], system="bm25", q=qid)
-    by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
+    by_label(at.selectbox, "Relevance grade").set_value(1)
     by_label(at.selectbox, "Document").set_value(top)
     at.text_input(key="w_annotator").input("Dr. Test")
     save_label(at)
     assert not at.exception
-    assert any("as a proposal for review" in s.value for s in at.success)
+    assert [s.value for s in at.success] == [f"Saved: Grade 1: relevant on {md(top)}"]
     (stored,) = AnnotationStore().list()
-    assert (stored.status, stored.system, stored.rank) == ("proposed", "bm25", run.rank_of(qid, top))
+    assert (stored.failure_type, stored.status, stored.system, stored.rank) == (
+        "grade_1",
+        "proposed",
+        "bm25",
+        run.rank_of(qid, top),
+    )
 
     at.switch_page("views/annotations.py").run()
     assert not at.exception
-    assert any("1 proposed addition(s) await review" in c.value for c in at.caption)
+    assert any(md("1 proposal(s) awaiting review") in c.value for c in at.caption)
     assert not any("qrels" in df.value.columns for df in at.dataframe)  # nothing accepted: nothing re-evaluated
     assert at.text_input(key="w_annotator").value == "Dr. Test"  # the name is kept for the session
     at.button(key=f"w_accept_{stored.id}").click().run()
     assert not at.exception
     accepted = AnnotationStore().get(stored.id)
     assert (accepted.status, accepted.reviewer) == ("accepted", "Dr. Test") and accepted.reviewed_at
-    assert any("Uses the 1 accepted addition(s)" in c.value for c in at.caption)
+    assert any(md("1 accepted proposal(s)") in c.value for c in at.caption)
     rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns)
     bm25 = rows[rows["system"] == "BM25 (R2MED official)"].set_index("qrels")
-    assert bm25.loc["with additions", "nDCG@10"] > bm25.loc["original qrels", "nDCG@10"]
+    assert bm25.loc["team qrels", "nDCG@10"] > bm25.loc["original qrels", "nDCG@10"]
 
 
-def test_no_default_failure_type_and_a_failed_save_keeps_the_note() -> None:
+def test_nothing_is_preselected_and_a_failed_save_keeps_the_note() -> None:
     from r2med_core.annotations import AnnotationStore
 
     at = open_app("explorer", task="clinical-evidence", system="bm25")
     kind = by_label(at.selectbox, "Failure type")
-    assert kind.value is None  # the user chooses; nothing is preselected
+    assert kind.value is None and by_label(at.selectbox, "Relevance grade").value is None  # the user chooses
     by_label(at.text_area, "Note").input("a careful note")
-    save_label(at)  # no type, no name
+    save_label(at)  # no grade, no type, no name
     assert not at.exception and len(AnnotationStore()) == 0
-    assert any("choose a failure type" in e.value for e in at.error)
+    assert any("choose a grade or a failure type" in e.value for e in at.error)
     assert by_label(at.text_area, "Note").value == "a careful note"
+    by_label(at.selectbox, "Relevance grade").set_value(2)
+    save_label(at)  # a grade for the whole query
+    assert any("a grade judges a document" in e.value for e in at.error) and len(AnnotationStore()) == 0
+    by_label(at.selectbox, "Relevance grade").set_value(None)
     by_label(at.selectbox, "Failure type").set_value("missing_reasoning_step")
     save_label(at)  # still no name
     assert any("type your name" in e.value for e in at.error) and len(AnnotationStore()) == 0
@@ -306,19 +315,30 @@ def test_no_default_failure_type_and_a_failed_save_keeps_the_note() -> None:
     assert at.text_input(key="w_annotator").value == "Dr. Who"  # the name stays
 
 
-def test_relevant_but_unjudged_is_refused_on_a_gold_document() -> None:
+def test_a_grade_and_a_failure_type_on_a_gold_document_are_two_labels_and_no_proposal() -> None:
+    """Grading a gold document is a judgement like any other (it counts in agreement); it proposes nothing,
+    and the failure type saved with it is a label of its own."""
     from r2med_core.annotations import AnnotationStore
+    from r2med_core.team import review_queue
 
     dataset = load_demo("clinical-evidence")
     qid = list(dataset.queries)[1]
-    gold_doc, grade = next(iter(dataset.positives(qid).items()))
+    gold_doc = next(iter(dataset.positives(qid)))
     at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
-    by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
+    by_label(at.selectbox, "Relevance grade").set_value(2)
+    by_label(at.selectbox, "Failure type").set_value("wrong_aspect")
     by_label(at.selectbox, "Document").set_value(gold_doc)
     at.text_input(key="w_annotator").input("Dr. Test")
     save_label(at)
-    assert not at.exception and len(AnnotationStore()) == 0
-    assert any(md(f"already judged relevant (grade {grade})") in e.value for e in at.error)
+    assert not at.exception
+    saved = f"Saved: Grade 2: highly relevant and Right condition, wrong aspect on {md(gold_doc)}"
+    assert [s.value for s in at.success] == [saved]
+    assert [(a.doc_id, a.failure_type) for a in AnnotationStore().list()] == [
+        (gold_doc, "grade_2"),
+        (gold_doc, "wrong_aspect"),
+    ]
+    qrels = {(dataset.source, dataset.name): dataset.qrels}
+    assert review_queue(AnnotationStore().list(), [], qrels=qrels) == []
 
 
 def test_switching_task_keeps_picker_body_and_label_in_agreement() -> None:

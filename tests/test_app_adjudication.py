@@ -1,4 +1,5 @@
-"""The Adjudication page driven with AppTest: a reviewer settles a disagreement; the labels stay as saved."""
+"""The Adjudication page driven with AppTest: a reviewer settles a disagreement on a grade or on a failure
+type; the labels stay as saved."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.backup import backup_text
 from views.ui import md
 
-from .test_app import open_app
+from .test_app import by_label, open_app
 
 TASK = "clinical-evidence"
 
@@ -33,7 +34,7 @@ def _seed() -> tuple[str, str, list[Annotation]]:
     note = "*answers* <b>it</b>"
     made = [
         store.add(Annotation(**common, failure_type="relevant_unjudged", annotator="alice", note=note)),
-        store.add(Annotation(**common, failure_type="lexical_trap", annotator="bob")),
+        store.add(Annotation(**common, failure_type="grade_0", annotator="bob")),
     ]
     return qid, doc, made
 
@@ -55,14 +56,12 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
 
     at.text_input(key="w_annotator").input("Dr. Rev").run()
     assert not _submit(at).disabled
-    _submit(at).click().run()  # no failure type chosen: refused, nothing saved
-    assert any("choose the adjudicated failure type" in e.value for e in at.error)
+    _submit(at).click().run()  # no grade chosen: refused, nothing saved
+    assert any("choose the adjudicated grade" in e.value for e in at.error)
     assert history(AnnotationStore()) == []
+    assert not [s for s in at.selectbox if s.label == "Adjudicated failure type"]  # the grades differ, not types
 
-    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
-    kind.set_value("relevant_unjudged")
-    (grade,) = [s for s in at.selectbox if s.label == "Judgement"]
-    grade.set_value(1)
+    by_label(at.selectbox, "Adjudicated grade").set_value(1)
     (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
     reason.input("It answers the question")
     _submit(at).click().run()
@@ -70,7 +69,7 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
     assert any("recorded" in s.value and md("Dr. Rev") in s.value for s in at.success), [e.value for e in at.error]
     (decision,) = history(AnnotationStore())
     assert (decision.failure_type, decision.grade, decision.reviewer, decision.reason) == (
-        "relevant_unjudged",
+        "grade_1",
         1,
         "Dr. Rev",
         "It answers the question",
@@ -79,26 +78,41 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
     assert AnnotationStore().list() == made  # the labels are exactly as saved
     assert any(s.value.startswith("Waiting for a decision (0)") for s in at.subheader)
 
-    # The report shows kappa before and after; the adjudicated addition is counted for this task.
+    # The report shows kappa before and after on grades; the adjudicated addition is in the team's qrels.
     table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
-    assert list(table["adjudicated"]) == [1] and list(table["same label after"]) == [1]
-    assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+    assert list(table["ratings"]) == ["grades"]
+    assert list(table["adjudicated"]) == [1] and list(table["same rating after"]) == [1]
+    assert any(md("1 adjudicated grade(s): 1 addition(s) and 0 correction(s)") in c.value for c in at.caption)
     rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns).set_index("qrels")
-    assert set(rows.index) == {"original qrels", "adjudicated qrels"}
+    assert set(rows.index) == {"original qrels", "team qrels"}
 
     # A second reviewer overturns it from the history: the first decision is kept, superseded.
     at.text_input(key="w_annotator").input("Dr. Two").run()
-    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
-    kind.set_value("lexical_trap")
-    (grade,) = [s for s in at.selectbox if s.label == "Judgement"]
-    grade.set_value(0)
+    by_label(at.selectbox, "Adjudicated grade").set_value(0)
     _submit(at).click().run()
     assert not at.exception and any("superseding decision" in s.value for s in at.success)
     first, second = history(AnnotationStore())
     assert first == decision and (second.reviewer, second.supersedes, second.grade) == ("Dr. Two", first.id, 0)
     assert AnnotationStore().list() == made
     # The pair was never judged: grade 0 is still an addition (an explicit "not relevant" judgement).
-    assert any("1 qrels addition(s) and 0 correction(s)" in c.value for c in at.caption)
+    assert any(md("1 adjudicated grade(s): 1 addition(s) and 0 correction(s)") in c.value for c in at.caption)
+
+
+def test_a_disagreement_on_the_failure_type_is_decided_apart_from_the_grade() -> None:
+    qid, doc, _ = _seed()
+    common = {"dataset": "demo:" + TASK, "task": TASK, "query_id": qid, "doc_id": doc, "system": "bm25"}
+    AnnotationStore().add(Annotation(**common, failure_type="lexical_trap", annotator="alice"))
+    AnnotationStore().add(Annotation(**common, failure_type="wrong_aspect", annotator="bob"))
+    at = open_app("adjudication", task=TASK, systems=["bm25"])
+    assert any(s.value.startswith("Waiting for a decision (2)") for s in at.subheader)
+    at.text_input(key="w_annotator").input("Dr. Rev").run()
+    by_label(at.selectbox, "Adjudicated failure type").set_value("lexical_trap")
+    (_, failure) = [b for b in at.button if b.label.startswith("Record")]
+    failure.click().run()
+    assert not at.exception
+    (decision,) = history(AnnotationStore())
+    assert (decision.failure_type, decision.grade, decision.vocabulary) == ("lexical_trap", None, "failure type")
+    assert any(s.value.startswith("Waiting for a decision (1)") for s in at.subheader)  # the grades still differ
 
 
 def test_the_annotations_page_sends_disagreements_to_adjudication() -> None:
@@ -112,8 +126,7 @@ def test_a_decision_made_meanwhile_is_not_overwritten_and_the_choice_is_kept() -
     qid, doc, _ = _seed()
     at = open_app("adjudication", task=TASK, systems=["bm25"])
     at.text_input(key="w_annotator").input("Dr. Rev").run()
-    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
-    kind.set_value("lexical_trap")
+    by_label(at.selectbox, "Adjudicated grade").set_value(0)
     (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
     reason.input("shares words only")
     other = decide(AnnotationStore(), ("demo:" + TASK, TASK, qid, doc), "relevant_unjudged", "Dr. Two", grade=2)
@@ -121,9 +134,8 @@ def test_a_decision_made_meanwhile_is_not_overwritten_and_the_choice_is_kept() -
     assert not at.exception
     assert any("changed while you decided" in e.value and "Your choice is kept" in e.value for e in at.error)
     assert history(AnnotationStore()) == [other]  # Dr. Two's decision stands, nothing overwritten
-    (kind,) = [s for s in at.selectbox if s.label == "Adjudicated failure type"]
     (reason,) = [t for t in at.text_input if t.label == "Reason (optional)"]
-    assert (kind.value, reason.value) == ("lexical_trap", "shares words only")  # kept for another try
+    assert (by_label(at.selectbox, "Adjudicated grade").value, reason.value) == (0, "shares words only")  # kept
     _submit(at).click().run()  # now it knowingly supersedes Dr. Two's decision
     assert [d.supersedes for d in history(AnnotationStore())] == [None, other.id]
 
@@ -147,7 +159,7 @@ def test_the_read_only_demo_refuses_a_restore(monkeypatch: pytest.MonkeyPatch) -
 def test_the_models_proposals_are_suggestions_that_never_open_or_reopen_a_unit() -> None:
     qid, doc, _ = _seed()
     store = AnnotationStore()
-    decide(store, ("demo:" + TASK, TASK, qid, doc), "lexical_trap", "Dr. Rev", grade=0)
+    decide(store, ("demo:" + TASK, TASK, qid, doc), "grade_0", "Dr. Rev")
     common = {"dataset": "demo:" + TASK, "task": TASK, "query_id": qid, "system": "bm25"}
     model = "proposed by judge-model"
     # After the decision the model proposes the decided document, and one a person judged not relevant.

@@ -12,6 +12,7 @@ from r2med_core.cache import cache_root
 from r2med_core.generation import GenerationError, LocalEndpoint
 from r2med_core.jobs import REGISTRY
 from r2med_core.llm_judge import unjudged_pairs
+from r2med_core.team import read_team_qrels
 from views.ui import OFFLINE_MODEL, md
 
 from .test_app import open_app
@@ -111,7 +112,7 @@ def test_proposals_start_on_a_click_after_an_estimate_and_land_in_the_review_que
         assert {a.status for a in labels} == {"proposed"} and {a.annotator for a in labels} == {
             "proposed by fake-judge"
         }
-        assert not AnnotationStore().qrels_additions(dataset.source, dataset.name)  # not accepted by anyone
+        assert not read_team_qrels(AnnotationStore(), dataset).changes  # not accepted by anyone
         assert any(f"{len(expected)} new proposal(s)" in c.value for c in at.caption)
         assert at.button(key=f"w_accept_{labels[0].id}")  # in the queue, for a person to accept or reject
         assert at.button(key="w_judge_start").label == "Propose labels (all cached)"

@@ -8,16 +8,12 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo, run_system
-from r2med_core.adjudication import adjudication_queue, decide, history, qrels_changes, qrels_changes_text
+from r2med_core.adjudication import adjudication_queue, decide, history
 from r2med_core.annotations import AnnotationStore
 from r2med_core.identity import typed_person
 from r2med_core.judging import JudgingQueue, default_queue_path
-from r2med_core.pooling import (
-    compare_with_additions,
-    judged_at_k,
-    judged_not_relevant,
-    pool,
-)
+from r2med_core.pooling import compare_with_team, judged_at_k, pool
+from r2med_core.team import changes_text, read_team_qrels
 from tests.test_app import by_label, open_app, save_label
 from views.ui import md
 
@@ -38,7 +34,7 @@ def _pool_table(at):  # type: ignore[no-untyped-def]
     return next(df.value for df in at.dataframe if "Judged@10" in df.value.columns).set_index("system")
 
 
-def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes_the_scores() -> None:
+def test_pool_sent_from_metrics_is_graded_blind_and_an_accepted_proposal_changes_the_scores() -> None:
     dataset = load_demo(TASK)
     runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
     at = open_app("metrics", task=TASK, systems=list(runs))
@@ -70,13 +66,14 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
     first = queued[0]
     shown = " ".join(m.value for m in at.markdown)
     assert f"Document {md(first.doc_id)}" in shown and "nDCG" not in shown and "bm25" not in shown.lower()
-    by_label(at.selectbox, "Failure type").set_value("relevant_unjudged")
+    assert not [s for s in at.selectbox if s.label in ("Failure type", "Document")]  # a grade, and nothing else
+    by_label(at.selectbox, "Relevance grade").set_value(1)
     save_label(at)
     assert not at.exception
-    (label,) = AnnotationStore().list(failure_type="relevant_unjudged")
+    (label,) = AnnotationStore().list(failure_type="grade_1")  # the grade Judge a list gives too
     assert (label.query_id, label.doc_id, label.annotator) == (first.query_id, first.doc_id, "Ann")
     assert f"Document {md(queued[1].doc_id)}" in " ".join(m.value for m in at.markdown)  # the next one
-    by_label(at.selectbox, "Failure type").set_value("not_relevant")
+    by_label(at.selectbox, "Relevance grade").set_value(0)
     save_label(at)
     assert f"Document {md(queued[2].doc_id)}" in " ".join(m.value for m in at.markdown)
     ann = _queue().serve(dataset.source, dataset.name, typed_person("Ann"))
@@ -92,13 +89,9 @@ def test_pool_sent_from_metrics_is_judged_blind_and_an_accepted_addition_changes
         assert row["Judged@10 with"] > row["Judged@10"]
         assert row["with"] > row["without"]  # a newly relevant document in its top 10 raises nDCG@10
     # Both new judgements count for Judged@10: the relevant one and the one judged not relevant.
-    store = AnnotationStore()
-    expected_after = compare_with_additions(
-        runs,
-        dataset.qrels,
-        store.qrels_additions(dataset.source, dataset.name),
-        negatives=judged_not_relevant(store.list(), dataset.source, dataset.name),
-    )
+    team = read_team_qrels(AnnotationStore(), dataset)
+    assert sorted(c.source for c in team.changes) == ["accepted", "not relevant"]
+    expected_after = compare_with_team(runs, dataset.qrels, team.qrels)
     assert list(after["Judged@10 with"]) == pytest.approx(list(expected_after["judged_with"]))
     assert list(after["with"]) == pytest.approx(list(expected_after["with"]))
 
@@ -115,42 +108,42 @@ def test_in_the_read_only_demo_no_pool_is_sent_and_nothing_is_judged(monkeypatch
 
 
 def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scores() -> None:
-    """The team flow on the demo: a reviewer sends a pool, two annotators judge its first document
+    """The team flow on the demo: a reviewer sends a pool, two annotators grade its first document
     differently on the Judging page, the reviewer adjudicates it relevant, and Metrics' "with" column
-    then counts the decision (not the proposal, which nobody accepted); the export lists the addition."""
+    then counts the decision; the export lists the addition."""
     dataset = load_demo(TASK)
     runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
     at = open_app("metrics", task=TASK, systems=list(runs))
     at.text_input(key="w_annotator").input("Rev").run()
     at.button(key="w_pool_send").click().run()
     first = _queue().items(dataset.source, dataset.name)[0]
-    for name, verdict in (("Ann", "relevant_unjudged"), ("Dan", "not_relevant")):  # each in their own session
+    for name, grade in (("Ann", 1), ("Dan", 0)):  # each in their own session
         judge = open_app("judging", task=TASK, systems=list(runs))
         judge.text_input(key="w_annotator").input(name)  # in the label form: sent with Save
         assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in judge.markdown), name
-        by_label(judge.selectbox, "Failure type").set_value(verdict)
+        by_label(judge.selectbox, "Relevance grade").set_value(grade)
         save_label(judge)
         assert not judge.exception
     store = AnnotationStore()
     assert sorted((a.annotator, a.doc_id, a.failure_type) for a in store.list()) == [
-        ("Ann", first.doc_id, "relevant_unjudged"),
-        ("Dan", first.doc_id, "not_relevant"),
+        ("Ann", first.doc_id, "grade_1"),
+        ("Dan", first.doc_id, "grade_0"),
     ]
     unit = (dataset.source, dataset.name, first.query_id, first.doc_id)
     assert [item.unit for item in adjudication_queue(store.list(), history(store))] == [unit]
     at.switch_page("views/metrics.py").run()
     before = _pool_table(at)
-    assert list(before["with"]) == pytest.approx(list(before["without"]))  # a proposal is not a judgement
+    assert list(before["with"]) == pytest.approx(list(before["without"]))  # a disagreement is not a judgement
 
-    decide(store, unit, "relevant_unjudged", "Rev", grade=2, reason="answers it")
+    decide(store, unit, "grade_2", "Rev", reason="answers it")
     at.run()
     after = _pool_table(at)
-    decided = {first.query_id: {first.doc_id: 2}}
-    expected = compare_with_additions(runs, dataset.qrels, decided)
+    decided = {**dataset.qrels, first.query_id: {**dataset.qrels[first.query_id], first.doc_id: 2}}
+    expected = compare_with_team(runs, dataset.qrels, decided)
     assert list(after["with"]) == pytest.approx(list(expected["with"]))
     assert any(w > wo for w, wo in zip(after["with"], after["without"]))  # it moved a system that retrieved it
-    changes = qrels_changes(history(store), dataset.qrels)
-    assert f"{first.query_id} 0 {first.doc_id} 2\n" in qrels_changes_text(changes)
+    changes = read_team_qrels(store, dataset).changes
+    assert f"{first.query_id} 0 {first.doc_id} 2\n" in changes_text(changes)
 
 
 def test_a_damaged_queue_file_is_kept_aside_and_reported_and_neither_judging_nor_sending_crashes() -> None:

@@ -44,7 +44,7 @@ def _roles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def _seed(ann_judged_a: bool = False) -> tuple[str, str, str]:
-    """Carol and the LLM judge labelled two unjudged documents A and B of one query, Dan labelled B
+    """Carol and the LLM judge graded two unjudged documents A and B of one query, Dan graded B
     otherwise (a disagreement); with ``ann_judged_a``, the annotator Ann judged A."""
     dataset = load_demo(TASK)
     qid = next(iter(dataset.queries))
@@ -57,7 +57,7 @@ def _seed(ann_judged_a: bool = False) -> tuple[str, str, str]:
 
     add(doc_a, "relevant_unjudged", "carol@example.org", NOTE_A)
     add(doc_a, "relevant_unjudged", "proposed by judge-model", "LLM judge grade 3/3")
-    add(doc_b, "lexical_trap", "carol@example.org", NOTE_B)
+    add(doc_b, "grade_2", "carol@example.org", NOTE_B)
     add(doc_b, "relevant_unjudged", "proposed by judge-model", "LLM judge grade 2/3")
     add(doc_b, "not_relevant", "dan@example.org")
     if ann_judged_a:
@@ -132,19 +132,19 @@ def test_annotations_a_reviewer_sees_every_label_but_only_an_admin_downloads_the
     rev = _open("annotations", "rev@example.org")
     assert not rev.exception
     assert len(_label_table(rev)) == 5 and NOTE_B in _shown(rev)
-    assert _downloads(rev) == {f"Qrels additions for {TASK} (TREC)"}
+    assert _downloads(rev) == {f"Team qrels for {TASK} (TREC)"}
     assert "Agreement between annotators" in _shown(rev) and "Agreement figures are for reviewers." not in _shown(rev)
 
     adm = _open("annotations", "adm@example.org")
     assert len(_label_table(adm)) == 5
-    assert _downloads(adm) == STORE_WIDE | {f"Qrels additions for {TASK} (TREC)"}
+    assert _downloads(adm) == STORE_WIDE | {f"Team qrels for {TASK} (TREC)"}
 
 
 def test_annotations_without_sign_in_the_trusted_team_sees_and_downloads_everything() -> None:
     _seed()
     at = open_app("annotations", task=TASK, systems=["bm25"])
     assert len(_label_table(at)) == 5
-    assert _downloads(at) == STORE_WIDE | {f"Qrels additions for {TASK} (TREC)"}
+    assert _downloads(at) == STORE_WIDE | {f"Team qrels for {TASK} (TREC)"}
 
 
 # --------------------------------------------------------------------------- the Adjudication page
@@ -169,8 +169,8 @@ def test_adjudication_reviewers_see_the_queue_and_only_an_admin_downloads_the_ra
     assert any(s.value.startswith("Waiting for a decision (") for s in rev.subheader)
     assert NOTE_B in _shown(rev)
     reviewer_downloads = {
-        f"Adjudicated qrels changes for {TASK} (TREC)",
-        "Adjudicated qrels changes (CSV)",
+        f"Team qrels changes for {TASK} (TREC)",
+        "Team qrels changes (CSV)",
         "Every decision with history (CSV)",
         "Agreement report (CSV)",
     }
@@ -196,7 +196,7 @@ def test_explorer_shows_a_querys_labels_to_the_team_and_not_to_someone_signed_ou
 
 
 def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind_judgement() -> None:
-    """Two annotators judge three pooled documents of one query on the Judging page: each judgement is
+    """Two annotators grade three pooled documents of one query on the Judging page: each judgement is
     recorded blind (not only each one's first on the query), so the reviewer's agreement counts all three."""
     dataset = load_demo(TASK)
     runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
@@ -204,18 +204,18 @@ def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind
     queue.send(dataset.source, dataset.name, pool(runs, dataset.qrels, 10), "rev@example.org")
     queued = queue.items(dataset.source, dataset.name)[:3]
     assert len({e.query_id for e in queued}) == 1  # several documents of one query: the case that matters
-    for email, verdict in (("ann@example.org", "not_relevant"), ("ann2@example.org", "relevant_unjudged")):
+    for email, verdict in (("ann@example.org", 0), ("ann2@example.org", 1)):
         at = _open("judging", email)
         for entry in queued:
             assert f"Document {md(entry.doc_id)}" in " ".join(m.value for m in at.markdown)
-            by_label(at.selectbox, "Failure type").set_value(verdict)
+            by_label(at.selectbox, "Relevance grade").set_value(verdict)
             save_label(at)
             assert not at.exception and not at.error, [e.value for e in at.error]
     labels = AnnotationStore().list()
     assert [(a.doc_id, a.blind) for a in labels] == [(e.doc_id, True) for e in queued] * 2
     rev = _open("adjudication", "rev@example.org")
     table = next(df.value for df in rev.dataframe if "kappa before" in df.value.columns)
-    assert list(table["items"]) == [3] and list(table["same label before"]) == [0]
+    assert list(table["items"]) == [3] and list(table["same rating before"]) == [0]
 
     # Progress: an annotator sees their own, a reviewer everyone's and the team's per task.
     mine = _open("judging", "ann@example.org")

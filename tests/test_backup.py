@@ -32,7 +32,7 @@ def _work(store: AnnotationStore) -> None:
     store.add(label(annotator="carol", query_id="q2", doc_id=None, failure_type="rewrite_hallucination"))
     store.review(alice.id, True, "Dr. Rev")
     first = decide(store, UNIT, "relevant_unjudged", "Dr. Rev", grade=1, reason="answers the question")
-    decide(store, UNIT, "lexical_trap", "Dr. Two", grade=0, reason="same words only", replacing=first.id)
+    decide(store, UNIT, "grade_0", "Dr. Two", reason="same words only", replacing=first.id)
     pooled = Pool(10, ("bm25",), {"q3": (PooledDoc("q3", "d7", ("bm25", "dense")), PooledDoc("q3", "d8", ("bm25",)))})
     JudgingQueue(store).send(DATASET, TASK, pooled, "Paula")
 
@@ -80,8 +80,8 @@ def test_a_backup_restores_into_a_fresh_store_and_twice_adds_nothing(
     assert _content(target)[1:] == _content(source)  # annotator, times, review, rank and blind flag kept
     assert [a.id for a in target.list()[1:]] != [a.id for a in source.list()]  # new ids in the target
     assert _decisions(target) == _decisions(source)  # who/when/why/grade and the supersession order
-    standing = current(history(target))[UNIT]
-    assert (standing.reviewer, standing.grade, standing.failure_type) == ("Dr. Two", 0, "lexical_trap")
+    standing = current(history(target))[(UNIT, "grade")]
+    assert (standing.reviewer, standing.grade, standing.failure_type) == ("Dr. Two", 0, "grade_0")
     assert target_queue.every_task() == queue.every_task()  # sent_by and sent_at as they were
 
     again = restore_backup(target, path)

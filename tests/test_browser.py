@@ -475,10 +475,9 @@ def _choose(page: Page, label: str, option: str | re.Pattern[str]) -> None:
 
 
 def test_the_triage_loop_end_to_end(page: Page) -> None:
-    """Open the failures, step through them with Next and the J key, label a document as relevant but
-    unjudged, review and accept it on the Annotations page, and see the re-evaluation change."""
+    """Open the failures, step through them with Next and the J key, grade an unjudged document relevant,
+    review and accept it on the Annotations page, and see the re-evaluation change."""
     from r2med_core import evaluate
-    from r2med_core.annotations import reevaluate
     from r2med_core.explore import filter_queries, query_table, shorten
 
     task = "clinical-case"
@@ -520,25 +519,26 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
 
     # 3. Label an unjudged document of the shown ranking as relevant.
     doc, _ = next((d, s) for d, s in run.top(qid, 10) if d not in dataset.positives(qid))
-    _choose(page, "Failure type", "Relevant but unjudged")
+    _choose(page, "Relevance grade", "Grade 1: relevant")
     _choose(page, "Document", re.compile(rf"^{re.escape(doc)}$"))
     page.get_by_label("Note").fill("answers the question; never judged")
     page.get_by_label("Your name").fill("Dr. Browser")
     page.get_by_role("button", name="Save label").click()
-    settle(page, "as a proposal for review")
+    settle(page, f"Saved: Grade 1: relevant on {doc}")
     assert_healthy(page)
     full_page_screenshot(page, "triage-2-labelled")
 
     # 4. Review and accept it; the re-evaluation uses it and says so.
     page.get_by_role("link", name="Annotations").click()
     settle(page, "Review queue")
-    settle(page, "1 proposed addition(s) await review")
+    settle(page, "1 proposal(s) awaiting review")
     assert page.get_by_role("textbox", name="Your name").input_value() == "Dr. Browser"  # asked once per session
     full_page_screenshot(page, "triage-3-queue")
     page.get_by_role("button", name="Accept").click()
-    settle(page, "Uses the 1 accepted addition(s)")
+    settle(page, "1 accepted proposal(s)")
     assert_healthy(page)
-    original, extended = reevaluate(run, dataset.qrels, {qid: {doc: 1}}, task)
+    original = evaluate(run, dataset.qrels)
+    extended = evaluate(run, {**dataset.qrels, qid: {**dataset.qrels[qid], doc: 1}})
     before, after = original.means["ndcg_at_10"], extended.means["ndcg_at_10"]
     assert after > before
     assert page.get_by_text(f"{before:.3f} → {after:.3f}").first.is_visible()

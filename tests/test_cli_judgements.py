@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo, read_trec, run_system
-from r2med_core.adjudication import decide, qrels_text, team_qrels
+from r2med_core.adjudication import decide
 from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.cli import main
 from r2med_core.diagnosis import classed_queries, diagnose, judge_proposals, oracle_run
 from r2med_core.explore import QUERY_TABLE_COLUMNS
-from r2med_core.pooling import compare_with_additions, new_judgements, pool, pool_csv, pool_text, with_judgements
+from r2med_core.pooling import compare_with_team, pool, pool_csv, pool_text
 from r2med_core.runs import write_trec
+from r2med_core.team import qrels_text, read_team_qrels
 
 from .test_cli import cli
 
@@ -90,7 +91,7 @@ def test_pool_writes_the_core_pool_as_trec_or_csv(runs: Path, tmp_path: Path, ca
     assert f"{len(expected)} unjudged document(s) in the top 5 of 2 system(s)" in capsys.readouterr().out
 
 
-def test_pool_with_a_store_skips_new_judgements_and_prints_without_with_and_judged(
+def test_pool_with_a_store_skips_the_teams_judgements_and_prints_without_with_and_judged(
     runs: Path, tmp_path: Path, capsys
 ) -> None:
     qid, doc = _failed_query(runs)
@@ -103,12 +104,12 @@ def test_pool_with_a_store_skips_new_judgements_and_prints_without_with_and_judg
 
     dataset = load_demo(TASK)
     named = {n: read_trec(runs / f"{n}.trec") for n in ("bm25", "minilm")}
-    additions, negatives = new_judgements(store, dataset)
-    assert additions == {qid: {doc: 1}}
-    expected = pool(named, with_judgements(dataset.qrels, additions, negatives), 10)
+    team = read_team_qrels(store, dataset)
+    assert [(c.query_id, c.doc_id, c.grade, c.source) for c in team.changes] == [(qid, doc, 1, "accepted")]
+    expected = pool(named, team.qrels, 10)
     assert (tmp_path / "pool.csv").read_text() == pool_csv(expected)
     assert f"{qid},{doc}," not in pool_csv(expected)
-    table = compare_with_additions(named, dataset.qrels, additions, negatives=negatives, dataset_name=TASK)
+    table = compare_with_team(named, dataset.qrels, team.qrels, dataset_name=TASK)
     shown = {cells[0]: cells[1:] for cells in map(str.split, printed.splitlines()) if "→" in "".join(cells)}
     for row in table.to_dict("records"):
         without, with_, rank, judged, judged_with = shown[row["system"]]
@@ -116,7 +117,7 @@ def test_pool_with_a_store_skips_new_judgements_and_prints_without_with_and_judg
         assert rank == f"{row['rank_without']}→{row['rank_with']}"
         assert (float(judged), float(judged_with)) == (round(row["judged_without"], 4), round(row["judged_with"], 4))
     assert table["with"].max() > table["without"].max() or table["judged_with"].gt(table["judged_without"]).any()
-    assert "1 accepted addition(s), 0 judged not relevant" in printed
+    assert team.caption() in printed and "0 agreed grade(s), 1 accepted proposal(s)" in printed
 
 
 def test_pool_bad_input(runs: Path, tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_qrels_applies_accepted_additions_and_adjudicated_corrections(runs: Path
     env = {"R2MED_ANNOTATIONS_URL": str(target)}  # found as the app finds it
     done = cli("qrels", "--demo", TASK, "--output", str(out), env=env)
     assert done.returncode == 0, done.stderr
-    assert out.read_text() == qrels_text(team_qrels(store, dataset))
+    assert out.read_text() == qrels_text(read_team_qrels(store, dataset).qrels)
     lines = set(out.read_text().splitlines())
     assert f"{qid} 0 {doc} 1" in lines and f"{qid} 0 {gold} 0" in lines
     assert "2 added or changed by the team" in done.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from r2med_core.agreement import agreement
-from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStore
+from r2med_core.annotations import RELEVANCE_CODES, TAXONOMY, Annotation, AnnotationStore
 from r2med_core.identity import Person
 from r2med_core.list_judging import (
     MAX_AGE_MINUTES,
@@ -73,8 +73,8 @@ def _iso(ms: int) -> str:
 
 
 def test_grade_codes_are_registered_document_labels() -> None:
-    assert set(GRADE_CODES.values()) == {0, 1, 2}
-    for code in GRADE_CODES:
+    assert set(RELEVANCE_CODES.values()) == {0, 1, 2}
+    for code in RELEVANCE_CODES:
         assert TAXONOMY[code].scope == "document"
     with pytest.raises(ValueError, match="doc_id is required"):
         Annotation(dataset="d", task="t", query_id=QID, failure_type="grade_1", annotator="a")
@@ -245,7 +245,7 @@ def test_list_grades_count_in_agreement(store: AnnotationStore) -> None:
     for who, grades in (("ann", (2, 1, 0)), ("bob", (2, 1, 1))):
         events = [GradeEvent(f"{who}{i}", doc, g, T0 + i) for i, (doc, g) in enumerate(zip(DOCS, grades))]
         _save(store, SaveOnce(), events, who=who)
-    (pair,) = agreement(store.list()).pairs
+    (pair,) = agreement(store.list(), "grade").pairs
     assert (pair.units, pair.agreed) == (3, 2)
 
 

@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 import pytest
 
 from r2med_core import generation, load_demo, run_system
-from r2med_core.agreement import review_queue
 from r2med_core.annotations import AnnotationStore
 from r2med_core.cache import cache_root
 from r2med_core.generation import Endpoint, LocalEndpoint, Usage
@@ -34,6 +33,7 @@ from r2med_core.llm_judge import (
     recorded_agreements,
     unjudged_pairs,
 )
+from r2med_core.team import read_team_qrels, review_queue
 
 from .test_generation import KEY, FakeLLM, closed_port, needs_offline_model, usage_of
 
@@ -310,9 +310,9 @@ def test_proposals_land_as_proposed_by_the_model_and_wait_for_review(dataset, bm
         assert label.annotator == "proposed by judge-model" and label.failure_type == "relevant_unjudged"
         assert (label.system, label.rank) == (pair.system, pair.rank)
         assert f"grade {grade}/3" in label.note and JUDGE_PROMPT_VERSION in label.note
-    assert store.qrels_additions(dataset.source, dataset.name) == {}  # nothing counts before a review
-    queue = review_queue(store.list())
-    assert [item.kind for item in queue] == ["proposed addition"] * 2
+    assert read_team_qrels(store, dataset).changes == ()  # nothing counts before a review
+    queue = review_queue(store.list(), [])
+    assert [item.annotators for item in queue] == [("proposed by judge-model",)] * 2
 
     again = propose_labels(store, dataset, pairs, grades, endpoint(server), threshold=1)
     assert (again.added, again.already_proposed) == (1, 2) and len(store) == 3

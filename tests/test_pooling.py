@@ -1,4 +1,4 @@
-"""Pooling: unjudged documents of the systems' top k, Judged@k, and metrics with/without new judgements."""
+"""Pooling: unjudged documents of the systems' top k, Judged@k, and metrics with/without the team's judgements."""
 
 from __future__ import annotations
 
@@ -7,18 +7,13 @@ from pathlib import Path
 import ir_measures
 import pytest
 
+from r2med_core.adjudication import Decision
 from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.data import DataError
 from r2med_core.evaluation import evaluate
-from r2med_core.pooling import (
-    Pool,
-    compare_with_additions,
-    judged_at_k,
-    judged_not_relevant,
-    pool,
-    with_decisions,
-)
+from r2med_core.pooling import Pool, compare_with_team, judged_at_k, pool
 from r2med_core.runs import Run
+from r2med_core.team import team_qrels
 
 
 def _run(name: str, rankings: dict[str, list[str]]) -> Run:
@@ -49,7 +44,11 @@ def test_pool_keeps_only_unjudged_top_depth_documents_deduplicated_with_contribu
         pool({"A": A}, QRELS, depth=0)
 
 
-def test_pool_skips_documents_judged_through_accepted_additions() -> None:
+def _team(store: AnnotationStore, decisions: list[Decision] | None = None) -> dict[str, dict[str, int]]:
+    return team_qrels(QRELS, store.list(), decisions or [], dataset="R2MED", task="T").qrels
+
+
+def test_pool_skips_documents_the_team_judged() -> None:
     pooled = pool({"A": A}, {**QRELS, "q1": {**QRELS["q1"], "u1": 1}}, depth=5)
     assert [d.doc_id for d in pooled.docs["q1"]] == ["u2", "u3"]
 
@@ -73,10 +72,10 @@ def test_accepted_addition_changes_metric_rank_and_judged(tmp_path: Path) -> Non
         )
     )
     runs = {"A": A, "B": B, "C": _run("C", {"q1": ["g1"], "q2": ["g2"]})}  # C: perfect on the old judgements
-    before = compare_with_additions(runs, QRELS, store.qrels_additions("R2MED", "T"))
+    before = compare_with_team(runs, QRELS, _team(store))
     assert (before["without"] == before["with"]).all()  # a proposal is not a judgement
     store.review(label.id, True, "rev")
-    table = compare_with_additions(runs, QRELS, store.qrels_additions("R2MED", "T")).set_index("system")
+    table = compare_with_team(runs, QRELS, _team(store)).set_index("system")
     assert table.loc["A", "without"] == pytest.approx(evaluate(A, QRELS).means["ndcg_at_10"])
     extended = {**QRELS, "q2": {"g2": 1, "u4": 1}}
     assert table.loc["A", "with"] == pytest.approx(evaluate(A, extended).means["ndcg_at_10"])
@@ -100,27 +99,36 @@ def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_
     store.add(Annotation(**{**common, "task": "other"}, query_id="q1", doc_id="u2", annotator="ann"))
     store.add(Annotation(**{**common, "failure_type": "grade_0"}, query_id="q2", doc_id="u5", annotator="ann"))
     store.add(Annotation(**{**common, "failure_type": "grade_2"}, query_id="q2", doc_id="u6", annotator="ann"))
-    negatives = judged_not_relevant(store.list(), "R2MED", "T")
-    assert negatives == {"q1": {"u1": 0}, "q3": {"x": 0}, "q2": {"u5": 0}}  # a list's grade 0 counts too
-    negatives = {q: d for q, d in negatives.items() if q != "q2"}
-    row = compare_with_additions({"A": A}, QRELS, {}, negatives=negatives).iloc[0]
-    assert row["with"] == pytest.approx(row["without"])  # q3 did not join the means with a 0
+    store.add(Annotation(**common, query_id="q1", doc_id="g1", annotator="ann"))  # a gold document: not lowered
+    team = _team(store)
+    # One person's grade 0 (either page's) fills a hole without a review; q3 stays out of the means.
+    assert team == {"q1": {"g1": 2, "n1": 0, "u1": 0}, "q2": {"g2": 1, "u5": 0}, "q3": {}}
+    row = compare_with_team({"A": A}, QRELS, team).iloc[0]
+    assert row["with"] == pytest.approx(row["without"])
     assert row["judged_with"] == pytest.approx((3 / 5 + 1 / 2) / 2)  # u1 now judged in A's q1 top 5
-    assert [d.doc_id for d in pool({"A": A}, {**QRELS, "q1": {**QRELS["q1"], **negatives["q1"]}}, 5).docs["q1"]] == [
-        "u2",
-        "u3",
-    ]
+    assert [d.doc_id for d in pool({"A": A}, team, 5).docs["q1"]] == ["u2", "u3"]
 
 
-def test_a_reviewers_decision_replaces_what_the_labels_said_about_a_pair() -> None:
-    additions = {"q1": {"u1": 1, "u2": 1}}
-    negatives = {"q1": {"u3": 0}, "q2": {"u4": 0}}
-    new_additions, new_negatives = with_decisions(
-        additions, negatives, [("q1", "u1", 0), ("q2", "u4", 2), ("q3", "x", 1)]
-    )
-    assert new_additions == {"q1": {"u2": 1}, "q2": {"u4": 2}, "q3": {"x": 1}}
-    assert new_negatives == {"q1": {"u3": 0, "u1": 0}}
-    assert additions == {"q1": {"u1": 1, "u2": 1}} and negatives == {"q1": {"u3": 0}, "q2": {"u4": 0}}  # untouched
+def test_a_reviewers_decision_replaces_what_the_labels_said_about_a_pair(tmp_path: Path) -> None:
+    store = AnnotationStore(tmp_path / "a.sqlite")
+    common = {"dataset": "R2MED", "task": "T", "query_id": "q1"}
+    for doc in ("u1", "u2"):
+        accepted = store.add(Annotation(**common, doc_id=doc, failure_type="grade_1", annotator="ann"))
+        store.review(accepted.id, True, "rev")
+    store.add(Annotation(**common, doc_id="u3", failure_type="grade_0", annotator="ann"))
+    store.add(Annotation(**{**common, "query_id": "q2"}, doc_id="u4", failure_type="grade_0", annotator="ann"))
+
+    def decision(query: str, doc: str, grade: int, id: int) -> Decision:
+        return Decision(
+            id=id, dataset="R2MED", task="T", query_id=query, doc_id=doc, failure_type=f"grade_{grade}", reviewer="r"
+        )
+
+    decisions = [decision("q1", "u1", 0, 1), decision("q2", "u4", 2, 2), decision("q3", "x", 1, 3)]
+    assert _team(store, decisions) == {
+        "q1": {"g1": 2, "n1": 0, "u1": 0, "u2": 1, "u3": 0},
+        "q2": {"g2": 1, "u4": 2},
+        "q3": {"x": 1},
+    }
 
 
 def test_pool_downloads_trec_like_and_csv_in_the_pools_order() -> None:

@@ -91,11 +91,11 @@ def _sign_in(page: Page, subject: str) -> None:
 
 def _explorer(page: Page, qid: str) -> None:
     page.goto(f"/explorer?task={TASK}&systems=bm25&system=bm25&q={qid}")
-    settle(page, "Label a failure")
+    settle(page, "Grade a document, or label a failure")
 
 
-def _label(page: Page, failure: str, doc: str, note: str) -> None:
-    _choose(page, "Failure type", failure)
+def _label(page: Page, failure: str, doc: str, note: str, *, field: str = "Failure type") -> None:
+    _choose(page, field, failure)
     _choose(page, "Document", re.compile(rf"^{re.escape(doc)}$"))
     page.get_by_label("Note").fill(note)
     page.get_by_role("button", name="Save label").click()
@@ -130,8 +130,8 @@ def test_oidc_labels_record_the_signed_in_identity_and_roles_hold(
     _explorer(page, qid)
     assert page.get_by_label("Your name").count() == 0  # an annotator cannot act as another
     assert page.get_by_text("Saved as alice@example.org (signed in)").is_visible()
-    _label(page, "Relevant but unjudged", doc, "answers it; never judged")
-    settle(page, "as a proposal for review")
+    _label(page, "Grade 1: relevant", doc, "answers it; never judged", field="Relevance grade")
+    settle(page, f"Saved: Grade 1: relevant on {doc}")
     (saved,) = AnnotationStore(store_path).list()
     assert (saved.annotator, saved.doc_id, saved.status) == ("alice@example.org", doc, "proposed")
     # An annotator does not review: the Annotations page offers no name field, and no review.
@@ -169,8 +169,8 @@ def test_nobody_reviews_their_own_label(browser: Browser, oidc_app: tuple[str, P
     page = context.new_page()
     _sign_in(page, "rita@example.org")  # annotator and reviewer
     _explorer(page, qid)
-    _label(page, "Relevant but unjudged", doc, "mine")
-    settle(page, "as a proposal for review")
+    _label(page, "Grade 1: relevant", doc, "mine", field="Relevance grade")
+    settle(page, f"Saved: Grade 1: relevant on {doc}")
     mine = next(a for a in AnnotationStore(store_path).list() if a.annotator == "rita@example.org")
     page.goto("/annotations")
     settle(page, "nobody reviews their own label")
@@ -243,8 +243,8 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     common = {"dataset": f"demo:{TASK}", "task": TASK, "query_id": qid, "doc_id": doc, "blind": True}
     before = [
         store.add(Annotation(**common, failure_type="relevant_unjudged", annotator="rita@example.org")),
-        store.add(Annotation(**common, failure_type="lexical_trap", annotator="alice@example.org")),
-    ]
+        store.add(Annotation(**common, failure_type="grade_0", annotator="alice@example.org")),
+    ]  # the two grades differ
     # Rita (annotator and reviewer) labelled the unit: she may not decide it.
     context = _context(browser, base)
     page = context.new_page()
@@ -261,14 +261,15 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     _sign_in(page, "rob@example.org")
     page.goto(f"/adjudication?task={TASK}")
     settle(page, "Every decision with history (CSV)")  # the raw labels are for admins only
-    _choose(page, "Adjudicated failure type", "Lexical trap")
+    _choose(page, "Adjudicated grade", "Grade 0: not relevant")
     page.get_by_label("Reason (optional)").fill("shares the words, not the answer")
     page.get_by_role("button", name="Record decision").click()
     settle(page, "The labels are kept as they were")
     (decision,) = history(AnnotationStore(store_path), unit=(f"demo:{TASK}", TASK, qid, doc))
-    assert (decision.reviewer, decision.failure_type, decision.reason) == (
+    assert (decision.reviewer, decision.failure_type, decision.grade, decision.reason) == (
         "rob@example.org",
-        "lexical_trap",
+        "grade_0",
+        0,
         "shares the words, not the answer",
     )
     assert [a for a in AnnotationStore(store_path).list() if a.doc_id == doc] == before
@@ -382,8 +383,8 @@ def test_sign_in_is_refused_while_anyone_on_the_host_could_name_the_proxy(
 
 def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Browser, tmp_path: Path) -> None:
     """Alice labels a query blind: no gold documents, scores or grades until she labelled the whole query;
-    labelling a gold document "relevant but unjudged" is saved (a refusal would tell her it is gold) and only
-    then says so, and the rest of the query stays hidden."""
+    grading a gold document is saved like any grade (nothing tells her it is gold), and the rest of the
+    query stays hidden."""
     dataset = load_demo(TASK)
     qid, gold_doc = next(
         (q, d) for q in dataset.queries for d, _ in run_system(dataset, "bm25").top(q, 10) if d in dataset.positives(q)
@@ -397,8 +398,8 @@ def test_blind_first_hides_judgements_until_the_annotators_own_label(browser: Br
         settle(page, "queries you have not labelled as a whole yet show no scores")
         body = page.locator("section.main, [data-testid='stMain']").first.inner_text()
         assert "Gold documents (" not in body and not re.search(r"grade \d|✓ gold", body), body
-        _label(page, "Relevant but unjudged", gold_doc, "answers the case")
-        settle(page, f"{gold_doc} is already judged relevant")
+        _label(page, "Grade 1: relevant", gold_doc, "answers the case", field="Relevance grade")
+        settle(page, f"Saved: Grade 1: relevant on {gold_doc}")
         assert page.get_by_text("Blind first.").is_visible()  # one document labelled: the query stays hidden
         _label(page, "Missing reasoning step", "(the whole query)", "no bridge to the diagnosis")
         settle(page, f"Gold documents ({len(dataset.positives(qid))})")  # the whole query labelled: now she sees

@@ -1,5 +1,6 @@
-"""Adjudication: reviewers settle units whose annotators disagree (the labels are never changed), see
-agreement before and after, and download the adjudicated qrels changes and the raw labels."""
+"""Adjudication: reviewers settle units whose annotators disagree — on a document's grade, or on a failure
+type — (the labels are never changed), see agreement before and after, download the team's qrels changes
+and the raw labels, and see the re-evaluation with the team's judgements (``r2med_core.team``)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,14 @@ from r2med_core.adjudication import (
     decisions_csv,
     describe,
     history,
-    qrels_changes,
-    qrels_changes_csv,
-    qrels_changes_text,
-    reevaluate_adjudicated,
 )
 from r2med_core.agreement import agreement_report, report_csv
-from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError
-from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.annotations import GRADES, TAXONOMY, Annotation, AnnotationStoreError, failure_types, grade_code
 from r2med_core.explore import shorten
 from r2med_core.identity import PermissionDenied, Person, authorize, check_not_own
-from r2med_core.report import metric_label
-from views import auth, state, ui
+from r2med_core.team import changes_csv, changes_text
+from views import auth, state, team, ui
+from views.labels import grade_label
 
 PAGE = 20  # units drawn at once
 ALL = "(all)"
@@ -65,8 +62,8 @@ def _reviewer() -> Person | None:
 
 
 def _keys(item: AdjudicationItem) -> dict[str, str]:
-    # Keyed by the unit only: when another decision lands meanwhile, what the reviewer chose is kept.
-    within = state.scope(*item.unit)
+    # Keyed by the unit and vocabulary only: when another decision lands meanwhile, what the reviewer chose is kept.
+    within = state.scope(*item.unit, item.vocabulary)
     return {name: state.widget_key(f"adj_{name}", within) for name in ("type", "grade", "reason")}
 
 
@@ -76,18 +73,21 @@ def _record(item: AdjudicationItem) -> None:
     person = _reviewer()
     if person is None or store is None:
         return
-    code = st.session_state.get(keys["type"])
-    if code is None:
-        v.flash_error = "Not saved: choose the adjudicated failure type."
-        return
     grade = st.session_state.get(keys["grade"], KEEP_GRADE)
+    if item.vocabulary == "grade":  # a disagreement on the grade is settled by one
+        code = None if grade in (None, KEEP_GRADE) else grade_code(int(grade))
+    else:
+        code = st.session_state.get(keys["type"])
+    if code is None:
+        v.flash_error = f"Not saved: choose the adjudicated {item.vocabulary}."
+        return
     try:
         made = decide(
             store,
             item.unit,
             code,
             person.name,
-            grade=None if grade == KEEP_GRADE else int(grade),
+            grade=None if grade in (None, KEEP_GRADE) else int(grade),
             reason=st.session_state.get(keys["reason"], ""),
             replacing=item.decision.id if item.decision else None,
         )
@@ -133,7 +133,7 @@ def _item(item: AdjudicationItem) -> None:
     _, task, query_id, doc_id = item.unit
     with st.container(border=True):
         target = f"document {doc_id}" if doc_id is not None else "the whole query"
-        st.markdown(f"**{ui.md(task)}** · query {ui.md(query_id)} · {ui.md(target)}")
+        st.markdown(f"**{ui.md(task)}** · query {ui.md(query_id)} · {ui.md(target)} · {item.vocabulary}s differ")
         if task == dataset.name and query_id in dataset.queries:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
         for label in item.labels:
@@ -150,23 +150,35 @@ def _item(item: AdjudicationItem) -> None:
         keys = _keys(item)
         with st.form(state.widget_key("adj_form", keys["type"].split(".", 1)[1]), clear_on_submit=False):
             c1, c2 = st.columns(2)
-            c1.selectbox(
-                "Adjudicated failure type",
-                list(TAXONOMY),
-                index=None,
-                placeholder="Choose the failure type",
-                format_func=_type_label,
-                key=keys["type"],
-            )
-            if doc_id is not None:
-                judged = dataset.qrels.get(query_id, {}).get(doc_id) if task == dataset.name else None
+            judged = dataset.qrels.get(query_id, {}).get(doc_id) if task == dataset.name and doc_id else None
+            now = "not judged" if judged is None else f"grade {judged}"
+            if item.vocabulary == "grade":
+                c1.selectbox(
+                    "Adjudicated grade",
+                    GRADES,
+                    index=None,
+                    placeholder="Choose the grade",
+                    format_func=grade_label,
+                    key=keys["grade"],
+                    help=f"The team's judgement of the pair (judged in the qrels now: {now}).",
+                )
+            else:
+                c1.selectbox(
+                    "Adjudicated failure type",
+                    failure_types(),
+                    index=None,
+                    placeholder="Choose the failure type",
+                    format_func=_type_label,
+                    key=keys["type"],
+                )
+            if doc_id is not None and item.vocabulary != "grade":
                 c2.selectbox(
                     "Judgement",
-                    [KEEP_GRADE, 0, 1, 2],
+                    [KEEP_GRADE, *GRADES],
                     format_func=_grade_label,
                     key=keys["grade"],
-                    help="The grade the pair deserves; exported as a qrels addition (not judged yet) or "
-                    f"correction (judged). Judged now: {'not judged' if judged is None else f'grade {judged}'}.",
+                    help="The grade the pair deserves; the team's qrels take it as an addition (not judged yet) or "
+                    f"a correction (judged). Judged now: {now}.",
                 )
             st.text_input("Reason (optional)", key=keys["reason"], max_chars=2000)
             st.form_submit_button(
@@ -184,9 +196,10 @@ st.title("Adjudication")
 if store is None:
     st.stop()
 st.caption(
-    "Where annotators disagree on a query or a (query, document), a reviewer records the decision: the "
-    "failure type, for a document optionally the judgement grade, and why. Decisions are kept with their "
-    "history (a later one supersedes, never overwrites); every label stays as it was saved."
+    "Where annotators give a document different grades, or label a query or a (query, document) with "
+    "different failure types, a reviewer records the decision: the grade, or the failure type (for a document "
+    "optionally with the judgement grade), and why. Decisions are kept with their history (a later one "
+    "supersedes, never overwrites); every label stays as it was saved."
 )
 state.show_flash()
 acting = auth.acting()
@@ -224,7 +237,8 @@ if len(waiting) > PAGE:
 if decided:
     with st.expander(f"Decided ({len(decided)}) — history, and superseding a decision"):
         for item in decided[:PAGE]:
-            earlier = [d for d in decisions if d.unit == item.unit and d.id != (item.decision and item.decision.id)]
+            same = (item.unit, item.vocabulary)
+            earlier = [d for d in decisions if d.item == same and d.id != (item.decision and item.decision.id)]
             if earlier:
                 st.caption("Superseded: " + "; ".join(_decision_line(d) for d in earlier))
             _item(item)
@@ -234,14 +248,15 @@ st.subheader("Agreement before and after adjudication")
 blind_only = acting.signed_in_mode
 report = agreement_report(labels, decisions, blind_only=blind_only)
 st.caption(
-    "Per task and per annotator pair (Cohen's kappa), and for three or more annotators on the same items "
-    "(Fleiss' kappa). **Before**: the labels as saved"
+    "Per task, on grades and on failure types apart, per annotator pair (Cohen's kappa), and for three or more "
+    "annotators on the same items (Fleiss' kappa); a grade counts as the grade it is, whichever page gave it. "
+    "**Before**: the labels as saved"
     + (" (blind labels only, as with sign-in)" if blind_only else "")
-    + ". **After**: on every decided item each of these labels takes the decision's failure type; the same "
-    "items and pairs are counted, only the types differ. Undefined (one failure type only) is left empty."
+    + ". **After**: on every decided item each of these labels says what the decision says; the same "
+    "items and pairs are counted, only the ratings differ. Undefined (one rating only) is left empty."
 )
 if not report:
-    st.caption("Appears when two or more annotators label the same query or (query, document).")
+    st.caption("Appears when two or more annotators grade the same document, or label the same query or document.")
 else:
 
     def _kappa(value: float) -> str:
@@ -252,12 +267,13 @@ else:
             [
                 {
                     "task": r.task,
+                    "ratings": f"{r.vocabulary}s",
                     "measure": r.measure,
                     "annotators": " · ".join(r.annotators),
                     "items": r.units,
                     "adjudicated": r.adjudicated,
-                    "same label before": r.agreed_before,
-                    "same label after": r.agreed_after,
+                    "same rating before": r.agreed_before,
+                    "same rating after": r.agreed_after,
                     "kappa before": _kappa(r.kappa_before),
                     "kappa after": _kappa(r.kappa_after),
                 }
@@ -271,27 +287,27 @@ else:
 
 # ------------------------------------------------------------------ exports
 st.subheader("Downloads")
-task_decisions = [d for d in decisions if (d.dataset, d.task) == (dataset.source, dataset.name)]
-changes = qrels_changes(task_decisions, dataset.qrels)
-n_add = sum(c.kind == "addition" for c in changes)
-st.caption(
-    f"On {ui.md(dataset.name)}: {n_add} qrels addition(s) and {len(changes) - n_add} correction(s) from the "
-    "standing decisions. The TREC file lists `qid 0 docid grade` lines to apply after the original qrels "
-    "(each overrides the pair's grade); the CSV adds the original grade and the decision behind each line."
-)
+judged = team.read(dataset)
+if judged is not None:
+    st.caption(
+        f"On {ui.md(dataset.name)}, the team's qrels (`r2med_core.team`): {ui.md(judged.caption())} The TREC file "
+        "lists `qid 0 docid grade` lines to apply after the original qrels (each overrides the pair's grade); the "
+        "CSV adds the original grade, where each line comes from and the decision or review behind it."
+    )
 d = st.columns(4)
-d[0].download_button(
-    f"Adjudicated qrels changes for {dataset.name} (TREC)",
-    qrels_changes_text(changes),
-    file_name=f"{dataset.name}_qrels_adjudicated.txt",
-    mime="text/plain",
-)
-d[1].download_button(
-    "Adjudicated qrels changes (CSV)",
-    qrels_changes_csv(changes),
-    file_name=f"{dataset.name}_qrels_adjudicated.csv",
-    mime="text/csv",
-)
+if judged is not None:
+    d[0].download_button(
+        f"Team qrels changes for {dataset.name} (TREC)",
+        changes_text(judged.changes),
+        file_name=f"{dataset.name}_team_qrels_changes.txt",
+        mime="text/plain",
+    )
+    d[1].download_button(
+        "Team qrels changes (CSV)",
+        changes_csv(judged.changes),
+        file_name=f"{dataset.name}_team_qrels_changes.csv",
+        mime="text/csv",
+    )
 d[2].download_button(
     "Every decision with history (CSV)", decisions_csv(decisions), file_name="r2med_decisions.csv", mime="text/csv"
 )
@@ -301,26 +317,5 @@ else:
     d[3].caption("The raw labels (the whole store) are downloaded by admins.")
 
 # ------------------------------------------------------------------ re-evaluation
-st.subheader(f"Re-evaluation with the adjudicated qrels on {ui.md(dataset.name)}")
-if not changes:
-    st.caption("No standing decision changes this task's judgements yet.")
-else:
-    st.caption(
-        "The original judgements → with the adjudicated additions and corrections applied. These are "
-        "your team's judgements, not the benchmark's."
-    )
-    rows = []
-    for name in state.systems_in_play():
-        computed = ui.safe_results(dataset, name)
-        if computed is None:
-            continue
-        original, adjudicated = reevaluate_adjudicated(computed[0], dataset.qrels, changes, dataset.name)
-        for which, result in (("original qrels", original), ("adjudicated qrels", adjudicated)):
-            rows.append(
-                {"system": ui.system_label(name), "qrels": which}
-                | {metric_label(m): result.means[m] for m in MAIN_METRICS}
-            )
-    if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    else:
-        st.caption("Choose systems in the sidebar to re-evaluate them.")
+if judged is not None:
+    team.reevaluation(dataset, judged)

@@ -1,6 +1,6 @@
-"""Annotations: the review queue (proposed judgement additions and disagreements, accept or reject),
-agreement between annotators, every label with counts per type, exports, import, and re-evaluation
-with the accepted "relevant but unjudged" additions.
+"""Annotations: the review queue (proposals, accept or reject; disagreements go to adjudication),
+agreement between annotators on grades and on failure types, every label with counts per type, exports,
+import, and re-evaluation with the team's judgements (``r2med_core.team``).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import plotly.express as px
 import streamlit as st
 
 from r2med_core.adjudication import adjudication_queue, history
-from r2med_core.agreement import QueueItem, agreement, review_queue
-from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, labels_frame, reevaluate
+from r2med_core.agreement import VOCABULARIES, agreement
+from r2med_core.annotations import TAXONOMY, Annotation, AnnotationStoreError, labels_frame
 from r2med_core.backup import backup_text, restore_backup_bytes
 from r2med_core.data import DataError
-from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.explore import shorten
 from r2med_core.identity import Action, PermissionDenied, Person, authorize, check_not_own
-from r2med_core.report import metric_label
 from r2med_core.settings import Settings, load_settings
-from views import auth, judge, state, ui
+from r2med_core.team import Proposal, qrels_text, review_queue
+from views import auth, judge, state, team, ui
+from views.labels import grade_label
 
 QUEUE_PAGE = 20  # review items drawn at once
 ALL = "(all)"
@@ -80,8 +80,9 @@ def _not_own(person: Person, labels: list[Annotation]) -> bool:
     return True
 
 
-def _review(annotation_id: int, accept: bool) -> None:
-    """Accept or reject one proposal (a button callback; the page then shows the result)."""
+def _review(annotation_id: int, accept: bool, same: int) -> None:
+    """Accept or reject one grade proposed on a pair (a button callback; the page then shows the result).
+    The review is recorded on its first proposal and settles the ``same`` identical ones with it."""
     person, v = _person("review"), state.view()
     if person is None or store is None:
         return
@@ -95,7 +96,11 @@ def _review(annotation_id: int, accept: bool) -> None:
     except (ValueError, KeyError, AnnotationStoreError) as err:
         v.flash_error = f"Not reviewed: {ui.md(err)}"
         return
-    v.flash = f"{'Accepted' if accept else 'Rejected'} label #{annotation_id} as {ui.md(reviewer)}."
+    also = f", and with it {same - 1} identical proposal(s)" if same > 1 else ""
+    v.flash = (
+        f"{'Accepted' if accept else 'Rejected'} {ui.md(_type_label(label.failure_type))} on {ui.md(label.doc_id)} "
+        f"as {ui.md(reviewer)} (label #{annotation_id}{also})."
+    )
 
 
 def _delete(annotation_id: int) -> None:
@@ -127,36 +132,31 @@ def _own(labels: list[Annotation]) -> bool:
     return False
 
 
-def _queue_item(item: QueueItem) -> None:
-    _, task, query_id, doc_id = item.unit
+def _queue_item(item: Proposal) -> None:
+    _, task, query_id, doc_id = item.pair
     with st.container(border=True):
-        target = f"document {doc_id}" if doc_id is not None else "the whole query"
-        st.markdown(f"**{ui.md(item.kind.capitalize())}** · {ui.md(task)} · query {ui.md(query_id)} · {ui.md(target)}")
+        st.markdown(f"**Proposed** · {ui.md(task)} · query {ui.md(query_id)} · document {ui.md(doc_id)}")
         if task == dataset.name and query_id in dataset.queries:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
-        own = _own(item.labels)
+        own = _own(list(item.labels))
         if own:
             st.caption("You labelled this: another reviewer settles it (nobody reviews their own label).")
-        # Only proposed additions reach this queue (include_disagreements=False): disagreements are
-        # decided on the Adjudication page, which records a decision and never changes a label.
-        (label,) = item.labels
-        row = st.columns([6, 1, 1])
-        row[0].markdown(_label_line(label))
-        row[1].button(
-            "Accept",
-            key=f"w_accept_{label.id}",
-            on_click=_review,
-            args=(label.id, True),
-            type="primary",
-            disabled=ui.read_only() or own or not may_review,
-        )
-        row[2].button(
-            "Reject",
-            key=f"w_reject_{label.id}",
-            on_click=_review,
-            args=(label.id, False),
-            disabled=ui.read_only() or own or not may_review,
-        )
+        # One review per grade proposed: it settles the pair for every identical proposal, whoever made it.
+        for grade, same in item.by_grade().items():
+            first = same[0]
+            row = st.columns([6, 1, 1])
+            row[0].markdown("; ".join(_label_line(a) for a in same))
+            for column, (name, accept) in zip(row[1:], (("Accept", True), ("Reject", False))):
+                column.button(
+                    name,
+                    key=f"w_{name.lower()}_{first.id}",
+                    on_click=_review,
+                    args=(first.id, accept, len(same)),
+                    type="primary" if accept else "secondary",
+                    help=f"{name}s {grade_label(grade)} for this document, for all {len(same)} who proposed it.",
+                    disabled=ui.read_only() or own or not may_review,
+                )
+
 
 dataset = ui.current_dataset()
 store = ui.annotation_store()
@@ -185,7 +185,7 @@ flagged = [(a, problems) for a, problems in store.flagged() if a.id in seen]
 if flagged:
     st.warning(
         f"{len(flagged)} stored label(s) break a rule (written by another tool, an older version or by hand). "
-        "They are left out of the TREC export; delete them here, or fix them in a JSONL export and import it."
+        "A TREC qrels file cannot hold them; delete them here, or fix them in a JSONL export and import it."
     )
     st.dataframe(
         pd.DataFrame(
@@ -217,23 +217,29 @@ auth.reviewer_line(
 )
 
 
-def _downloads(columns: list) -> None:
-    """Every label (CSV, JSONL) and the full backup for whoever may export the whole store; the task's
-    accepted additions (TREC) for whoever reviews (``sight``, r2med_core.visibility's rule)."""
+def _downloads(columns: list) -> None:  # type: ignore[type-arg]
+    """Every label (CSV, JSONL) and the full backup for whoever may export the whole store; the task's team
+    qrels (TREC) for whoever reviews (``sight``, r2med_core.visibility's rule)."""
     e = columns
     if sight.exports_store:
         e[0].download_button("All labels (CSV)", store.csv_text(), file_name="r2med_annotations.csv", mime="text/csv")
         e[1].download_button(
             "All labels (JSONL)", store.jsonl_text(), file_name="r2med_annotations.jsonl", mime="application/jsonl"
         )
-    if sight.reviews:
-        e[2].download_button(
-            f"Qrels additions for {dataset.name} (TREC)",
-            store.qrels_additions_text(dataset.source, dataset.name),
-            file_name=f"{dataset.name}_qrels_additions.txt",
-            mime="text/plain",
-            help="Accepted 'relevant but unjudged' labels as `qid 0 docid 1` lines, to extend the judgements.",
-        )
+    if sight.reviews and judged is not None:
+        try:
+            text = qrels_text(judged.qrels, f"{dataset.name} team qrels")
+        except DataError as err:
+            e[2].error(ui.md(err))
+        else:
+            e[2].download_button(
+                f"Team qrels for {dataset.name} (TREC)",
+                text,
+                file_name=f"{dataset.name}_team_qrels.txt",
+                mime="text/plain",
+                help="The whole qrels as the team judges them (as `python -m r2med_core qrels` writes them): "
+                + judged.caption(),
+            )
     if sight.exports_store:
         st.download_button(
             "Download a full backup",
@@ -245,28 +251,32 @@ def _downloads(columns: list) -> None:
     else:
         st.caption(
             "Every label and the full backup are downloaded by admins: they hold the whole store"
-            + ("." if sight.reviews else "; the accepted additions by reviewers.")
+            + ("." if sight.reviews else "; the team's qrels by reviewers.")
         )
 
 
 # ------------------------------------------------------------------ review queue
 st.subheader("Review queue")
 st.caption(
-    "Proposed 'relevant but unjudged' additions count as judgements only once accepted here; where annotators "
-    "disagree, a reviewer decides on the Adjudication page (the labels are kept as saved)."
+    "A grade above 0 that only one annotator (or the LLM judge) gave is a proposal: it counts once a reviewer "
+    "accepts it, and accepting settles the document for everyone who proposed the same grade. Grades two or "
+    "more annotators agree on count without a review; where they disagree, a reviewer decides on the "
+    "Adjudication page (the labels are kept as saved)."
 )
 tasks = sorted({str(a.task) for a in everything})
 annotators = sorted({str(a.annotator) for a in everything})
 q1, q2 = st.columns(2)
 task_filter = q1.selectbox("Task", [ALL, *tasks], key="w_queue_task")
 who_filter = q2.selectbox("Annotator", [ALL, *annotators], key="w_queue_annotator")
+decisions = history(store)
 queue = review_queue(
     everything,
+    decisions,
+    qrels={(dataset.source, dataset.name): dataset.qrels},
     task=None if task_filter == ALL else task_filter,
     annotator=None if who_filter == ALL else who_filter,
-    include_disagreements=False,
 )
-disputed = adjudication_queue(everything, history(store), task=None if task_filter == ALL else task_filter)
+disputed = adjudication_queue(everything, decisions, task=None if task_filter == ALL else task_filter)
 if disputed:
     st.page_link(
         "views/adjudication.py",
@@ -287,15 +297,17 @@ if sight.reviews:  # the model's proposals are review work, and would show judge
 
 
 def _agreement(labels: list[Annotation]) -> None:
-    """Cohen's kappa per annotator pair and Fleiss' kappa (blind labels only, with sign-in)."""
-    measured = agreement(labels, blind_only=acting.signed_in_mode)
+    """Cohen's kappa per annotator pair and Fleiss' kappa, on the grades and on the failure types apart
+    (blind labels only, with sign-in)."""
+    blind = acting.signed_in_mode
+    measured = {vocabulary: agreement(labels, vocabulary, blind_only=blind) for vocabulary in VOCABULARIES}
     if acting.signed_in_mode:
         st.caption(
             "Blind per document: only labels saved while their annotator had not seen the judgements, others' "
             "labels or the model's proposals on that query or document are counted."
         )
-    if not measured.pairs:
-        st.caption("Appears when two or more annotators label the same query or (query, document).")
+    if not any(m.pairs for m in measured.values()):
+        st.caption("Appears when two or more annotators grade the same document, or label the same query or document.")
         return
 
     def _kappa(value: float) -> str:
@@ -305,25 +317,30 @@ def _agreement(labels: list[Annotation]) -> None:
         pd.DataFrame(
             [
                 {
+                    "ratings": f"{vocabulary}s",
                     "annotators": f"{p.annotator_a} · {p.annotator_b}",
                     "shared items": p.units,
-                    "same label": p.agreed,
+                    "same rating": p.agreed,
                     "Cohen's kappa": _kappa(p.kappa),
                 }
-                for p in measured.pairs
+                for vocabulary, m in measured.items()
+                for p in m.pairs
             ]
         ),
         hide_index=True,
         width="stretch",
     )
-    if measured.group is not None:
-        st.caption(
-            f"Fleiss' kappa over {measured.group.units} items labelled by {len(measured.group.annotators)} "
-            f"annotators ({ui.md(', '.join(measured.group.annotators))}): {_kappa(measured.group.kappa)}."
-        )
+    for vocabulary, m in measured.items():
+        if m.group is not None:
+            st.caption(
+                f"Fleiss' kappa on {vocabulary}s over {m.group.units} items rated by {len(m.group.annotators)} "
+                f"annotators ({ui.md(', '.join(m.group.annotators))}): {_kappa(m.group.kappa)}."
+            )
+    shared = " and ".join(f"{m.shared_units} on {vocabulary}s" for vocabulary, m in measured.items())
     st.caption(
-        f"{measured.shared_units} items were labelled by two or more annotators. Kappa: 1 = full agreement, "
-        "0 = no more than chance; undefined when every label is the same type. Disagreements are in the queue."
+        f"Items rated by two or more annotators: {shared} (a grade counts as the grade it is, whichever page "
+        "gave it). Kappa: 1 = full agreement, 0 = no more than chance; undefined when every rating is the same. "
+        "Disagreements wait on the Adjudication page."
     )
 
 
@@ -338,7 +355,7 @@ table = labels_frame(everything)
 if table.empty and sight.notice():
     st.caption("No labels to show you (see above).")
 elif table.empty:
-    st.info("No labels yet. Open the Query explorer, pick a query and use **Label a failure** under it.")
+    st.info("No labels yet. Open the Query explorer, pick a query and grade a document or label a failure under it.")
 else:
     st.subheader("All labels")
     c = st.columns(4)
@@ -381,6 +398,7 @@ else:
                 st.button("Delete this label", key="w_ann_delete", on_click=_delete, args=(int(picked),))
 
 # ------------------------------------------------------------------ exchange
+judged = team.read(dataset)
 st.subheader("Export and import")
 _downloads(st.columns(3))
 if ui.read_only():
@@ -447,41 +465,5 @@ if backup is not None and st.button("Restore", key="w_ann_restore") and _person(
             st.caption(f"… and {len(restored.errors) - 20} more bad lines.")
 
 # ------------------------------------------------------------------ re-evaluation
-st.subheader(f"Re-evaluation on {ui.md(dataset.name)}")
-additions = store.qrels_additions(dataset.source, dataset.name)
-n_added = sum(len(docs) for docs in additions.values())
-n_proposed = sum(
-    1
-    for a in store.list(dataset=dataset.source, task=dataset.name, failure_type="relevant_unjudged")
-    if a.status == "proposed"
-)
-waiting = f" {n_proposed} proposed addition(s) await review and are not used." if n_proposed else ""
-if not n_added:
-    st.caption(
-        "No accepted 'relevant but unjudged' labels on this task yet: the extended qrels equal the original." + waiting
-    )
-else:
-    st.caption(f"Uses the {n_added} accepted addition(s) on {len(additions)} queries, and only those." + waiting)
-    rows = []
-    cards = st.columns(4)
-    for position, name in enumerate(state.systems_in_play()):
-        computed = ui.safe_results(dataset, name)
-        if computed is None:
-            continue
-        original, extended = reevaluate(computed[0], dataset.qrels, additions, dataset.name)
-        before, after = original.means["ndcg_at_10"], extended.means["ndcg_at_10"]
-        cards[position % 4].metric(
-            f"{ui.system_label(name)} · nDCG@10",
-            f"{before:.3f} → {after:.3f}",
-            delta=f"{after - before:+.3f}",
-            help="Mean nDCG@10 with the original judgements → with the accepted additions.",
-        )
-        for label, result in (("original qrels", original), ("with additions", extended)):
-            rows.append(
-                {"system": ui.system_label(name), "qrels": label}
-                | {metric_label(m): result.means[m] for m in MAIN_METRICS}
-            )
-    if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    else:
-        st.caption("Choose systems in the sidebar to re-evaluate them.")
+if judged is not None:
+    team.reevaluation(dataset, judged)

@@ -1,4 +1,4 @@
-"""Judging: annotators label the pooled unjudged documents blind, one (query, document) at a time, each
+"""Judging: annotators grade the pooled unjudged documents blind, one (query, document) at a time, each
 document assigned to as many annotators as the operator set (``r2med_core.judging``); below, how far each
 annotator and the team got on every task (whose figures a visitor sees, ``visibility`` decides)."""
 
@@ -39,8 +39,7 @@ def _turn(dataset: Dataset, turn: Turn) -> None:
         st.html(f"<div class='r2-text'>{highlight(text, query_terms(dataset.queries.get(entry.query_id, '')))}</div>")
     ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
     within = state.scope(ui.dataset_key(dataset), entry.query_id, entry.doc_id)
-    st.session_state.setdefault(state.widget_key("label_doc", within), entry.doc_id)  # the document judged
-    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within)
+    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True)
 
 
 def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
@@ -82,9 +81,9 @@ def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
 def page(dataset: Dataset) -> None:
     st.title("Judging")
     st.caption(
-        "Documents pooled from the systems' top k that nobody judged. Label each from the query and the "
-        "document alone: 'Relevant but unjudged' is a proposal a reviewer accepts on the Annotations page; "
-        "'Judged not relevant' takes it off your queue."
+        "Documents pooled from the systems' top k that nobody judged. Grade each from the query and the "
+        "document alone (0 not relevant, 1 relevant, 2 highly relevant); a grade takes it off your queue. "
+        + labels.TEAM_RULE
     )
     store = ui.annotation_store()
     if store is None:

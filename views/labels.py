@@ -1,4 +1,5 @@
-"""Failure labels in the explorer: the form, and the tags shown next to labelled documents."""
+"""Labels in the explorer and on the Judging page: a relevance grade and a failure type, and the tags
+shown next to labelled documents."""
 
 from __future__ import annotations
 
@@ -7,17 +8,37 @@ from typing import Any
 import streamlit as st
 
 from r2med_core import Dataset
-from r2med_core.annotations import GRADE_CODES, TAXONOMY, Annotation, AnnotationStoreError, check_unjudged
+from r2med_core.annotations import (
+    GRADES,
+    TAXONOMY,
+    Annotation,
+    AnnotationStoreError,
+    failure_types,
+    grade_code,
+)
 from r2med_core.identity import PermissionDenied, authorize
 from r2med_core.runs import Run
 from views import auth, ui
 from views.state import bound, show_flash, view, widget_key
 
 WHOLE_QUERY = "(the whole query)"
+TEAM_RULE = (
+    "A grade counts for the team once another annotator gives the same grade or a reviewer accepts it; "
+    "grades that differ are adjudicated."
+)
 
 
-def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str) -> None:
-    """Label this query, or one of its documents, with a failure type.
+def grade_label(grade: int) -> str:
+    """A grade as every page shows it ("Grade 1: relevant")."""
+    return TAXONOMY[grade_code(grade)].label
+
+
+def label_form(
+    dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str, *, grade_only: bool = False
+) -> None:
+    """Judge a document's relevance with a grade 0-2, and say why a system failed on it (or on the whole
+    query) with a failure type: one label each, both in one save. ``grade_only`` (the Judging page): a
+    grade for ``documents[0]`` and nothing else.
 
     The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
     saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
@@ -33,21 +54,31 @@ def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[st
     if store is None:
         return
     show_flash()
-    keys = {name: widget_key(f"label_{name}", within) for name in ("type", "doc", "note")}
+    keys = {name: widget_key(f"label_{name}", within) for name in ("grade", "type", "doc", "note")}
     with st.form(widget_key("label_form", within), clear_on_submit=False):
-        st.markdown("**Label a failure**")
-        c1, c2 = st.columns(2)
+        st.markdown("**Grade this document**" if grade_only else "**Grade a document, or label a failure**")
+        c1, c2, c3 = st.columns(3)
         c1.selectbox(
-            "Failure type",
-            [c for c in TAXONOMY if c not in GRADE_CODES],  # grades are given on the List judging page
+            "Relevance grade",
+            GRADES,
             index=None,
-            placeholder="Choose a failure type",
-            format_func=lambda c: TAXONOMY[c].label,
-            help=_taxonomy_help(),
-            key=keys["type"],
+            placeholder="Not graded",
+            format_func=grade_label,
+            help="How well the document answers the query: the same grades on every page.",
+            key=keys["grade"],
         )
-        c2.selectbox("Document", [WHOLE_QUERY, *documents], key=keys["doc"])
-        st.text_area("Note", placeholder="What went wrong? (free text)", key=keys["note"])
+        if not grade_only:
+            c2.selectbox(
+                "Failure type",
+                failure_types(),
+                index=None,
+                placeholder="No failure type",
+                format_func=lambda c: TAXONOMY[c].label,
+                help=_taxonomy_help(),
+                key=keys["type"],
+            )
+            c3.selectbox("Document", [WHOLE_QUERY, *documents], key=keys["doc"])
+        st.text_area("Note", placeholder="Why? (free text)", key=keys["note"])
         acting = auth.acting()
         if not acting.signed_in_mode:
             st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
@@ -55,26 +86,28 @@ def label_form(dataset: Dataset, query_id: str, ranking: Run, documents: list[st
             st.caption(f"Saved as **{ui.md(acting.person.name)}** (signed in).")
         else:
             st.caption("Sign in (in the sidebar) to save labels.")
-        st.caption(
-            f"Recorded with the ranking shown: {ui.md(ui.system_label(ranking.name))}. "
-            "'Relevant but unjudged' is saved as a proposal; it counts as a judgement once a reviewer accepts "
-            "it on the Annotations page."
-        )
-        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys))
+        shown = "" if grade_only else f"Recorded with the ranking shown: {ui.md(ui.system_label(ranking.name))}. "
+        st.caption(shown + TEAM_RULE)
+        fixed = documents[0] if grade_only else None
+        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys, fixed))
 
 
-def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -> None:
-    """The form's submit callback (it runs before the page): validate, store, and say what happened."""
+def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], fixed: str | None) -> None:
+    """The form's submit callback (it runs before the page): validate, store, and say what happened.
+    ``fixed``: the only document the form grades (the Judging page)."""
     v = view()
     values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
     acting = auth.acting()
     if not acting.signed_in_mode:
         v.annotator = str(st.session_state.get(widget_key("annotator")) or "").strip()
         acting = auth.acting()
-    code, target = values["type"], values["doc"]
-    doc_id = None if target in (None, WHOLE_QUERY) else str(target)
-    if code is None:
-        v.flash_error = "Not saved: choose a failure type. Your note is kept."
+    grade, code, target = values["grade"], values["type"], values["doc"]
+    doc_id = fixed if fixed is not None else None if target in (None, WHOLE_QUERY) else str(target)
+    if grade is None and code is None:
+        v.flash_error = "Not saved: choose a grade" + ("" if fixed else " or a failure type") + ". Your note is kept."
+        return
+    if grade is not None and doc_id is None:
+        v.flash_error = "Not saved: a grade judges a document; choose the document. Your note is kept."
         return
     if acting.error:
         v.flash_error = f"Not saved: sign-in is misconfigured ({ui.md(acting.error)}). Your note is kept."
@@ -94,41 +127,31 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str]) -
     # Blind when the unit was still hidden from them (read now: another tab may have saved meanwhile).
     earlier = store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)
     blind = acting.sight.hidden(earlier, (dataset.source, dataset.name, query_id, doc_id))
+    codes = [c for c in (None if grade is None else grade_code(grade), code) if c is not None]
+    saved = []
     try:
-        annotation = Annotation(
-            dataset=dataset.source,
-            task=dataset.name,
-            query_id=query_id,
-            doc_id=doc_id,
-            system=ranking.name,
-            rank=ranking.rank_of(query_id, doc_id) if doc_id is not None else None,
-            failure_type=code,
-            note=str(values["note"] or ""),
-            annotator=person.name,
-            blind=blind,
-        )
-        already_judged = None
-        try:
-            check_unjudged(annotation, dataset.qrels)
-        except ValueError as err:
-            if not blind:
-                raise
-            # Blind, the annotator cannot know the document is judged, and refusing would tell them: the
-            # label is kept as their judgement (it agrees with the qrels, so it adds nothing to them).
-            already_judged = str(err).split(";")[0]
-        store.add(annotation)
+        for made in codes:
+            label = Annotation(
+                dataset=dataset.source,
+                task=dataset.name,
+                query_id=query_id,
+                doc_id=doc_id,
+                system=ranking.name,
+                rank=ranking.rank_of(query_id, doc_id) if doc_id is not None else None,
+                failure_type=made,
+                note=str(values["note"] or ""),
+                annotator=person.name,
+                blind=blind,
+            )
+            store.add(label)
+            saved.append(TAXONOMY[made].label)
     except (ValueError, AnnotationStoreError) as err:
-        v.flash_error = f"Not saved: {ui.md(err)}. Your note is kept."
+        done = f" ({' and '.join(saved)} was saved)" if saved else ""
+        v.flash_error = f"Not saved: {ui.md(err)}{done}. Your note is kept."
         return
-    st.session_state[keys["note"]] = ""
-    st.session_state[keys["type"]] = None
-    what = TAXONOMY[code].label + ("" if doc_id is None else f" on {ui.md(doc_id)}")
-    if already_judged:
-        v.flash = f"Saved: {what}. Now that you have labelled it: {ui.md(already_judged)}, so your label agrees."
-    elif code == "relevant_unjudged":
-        v.flash = f"Saved: {what}, as a proposal for review on the Annotations page."
-    else:
-        v.flash = f"Saved: {what}"
+    for name in ("note", "grade", "type"):
+        st.session_state[keys[name]] = "" if name == "note" else None
+    v.flash = f"Saved: {' and '.join(saved)}" + ("" if doc_id is None else f" on {ui.md(doc_id)}")
 
 
 def _taxonomy_help() -> str:
@@ -157,10 +180,11 @@ def status_of(annotation: Annotation) -> str:
 
 
 def label_tags(labels: list[Annotation], doc_id: str | None) -> str:
-    """A short "🏷 type (status)" summary of the labels on one document (or the query itself)."""
+    """A short "🏷 grade or type (accepted / rejected, once reviewed)" summary of the labels on one
+    document (or the query itself)."""
     mine = [a for a in labels if a.doc_id == doc_id]
     return " · ".join(
         f"🏷 {TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type}"
-        + (f" ({a.status})" if a.failure_type == "relevant_unjudged" else "")
+        + (f" ({a.status})" if a.reviewer else "")
         for a in mine
     )

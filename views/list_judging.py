@@ -14,6 +14,7 @@ from r2med_core.list_judging import Outcome, list_rows, now_ms, parse_events, sa
 from r2med_core.runs import Run
 from views import auth, state, ui
 from views.keylist import keyboard_list
+from views.labels import TEAM_RULE
 
 DEPTHS = [5, 10, 20]
 
@@ -25,7 +26,8 @@ ui.demo_banner(dataset)
 st.caption(
     "Grade every document a system retrieved for one query, by keyboard: **0** not relevant, **1** relevant, "
     "**2** highly relevant (focus then moves down); **↑ ↓** move, **Enter** shows the whole document. Each "
-    "grade is saved at once as a label (the latest per annotator stands); grades never change the qrels."
+    "grade is saved at once as a label (the latest per annotator stands), the same grade as on the Judging page "
+    "and in the explorer. " + TEAM_RULE
 )
 
 systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)

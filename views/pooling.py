@@ -1,4 +1,4 @@
-"""Pooling and holes: the Metrics page's section (metrics and ranks with and without the new judgements,
+"""Pooling and holes: the Metrics page's section (metrics and ranks with and without the team's judgements,
 Judged@k, sending a pool for judging), and the judging queue both it and the Judging page use."""
 
 from __future__ import annotations
@@ -13,17 +13,10 @@ from r2med_core.annotations import AnnotationStore, AnnotationStoreError, Qrels
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.identity import PermissionDenied, authorize
 from r2med_core.judging import JudgingQueue, kept_queue_files
-from r2med_core.pooling import (
-    DEFAULT_DEPTH,
-    Pool,
-    compare_with_additions,
-    new_judgements,
-    pool,
-    with_judgements,
-)
+from r2med_core.pooling import DEFAULT_DEPTH, Pool, compare_with_team, pool
 from r2med_core.report import metric_label
 from r2med_core.runs import Run
-from views import auth, state, ui
+from views import auth, state, team, ui
 
 DEPTHS = [5, 10, 20, 50, 100]
 
@@ -41,53 +34,37 @@ def queue_notes() -> None:
         st.warning("The judging queue file needs a look:\n\n" + "\n".join(f"- {ui.md(str(p))}" for p in problems))
 
 
-def _judgements(dataset: Dataset) -> tuple[Qrels, Qrels]:
-    """This task's accepted additions (grade 1) and documents judged not relevant (grade 0); ({}, {})
-    without a store."""
-    store = ui.annotation_store()
-    if store is None:
-        return {}, {}
-    try:
-        return new_judgements(store, dataset)
-    except AnnotationStoreError as err:
-        st.error(f"The new judgements could not be read, so 'with' equals 'without': {ui.md(err)}")
-        return {}, {}
-
-
-@st.cache_data(show_spinner="Scoring with the new judgements …", max_entries=32)
+@st.cache_data(show_spinner="Scoring with the team's judgements …", max_entries=32)
 def _comparison(
-    key: tuple[str, tuple[str, ...]], judgements_json: str, metric: str, _runs: dict[str, Run], _qrels: Qrels
+    key: tuple[str, tuple[str, ...]], team_json: str, metric: str, _runs: dict[str, Run], _qrels: Qrels
 ) -> pd.DataFrame:
-    """Cached per dataset, systems, new judgements and metric (the runs and qrels follow from the key)."""
-    additions, negatives = json.loads(judgements_json)
-    return compare_with_additions(_runs, _qrels, additions, negatives=negatives, metric=metric, k=DEFAULT_DEPTH)
+    """Cached per dataset, systems, team qrels and metric (the runs and qrels follow from the key)."""
+    return compare_with_team(_runs, _qrels, json.loads(team_json), metric=metric, k=DEFAULT_DEPTH)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _pool(
-    key: tuple[str, tuple[str, ...]], judgements_json: str, depth: int, _runs: dict[str, Run], _qrels: Qrels
-) -> Pool:
-    additions, negatives = json.loads(judgements_json)
-    return pool(_runs, with_judgements(_qrels, additions, negatives), depth)
+def _pool(key: tuple[str, tuple[str, ...]], team_json: str, depth: int, _runs: dict[str, Run]) -> Pool:
+    return pool(_runs, json.loads(team_json), depth)
 
 
 def section(dataset: Dataset, runs: dict[str, Run]) -> None:
-    """The Metrics page's "Pooling and holes": each system without / with the accepted additions, its rank
+    """The Metrics page's "Pooling and holes": each system without / with the team's judgements, its rank
     change and Judged@10, and a button sending the unjudged documents of the top k for blind judging."""
     st.subheader("Pooling and holes")
     st.caption(
-        "Not the benchmark's setting: **with** adds the accepted 'relevant but unjudged' labels to the qrels "
-        f"(grade 1). Judged@{DEFAULT_DEPTH} (ir_measures) is the share of a system's top {DEFAULT_DEPTH} that "
+        "Not the benchmark's setting: **with** scores against the team's qrels — the original ones with the "
+        "team's agreed, accepted and adjudicated grades (counted under the table). "
+        f"Judged@{DEFAULT_DEPTH} (ir_measures) is the share of a system's top {DEFAULT_DEPTH} that "
         "has any judgement: a low value means its score rests on holes counted as not relevant."
     )
-    additions, negatives = _judgements(dataset)
-    judgements_json = json.dumps([additions, negatives], sort_keys=True)
+    judged = team.read(dataset)
+    team_json = json.dumps(dataset.qrels if judged is None else judged.qrels, sort_keys=True)
     key = (ui.dataset_key(dataset), tuple(runs))
     c1, c2 = st.columns(2)
     metric = c1.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_pool_metric")
     depth = c2.select_slider("Pool depth", options=DEPTHS, value=DEFAULT_DEPTH, key="w_pool_depth")
-    table = _comparison(key, judgements_json, metric, runs, dataset.qrels)
-    pooled = _pool(key, judgements_json, depth, runs, dataset.qrels)
+    table = _comparison(key, team_json, metric, runs, dataset.qrels)
+    pooled = _pool(key, team_json, depth, runs)
     contributed, unique = pooled.contributed(), pooled.unique()
     shown = pd.DataFrame(
         {
@@ -118,10 +95,9 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
             "only it": st.column_config.NumberColumn(help="Pooled documents no other chosen system retrieved."),
         },
     )
-    n_added, n_negative = (sum(len(g) for g in q.values()) for q in (additions, negatives))
+    counted = "No team judgements could be read: 'with' equals 'without'. " if judged is None else judged.caption()
     st.caption(
-        f"{n_added} accepted addition(s), {n_negative} judged not relevant. "
-        f"Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
+        f"{ui.md(counted)} Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
         f"{len(runs)} system(s), over {len(pooled.docs)} judged quer{'y' if len(pooled.docs) == 1 else 'ies'}."
     )
     state.show_flash()

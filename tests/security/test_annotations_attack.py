@@ -103,10 +103,14 @@ def test_a_stored_row_the_app_would_not_write_is_flagged_and_deletable() -> None
     assert any("2 stored label(s) break a rule" in w.value for w in at.warning)
     assert at.get("download_button"), "the export widgets must still be drawn"
     assert at.file_uploader(key="w_ann_upload") is not None
-    assert store.qrels_additions_text("demo:clinical-evidence", "clinical-evidence") == "q1 0 d7 1\n"
+    # The team's qrels cannot be written as TREC with that id: said where the download would be, never raised.
+    team_download = "Team qrels for clinical-evidence (TREC)"
+    assert any("doc with space" in e.value and "cannot hold" in e.value for e in at.error)
+    assert team_download not in {b.proto.label for b in at.get("download_button")}
     at.selectbox(key="w_ann_flagged").set_value(bad.id).run()
     at.button(key="w_ann_flag_delete").click().run()
     assert not at.exception
+    assert team_download in {b.proto.label for b in at.get("download_button")}
     assert bad.id not in {a.id for a in store.list()} and good.id in {a.id for a in store.list()}
     assert any("1 stored label(s) break a rule" in w.value for w in at.warning)
 
