@@ -30,7 +30,10 @@ RUN = Run("bm25", {QID: [("d1", 3.0), ("d2", 2.0), ("d3", 1.0), ("d4", 0.5)]})
 DOCS = ["d1", "d2", "d3"]
 CORPUS = {"d1": "first <b>text</b>", "d2": "second", "d3": "third", "d4": "fourth"}
 QRELS = {QID: {"d2": 1}}
-T0 = now_ms() - 60_000  # a minute ago: the tests' keypresses are recent
+T0 = now_ms() - 60_000  # keypress times; each save below happens "a minute later" on its own clock
+#: The server's clock of the saves: two minutes after T0 however long the suite ran before these tests
+#: (with the real clock, a keypress made at import is "over 10 minutes ago" in a slow full run).
+NOW = T0 + 120_000
 
 
 @pytest.fixture
@@ -58,7 +61,7 @@ def _save(
         ranking=RUN,
         annotator=who,
         sight=sight,
-        now=now,
+        now=NOW if now is None else now,
     )
 
 
