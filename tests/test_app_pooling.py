@@ -193,7 +193,7 @@ def test_a_second_server_on_the_same_store_serves_the_queue(monkeypatch: pytest.
     at.switch_page("views/judging.py").run()
     first, second = _queue().items(dataset.source, dataset.name)[:2]
     assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in at.markdown)
-    by_label(at.selectbox, "Failure type").set_value("not_relevant")
+    by_label(at.selectbox, "Relevance grade").set_value(0)
     save_label(at)
     monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "second-server"))  # its own data folder
     other = open_app("metrics", task=TASK, systems=["bm25"])
@@ -221,7 +221,7 @@ def test_the_judging_page_shows_each_annotators_and_the_teams_progress_per_task(
         judge = open_app("judging", task=TASK, systems=["bm25"])
         judge.text_input(key="w_annotator").input(name)  # in the label form: sent with Save
         for _ in range(count):
-            by_label(judge.selectbox, "Failure type").set_value("not_relevant")
+            by_label(judge.selectbox, "Relevance grade").set_value(0)
             save_label(judge)
             assert not judge.exception
     team, people = _tables(judge)

@@ -16,8 +16,9 @@ from r2med_core.adjudication import adjudication_items, decide, history
 from r2med_core.annotations import Annotation, AnnotationStore, default_store_path
 from r2med_core.cli import main
 from r2med_core.evaluation import evaluate
+from r2med_core.judging import JudgingQueue
 from r2med_core.list_judging import GradeEvent, SaveOnce, now_ms, save_grades
-from r2med_core.pooling import JudgingQueue, pool, pool_csv
+from r2med_core.pooling import pool, pool_csv
 from r2med_core.runs import write_trec
 from r2med_core.team import TeamQrels, changes_text, qrels_text, read_team_qrels, review_queue
 from views.ui import md
@@ -142,8 +143,8 @@ def test_a_grade_on_the_judging_page_agrees_with_the_same_grade_on_judge_a_list(
     disagreement to adjudicate, nothing to review, and the grade is the team's."""
     dataset = load_demo(TASK)
     runs = {name: run_system(dataset, name) for name in SYSTEMS}
-    JudgingQueue().send(dataset.source, TASK, pool(runs, dataset.qrels, 10), "Rev")
-    first = JudgingQueue().items(dataset.source, TASK)[0]
+    JudgingQueue(AnnotationStore()).send(dataset.source, TASK, pool(runs, dataset.qrels, 10), "Rev")
+    first = JudgingQueue(AnnotationStore()).items(dataset.source, TASK)[0]
     judging = open_app("judging", task=TASK, systems=SYSTEMS)
     judging.text_input(key="w_annotator").input("Ann")
     by_label(judging.selectbox, "Relevance grade").set_value(2)
