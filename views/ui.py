@@ -243,13 +243,15 @@ def get_results(dataset: Dataset, system: str) -> Results:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _intervals(key: str, system: str, metrics: tuple[str, ...], _results_value: Results) -> dict:
+def _intervals(key: str, system: str, means: tuple, metrics: tuple[str, ...], _results_value: Results) -> dict:
     return _results_value.intervals(metrics)
 
 
 def get_intervals(dataset: Dataset, results: Results, metrics: Sequence[str]) -> dict[str, Interval | None]:
-    """Each metric's 95 % bootstrap interval for a computed system (seeded: the same on every visit)."""
-    return _intervals(dataset_key(dataset), results.run_name, tuple(metrics), results)
+    """Each metric's 95 % bootstrap interval for a computed system (seeded: the same on every visit). The
+    means are part of the key, so a run recomputed under the same name never shows a stale interval."""
+    means = tuple(sorted(results.means.items()))
+    return _intervals(dataset_key(dataset), results.run_name, means, tuple(metrics), results)
 
 
 def is_ready(dataset: Dataset, system: str) -> bool:
