@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "streamlit_app.py")
-EXPLORER = "views/explorer.py"
+APP = str(ROOT / "r2med_app" / "streamlit_app.py")
+EXPLORER = "views/pages/explorer.py"
 TARGET_MS = 200.0
 SYSTEM_LABELS = {"bm25": "BM25", "minilm": "MiniLM"}
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "streamlit_app.py")
+APP = str(ROOT / "r2med_app" / "streamlit_app.py")
 GOAL_MS = 300.0
 
 
@@ -62,14 +62,14 @@ def main(argv: list[str] | None = None) -> None:
 
     from streamlit.testing.v1 import AppTest
 
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     started = time.perf_counter()
     at = AppTest.from_file(APP, default_timeout=900)
     for name, value in {"task": args.task, "systems": ["bm25", "minilm"], "system": "bm25"}.items():
         at.query_params[name] = value
     at.run()
-    at.switch_page("views/explorer.py").run()
+    at.switch_page("views/pages/explorer.py").run()
     _check(at, "opening the explorer")
     at.toggle(key="w_rewrite_on").set_value(True).run()  # builds the rewritten runs too
     at.toggle(key="w_rewrite_on").set_value(False).run()
@@ -103,12 +103,12 @@ def main(argv: list[str] | None = None) -> None:
         _by_label(at.text_area, "Note").input(f"note {i}")
         at.text_input(key="w_annotator").input("bench")
         record("Save label", lambda: at.button[[b.label for b in at.button].index("Save label")].click().run())
-        record("open Annotations", lambda: at.switch_page("views/annotations.py").run())
+        record("open Annotations", lambda: at.switch_page("views/pages/annotations.py").run())
         proposed = store.add(_proposal(store, args.task, i))  # a proposal to review, as another annotator made it
         at.run()
         record("Accept (review)", lambda pid=proposed.id: at.button(key=f"w_accept_{pid}").click().run())
-        record("open Compare", lambda: at.switch_page("views/compare.py").run())
-        record("open Query explorer", lambda: at.switch_page("views/explorer.py").run())
+        record("open Compare", lambda: at.switch_page("views/pages/compare.py").run())
+        record("open Query explorer", lambda: at.switch_page("views/pages/explorer.py").run())
 
     print(f"\nserver time per click, median of {args.repeats} (goal < {GOAL_MS:.0f} ms; ratio = median / goal)")
     print(f"{'click':<28}{'median ms':>10}{'max ms':>9}{'ratio':>8}")
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _proposal(store: Any, task: str, i: int) -> Any:
     from r2med_core import load_demo, run_system
-    from r2med_core.annotations import Annotation
+    from r2med_core.judging.annotations import Annotation
 
     dataset = load_demo(task)
     qid = list(dataset.queries)[i % len(dataset.queries)]

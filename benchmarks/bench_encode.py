@@ -24,9 +24,9 @@ import numpy as np
 
 from benchmarks.bench_bm25 import make_corpus
 from r2med_core.data import DEMO_TASKS, load_demo
-from r2med_core.encoding import discard_chunks, encode_corpus, format_seconds
-from r2med_core.hardware import record_backend_speeds, resolve_backend
 from r2med_core.retrieval.dense import PRESETS, DenseRetriever, offline_model_path
+from r2med_core.retrieval.encoding import discard_chunks, encode_corpus, format_seconds
+from r2med_core.retrieval.hardware import record_backend_speeds, resolve_backend
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 TASK_DOCS = {"60k-document task": 60_000, "all R2MED (357,080 docs)": 357_080}

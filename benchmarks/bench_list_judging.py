@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     from playwright.sync_api import sync_playwright
 
     from r2med_core import load_demo, run_system
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     dataset = load_demo(args.task)
     run = run_system(dataset, args.system)

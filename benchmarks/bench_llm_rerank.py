@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from r2med_core.data import Dataset
-from r2med_core.generation import Endpoint
-from r2med_core.llm_rerank import RerankReport, Window, estimate, listwise_rerank, pointwise_rerank
+from r2med_core.llm.generation import Endpoint
+from r2med_core.llm.llm_rerank import RerankReport, Window, estimate, listwise_rerank, pointwise_rerank
 from r2med_core.runs import Run
 from tests.test_generation import FakeLLM
 

@@ -21,8 +21,8 @@ from scipy import stats
 
 from benchmarks.synthetic import write_task
 from r2med_core import MAIN_METRICS, evaluate, load_dir
+from r2med_core.reporting.saved_report import Report, ReportSystem
 from r2med_core.runs import Run
-from r2med_core.saved_report import Report, ReportSystem
 
 
 def _random_run(name: str, query_ids: list[str], doc_ids: list[str], seed: int) -> Run:

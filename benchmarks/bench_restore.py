@@ -80,7 +80,7 @@ def backup_lines(n_labels: int, units_per_query: int, seed: int = 29) -> list[st
                 )
             )  # fmt: skip
         unit += 1
-    from r2med_core.backup import BACKUP_FORMAT, BACKUP_VERSION, SCHEMA_VERSION
+    from r2med_core.judging.backup import BACKUP_FORMAT, BACKUP_VERSION, SCHEMA_VERSION
 
     header = {
         "format": BACKUP_FORMAT,
@@ -94,8 +94,8 @@ def backup_lines(n_labels: int, units_per_query: int, seed: int = 29) -> list[st
 
 def child(backup: str, target: str) -> None:
     """Restore ``backup`` into ``target`` twice; print the in-process seconds and counts as JSON."""
-    from r2med_core.annotations import AnnotationStore
-    from r2med_core.backup import restore_backup
+    from r2med_core.judging.annotations import AnnotationStore
+    from r2med_core.judging.backup import restore_backup
 
     store = AnnotationStore(target, timeout=600)
     figures = {}

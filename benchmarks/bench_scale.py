@@ -163,7 +163,7 @@ def child_big(paths: dict[str, Any], switches: int) -> dict[str, Any]:
     shared = ScriptCache()
     app_test.ScriptCache = lambda: shared  # type: ignore[assignment]
     server_times, server_cpu = _switches(at, ids, switches, offset=switches + 3)
-    at.switch_page("views/overview.py")
+    at.switch_page("views/pages/overview.py")
     t = time.perf_counter()
     at.run()
     overview_cold = time.perf_counter() - t

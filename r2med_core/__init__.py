@@ -35,11 +35,20 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .data import DEMO_TASKS, DataError, Dataset, Problem, load_beir_dir, load_demo, load_dir, load_r2med_dir
-    from .evaluation import ALL_METRICS, MAIN_METRICS, PairedTest, Results, compare, evaluate, paired_test
-    from .runs import Run, read_trec, write_trec
-    from .systems import SpecError, SystemSpec, parse_system, run_system
-    from .tasks import TASKS, Family, TaskInfo, get_task
+    from r2med_core.data import (
+        DEMO_TASKS,
+        DataError,
+        Dataset,
+        Problem,
+        load_beir_dir,
+        load_demo,
+        load_dir,
+        load_r2med_dir,
+    )
+    from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, PairedTest, Results, compare, evaluate, paired_test
+    from r2med_core.runs import Run, read_trec, write_trec
+    from r2med_core.systems import SpecError, SystemSpec, parse_system, run_system
+    from r2med_core.tasks import TASKS, Family, TaskInfo, get_task
 
 
 def __getattr__(name: str) -> Any:

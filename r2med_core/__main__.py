@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from r2med_core.cli import main
 
 sys.exit(main())

@@ -464,7 +464,7 @@ def make_kind_folder(kind_dir: Path) -> None:
 
 
 def _cap_bytes() -> int | None:
-    from .settings import load_settings
+    from r2med_core.settings import load_settings
 
     try:
         cap = load_settings().cache_max_gb

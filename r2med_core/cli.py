@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cache import atomic_write_text, cache_root, entry_path
-from .data import DEMO_TASKS, DataError, Dataset, Problem, load_demo, load_dir, validate_dir
-from .generation import (
+from r2med_core.cache import atomic_write_text, cache_root, entry_path
+from r2med_core.data import DEMO_TASKS, DataError, Dataset, Problem, load_demo, load_dir, validate_dir
+from r2med_core.hub import DownloadError, ModelUnavailable, download_task, load_hf
+from r2med_core.llm.generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
     Endpoint,
@@ -29,22 +30,21 @@ from .generation import (
     rewrite_file,
     save_rewrites,
 )
-from .hardware import DeviceError
-from .hub import DownloadError, ModelUnavailable, download_task, load_hf
-from .llm_rerank import RerankIncomplete
-from .progress import Progress
-from .prompts import PROMPT_SETS, Prompts, load_examples
-from .retrieval.dense import PRESETS
-from .runs import safe_name
-from .settings import ENCODE_BACKENDS, load_settings
-from .tasks import TASKS, get_task
+from r2med_core.llm.llm_rerank import RerankIncomplete
+from r2med_core.llm.prompts import PROMPT_SETS, Prompts, load_examples
+from r2med_core.progress import Progress
+from r2med_core.retrieval.dense import PRESETS
+from r2med_core.retrieval.hardware import DeviceError
+from r2med_core.runs import safe_name
+from r2med_core.settings import ENCODE_BACKENDS, load_settings
+from r2med_core.tasks import TASKS, get_task
 
 # Commands import what they run (systems, evaluation, sweep, rerank pull in scipy, pandas, nltk …)
 # inside their function, so ``--help`` and a usage error answer at once.
 if TYPE_CHECKING:
-    from .annotations import AnnotationStore
-    from .runs import Run
-    from .systems import SystemSpec
+    from r2med_core.judging.annotations import AnnotationStore
+    from r2med_core.runs import Run
+    from r2med_core.systems import SystemSpec
 
 DATA_ENV = "R2MED_DATA_DIR"
 
@@ -153,7 +153,7 @@ def _rewrites_of(spec: SystemSpec) -> list[tuple[str, str]]:
 
 def _left_out_notes(dataset: Dataset, spec: SystemSpec) -> list[str]:
     """One line per rewrite that leaves queries out (not retrieved, so not evaluated, as in the benchmark)."""
-    from .systems import queries_left_out
+    from r2med_core.systems import queries_left_out
 
     notes = []
     for method, llm in dict.fromkeys(_rewrites_of(spec)):
@@ -167,11 +167,11 @@ def _left_out_notes(dataset: Dataset, spec: SystemSpec) -> list[str]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluation import DEEP_CUTOFF, DEEP_METRICS, MAIN_METRICS, evaluate, published_metrics_note
-    from .provenance import run_provenance
-    from .rerank import rerank, rerank_label
-    from .sweep import write_outputs
-    from .systems import dense_instruction_notes, parse_system, published_kind, run_system
+    from r2med_core.compute.sweep import write_outputs
+    from r2med_core.evaluation import DEEP_CUTOFF, DEEP_METRICS, MAIN_METRICS, evaluate, published_metrics_note
+    from r2med_core.reporting.provenance import run_provenance
+    from r2med_core.retrieval.rerank import rerank, rerank_label
+    from r2med_core.systems import dense_instruction_notes, parse_system, published_kind, run_system
 
     spec = parse_system(args.retriever + (f"+{args.rewrite}" if args.rewrite else ""))
     progress, close = _tqdm_progress()
@@ -209,8 +209,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate
-    from .imported_runs import read_run_or_results
+    from r2med_core.evaluation import evaluate
+    from r2med_core.server.imported_runs import read_run_or_results
 
     dataset = _load(args)
     imported = read_run_or_results(args.run, dataset)
@@ -224,8 +224,8 @@ def cmd_evaluate_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_results(args: argparse.Namespace) -> int:
-    from .evaluation import MAIN_METRICS
-    from .provenance import ProvenanceError, comparability, read_results_file
+    from r2med_core.evaluation import MAIN_METRICS
+    from r2med_core.reporting.provenance import ProvenanceError, comparability, read_results_file
 
     try:
         files = [read_results_file(path) for path in args.files]
@@ -301,7 +301,7 @@ def _prompts(args: argparse.Namespace) -> Prompts:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .systems import run_system
+    from r2med_core.systems import run_system
 
     endpoint = _endpoint(args)
     llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
@@ -359,7 +359,7 @@ def _ray(args: argparse.Namespace) -> Any:
     """A Ray connection when --ray was given (with an ADDRESS, or a new local instance), else None."""
     if args.ray is None:
         return None
-    from .distributed import RayUnavailable, connect
+    from r2med_core.compute.distributed import RayUnavailable, connect
 
     try:
         return connect(args.ray or None)
@@ -368,11 +368,11 @@ def _ray(args: argparse.Namespace) -> Any:
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
-    from .backends import BackendUnavailable
-    from .distributed import encode_on_ray
-    from .hardware import detect
-    from .retrieval.dense import DenseRetriever
-    from .systems import _dense_model, parse_system
+    from r2med_core.compute.distributed import encode_on_ray
+    from r2med_core.retrieval.dense import DenseRetriever
+    from r2med_core.retrieval.hardware import detect
+    from r2med_core.retrieval.onnx_encoder import BackendUnavailable
+    from r2med_core.systems import _dense_model, parse_system
 
     spec = parse_system(args.model if ":" in args.model or args.model in PRESETS else f"dense:{args.model}")
     if spec.models() != (("dense", spec.name),) or spec.rewrite:
@@ -409,7 +409,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .portable import KINDS, entries, export_entries
+    from r2med_core.server.portable import KINDS, entries, export_entries
 
     kinds = KINDS if args.kind == "all" else (args.kind,)
     corpus = _load(args).fingerprint if (args.task or args.data_dir or args.demo) else None
@@ -423,7 +423,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .portable import ArchiveError, import_entries
+    from r2med_core.server.portable import ArchiveError, import_entries
 
     if not args.archive.is_file():
         raise UsageError(f"{args.archive}: no such file")
@@ -456,7 +456,7 @@ def _sweep_datasets(args: argparse.Namespace) -> dict[str, Dataset]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import local_cells, sweep
+    from r2med_core.compute.sweep import local_cells, sweep
 
     if args.top_k < 1:
         raise UsageError("--top-k must be at least 1")
@@ -469,7 +469,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     ray = _ray(args)
     runner = local_cells
     if ray is not None:
-        from .distributed import ray_cells
+        from r2med_core.compute.distributed import ray_cells
 
         runner = ray_cells(ray)
     progress, close = _eta_bar()
@@ -496,7 +496,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _read_runs(paths: Sequence[Path], dataset: Dataset) -> dict[str, Run]:
     """Each ``--run`` (a run file, a kit's folder, or the NAME.json ``eval`` writes) checked against the
     dataset, keyed by its name; warnings go to stderr as ``evaluate-run`` prints them."""
-    from .imported_runs import read_run_or_results
+    from r2med_core.server.imported_runs import read_run_or_results
 
     runs: dict[str, Run] = {}
     for path in paths:
@@ -513,7 +513,7 @@ def _open_store(target: str | None) -> AnnotationStore:
     """``--store`` (a SQLite file or a postgresql:// URL), else where the app keeps labels
     (``R2MED_ANNOTATIONS_URL``, else ``annotations.sqlite`` in ``R2MED_DATA_HOME`` or the user data folder).
     A SQLite file that does not exist is an error, not a new empty store."""
-    from .annotations import AnnotationStore, default_store_target
+    from r2med_core.judging.annotations import AnnotationStore, default_store_target
 
     where: str | Path = default_store_target() if not target else target
     if "://" not in str(where) and not Path(where).is_file():
@@ -528,8 +528,8 @@ def _store_error(err: Exception) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from .annotation_backends import AnnotationStoreError
-    from .diagnosis import classed_queries, diagnose, judge_proposals, oracle_run
+    from r2med_core.analysis.diagnosis import classed_queries, diagnose, judge_proposals, oracle_run
+    from r2med_core.judging.stores import AnnotationStoreError
 
     if not args.oracle.startswith("oracle:"):
         raise UsageError(f"--oracle must be oracle:RETRIEVER or oracle:RETRIEVER+q, not {args.oracle!r}")
@@ -564,10 +564,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
-    from .annotation_backends import AnnotationStoreError
-    from .evaluation import MAIN_METRICS
-    from .pooling import DEFAULT_DEPTH, compare_with_team, pool, pool_csv, pool_text
-    from .team import read_team_qrels
+    from r2med_core.evaluation import MAIN_METRICS
+    from r2med_core.judging.pooling import DEFAULT_DEPTH, compare_with_team, pool, pool_csv, pool_text
+    from r2med_core.judging.stores import AnnotationStoreError
+    from r2med_core.judging.team import read_team_qrels
 
     if args.metric not in MAIN_METRICS:
         raise UsageError(f"--metric must be one of {', '.join(MAIN_METRICS)}, got {args.metric!r}")
@@ -609,8 +609,8 @@ def cmd_pool(args: argparse.Namespace) -> int:
 
 
 def cmd_qrels(args: argparse.Namespace) -> int:
-    from .annotation_backends import AnnotationStoreError
-    from .team import qrels_text, read_team_qrels
+    from r2med_core.judging.stores import AnnotationStoreError
+    from r2med_core.judging.team import qrels_text, read_team_qrels
 
     dataset = _load(args)
     try:
@@ -628,7 +628,7 @@ def cmd_qrels(args: argparse.Namespace) -> int:
 
 def _split_systems(text: str) -> list[str]:
     """Comma-separated systems; commas inside rrf(...) stay with their system."""
-    from .systems import _split_top_level
+    from r2med_core.systems import _split_top_level
 
     return _split_top_level(text)
 
@@ -838,7 +838,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Errors of modules the commands import lazily: (module, class). A command can only raise one
 #: once its module is imported, so :func:`_lazy_usage_error` never imports anything itself.
-_LAZY_USAGE_ERRORS = (("r2med_core.systems", "SpecError"), ("r2med_core.rerank", "RerankerUnavailable"))
+_LAZY_USAGE_ERRORS = (("r2med_core.systems", "SpecError"), ("r2med_core.retrieval.rerank", "RerankerUnavailable"))
 
 
 def _lazy_usage_error(err: Exception) -> bool:

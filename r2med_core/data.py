@@ -21,8 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from . import file_facts
-from .tasks import REWRITE_METHODS, TASKS, Family
+from r2med_core import file_facts
+from r2med_core.tasks import REWRITE_METHODS, TASKS, Family
 
 #: The embedded demo tasks, one per R2MED family (folders under ``r2med_core/demo/``).
 DEMO_TASKS: tuple[str, ...] = ("qa-reference", "clinical-evidence", "clinical-case")

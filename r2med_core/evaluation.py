@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytrec_eval
 
-from .intervals import Interval, difference_interval, mean_interval
-from .runs import Run
+from r2med_core.analysis.intervals import Interval, difference_interval, mean_interval
+from r2med_core.runs import Run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,7 +120,7 @@ class Results:
         return table
 
     def intervals(self, metrics: Iterable[str]) -> dict[str, Interval | None]:
-        """Each metric's 95 % bootstrap interval over the evaluated queries (:mod:`r2med_core.intervals`)."""
+        """Each metric's 95 % bootstrap interval over the evaluated queries (:mod:`r2med_core.analysis.intervals`)."""
         table = self.per_query
         return {m: mean_interval(table[m].to_numpy()) if m in table else None for m in metrics}
 
@@ -246,7 +246,7 @@ def paired_test(
     a: Results, b: Results, metric: str = "ndcg_at_10", *, n_resamples: int = 10_000, seed: int = 0
 ) -> PairedTest:
     """Paired t-test, a two-sided paired randomization (sign-flip) test via scipy, and the paired
-    bootstrap interval of the difference (:func:`r2med_core.intervals.difference_interval`)."""
+    bootstrap interval of the difference (:func:`r2med_core.analysis.intervals.difference_interval`)."""
     import pandas as pd
 
     joined = pd.concat([a.per_query[metric], b.per_query[metric]], axis=1, join="inner").dropna()

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .cache import atomic_write_text, cache_root, file_digest, open_regular
+from r2med_core.cache import atomic_write_text, cache_root, file_digest, open_regular
 
 FOLDER = ".files"
 _MAX_BYTES = 16 << 20

@@ -12,9 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .data import Dataset, load_r2med_dir
-from .progress import Progress, report
-from .tasks import REWRITE_METHODS, get_task
+from r2med_core.data import Dataset, load_r2med_dir
+from r2med_core.progress import Progress, report
+from r2med_core.tasks import REWRITE_METHODS, get_task
 
 #: The files of a task folder on the hub: the dataset itself and every rewrite output.
 HUB_PATTERNS: tuple[str, ...] = (

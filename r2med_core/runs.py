@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .cache import atomic_write_text
-from .data import DataError, Problem
+from r2med_core.cache import atomic_write_text
+from r2med_core.data import DataError, Problem
 
 Ranking = list[tuple[str, float]]
 

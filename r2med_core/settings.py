@@ -20,7 +20,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_JUDGES_PER_DOCUMENT`` | annotators each queued document is assigned to on the Judging page | 2 |
 
 The operator's LLM key is ``OPENAI_API_KEY`` and its server ``OPENAI_BASE_URL`` (environment or
-secrets); ``r2med_core.endpoints`` decides where that key may go.
+secrets); ``r2med_core.llm.endpoints`` decides where that key may go.
 | ``R2MED_DEVICE`` | where models encode: ``auto`` (CUDA, then Apple MPS, then CPU), ``cpu``, ``cuda``, ``mps`` | auto |
 | ``R2MED_ENCODE_BACKEND`` | ``auto`` (ONNX on CPU if installed and faster), ``torch``, ``onnx``, ``onnx-int8`` | auto |
 | ``R2MED_SWEEP_DIR`` | the ``--output-dir`` of a ``sweep``, whose grid the Leaderboard shows | unset |

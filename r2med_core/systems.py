@@ -10,8 +10,8 @@ face: the names callers import, and the questions asked of any system whatever i
 
 from __future__ import annotations
 
-from .data import Dataset
-from .kinds.base import (
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     MAX_FUSION_DEPTH,
     RUN_FORMAT_VERSION,
     Explanations,
@@ -34,9 +34,9 @@ from .kinds.base import (
     split_top_level,
     system_explanations,
 )
-from .kinds.bm25 import BM25_ENGINES, BM25_LABELS, bm25_index_key, bm25_queries, bm25_retriever
-from .kinds.dense import dense_model, dense_query_vectors, dense_retriever
-from .retrieval.dense import instruction_note, resolve_model
+from r2med_core.kinds.bm25 import BM25_ENGINES, BM25_LABELS, bm25_index_key, bm25_queries, bm25_retriever
+from r2med_core.kinds.dense import dense_model, dense_query_vectors, dense_retriever
+from r2med_core.retrieval.dense import instruction_note, resolve_model
 
 __all__ = [
     "BM25_ENGINES",

@@ -1,4 +1,4 @@
-"""Transcribe the R2MED authors' published result files into ``r2med_core/published_results.json``.
+"""Transcribe the R2MED authors' published result files into ``r2med_core/analysis/published_results.json``.
 
 A one-off developer script: the package must not read the upstream tree at run time, so this
 flattens it once into a single compact, attributed data file that ships inside ``r2med_core``.
@@ -26,7 +26,7 @@ Usage::
 
     python scripts/transcribe_published.py \\
         --source "/path/to/R2MED/results" --first-commit "/path/to/first-commit/results" \\
-        --post-paper scripts/post_paper_results.toml --output r2med_core/published_results.json
+        --post-paper scripts/post_paper_results.toml --output r2med_core/analysis/published_results.json
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 
-from r2med_core.adjudication import (
+from r2med_core.judging.adjudication import (
     Decision,
     SelfAdjudication,
     StaleDecision,
@@ -27,10 +27,10 @@ from r2med_core.adjudication import (
     decisions_csv,
     history,
 )
-from r2med_core.agreement import agreement_report, report_csv, with_decisions
-from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
-from r2med_core.annotations import Annotation, AnnotationStore
-from r2med_core.team import changes_csv, changes_text, review_queue, team_qrels
+from r2med_core.judging.agreement import agreement_report, report_csv, with_decisions
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.stores import SCHEMA_VERSION, is_postgres_url
+from r2med_core.judging.team import changes_csv, changes_text, review_queue, team_qrels
 
 from .test_annotations import DATASET, TASK, label
 
@@ -148,14 +148,14 @@ def _make_schema_3(target: Target) -> None:
     if is_postgres_url(target):
         import psycopg
 
-        from r2med_core.annotation_backends.postgres import _CREATE_TABLE
+        from r2med_core.judging.stores.postgres import _CREATE_TABLE
 
         with psycopg.connect(str(target), autocommit=True) as conn:
             conn.execute(_CREATE_TABLE)
             conn.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
             conn.execute("INSERT INTO annotations_schema VALUES (3)")
         return
-    from r2med_core.annotation_backends.sqlite import _SCHEMA
+    from r2med_core.judging.stores.sqlite import _SCHEMA
 
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(target)
@@ -214,7 +214,7 @@ def test_a_schema_3_store_gains_the_adjudications_table_and_keeps_every_label(
 
 
 def test_a_foreign_adjudications_table_is_reported_and_left_alone(tmp_path: Path) -> None:
-    from r2med_core.annotations import AnnotationStoreError
+    from r2med_core.judging.annotations import AnnotationStoreError
 
     path = tmp_path / "store.sqlite"
     AnnotationStore(path).add(label())
@@ -234,7 +234,7 @@ def test_a_foreign_adjudications_table_is_reported_and_left_alone(tmp_path: Path
 def test_a_foreign_postgres_adjudications_table_is_reported_and_left_alone(postgres_urls: Callable[[], str]) -> None:
     import psycopg
 
-    from r2med_core.annotations import AnnotationStoreError
+    from r2med_core.judging.annotations import AnnotationStoreError
 
     url = postgres_urls()
     _make_schema_3(url)

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from r2med_core.adjudication import adjudication_items
-from r2med_core.agreement import agreement
-from r2med_core.annotations import Annotation
+from r2med_core.judging.adjudication import adjudication_items
+from r2med_core.judging.agreement import agreement
+from r2med_core.judging.annotations import Annotation
 
 from .test_annotations import label
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.annotation_backends import SCHEMA_VERSION, is_postgres_url
-from r2med_core.annotations import (
+from r2med_core.data import DataError
+from r2med_core.judging.annotations import (
     DATA_ENV,
     FIELDS,
     TAXONOMY,
@@ -29,8 +29,8 @@ from r2med_core.annotations import (
     default_store_path,
     register_failure_type,
 )
-from r2med_core.data import DataError
-from r2med_core.team import team_qrels
+from r2med_core.judging.stores import SCHEMA_VERSION, is_postgres_url
+from r2med_core.judging.team import team_qrels
 
 REPO = Path(__file__).resolve().parent.parent
 DATASET, TASK = "demo:clinical-case", "clinical-case"
@@ -40,7 +40,7 @@ DATASET, TASK = "demo:clinical-case", "clinical-case"
 WRITER = """
 import sys, time
 from pathlib import Path
-from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.judging.annotations import Annotation, AnnotationStore
 
 path, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 print("ready", flush=True)
@@ -510,8 +510,8 @@ def test_opening_a_current_store_never_waits_for_a_writer(new_target: Callable[[
 #: what reading, exporting and backing up found, and what saving said.
 FULL_DISK = """
 import json, resource, signal, sys
-from r2med_core.annotations import Annotation, AnnotationStore, AnnotationStoreError
-from r2med_core.backup import backup_text
+from r2med_core.judging.annotations import Annotation, AnnotationStore, AnnotationStoreError
+from r2med_core.judging.backup import backup_text
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing us
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
@@ -691,7 +691,7 @@ def test_labels_record_the_rank_in_the_ranking_shown() -> None:
 
 
 def test_check_unjudged_refuses_a_gold_document() -> None:
-    from r2med_core.annotations import check_unjudged
+    from r2med_core.judging.annotations import check_unjudged
 
     qrels = {"q1": {"d1": 2, "d0": 0}}
     with pytest.raises(ValueError, match=r"d1 is already judged relevant \(grade 2\) for query q1"):
@@ -704,7 +704,7 @@ def test_check_unjudged_refuses_a_gold_document() -> None:
 IMPORTER = """
 import sys, time
 from pathlib import Path
-from r2med_core.annotations import AnnotationStore
+from r2med_core.judging.annotations import AnnotationStore
 
 store = AnnotationStore(sys.argv[1])
 go = Path(sys.argv[3])
@@ -725,7 +725,7 @@ def test_two_imports_of_one_file_at_once_add_each_label_once(
     path = tmp_path / "labels.jsonl"
     rows = [asdict(label(doc_id=f"d{i}", created_at="2025-01-01T00:00:00Z")) for i in range(1200)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    monkeypatch.setattr("r2med_core.annotations.IMPORT_BATCH", 500)
+    monkeypatch.setattr("r2med_core.judging.annotations.IMPORT_BATCH", 500)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     go = tmp_path / "go"
     procs = [
@@ -889,7 +889,7 @@ def test_the_password_in_the_url_is_used_but_never_shown(postgres_cluster: objec
 
 def test_psycopg_is_needed_only_for_postgres(monkeypatch: pytest.MonkeyPatch, data_home: Path) -> None:
     code = (
-        "import sys\nfrom r2med_core.annotations import AnnotationStore\n"
+        "import sys\nfrom r2med_core.judging.annotations import AnnotationStore\n"
         f"AnnotationStore({str(data_home / 'a.sqlite')!r}).list()\nprint('psycopg' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -902,8 +902,8 @@ def test_psycopg_is_needed_only_for_postgres(monkeypatch: pytest.MonkeyPatch, da
 
 
 def test_the_url_variable_chooses_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data_home: Path) -> None:
-    from r2med_core.annotation_backends import redact_url
-    from r2med_core.annotations import default_store_target
+    from r2med_core.judging.annotations import default_store_target
+    from r2med_core.judging.stores import redact_url
 
     assert default_store_target() == data_home / "annotations.sqlite"  # unset: SQLite, the default
     monkeypatch.setenv(URL_ENV, f"sqlite://{tmp_path}/team/labels.sqlite")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
-from views.ui import md
 
-APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+APP = str(Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py")
 PAGES = ["overview", "explorer", "compare", "metrics", "leaderboard"]
 
 
@@ -236,7 +236,7 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     assert [s.value for s in at.success] == [f"Saved: Lexical trap on {md(trap)}"]
     assert any(md(trap) in e.label and "🏷" in e.label for e in at.expander)  # shown next to the document
 
-    at.switch_page("views/annotations.py").run()
+    at.switch_page("views/pages/annotations.py").run()
     assert not at.exception
     table = next(df.value for df in at.dataframe if "failure_type" in df.value.columns)
     assert table[["query_id", "doc_id", "failure_type", "annotator"]].values.tolist() == [
@@ -245,7 +245,7 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     exports = {b.label: b for b in at.get("download_button")}
     assert "All labels (CSV)" in exports and "All labels (JSONL)" in exports
 
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     assert "shares the murmur words" in AnnotationStore().csv_text()
 
@@ -253,7 +253,7 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
 def test_a_grade_on_an_unjudged_document_is_proposed_then_accepted_by_a_reviewer() -> None:
     """Proposed → accepted: one annotator's grade changes the re-evaluation only after a reviewer accepts
     it, and the reviewer's name and time are recorded."""
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     dataset = load_demo("clinical-evidence")
     qid = list(dataset.queries)[1]
@@ -274,7 +274,7 @@ def test_a_grade_on_an_unjudged_document_is_proposed_then_accepted_by_a_reviewer
         run.rank_of(qid, top),
     )
 
-    at.switch_page("views/annotations.py").run()
+    at.switch_page("views/pages/annotations.py").run()
     assert not at.exception
     assert any(md("1 proposal(s) awaiting review") in c.value for c in at.caption)
     assert not any("qrels" in df.value.columns for df in at.dataframe)  # nothing accepted: nothing re-evaluated
@@ -290,7 +290,7 @@ def test_a_grade_on_an_unjudged_document_is_proposed_then_accepted_by_a_reviewer
 
 
 def test_nothing_is_preselected_and_a_failed_save_keeps_the_note() -> None:
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     at = open_app("explorer", task="clinical-evidence", system="bm25")
     kind = by_label(at.selectbox, "Failure type")
@@ -318,8 +318,8 @@ def test_nothing_is_preselected_and_a_failed_save_keeps_the_note() -> None:
 def test_a_grade_and_a_failure_type_on_a_gold_document_are_two_labels_and_no_proposal() -> None:
     """Grading a gold document is a judgement like any other (it counts in agreement); it proposes nothing,
     and the failure type saved with it is a label of its own."""
-    from r2med_core.annotations import AnnotationStore
-    from r2med_core.team import review_queue
+    from r2med_core.judging.annotations import AnnotationStore
+    from r2med_core.judging.team import review_queue
 
     dataset = load_demo("clinical-evidence")
     qid = list(dataset.queries)[1]
@@ -342,8 +342,8 @@ def test_a_grade_and_a_failure_type_on_a_gold_document_are_two_labels_and_no_pro
 
 
 def test_switching_task_keeps_picker_body_and_label_in_agreement() -> None:
-    from r2med_core.annotations import AnnotationStore
-    from r2med_core.explore import shorten
+    from r2med_core.analysis.explore import shorten
+    from r2med_core.judging.annotations import AnnotationStore
 
     at = open_app("explorer", task="clinical-evidence", system="bm25", q="2")
     at.selectbox(key="w_task").set_value("clinical-case").run()
@@ -361,7 +361,7 @@ def test_switching_task_keeps_picker_body_and_label_in_agreement() -> None:
 
 
 def test_the_label_records_the_ranking_shown_with_its_rank() -> None:
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     dataset = load_demo("clinical-evidence")
     qid = list(dataset.queries)[1]
@@ -387,7 +387,7 @@ def test_the_label_records_the_ranking_shown_with_its_rank() -> None:
 
 def test_next_and_previous_follow_the_filters() -> None:
     from r2med_core import evaluate
-    from r2med_core.explore import filter_queries, query_table
+    from r2med_core.analysis.explore import filter_queries, query_table
 
     dataset = load_demo("clinical-case")
     run = run_system(dataset, "bm25")
@@ -439,7 +439,7 @@ def test_every_page_writes_its_state_to_the_address() -> None:
     at = open_app("whatif")
     assert at.query_params["task"] == "clinical-case" and at.query_params["source"] == "demo"
     at.selectbox(key="w_task").set_value("clinical-evidence").run()
-    at.switch_page("views/annotations.py").run()
+    at.switch_page("views/pages/annotations.py").run()
     assert at.query_params["task"] == "clinical-evidence"
 
 
@@ -522,7 +522,7 @@ def test_an_unavailable_reranker_is_explained_and_the_explorer_still_works() -> 
 
 
 def test_reranked_ranks_in_the_explorer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2med_core.rerank import rerank
+    from r2med_core.retrieval.rerank import rerank
 
     from .test_rerank import build_cross_encoder
 
@@ -557,7 +557,7 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, mo
     monkeypatch.setenv("R2MED_DATA_ROOTS", str(tmp_path))
     at = open_app("explorer", source="local", folder=str(root), systems=["bm25"])
     assert not at.exception and not at.error
-    from views.ui import _NARROW_SCRIPT  # the app's own fixed script (folds the sidebar on a narrow window)
+    from r2med_app.views.ui import _NARROW_SCRIPT  # the app's own fixed script (folds the sidebar on a narrow window)
 
     html = " ".join(str(h.proto.body) for h in at.get("html") if str(h.proto.body) != _NARROW_SCRIPT)
     assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
@@ -574,7 +574,7 @@ def test_metrics_and_leaderboard_show_where_each_number_comes_from() -> None:
     rows = dict(zip(shown[1]["what"], shown[1]["value"], strict=False))
     assert rows["system"] == "minilm" and "demo:clinical-evidence" in rows["dataset"]
     assert "@" in rows["model"] and "pytrec-eval-terrier" in rows["packages"] and rows["cost"] == "none (local models)"
-    at.switch_page("views/leaderboard.py").run()
+    at.switch_page("views/pages/leaderboard.py").run()
     board = frame(at, "system")
     assert {"time (s)", "cost", "data", "device"} <= set(board.columns)
     assert (board["cost"] == "none (local models)").all() and (board["device"] == "cpu").all()
@@ -612,7 +612,7 @@ def test_explorer_and_metrics_say_when_a_query_had_nothing_to_search(
 def test_labels_kept_in_postgresql_show_where_they_live_without_the_password(
     postgres_urls, postgres_cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
-    from r2med_core.annotations import Annotation, AnnotationStore
+    from r2med_core.judging.annotations import Annotation, AnnotationStore
     from tests.pg_cluster import PASSWORD
 
     url = postgres_urls(tcp=True)  # the server checks the password over TCP
@@ -677,7 +677,7 @@ def test_leaderboard_shows_the_papers_best_figure_and_the_results_published_afte
 def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at_a_set_price(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from r2med_core.generation import Endpoint, generate_rewrites
+    from r2med_core.llm.generation import Endpoint, generate_rewrites
 
     from .test_generation import KEY, FakeLLM, demo_replies
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import streamlit as st
 
+from r2med_app.views.ui import md
 from r2med_core import load_demo
-from r2med_core.adjudication import decide, history
-from r2med_core.annotations import Annotation, AnnotationStore
-from r2med_core.backup import backup_text
-from views.ui import md
+from r2med_core.judging.adjudication import decide, history
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.backup import backup_text
 
 from .test_app import by_label, open_app
 
@@ -175,7 +175,7 @@ def test_the_models_proposals_are_suggestions_that_never_open_or_reopen_a_unit()
     table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
     assert list(table["annotators"]) == ["alice · bob"]  # the model is no annotator
     # On the Annotations page the proposal nobody disputes waits for a reviewer; nothing to adjudicate.
-    at.switch_page("views/annotations.py").run()
+    at.switch_page("views/pages/annotations.py").run()
     assert any(md(model) in m.value for m in at.markdown)
     assert not any("wait on the Adjudication page" in str(link.proto.label) for link in at.get("page_link"))
 

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 import streamlit
 
+from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
-from r2med_core.annotations import Annotation, AnnotationStore
-from r2med_core.diagnosis import NO_REFERENCE, POSSIBLY_UNJUDGED, PROPOSER_PREFIX, REASONING_GAP, diagnose
-from views.ui import md
+from r2med_core.analysis.diagnosis import NO_REFERENCE, POSSIBLY_UNJUDGED, PROPOSER_PREFIX, REASONING_GAP, diagnose
+from r2med_core.judging.annotations import Annotation, AnnotationStore
 
 from .conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl
 from .test_app import by_label, open_app
@@ -151,7 +151,7 @@ def test_a_blind_annotator_sees_no_failure_class_on_queries_they_have_not_labell
     rules that pick the blind queries are tested in test_signin.py; here three are taken as blind)."""
     want = expected("bm25")
     blind = sorted(want)[:3]
-    monkeypatch.setattr("views.labels.blind_queries", lambda dataset, acting, ids: frozenset(blind))
+    monkeypatch.setattr("r2med_app.views.panels.labels.blind_queries", lambda dataset, acting, ids: frozenset(blind))
     at = open_app("explorer", task=TASK, systems=["bm25"], system="bm25")
     table = next(df.value for df in at.dataframe if "failure_class" in df.value.columns)
     classes = dict(zip(table["query_id"], table["failure_class"]))

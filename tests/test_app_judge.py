@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from r2med_app.views.ui import OFFLINE_MODEL, md
 from r2med_core import load_demo, run_system
-from r2med_core.annotations import AnnotationStore
 from r2med_core.cache import cache_root
-from r2med_core.generation import GenerationError, LocalEndpoint
-from r2med_core.jobs import REGISTRY
-from r2med_core.llm_judge import unjudged_pairs
-from r2med_core.team import read_team_qrels
-from views.ui import OFFLINE_MODEL, md
+from r2med_core.compute.jobs import REGISTRY
+from r2med_core.judging.annotations import AnnotationStore
+from r2med_core.judging.llm_judge import unjudged_pairs
+from r2med_core.judging.team import read_team_qrels
+from r2med_core.llm.generation import GenerationError, LocalEndpoint
 
 from .test_app import open_app
 from .test_generation import KEY, needs_offline_model
@@ -170,7 +170,7 @@ def test_a_refused_key_is_reported_where_the_user_looks_and_nothing_is_proposed(
         errors = [e.value for e in at.error if "No explanation" in e.value]
         assert len(errors) == 1 and "rejected the API key" in errors[0] and KEY not in errors[0]
 
-        at.switch_page("views/annotations.py").run()
+        at.switch_page("views/pages/annotations.py").run()
         server.script = [refused]
         at.button(key="w_judge_start").click().run()
         wait_for_jobs("llm-judge")

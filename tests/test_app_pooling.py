@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
-from r2med_core.adjudication import adjudication_queue, decide, history
-from r2med_core.annotations import AnnotationStore
-from r2med_core.identity import typed_person
-from r2med_core.judging import JudgingQueue, default_queue_path
-from r2med_core.pooling import compare_with_team, judged_at_k, pool
-from r2med_core.team import changes_text, read_team_qrels
+from r2med_core.judging.adjudication import adjudication_queue, decide, history
+from r2med_core.judging.annotations import AnnotationStore
+from r2med_core.judging.identity import typed_person
+from r2med_core.judging.pooling import compare_with_team, judged_at_k, pool
+from r2med_core.judging.queue import JudgingQueue, default_queue_path
+from r2med_core.judging.team import changes_text, read_team_qrels
 from tests.test_app import by_label, open_app, save_label
-from views.ui import md
 
 TASK = "clinical-evidence"
 
@@ -61,7 +61,7 @@ def test_pool_sent_from_metrics_is_graded_blind_and_an_accepted_proposal_changes
     assert [(e.query_id, e.doc_id) for e in queued] == [(d.query_id, d.doc_id) for d in expected.items()]
 
     at.text_input(key="w_annotator").input("Ann").run()  # another person judges
-    at.switch_page("views/judging.py").run()
+    at.switch_page("views/pages/judging.py").run()
     assert not at.exception
     first = queued[0]
     shown = " ".join(m.value for m in at.markdown)
@@ -80,7 +80,7 @@ def test_pool_sent_from_metrics_is_graded_blind_and_an_accepted_proposal_changes
     assert (ann.entry, ann.judged, ann.queued) == (queued[2], 2, len(queued))  # the one she is shown now
 
     AnnotationStore().review(label.id, True, "Rev")
-    at.switch_page("views/metrics.py").run()
+    at.switch_page("views/pages/metrics.py").run()
     after = _pool_table(at)
     retrieved = [name for name, run in runs.items() if run.rank_of(first.query_id, first.doc_id) is not None]
     assert retrieved
@@ -101,7 +101,7 @@ def test_in_the_read_only_demo_no_pool_is_sent_and_nothing_is_judged(monkeypatch
     at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
     assert len(_pool_table(at)) == 2  # the numbers are still shown
     assert at.button(key="w_pool_send").disabled
-    at.switch_page("views/judging.py").run()
+    at.switch_page("views/pages/judging.py").run()
     assert not at.exception and not at.error
     assert any("Nothing to judge" in i.value for i in at.info)
     assert _queue().items(load_demo(TASK).source, TASK) == [] and AnnotationStore().to_dataframe().empty
@@ -131,7 +131,7 @@ def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scor
     ]
     unit = (dataset.source, dataset.name, first.query_id, first.doc_id)
     assert [item.unit for item in adjudication_queue(store.list(), history(store))] == [unit]
-    at.switch_page("views/metrics.py").run()
+    at.switch_page("views/pages/metrics.py").run()
     before = _pool_table(at)
     assert list(before["with"]) == pytest.approx(list(before["without"]))  # a disagreement is not a judgement
 
@@ -190,7 +190,7 @@ def test_a_second_server_on_the_same_store_serves_the_queue(monkeypatch: pytest.
     at = open_app("metrics", task=TASK, systems=["bm25", "bm25s"])
     at.text_input(key="w_annotator").input("Ann").run()
     at.button(key="w_pool_send").click().run()
-    at.switch_page("views/judging.py").run()
+    at.switch_page("views/pages/judging.py").run()
     first, second = _queue().items(dataset.source, dataset.name)[:2]
     assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in at.markdown)
     by_label(at.selectbox, "Relevance grade").set_value(0)
@@ -198,7 +198,7 @@ def test_a_second_server_on_the_same_store_serves_the_queue(monkeypatch: pytest.
     monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "second-server"))  # its own data folder
     other = open_app("metrics", task=TASK, systems=["bm25"])
     other.text_input(key="w_annotator").input("Ann").run()
-    other.switch_page("views/judging.py").run()
+    other.switch_page("views/pages/judging.py").run()
     assert not any("Nothing to judge" in i.value for i in other.info)
     assert f"Document {md(second.doc_id)}" in " ".join(m.value for m in other.markdown)  # the next one for her
 
@@ -245,6 +245,6 @@ def test_the_operator_sets_how_many_annotators_judge_each_document(monkeypatch: 
     for name, shown in (("Ann", first), ("Dan", second)):  # one annotator each: Dan gets the next document
         at = open_app("metrics", task=TASK, systems=["bm25"])
         at.text_input(key="w_annotator").input(name).run()
-        at.switch_page("views/judging.py").run()
+        at.switch_page("views/pages/judging.py").run()
         assert f"Document {md(shown.doc_id)}" in " ".join(m.value for m in at.markdown), name
         assert any("goes to 1 annotator(s)" in c.value for c in at.caption)

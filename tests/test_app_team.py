@@ -1,5 +1,5 @@
 """One store state, one team score: Metrics' "with", the Annotations and Adjudication pages' re-evaluation
-and downloads, and the command line's ``qrels`` and ``pool --store`` all show ``r2med_core.team``'s qrels;
+and downloads, and the command line's ``qrels`` and ``pool --store`` all show ``r2med_core.judging.team``'s qrels;
 and a grade given on the Judging page agrees with the same grade given on Judge a list."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ import pytest
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
+from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
-from r2med_core.adjudication import adjudication_items, decide, history
-from r2med_core.annotations import Annotation, AnnotationStore, default_store_path
 from r2med_core.cli import main
 from r2med_core.evaluation import evaluate
-from r2med_core.judging import JudgingQueue
-from r2med_core.list_judging import GradeEvent, SaveOnce, now_ms, save_grades
-from r2med_core.pooling import pool, pool_csv
+from r2med_core.judging.adjudication import adjudication_items, decide, history
+from r2med_core.judging.annotations import Annotation, AnnotationStore, default_store_path
+from r2med_core.judging.list_judging import GradeEvent, SaveOnce, now_ms, save_grades
+from r2med_core.judging.pooling import pool, pool_csv
+from r2med_core.judging.queue import JudgingQueue
+from r2med_core.judging.team import TeamQrels, changes_text, qrels_text, read_team_qrels, review_queue
 from r2med_core.runs import write_trec
-from r2med_core.team import TeamQrels, changes_text, qrels_text, read_team_qrels, review_queue
-from views.ui import md
 
 from .test_app import by_label, open_app, save_label
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from r2med_app.views.panels.labels import WHOLE_QUERY
+from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
-from r2med_core.annotations import Annotation, AnnotationStore
-from r2med_core.judging import JudgingQueue
-from r2med_core.pooling import pool
-from views.labels import WHOLE_QUERY
-from views.ui import md
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.pooling import pool
+from r2med_core.judging.queue import JudgingQueue
 
 from .test_app import by_label, open_app, save_label
 
@@ -222,7 +222,7 @@ def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind
     people = [df.value for df in mine.dataframe if "waiting" in df.value.columns]
     assert [p["annotator"].tolist() for p in people] == [["ann@example.org"]]
     assert not any("queued" in df.value.columns for df in mine.dataframe) and "ann2@example.org" not in _shown(mine)
-    rev.switch_page("views/judging.py").run()
+    rev.switch_page("views/pages/judging.py").run()
     (everyone,) = [df.value for df in rev.dataframe if "waiting" in df.value.columns]
     assert everyone[["annotator", "judged"]].values.tolist() == [["ann2@example.org", 3], ["ann@example.org", 3]]
     (team,) = [df.value for df in rev.dataframe if "queued" in df.value.columns]

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.adjudication import current, decide, history
-from r2med_core.annotations import AnnotationStore
-from r2med_core.backup import BACKUP_VERSION, backup_text, restore_backup, restore_backup_bytes, write_backup
 from r2med_core.data import DataError
-from r2med_core.judging import JudgingQueue
-from r2med_core.pooling import Pool, PooledDoc
+from r2med_core.judging.adjudication import current, decide, history
+from r2med_core.judging.annotations import AnnotationStore
+from r2med_core.judging.backup import BACKUP_VERSION, backup_text, restore_backup, restore_backup_bytes, write_backup
+from r2med_core.judging.pooling import Pool, PooledDoc
+from r2med_core.judging.queue import JudgingQueue
 
 from .test_annotations import DATASET, TASK, label
 

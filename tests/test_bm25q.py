@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from r2med_core import load_demo
-from r2med_core.fidelity import fidelity
+from r2med_core.analysis.fidelity import fidelity
 from r2med_core.retrieval.bm25 import BM25Retriever
 from r2med_core.retrieval.tokenize import lucene_tokenize
 from r2med_core.runs import read_trec

@@ -478,7 +478,7 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     """Open the failures, step through them with Next and the J key, grade an unjudged document relevant,
     review and accept it on the Annotations page, and see the re-evaluation change."""
     from r2med_core import evaluate
-    from r2med_core.explore import filter_queries, query_table, shorten
+    from r2med_core.analysis.explore import filter_queries, query_table, shorten
 
     task = "clinical-case"
     dataset = load_demo(task)
@@ -550,7 +550,7 @@ def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(pa
     """Grade three rows with 2 / 0 / 1 and the arrow keys: the store holds exactly those three grades by the
     typed name, with the system and ranks shown; a rerun saves nothing again; Enter opens a document; a
     row's qrels grade appears only once it is graded (blind first)."""
-    from r2med_core.annotations import AnnotationStore
+    from r2med_core.judging.annotations import AnnotationStore
 
     task, name = "clinical-case", "Dr. Keyboard"
     dataset = load_demo(task)

@@ -12,7 +12,7 @@ import pytest
 
 from r2med_core import evaluate, load_demo, read_trec, run_system
 from r2med_core.cli import main
-from r2med_core.rerank import rerank
+from r2med_core.retrieval.rerank import rerank
 from r2med_core.runs import safe_name
 
 ROOT = Path(__file__).resolve().parent.parent

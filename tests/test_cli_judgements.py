@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo, read_trec, run_system
-from r2med_core.adjudication import decide
-from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.analysis.diagnosis import classed_queries, diagnose, judge_proposals, oracle_run
+from r2med_core.analysis.explore import QUERY_TABLE_COLUMNS
 from r2med_core.cli import main
-from r2med_core.diagnosis import classed_queries, diagnose, judge_proposals, oracle_run
-from r2med_core.explore import QUERY_TABLE_COLUMNS
-from r2med_core.pooling import compare_with_team, pool, pool_csv, pool_text
+from r2med_core.judging.adjudication import decide
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.pooling import compare_with_team, pool, pool_csv, pool_text
+from r2med_core.judging.team import qrels_text, read_team_qrels
 from r2med_core.runs import write_trec
-from r2med_core.team import qrels_text, read_team_qrels
 
 from .test_cli import cli
 

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo, run_system
-from r2med_core.annotations import Annotation, AnnotationStore
-from r2med_core.data import Dataset
-from r2med_core.diagnosis import (
+from r2med_core.analysis.diagnosis import (
     FAILURE_CLASSES,
     NO_REFERENCE,
     NOT_FAILED,
@@ -25,13 +23,15 @@ from r2med_core.diagnosis import (
     judge_proposals,
     with_failure_class,
 )
+from r2med_core.analysis.explore import query_table
+from r2med_core.data import Dataset
 from r2med_core.evaluation import evaluate
-from r2med_core.explore import query_table
-from r2med_core.generation import Endpoint
-from r2med_core.identity import Person
-from r2med_core.llm_judge import propose_labels, proposer_name, unjudged_pairs
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.identity import Person
+from r2med_core.judging.llm_judge import propose_labels, proposer_name, unjudged_pairs
+from r2med_core.judging.visibility import Sight
+from r2med_core.llm.generation import Endpoint
 from r2med_core.runs import Run
-from r2med_core.visibility import Sight
 
 FILLER = [f"f{i}" for i in range(12)]  # documents nobody judged
 

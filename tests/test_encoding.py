@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from r2med_core import load_demo
-from r2med_core.encoding import (
+from r2med_core.retrieval.dense import PRESETS, DenseRetriever
+from r2med_core.retrieval.encoding import (
     Cancelled,
     chunk_folder,
     encode_corpus,
@@ -20,7 +21,6 @@ from r2med_core.encoding import (
     length_order,
     measured_docs_per_s,
 )
-from r2med_core.retrieval.dense import PRESETS, DenseRetriever
 
 TEXTS = [f"document {i} " + "word " * (i * 7 % 13) for i in range(23)]
 KEY = {"corpus": "test-corpus", "model": "fake"}
@@ -129,7 +129,7 @@ def test_minilm_index_resumes_after_an_interruption_and_matches_an_uninterrupted
         if fraction > 0.3:
             raise Cancelled("killed")
 
-    import r2med_core.encoding as encoding
+    import r2med_core.retrieval.encoding as encoding
 
     original = encoding.CHUNK_DOCS
     encoding.CHUNK_DOCS = 16
@@ -211,7 +211,7 @@ def test_an_archive_cannot_write_outside_the_cache_or_smuggle_a_wrong_entry(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from r2med_core.cli import main
-    from r2med_core.portable import entries, export_entries
+    from r2med_core.server.portable import entries, export_entries
     from r2med_core.systems import run_system
 
     outside = tmp_path / "outside.txt"
@@ -249,7 +249,7 @@ def test_an_archive_cannot_write_outside_the_cache_or_smuggle_a_wrong_entry(
 
 
 def test_the_device_is_detected_and_an_absent_one_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2med_core import hardware
+    from r2med_core.retrieval import hardware
 
     monkeypatch.setattr(hardware, "_cuda_available", lambda: False)
     monkeypatch.setattr(hardware, "_mps_available", lambda: False)
@@ -285,7 +285,7 @@ def test_the_onnx_backend_ranks_like_torch_and_is_its_own_cache_entry() -> None:
 def test_auto_runs_onnx_on_a_cpu_only_when_it_is_importable_and_measured_faster(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from r2med_core import hardware
+    from r2med_core.retrieval import hardware
 
     monkeypatch.setattr(hardware, "onnx_importable", lambda: True)
     assert hardware.resolve_backend("auto", "cpu") == "torch"  # nothing measured on this machine yet
@@ -309,7 +309,7 @@ def test_auto_runs_onnx_on_a_cpu_only_when_it_is_importable_and_measured_faster(
 def test_auto_falls_back_to_torch_when_onnxruntime_cannot_be_imported(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from r2med_core import hardware
+    from r2med_core.retrieval import hardware
 
     hardware.record_backend_speeds({"torch": 20.0, "onnx": 30.0})
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
@@ -319,7 +319,7 @@ def test_auto_falls_back_to_torch_when_onnxruntime_cannot_be_imported(monkeypatc
 
 
 def test_the_cache_key_follows_the_resolved_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2med_core import hardware
+    from r2med_core.retrieval import hardware
 
     monkeypatch.setattr(hardware, "onnx_importable", lambda: True)
     torch_key = DenseRetriever(PRESETS["minilm"], device="cpu").cache_key("c")  # auto → torch
@@ -361,8 +361,8 @@ def test_onnx_gives_torch_s_top_10_with_prompts_and_pair_inputs_on_the_demo() ->
 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
 def test_auto_on_onnx_uses_a_cached_torch_entry_instead_of_encoding_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2med_core import hardware
     from r2med_core.cache import entry_path
+    from r2med_core.retrieval import hardware
 
     dataset = load_demo("clinical-evidence")
     ids, texts = list(dataset.corpus), list(dataset.corpus.values())

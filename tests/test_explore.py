@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from r2med_core.data import load_r2med_dir
-from r2med_core.evaluation import evaluate
-from r2med_core.explore import (
+from r2med_core.analysis.explore import (
     GoldRow,
     filter_queries,
     gold_frame,
@@ -20,7 +18,9 @@ from r2med_core.explore import (
     retrieved_frame,
     shared_with_gold,
 )
-from r2med_core.report import metric_label
+from r2med_core.data import load_r2med_dir
+from r2med_core.evaluation import evaluate
+from r2med_core.reporting.tables import metric_label
 from r2med_core.runs import Run
 
 
@@ -120,7 +120,7 @@ def test_gold_documents_missing_from_the_corpus_are_shown_not_fatal(tiny_r2med: 
 
 
 def test_highlighting_skips_filler_and_shows_words_as_written() -> None:
-    from r2med_core.explore import overlap
+    from r2med_core.analysis.explore import overlap
 
     query = "A 67-year-old man presents with emergent intravenous dizziness. What is the most likely diagnosis?"
     terms = query_terms(query)
@@ -134,7 +134,7 @@ def test_highlighting_skips_filler_and_shows_words_as_written() -> None:
 
 
 def test_step_follows_the_filtered_list() -> None:
-    from r2med_core.explore import step
+    from r2med_core.analysis.explore import step
 
     shown = ["q2", "q5", "q9"]
     assert step(shown, "q5", 1) == "q9" and step(shown, "q9", 1) == "q2"  # wraps
@@ -144,8 +144,8 @@ def test_step_follows_the_filtered_list() -> None:
 
 
 def test_verdict_and_axis_range() -> None:
+    from r2med_core.analysis.explore import axis_range, verdict
     from r2med_core.evaluation import PairedTest
-    from r2med_core.explore import axis_range, verdict
 
     base = {"baseline": "a", "system": "b", "metric": "ndcg_at_10", "wins": 5, "ties": 1, "losses": 1}
     better = PairedTest(
@@ -167,7 +167,7 @@ def test_retrieved_frame_has_a_text_preview(tiny_r2med: Path) -> None:
 
 def test_two_systems_side_by_side_mark_gold_in_each_column(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from r2med_core import load_demo, run_system
-    from r2med_core.explore import side_by_side
+    from r2med_core.analysis.explore import side_by_side
 
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
     dataset = load_demo("clinical-case")

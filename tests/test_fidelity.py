@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from r2med_core.fidelity import fidelity
-from r2med_core.prompts import official_sampling
+from r2med_core.analysis.fidelity import fidelity
+from r2med_core.llm.prompts import official_sampling
 from r2med_core.systems import SystemSpec
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from r2med_core import generation as gen
 from r2med_core import load_demo, load_dir, run_system
-from r2med_core.generation import (
+from r2med_core.llm import generation as gen
+from r2med_core.llm.generation import (
     EXPLORER_PROMPTS,
     OFFICIAL_PROMPTS,
     PROMPT_VERSION,
@@ -34,7 +34,7 @@ from r2med_core.generation import (
     save_rewrites,
     with_rewrites,
 )
-from r2med_core.rewrite import bm25_query
+from r2med_core.llm.rewrite import bm25_query
 from r2med_core.systems import bm25_retriever
 from r2med_core.tasks import Family
 

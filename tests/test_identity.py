@@ -1,4 +1,4 @@
-"""Sign-in and roles (r2med_core.identity): who the app believes, and what each role may do."""
+"""Sign-in and roles (r2med_core.judging.identity): who the app believes, and what each role may do."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.identity import (
+from r2med_core.judging.identity import (
     LOOPBACK,
     AuthConfig,
     IdentityError,

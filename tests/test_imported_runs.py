@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from r2med_core import DataError, evaluate, load_demo, run_system
-from r2med_core.imported_runs import (
+from r2med_core.runs import Run, format_trec
+from r2med_core.server.imported_runs import (
     available_runs,
     parse_run,
     read_run_file,
@@ -19,7 +20,6 @@ from r2med_core.imported_runs import (
     save_upload,
     uploads_root,
 )
-from r2med_core.runs import Run, format_trec
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
 from tests.test_app import frame, open_app, picker
@@ -209,7 +209,7 @@ def test_uploaded_run_is_a_system_in_the_explorer_and_compare(dataset) -> None: 
     assert "Run gpu-model (imported)" in at.multiselect(key="w_systems").options
     assert "run:gpu-model" in at.multiselect(key="w_systems").value
 
-    at.switch_page("views/explorer.py").run()
+    at.switch_page("views/pages/explorer.py").run()
     at.selectbox(key="w_system").set_value("run:gpu-model").run()
     qid = list(dataset.queries)[3]
     picker(at).set_value(qid).run()
@@ -218,16 +218,16 @@ def test_uploaded_run_is_a_system_in_the_explorer_and_compare(dataset) -> None: 
     assert list(gold["rank"]) == [str(i) for i in range(1, len(dataset.positives(qid)) + 1)]
     assert list(frame(at, "rank")["document"]) == [d for d, _ in run.top(qid, 10)]
 
-    at.switch_page("views/compare.py").run()
+    at.switch_page("views/pages/compare.py").run()
     at.multiselect(key="w_compare").set_value(["bm25", "run:gpu-model"]).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("Run gpu-model (imported) vs BM25" in s.value.replace("\\", "") for s in at.subheader)
     assert list(frame(at, "system")["system"]) == ["Run gpu-model (imported)"]
 
-    at.switch_page("views/leaderboard.py").run()
+    at.switch_page("views/pages/leaderboard.py").run()
     assert "run:gpu-model" in list(frame(at, "run")["run"])
 
-    at.switch_page("views/whatif.py").run()
+    at.switch_page("views/pages/whatif.py").run()
     assert "Run gpu-model (imported)" not in at.multiselect(key="w_ask_systems").options
     assert "BM25 (R2MED official)" in at.multiselect(key="w_ask_systems").options
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core import llm_rerank as lr
 from r2med_core import load_demo
-from r2med_core.access import system_refusal
-from r2med_core.fidelity import fidelity
+from r2med_core.analysis.fidelity import fidelity
 from r2med_core.kinds.llm_rerank import operator_endpoint
+from r2med_core.llm import llm_rerank as lr
+from r2med_core.server.access import system_refusal
 from r2med_core.settings import load_settings
 from r2med_core.systems import SpecError, cost_notes, is_computed, needs_click, parse_system, run_key, run_system
 

@@ -12,10 +12,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, run_system
-from r2med_core.jobs import REGISTRY, JobRegistry, estimate_seconds, is_computed, run_job_key, start_run
+from r2med_core.compute.jobs import REGISTRY, JobRegistry, estimate_seconds, is_computed, run_job_key, start_run
 from r2med_core.systems import SpecError
 
-APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+APP = str(Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py")
 TASK = "clinical-case"
 
 
@@ -68,7 +68,7 @@ def test_estimates_say_what_is_cheap_and_what_needs_a_click() -> None:
 def test_a_dense_job_reports_docs_per_second_and_eta_and_resumes_after_cancel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import r2med_core.encoding as encoding
+    import r2med_core.retrieval.encoding as encoding
 
     monkeypatch.setattr(encoding, "CHUNK_DOCS", 8)
     monkeypatch.setattr(encoding, "busy_factor", lambda: 1.0)  # the two estimates compare work, not load
@@ -111,7 +111,7 @@ def test_a_url_naming_slow_systems_starts_nothing_until_compute_is_clicked(_isol
     at.query_params["task"] = TASK
     at.query_params["systems"] = ["bm25-okapi", "minilm"]
     at.run()
-    at.switch_page("views/metrics.py").run()
+    at.switch_page("views/pages/metrics.py").run()
     assert not at.exception, [e.value for e in at.exception]
 
     def dense_entries() -> list[Path]:
@@ -149,7 +149,7 @@ def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(
     for name, value in {"task": TASK, "system": "bm25", "rerank": model}.items():
         at.query_params[name] = value
     at.run()
-    at.switch_page("views/explorer.py").run()
+    at.switch_page("views/pages/explorer.py").run()
     assert not at.exception, [e.value for e in at.exception]
     gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
     assert "after rerank" not in gold.columns  # nothing reranked yet
@@ -165,7 +165,7 @@ def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(
 def test_progress_comes_every_batch_not_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 256-document chunk on a slow CPU took 45 s before its first report: now every batch reports,
     and Cancel stops the work within a batch."""
-    import r2med_core.encoding as encoding
+    import r2med_core.retrieval.encoding as encoding
 
     seen: list[int] = []
     texts = [f"document number {i} " * 5 for i in range(100)]
@@ -184,7 +184,7 @@ def test_progress_comes_every_batch_not_every_chunk(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_eta_counts_down_between_reports_and_estimates_follow_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    import r2med_core.encoding as encoding
+    import r2med_core.retrieval.encoding as encoding
 
     status = encoding.EncodeStatus(10, 100, 2.0, 30.0, measured_at=time.monotonic() - 12)
     assert 17.5 < status.eta_now() <= 18.0  # type: ignore[operator]

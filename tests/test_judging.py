@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core import judging
-from r2med_core.annotation_backends import SCHEMA_VERSION
-from r2med_core.annotations import Annotation, AnnotationStore, AnnotationStoreError
-from r2med_core.identity import Person, typed_person
-from r2med_core.judging import (
+from r2med_core.judging import queue
+from r2med_core.judging.annotations import Annotation, AnnotationStore, AnnotationStoreError
+from r2med_core.judging.identity import Person, typed_person
+from r2med_core.judging.pooling import Pool, PooledDoc, pool
+from r2med_core.judging.queue import (
     AnnotatorProgress,
     JudgingQueue,
     QueueEntry,
@@ -24,7 +24,7 @@ from r2med_core.judging import (
     kept_queue_files,
     migrate_queue_file,
 )
-from r2med_core.pooling import Pool, PooledDoc, pool
+from r2med_core.judging.stores import SCHEMA_VERSION
 
 from .test_annotations import label
 from .test_pooling import QRELS, A, B
@@ -254,7 +254,7 @@ def test_a_migration_cut_short_before_the_rename_adds_nothing_twice(
     def refused(path: Path, suffix: str) -> Path:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(judging, "_keep_aside", refused)
+    monkeypatch.setattr(queue, "_keep_aside", refused)
     (problem,) = migrate_queue_file(store, path)
     assert problem.path == "judging_queue.json" and "could not be renamed (Permission denied)" in problem.message
     assert path.exists() and len(JudgingQueue(store).every_task()) == 2

@@ -10,15 +10,15 @@ from typing import ClassVar
 
 import pytest
 
-from r2med_core.access import system_refusal
+from r2med_core.analysis.fidelity import fidelity
+from r2med_core.compute.jobs import estimate_seconds
 from r2med_core.data import load_demo, load_r2med_dir
-from r2med_core.fidelity import fidelity
-from r2med_core.jobs import estimate_seconds
 from r2med_core.kinds import base
 from r2med_core.kinds.base import SpecError, SystemKind, SystemSpec, register, registered_kinds
-from r2med_core.rerank import rerank, reranked_name
 from r2med_core.retrieval.dense import PRESETS
+from r2med_core.retrieval.rerank import rerank, reranked_name
 from r2med_core.runs import Run
+from r2med_core.server.access import system_refusal
 from r2med_core.settings import load_settings
 from r2med_core.systems import parse_system, published_kind, run_system, search_text
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.agreement import agreement
-from r2med_core.annotations import RELEVANCE_CODES, TAXONOMY, Annotation, AnnotationStore
-from r2med_core.identity import Person
-from r2med_core.list_judging import (
+from r2med_core.judging.agreement import agreement
+from r2med_core.judging.annotations import RELEVANCE_CODES, TAXONOMY, Annotation, AnnotationStore
+from r2med_core.judging.identity import Person
+from r2med_core.judging.list_judging import (
     MAX_AGE_MINUTES,
     MAX_EVENTS,
     GradeEvent,
@@ -22,8 +22,8 @@ from r2med_core.list_judging import (
     parse_events,
     save_grades,
 )
+from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
-from r2med_core.visibility import Sight
 
 QID = "q1"
 RUN = Run("bm25", {QID: [("d1", 3.0), ("d2", 2.0), ("d3", 1.0), ("d4", 0.5)]})
@@ -160,7 +160,7 @@ def test_one_message_carries_at_most_max_events_and_says_what_waits(store: Annot
 
 
 def test_the_ledger_forgets_oldest_ids_beyond_its_memory() -> None:
-    from r2med_core.list_judging import Outcome
+    from r2med_core.judging.list_judging import Outcome
 
     ledger = SaveOnce(memory=2)
     for name in ("a", "b", "c"):
@@ -267,20 +267,21 @@ def _page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str):  # type:
     """The Judge a list page on the demo, and the component key of query ``qid``'s top 10 under bm25."""
     from streamlit.testing.v1 import AppTest
 
+    from r2med_app.views.state import scope, widget_key
+    from r2med_app.views.ui import dataset_key
     from r2med_core import load_demo
-    from views.state import scope, widget_key
-    from views.ui import dataset_key
 
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
     monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "data"))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     dataset = load_demo("clinical-case")
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "streamlit_app.py"), default_timeout=300)
+    router = Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py"
+    at = AppTest.from_file(str(router), default_timeout=300)
     at.query_params["task"] = "clinical-case"
     at.query_params["systems"] = "bm25"
     at.run()
-    at.switch_page("views/list_judging.py").run()
+    at.switch_page("views/pages/list_judging.py").run()
     assert not at.exception, [e.value for e in at.exception]
     qid = next(iter(dataset.queries))
     key = widget_key("lj_list", scope(scope(dataset_key(dataset)), qid, "bm25", 10))

@@ -11,12 +11,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from r2med_core import generation, load_demo, run_system
-from r2med_core.annotations import AnnotationStore
+from r2med_core import load_demo, run_system
 from r2med_core.cache import cache_root
-from r2med_core.generation import Endpoint, LocalEndpoint, Usage
-from r2med_core.jobs import REGISTRY
-from r2med_core.llm_judge import (
+from r2med_core.compute.jobs import REGISTRY
+from r2med_core.judging.annotations import AnnotationStore
+from r2med_core.judging.llm_judge import (
     JUDGE_PROMPT_VERSION,
     MAX_EXPLANATION_CHARS,
     Pair,
@@ -33,7 +32,9 @@ from r2med_core.llm_judge import (
     recorded_agreements,
     unjudged_pairs,
 )
-from r2med_core.team import read_team_qrels, review_queue
+from r2med_core.judging.team import read_team_qrels, review_queue
+from r2med_core.llm import generation
+from r2med_core.llm.generation import Endpoint, LocalEndpoint, Usage
 
 from .test_generation import KEY, FakeLLM, closed_port, needs_offline_model, usage_of
 

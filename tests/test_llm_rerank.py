@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from r2med_core import llm_rerank as lr
 from r2med_core.data import Dataset
-from r2med_core.endpoints import OPERATOR_KEY, VISITOR_KEY, OperatorLLM
-from r2med_core.generation import Endpoint, LocalEndpoint, Usage
-from r2med_core.llm_rerank import (
+from r2med_core.llm import llm_rerank as lr
+from r2med_core.llm.endpoints import OPERATOR_KEY, VISITOR_KEY, OperatorLLM
+from r2med_core.llm.generation import Endpoint, LocalEndpoint, Usage
+from r2med_core.llm.llm_rerank import (
     RerankIncomplete,
     RerankReport,
     Window,

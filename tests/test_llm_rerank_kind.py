@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from r2med_app.views.ui import md
 from r2med_core import load_demo
-from r2med_core.access import system_refusal
+from r2med_core.analysis.fidelity import fidelity
+from r2med_core.compute.jobs import REGISTRY, run_job_key
 from r2med_core.data import load_r2med_dir
-from r2med_core.fidelity import fidelity
-from r2med_core.jobs import REGISTRY, run_job_key
 from r2med_core.kinds import llm_rerank as kind
-from r2med_core.provenance import system_models
+from r2med_core.reporting.provenance import system_models
+from r2med_core.server.access import system_refusal
 from r2med_core.settings import load_settings
 from r2med_core.systems import (
     SpecError,
@@ -31,7 +32,6 @@ from r2med_core.systems import (
     run_system,
     system_explanations,
 )
-from views.ui import md
 
 from .test_app import APP
 from .test_generation import KEY, FakeLLM
@@ -220,7 +220,7 @@ def test_point_wise_explanations_come_from_the_cache_only(llm: FakeLLM, tiny_r2m
 
 
 def test_a_cancelled_job_resumes_from_the_cache(llm: FakeLLM) -> None:
-    from r2med_core.jobs import Cancelled
+    from r2med_core.compute.jobs import Cancelled
 
     llm.responder = reverse_ids
     dataset = load_demo(TASK)

@@ -43,7 +43,7 @@ def test_the_wheel_carries_every_subpackage_and_the_data(wheel: Path) -> None:
         str(p.parent.relative_to(ROOT)) for p in (ROOT / "r2med_core").rglob("__init__.py") if "demo" not in p.parts
     )
     assert packages and all(f"{package}/__init__.py" in names for package in packages), packages
-    assert "r2med_core/published_results.json" in names
+    assert "r2med_core/analysis/published_results.json" in names
     assert any(n.startswith("r2med_core/demo/clinical-case/") and n.endswith("corpus.jsonl") for n in names)
 
 

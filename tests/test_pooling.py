@@ -7,13 +7,13 @@ from pathlib import Path
 import ir_measures
 import pytest
 
-from r2med_core.adjudication import Decision
-from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.data import DataError
 from r2med_core.evaluation import evaluate
-from r2med_core.pooling import Pool, compare_with_team, judged_at_k, pool
+from r2med_core.judging.adjudication import Decision
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.pooling import Pool, compare_with_team, judged_at_k, pool
+from r2med_core.judging.team import team_qrels
 from r2med_core.runs import Run
-from r2med_core.team import team_qrels
 
 
 def _run(name: str, rankings: dict[str, list[str]]) -> Run:
@@ -132,7 +132,7 @@ def test_a_reviewers_decision_replaces_what_the_labels_said_about_a_pair(tmp_pat
 
 
 def test_pool_downloads_trec_like_and_csv_in_the_pools_order() -> None:
-    from r2med_core.pooling import pool_csv, pool_text
+    from r2med_core.judging.pooling import pool_csv, pool_text
 
     pooled = pool({"A": A, "B": B}, QRELS, depth=4)
     assert pool_text(pooled) == "q1 0 u2\nq1 0 u1\nq1 0 u5\nq2 0 u4\nq2 0 u6\n"

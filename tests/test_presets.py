@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from r2med_core.analysis.fidelity import fidelity
+from r2med_core.analysis.published import RETRIEVER_NAMES, published_key_for
 from r2med_core.cli import main
-from r2med_core.fidelity import fidelity
 from r2med_core.hub import ModelUnavailable
-from r2med_core.published import RETRIEVER_NAMES, published_key_for
 from r2med_core.retrieval.dense import (
     PRESETS,
     REASONEMBED_PRESETS,
@@ -300,7 +300,7 @@ def test_cli_refuses_a_later_model_offline_in_one_line(
 
 
 def test_the_app_says_a_later_model_is_not_downloaded(offline_empty_hub: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from views.ui import md
+    from r2med_app.views.ui import md
 
     from .test_app import open_app
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo
-from r2med_core.provenance import (
+from r2med_core.reporting.provenance import (
     Provenance,
     ProvenanceError,
     collect,
@@ -132,8 +132,8 @@ def test_a_price_that_cannot_be_read_names_the_setting(text: str) -> None:
 
 
 def test_a_run_on_live_rewrites_and_an_llm_rerank_reports_what_both_cost() -> None:
-    from r2med_core.generation import Endpoint, attach_live_rewrites, generate_rewrites
-    from r2med_core.llm_rerank import listwise_rerank
+    from r2med_core.llm.generation import Endpoint, attach_live_rewrites, generate_rewrites
+    from r2med_core.llm.llm_rerank import listwise_rerank
     from r2med_core.systems import run_system
 
     from .test_generation import KEY, FakeLLM, demo_replies

@@ -16,8 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from r2med_core.evaluation import ALL_METRICS
-from r2med_core.published import (
+from r2med_core.analysis.published import (
     ATTRIBUTION,
     EVALUATIONS,
     GAP_TOLERANCE,
@@ -37,6 +36,7 @@ from r2med_core.published import (
     published_score,
     published_settings,
 )
+from r2med_core.evaluation import ALL_METRICS
 
 BASE_RETRIEVERS = {
     "bm25",
@@ -61,7 +61,7 @@ BM25_NDCG10 = (0.19188, 0.21548, 0.19683, 0.00659, 0.02551, 0.23692, 0.21662, 0.
 
 
 def _raw() -> dict:
-    text = files("r2med_core").joinpath("published_results.json").read_text(encoding="utf-8")
+    text = files("r2med_core.analysis").joinpath("published_results.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from r2med_core import Dataset, evaluate, load_demo, read_trec, run_system, write_trec
-from r2med_core import rerank as rerank_module
-from r2med_core.rerank import RERANKER_PRESETS, RerankerUnavailable, rerank, rerank_label
+from r2med_core.retrieval import rerank as rerank_module
+from r2med_core.retrieval.rerank import RERANKER_PRESETS, RerankerUnavailable, rerank, rerank_label
 from r2med_core.runs import Run
 
 

@@ -16,10 +16,8 @@ import pytest
 
 from r2med_core import DataError, evaluate, load_demo, paired_test, run_system
 from r2med_core.evaluation import holm
-from r2med_core.imported_runs import available_runs, kept_provenance, load_run
-from r2med_core.provenance import collect
-from r2med_core.runs import Run
-from r2med_core.saved_report import (
+from r2med_core.reporting.provenance import collect
+from r2med_core.reporting.saved_report import (
     DATA_ID,
     Report,
     ReportSystem,
@@ -28,6 +26,8 @@ from r2med_core.saved_report import (
     read_report,
     reopen_report,
 )
+from r2med_core.runs import Run
+from r2med_core.server.imported_runs import available_runs, kept_provenance, load_run
 from r2med_core.settings import parse_prices
 from tests.test_app import frame, open_app
 
@@ -282,7 +282,7 @@ def _computes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _record_reports(monkeypatch: pytest.MonkeyPatch) -> list[Report]:
     """Every Report the pages build from now on, in order (the page builds one; a click saves it)."""
-    import views.saved_reports as saved_reports
+    import r2med_app.views.panels.saved_reports as saved_reports
 
     made: list[Report] = []
 
@@ -494,7 +494,7 @@ def test_the_metrics_page_draws_the_reports_figures(monkeypatch: pytest.MonkeyPa
 def test_a_system_chosen_but_not_computed_is_named_on_the_page_and_in_the_report(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import views.ui as ui
+    import r2med_app.views.ui as ui
 
     made = _record_reports(monkeypatch)
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))

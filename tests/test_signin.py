@@ -25,7 +25,7 @@ from oidc_provider_mock import run_server_in_thread
 from playwright.sync_api import Browser, BrowserContext, Page
 
 from r2med_core import load_demo, run_system
-from r2med_core.annotations import AnnotationStore
+from r2med_core.judging.annotations import AnnotationStore
 from tests.test_browser import VIEWPORT, _choose, _free_port, browser, chromium, settle, streamlit_server
 
 __all__ = ["browser", "chromium"]  # the fixtures, shared with test_browser.py
@@ -234,8 +234,8 @@ def test_an_expired_or_tampered_login_cookie_is_refused(browser: Browser, oidc_a
 def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     browser: Browser, oidc_app: tuple[str, Path], qid: str
 ) -> None:
-    from r2med_core.adjudication import history
-    from r2med_core.annotations import Annotation
+    from r2med_core.judging.adjudication import history
+    from r2med_core.judging.annotations import Annotation
 
     base, store_path = oidc_app
     doc = _unjudged(qid, 3)

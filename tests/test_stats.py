@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-import views.ui
+import r2med_app.views.ui
 from r2med_core import load_demo
+from r2med_core.analysis.stats import data_facts, dataset_summary, length_histogram, word_counts
 from r2med_core.data import Dataset
-from r2med_core.stats import data_facts, dataset_summary, length_histogram, word_counts
 from tests.test_app import open_app
 
 
@@ -68,11 +68,11 @@ def test_overview_sends_bins_and_computes_them_once(monkeypatch: pytest.MonkeyPa
         calls.append(dataset.name)
         return length_histogram(dataset, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(views.ui, "length_histogram", counting)
-    views.ui._overview.clear()
+    monkeypatch.setattr(r2med_app.views.ui, "length_histogram", counting)
+    r2med_app.views.ui._overview.clear()
     at = open_app("overview", task="clinical-case")
     at.run()
-    at.switch_page("views/overview.py").run()
+    at.switch_page("views/pages/overview.py").run()
     assert not at.exception and not at.error
     assert calls == ["clinical-case"]  # three renders, one pass over the corpus
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)

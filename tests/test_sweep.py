@@ -12,10 +12,10 @@ from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, load_dir
 from r2med_core.cli import main
+from r2med_core.compute.sweep import read_grid, sweep
 from r2med_core.runs import read_trec
-from r2med_core.sweep import read_grid, sweep
 
-APP = str(Path(__file__).resolve().parent.parent / "streamlit_app.py")
+APP = str(Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py")
 
 
 def _outputs(folder: Path) -> dict[str, object]:
@@ -107,8 +107,8 @@ def test_a_sweep_on_a_local_ray_writes_the_same_files_as_a_local_sweep(
 ) -> None:
     import ray
 
-    import r2med_core.encoding as encoding
-    from r2med_core.distributed import connect, ray_cells
+    import r2med_core.retrieval.encoding as encoding
+    from r2med_core.compute.distributed import connect, ray_cells
 
     monkeypatch.setattr(encoding, "CHUNK_DOCS", 2)  # several chunks, so several Ray Data batches
     datasets = {"tiny": load_dir(tiny_r2med)}
@@ -144,7 +144,7 @@ def test_the_leaderboard_shows_the_operators_sweep_grid(tmp_path: Path, monkeypa
     monkeypatch.setenv("R2MED_SWEEP_DIR", str(out))
     at = AppTest.from_file(APP, default_timeout=300)
     at.run()
-    at.switch_page("views/leaderboard.py").run()
+    at.switch_page("views/pages/leaderboard.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert any(h.value.startswith("Sweep") for h in at.subheader)
     grid = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["task"])

@@ -9,8 +9,8 @@ import pytest
 
 from r2med_core import systems
 from r2med_core.data import load_demo, load_r2med_dir
+from r2med_core.llm.rewrite import bm25_query, dense_query, extract_answer
 from r2med_core.retrieval.fusion import reciprocal_rank_fusion
-from r2med_core.rewrite import bm25_query, dense_query, extract_answer
 from r2med_core.systems import SpecError, bm25_retriever, parse_system, run_system
 
 

@@ -1,4 +1,4 @@
-"""The team's judgements (``r2med_core.team``): one definition of the team's qrels — the original, then
+"""The team's judgements (``r2med_core.judging.team``): one definition of the team's qrels — the original, then
 agreed grades and accepted proposals, then adjudicated grades — on SQLite and PostgreSQL, the review
 queue that settles a pair once for every identical proposal, and the TREC file it writes."""
 
@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from r2med_core.adjudication import adjudication_queue, decide, history
-from r2med_core.annotations import Annotation, AnnotationStore
 from r2med_core.data import DataError, _read_qrels_trec, load_r2med_dir
 from r2med_core.evaluation import evaluate
-from r2med_core.list_judging import GradeEvent, SaveOnce, now_ms, save_grades
+from r2med_core.judging.adjudication import adjudication_queue, decide, history
+from r2med_core.judging.annotations import Annotation, AnnotationStore
+from r2med_core.judging.list_judging import GradeEvent, SaveOnce, now_ms, save_grades
+from r2med_core.judging.team import qrels_text, read_team_qrels, review_queue, team_qrels
 from r2med_core.runs import Run
-from r2med_core.team import qrels_text, read_team_qrels, review_queue, team_qrels
 
 from .test_annotations import DATASET, TASK
 

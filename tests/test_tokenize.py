@@ -254,7 +254,7 @@ def test_porter_copy_stems_every_word_as_nltk_does() -> None:
     """Our copy of NLTK's Porter stemmer must give NLTK's stem (Lucene's, see PROTOCOL) for every word."""
     from nltk.stem.porter import PorterStemmer as NltkPorter
 
-    from r2med_core.retrieval.porter import PorterStemmer
+    from r2med_core.retrieval._vendor.porter import PorterStemmer
 
     words = _words_to_stem()
     assert len(words) > 40_000

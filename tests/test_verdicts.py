@@ -1,4 +1,4 @@
-"""Failures in plain words (r2med_core.verdicts and the landing): the sentences a clinician reads
+"""Failures in plain words (r2med_core.analysis.verdicts and the landing): the sentences a clinician reads
 name what was missed, why and what HyDE changed, with the real ranks; the app opens on them."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from r2med_core import load_demo, run_system
+from r2med_core.analysis.diagnosis import REASONING_GAP, diagnose, oracle_run
+from r2med_core.analysis.verdicts import answer_name, named_in, next_failure, summary, verdict, worst_failures
 from r2med_core.data import DEMO_TASKS
-from r2med_core.diagnosis import REASONING_GAP, diagnose, oracle_run
-from r2med_core.verdicts import answer_name, named_in, next_failure, summary, verdict, worst_failures
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_answer_names_and_whether_the_question_names_them() -> None:
 
 def test_the_demo_opens_on_its_most_telling_task(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The app's default demo task is the one where BM25 fails most for lack of reasoning."""
-    from views.state import DEMO_TASK, View
+    from r2med_app.views.state import DEMO_TASK, View
 
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
     gaps = {}
@@ -118,7 +118,7 @@ def test_the_landing_starts_from_the_failures_and_a_card_opens_its_verdict() -> 
 def test_the_contrast_tells_why_a_wrong_document_beat_the_gold_one(case) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
-    from r2med_core.explore import contrast
+    from r2med_core.analysis.explore import contrast
 
     dataset, run, _, _, found = case
     told = contrast(dataset, run, "3")  # the Addison's crisis case

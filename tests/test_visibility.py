@@ -1,11 +1,11 @@
-"""Who sees what (r2med_core.visibility): per role, signed out, and without sign-in."""
+"""Who sees what (r2med_core.judging.visibility): per role, signed out, and without sign-in."""
 
 from __future__ import annotations
 
-from r2med_core.annotations import Annotation
-from r2med_core.identity import AuthConfig, parse_roles, resolve_identity, typed_person
-from r2med_core.judging import AnnotatorProgress
-from r2med_core.visibility import Sight
+from r2med_core.judging.annotations import Annotation
+from r2med_core.judging.identity import AuthConfig, parse_roles, resolve_identity, typed_person
+from r2med_core.judging.queue import AnnotatorProgress
+from r2med_core.judging.visibility import Sight
 
 CONFIG = AuthConfig(oidc=True)
 ROLES = parse_roles(

@@ -47,7 +47,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import SpecError, SystemKind, SystemSpec, kind_named, parse_system, register, registered_kinds
+from r2med_core.kinds.base import (
+    SpecError,
+    SystemKind,
+    SystemSpec,
+    kind_named,
+    parse_system,
+    register,
+    registered_kinds,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base" and not _module.name.startswith("_"):

@@ -21,13 +21,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from ..cache import cached, entry_path, fingerprint
-from ..data import Dataset
-from ..progress import Progress, report
-from ..retrieval.tokenize import ANALYZER_VERSION
-from ..rewrite import ANSWER_RULES_VERSION, is_reasoning_llm
-from ..runs import Ranking, Run
-from ..tasks import REWRITE_METHODS
+from r2med_core.cache import cached, entry_path, fingerprint
+from r2med_core.data import Dataset
+from r2med_core.llm.rewrite import ANSWER_RULES_VERSION, is_reasoning_llm
+from r2med_core.progress import Progress, report
+from r2med_core.retrieval.tokenize import ANALYZER_VERSION
+from r2med_core.runs import Ranking, Run
+from r2med_core.tasks import REWRITE_METHODS
 
 #: Bump when retrieval code changes what a cached run would contain.
 RUN_FORMAT_VERSION = 2

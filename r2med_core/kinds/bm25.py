@@ -7,14 +7,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..cache import cached, entry_path
-from ..data import Dataset
-from ..progress import Progress
-from ..retrieval.bm25 import BM25Retriever
-from ..retrieval.tokenize import ANALYZER_VERSION
-from ..rewrite import bm25_query
-from ..runs import Ranking, Run
-from .base import (
+from r2med_core.cache import cached, entry_path
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     RUN_FORMAT_VERSION,
     Parse,
     Rewrite,
@@ -28,6 +23,11 @@ from .base import (
     scaled,
     split_rewrite,
 )
+from r2med_core.llm.rewrite import bm25_query
+from r2med_core.progress import Progress
+from r2med_core.retrieval.bm25 import BM25Retriever
+from r2med_core.retrieval.tokenize import ANALYZER_VERSION
+from r2med_core.runs import Ranking, Run
 
 BM25_ENGINES: dict[str, str] = {"bm25": "official", "bm25s": "bm25s", "bm25-okapi": "okapi"}
 BM25_LABELS: dict[str, str] = {

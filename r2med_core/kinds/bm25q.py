@@ -17,8 +17,8 @@ this kind computes, on the same cached index and the benchmark's analyzer (the w
 
 from __future__ import annotations
 
-from .base import Parse, SystemSpec, register, split_rewrite
-from .bm25 import BM25Kind
+from r2med_core.kinds.base import Parse, SystemSpec, register, split_rewrite
+from r2med_core.kinds.bm25 import BM25Kind
 
 NAME = "bm25q"
 LABEL = "BM25Q (query-side BM25 as Anserini/Pyserini's BRIGHT baselines, arXiv 2509.02558; not the benchmark's)"

@@ -8,24 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..cache import entry_path
-from ..data import Dataset
-from ..encoding import docs_per_s, finished_docs
-from ..progress import Progress
-from ..published import RETRIEVER_NAMES
-from ..retrieval.dense import (
-    PRESETS,
-    REASONEMBED_PRESETS,
-    REASONEMBED_SETTING,
-    DenseModel,
-    DenseRetriever,
-    canonical_preset,
-    resolve_model,
-)
-from ..rewrite import dense_query
-from ..runs import Ranking, Run
-from ..tasks import TASKS, task_instructions
-from .base import (
+from r2med_core.analysis.published import RETRIEVER_NAMES
+from r2med_core.cache import entry_path
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     MODEL_LOAD_SECONDS,
     Parse,
     Rewrite,
@@ -39,6 +25,20 @@ from .base import (
     scaled,
     split_rewrite,
 )
+from r2med_core.llm.rewrite import dense_query
+from r2med_core.progress import Progress
+from r2med_core.retrieval.dense import (
+    PRESETS,
+    REASONEMBED_PRESETS,
+    REASONEMBED_SETTING,
+    DenseModel,
+    DenseRetriever,
+    canonical_preset,
+    resolve_model,
+)
+from r2med_core.retrieval.encoding import docs_per_s, finished_docs
+from r2med_core.runs import Ranking, Run
+from r2med_core.tasks import TASKS, task_instructions
 
 #: Dense presets configured as the benchmark ran them (model, pooling, cosine, per-task instruction,
 #: document prefix, max length): the paper's retrievers, named as published.

@@ -6,11 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..data import Dataset
-from ..progress import Progress
-from ..retrieval.fusion import reciprocal_rank_fusion
-from ..runs import Ranking, Run
-from .base import (
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     Parse,
     SpecError,
     SystemKind,
@@ -23,6 +20,9 @@ from .base import (
     search_text,
     split_top_level,
 )
+from r2med_core.progress import Progress
+from r2med_core.retrieval.fusion import reciprocal_rank_fusion
+from r2med_core.runs import Ranking, Run
 
 #: Members are fused from at least this many documents each, whatever k the fusion keeps.
 MEMBER_DEPTH = 100

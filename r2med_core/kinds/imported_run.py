@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data import Dataset
-from ..imported_runs import RUN_PREFIX, is_run_name, load_run, run_digest
-from ..progress import Progress
-from ..runs import Run
-from .base import Parse, SpecError, SystemKind, SystemSpec, done, register
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import Parse, SpecError, SystemKind, SystemSpec, done, register
+from r2med_core.progress import Progress
+from r2med_core.runs import Run
+from r2med_core.server.imported_runs import RUN_PREFIX, is_run_name, load_run, run_digest
 
 
 def _imported(function: Any, dataset: Dataset, name: str) -> Any:

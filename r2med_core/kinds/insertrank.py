@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 
-from .. import llm_rerank as lr
-from .base import Parse, SpecError, SystemSpec, register
-from .llm_rerank import LLMRerankKind, endpoint_model, outermost
+from r2med_core.kinds.base import Parse, SpecError, SystemSpec, register
+from r2med_core.kinds.llm_rerank import LLMRerankKind, endpoint_model, outermost
+from r2med_core.llm import llm_rerank as lr
 
 MARKER = ">insertrank:"
 #: The kinds whose scores are BM25 scores (what the prompt calls them).

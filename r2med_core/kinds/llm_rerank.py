@@ -1,5 +1,5 @@
 """``<system>>llmrerank:list:<model>@<k>`` and ``<system>>llmrerank:point:<model>@<k>``: an LLM reranks
-the top k of a first-stage system (see ``r2med_core.llm_rerank``).
+the top k of a first-stage system (see ``r2med_core.llm.llm_rerank``).
 
 ``list`` is the benchmark's list-wise GPT reranker (``RerankerGPT``: one prompt per query, the
 listed ids scored k, k−1, …; the run holds only those), the benchmark's setting. ``list`` with a
@@ -9,7 +9,7 @@ benchmark's setting, and both say so in their label and fidelity notes.
 
 The grammar follows the cross-encoder's ``SYSTEM>rerank:MODEL@K``: the first stage is the cached run
 of its base at depth 100 or more, and ``K`` the depth reranked. Which server answers is never in the
-name: it is the operator's default LLM endpoint with the operator's key (``r2med_core.endpoints``),
+name: it is the operator's default LLM endpoint with the operator's key (``r2med_core.llm.endpoints``),
 so a link can name a model but never a URL. The app passes its operator configuration (with
 ``.streamlit/secrets.toml``) through ``use_operator``; without it the environment's is used.
 
@@ -26,14 +26,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import llm_rerank as lr
-from ..data import Dataset
-from ..endpoints import EndpointError, OperatorLLM, operator_llm
-from ..generation import Endpoint
-from ..progress import Progress
-from ..runs import Run
-from ..settings import load_settings
-from .base import (
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     Explanations,
     Parse,
     SpecError,
@@ -46,6 +40,12 @@ from .base import (
     run_system,
     scaled,
 )
+from r2med_core.llm import llm_rerank as lr
+from r2med_core.llm.endpoints import EndpointError, OperatorLLM, operator_llm
+from r2med_core.llm.generation import Endpoint
+from r2med_core.progress import Progress
+from r2med_core.runs import Run
+from r2med_core.settings import load_settings
 
 MARKER = ">llmrerank:"
 MODES = {"list": "listwise", "point": "pointwise"}

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..data import Dataset
-from ..progress import Progress
-from ..runs import Run
-from .base import (
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     Parse,
     Rewrite,
     SpecError,
@@ -27,6 +25,8 @@ from .base import (
     register,
     run_system,
 )
+from r2med_core.progress import Progress
+from r2med_core.runs import Run
 
 PREFIX = "oracle:"
 WITH_QUERY = "+q"

@@ -1,5 +1,5 @@
 """``<system>>rerank:<model>@<k>`` (optionally ``+tail``): a cross-encoder reranks the top k of a
-first-stage system, as the benchmark's reranker evaluation does (see ``r2med_core.rerank``).
+first-stage system, as the benchmark's reranker evaluation does (see ``r2med_core.retrieval.rerank``).
 
 Why a kind, and why this name: the app's pages choose a reranker as a separate setting (the sidebar's
 reranker and depth, ``rerank=``/``rerank_k=`` in a link), and the run that setting produces has
@@ -13,12 +13,9 @@ depth 100 or more, the run the pages use) and the cross-encoder's scores are cac
 
 from __future__ import annotations
 
-from ..cache import entry_path
-from ..data import Dataset
-from ..progress import Progress
-from ..rerank import RERANKER_PRESETS, rerank, rerank_key, rerank_label, reranked_name
-from ..runs import Run
-from .base import (
+from r2med_core.cache import entry_path
+from r2med_core.data import Dataset
+from r2med_core.kinds.base import (
     MODEL_LOAD_SECONDS,
     Parse,
     SpecError,
@@ -29,6 +26,9 @@ from .base import (
     rfind_top_level,
     run_system,
 )
+from r2med_core.progress import Progress
+from r2med_core.retrieval.rerank import RERANKER_PRESETS, rerank, rerank_key, rerank_label, reranked_name
+from r2med_core.runs import Run
 
 MARKER = ">rerank:"
 TAIL = "+tail"

@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from ..cache import cached, entry_path, is_intact
-from ..encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
-from ..generation import OPENAI_DEFAULT_URL, base_url_refusal
-from ..hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend
-from ..hub import ModelUnavailable, check_model_reachable
-from ..progress import Progress, report
-from ..tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
+from r2med_core.cache import cached, entry_path, is_intact
+from r2med_core.hub import ModelUnavailable, check_model_reachable
+from r2med_core.llm.generation import OPENAI_DEFAULT_URL, base_url_refusal
+from r2med_core.progress import Progress, report
+from r2med_core.retrieval.encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
+from r2med_core.retrieval.hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend
+from r2med_core.tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
 
 #: Backends: how a model is loaded and called.
 BACKENDS: tuple[str, ...] = ("sentence-transformers", "bmretriever", "last-token", "gritlm", "nv-embed", "openai")
@@ -327,7 +327,7 @@ def model_revision(model_id: str, revision: str | None = None) -> str:
     location = _model_location(model_id)
     path = Path(location).expanduser()
     if path.is_dir():
-        from ..cache import fingerprint
+        from r2med_core.cache import fingerprint
 
         listing = sorted((str(p.relative_to(path)), p.stat().st_size) for p in path.rglob("*") if p.is_file())
         return "local-" + fingerprint(listing)
@@ -356,7 +356,7 @@ def load_encoder(
     """Load a SentenceTransformer once per process (models are large; the app keeps them too).
 
     ``device`` is where it runs, ``fp16`` halves the weights (GPU only), ``backend`` is
-    sentence-transformers' "torch", "onnx" or "openvino" (see ``r2med_core.backends``).
+    sentence-transformers' "torch", "onnx" or "openvino" (see ``r2med_core.retrieval.onnx_encoder``).
     """
     from sentence_transformers import SentenceTransformer
 
@@ -371,7 +371,7 @@ def load_encoder(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             if backend != "torch":
-                from ..backends import load_accelerated
+                from r2med_core.retrieval.onnx_encoder import load_accelerated
 
                 model = load_accelerated(
                     location, backend, device=device, pooling=pooling, revision=model_revision(location)
@@ -413,7 +413,7 @@ def _require(package: str, model: DenseModel, advice: str) -> None:
 
 def _check_remote_code(model: DenseModel) -> None:
     """Code from a hub repository runs on this server only when the operator allows it."""
-    from ..settings import load_settings
+    from r2med_core.settings import load_settings
 
     if model.trust_remote_code and not load_settings().trust_remote_code:
         raise DenseModelUnavailable(
@@ -627,7 +627,7 @@ class DenseRetriever:
     def __init__(
         self, model: DenseModel, batch_size: int | None = None, device: str | None = None, backend: str | None = None
     ) -> None:
-        from ..settings import load_settings
+        from r2med_core.settings import load_settings
 
         settings = load_settings()
         self.model = model
@@ -762,7 +762,7 @@ class DenseRetriever:
     ) -> None:
         """Build or load (from the disk cache) the FAISS index of the corpus.
 
-        Encoding goes through ``r2med_core.encoding`` in resumable chunks; ``encode_chunks`` lets the
+        Encoding goes through ``r2med_core.retrieval.encoding`` in resumable chunks; ``encode_chunks`` lets the
         Ray path encode those chunks on a cluster.
         """
         import faiss

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..runs import Ranking, Run
+from r2med_core.runs import Ranking, Run
 
 #: The constant of Cormack et al. (2009); it damps the weight of the very top ranks.
 RRF_K = 60

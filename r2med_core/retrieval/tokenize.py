@@ -19,7 +19,7 @@ mostly ``str.split`` plus dictionary look-ups done in C; chunks that are pure AS
 use the same grammar cut down to ASCII, which compiles in milliseconds. Stems are those of NLTK's
 Porter stemmer in ``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems: PyStemmer's C "porter"
 stems every word on which the two cannot differ, a copy of NLTK's module
-(:mod:`r2med_core.retrieval.porter`; importing NLTK itself takes about a second) the rest.
+(:mod:`r2med_core.retrieval._vendor.porter`; importing NLTK itself takes about a second) the rest.
 :func:`tokenize_to_ids` works in this process unless asked for worker processes (they cost more
 CPU than they save wall time here), whose ids it merges into exactly the single-process result.
 """
@@ -48,7 +48,7 @@ import numpy as np
 from r2med_core.progress import Progress, report
 
 if TYPE_CHECKING:
-    from r2med_core.retrieval.porter import PorterStemmer
+    from r2med_core.retrieval._vendor.porter import PorterStemmer
 
 __all__ = [
     "ANALYZER_VERSION",
@@ -81,7 +81,7 @@ _CACHE_LIMIT = 1_000_000
 @functools.cache
 def _stemmer() -> PorterStemmer:
     """NLTK's Porter stemmer (our copy of its module: ``import nltk`` drags in scikit-learn and pandas)."""
-    from r2med_core.retrieval.porter import PorterStemmer
+    from r2med_core.retrieval._vendor.porter import PorterStemmer
 
     return PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS)
 

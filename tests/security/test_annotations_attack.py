@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.annotations import Annotation, AnnotationStore, AnnotationStoreError
-from views.ui import md
+from r2med_app.views.ui import md
+from r2med_core.judging.annotations import Annotation, AnnotationStore, AnnotationStoreError
 
 from ..test_annotations import WRITER, label
 from ..test_app import by_label, open_app, save_label
@@ -148,7 +148,7 @@ def test_one_bad_line_never_aborts_an_import() -> None:
 IMPORTER = """
 import sys, time
 from contextlib import contextmanager
-from r2med_core.annotations import AnnotationStore
+from r2med_core.judging.annotations import AnnotationStore
 
 store = AnnotationStore(sys.argv[1])
 opened = store._connection

@@ -217,7 +217,7 @@ def test_loads_sweep_crashed_builds_too(_isolated_cache: Path) -> None:
 def test_a_kind_folder_replaced_by_a_file_is_moved_aside_and_rebuilt(_isolated_cache: Path, tmp_path: Path) -> None:
     """Issue 29 item 12: a file where a kind's folder belongs gave "[Errno 17] File exists" for every
     entry of that kind, with no rebuild and no hint."""
-    from r2med_core.portable import export_entries, import_entries
+    from r2med_core.server.portable import export_entries, import_entries
 
     entry, kind_dir = entry_path("runs", {"k": 1}), _isolated_cache / "runs"
     cached("runs", {"k": 1}, _build("x"), _load)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo
-from r2med_core.annotations import Annotation, AnnotationStore
+from r2med_core.judging.annotations import Annotation, AnnotationStore
 from r2med_core.settings import load_settings
 
 from ..test_app import open_app
@@ -76,7 +76,7 @@ def test_no_live_llm_no_generation_and_no_new_models() -> None:
     assert any("off in this read-only demo" in i.value for i in at.info)
     assert at.session_state["view"].extra == []
     assert any("read\\-only demo runs only the preset models" in w.value for w in at.sidebar.warning)
-    at.switch_page("views/whatif.py").run()
+    at.switch_page("views/pages/whatif.py").run()
     assert at.toggle(key="w_whatif_hyde").disabled
 
 

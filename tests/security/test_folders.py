@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core.roots import NOT_ALLOWED, allowed_folder, discover, folder_signature
+from r2med_core.server.roots import NOT_ALLOWED, allowed_folder, discover, folder_signature
 
 from ..conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl
 from ..test_app import open_app

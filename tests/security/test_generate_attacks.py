@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from r2med_core import generation as gen
 from r2med_core import load_demo
-from r2med_core.generation import Endpoint, generate_rewrites
+from r2med_core.llm import generation as gen
+from r2med_core.llm.generation import Endpoint, generate_rewrites
 
 from ..test_cli import cli
 from ..test_generation import _choice

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo
-from r2med_core.endpoints import (
+from r2med_core.llm.endpoints import (
     NO_KEY,
     OPERATOR_KEY,
     VISITOR_KEY,
@@ -21,7 +21,7 @@ from r2med_core.endpoints import (
     operator_llm,
     resolve_endpoint,
 )
-from r2med_core.generation import (
+from r2med_core.llm.generation import (
     Endpoint,
     GenerationError,
     LLMFailure,

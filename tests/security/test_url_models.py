@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from r2med_core import rerank as rerank_module
-from r2med_core.access import MAX_LINK_SYSTEMS, system_refusal, vet_link_systems
 from r2med_core.kinds import dense as systems_module
+from r2med_core.retrieval import rerank as rerank_module
+from r2med_core.server.access import MAX_LINK_SYSTEMS, system_refusal, vet_link_systems
 from r2med_core.settings import load_settings
 
 from ..test_app import open_app

@@ -1,0 +1,76 @@
+"""R2MED Explorer: the router. It draws the shared sidebar, then the page the URL names.
+
+Run it with ``r2med app`` (installed) or ``streamlit run streamlit_app.py`` (a checkout); it opens on the
+embedded demo data. Page files are named by absolute paths, so the router works whichever script started it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_app.views.panels import auth, sidebar
+
+HERE = Path(__file__).resolve().parent
+# A local image, not a ":material/…:" icon: Streamlit fetches those favicons from fonts.gstatic.com.
+ICON = HERE / "views" / "assets" / "icon.png"
+st.set_page_config(page_title="R2MED Explorer", page_icon=str(ICON), layout="wide")
+
+# Page links carry no ":material/…:" icons: Streamlit draws them as ligature text, so screen readers and
+# copied links would read "dashboard Overview".
+OVERVIEW = st.Page(HERE / "views/pages/overview.py", title="Overview", url_path="overview")
+# The sidebar groups the pages by what a visitor came to do, in the order they usually do it: read the
+# questions and what systems find, then weigh the systems' scores, then judge documents. Titles and URL
+# paths are those of the flat list before, so saved links keep working.
+SECTIONS = {
+    "Explore questions": [
+        # Streamlit serves the default page only at "/", so "/" is a hidden page that opens the Overview:
+        # every page, the Overview included, then has a URL of its own for deep links.
+        st.Page(lambda: st.switch_page(OVERVIEW), title="Start", url_path="start", default=True, visibility="hidden"),
+        OVERVIEW,
+        st.Page(HERE / "views/pages/explorer.py", title="Query explorer", url_path="explorer"),
+        st.Page(HERE / "views/pages/whatif.py", title="What-if query", url_path="whatif"),
+    ],
+    "Score systems": [
+        st.Page(HERE / "views/pages/metrics.py", title="Metrics", url_path="metrics"),
+        st.Page(HERE / "views/pages/compare.py", title="Compare systems", url_path="compare"),
+        st.Page(HERE / "views/pages/leaderboard.py", title="Leaderboard", url_path="leaderboard"),
+        st.Page(HERE / "views/pages/rewriting.py", title="Query rewriting", url_path="rewriting"),
+    ],
+    "Judge relevance": [
+        st.Page(HERE / "views/pages/list_judging.py", title="Judge a list", url_path="judge-list"),
+        st.Page(HERE / "views/pages/judging.py", title="Judging", url_path="judging"),
+        st.Page(HERE / "views/pages/annotations.py", title="Annotations", url_path="annotations"),
+        st.Page(HERE / "views/pages/adjudication.py", title="Adjudication", url_path="adjudication"),
+    ],
+}
+
+# expanded=True: never fold the last pages behind "View N more" (a section header still folds on a click).
+page = st.navigation(SECTIONS, expanded=True)
+state.view()  # read the deep link before any widget is drawn
+ui.style()
+if ui.read_only():
+    st.info(
+        "**Read-only demo.** Browse every page; saving labels, uploads, live LLMs, local folders and new "
+        "models are switched off on this server.",
+        icon=":material/lock:",
+    )
+with st.sidebar:
+    auth.panel()
+dataset = sidebar.sidebar()
+if dataset is None:
+    state.sync_url()
+    st.title("R2MED Explorer")
+    if state.view().source_error:
+        st.error(state.view().source_error)
+    st.warning("Choose a data source in the sidebar that loads, and the pages will open on it.")
+    st.stop()
+# Before the page too: a page that ends in st.stop() (What-if with no question yet) cannot write the URL
+# afterwards, and a click on a sidebar link opens the page at its bare path.
+state.sync_url()
+try:
+    page.run()
+finally:
+    state.sync_url()  # after the page, so values it settled (e.g. the selected query) are in the link

@@ -1,0 +1,188 @@
+"""Leaderboard: the R2MED authors' published scores, the results published on R2MED after the paper
+(each with its source, setting and whose evaluation it is), and the user's local runs on the same task."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_app.views.panels import runs
+from r2med_core.analysis.intervals import DESCRIPTION
+from r2med_core.analysis.published import (
+    ATTRIBUTION,
+    GAP_TOLERANCE,
+    KINDS,
+    METRICS,
+    PUBLISHED_TASKS,
+    SYSTEM_KINDS,
+    gains_over,
+    leaderboard,
+    paper_gap,
+    post_paper_board,
+    published_key_for,
+)
+from r2med_core.analysis.published import published_score as paper_score
+from r2med_core.compute.sweep import read_grid, sweep_table
+from r2med_core.evaluation import Results, published_metrics, published_metrics_note
+from r2med_core.reporting.tables import metric_label
+from r2med_core.systems import published_kind
+
+dataset = ui.current_dataset()
+st.title("Leaderboard")
+st.caption(ATTRIBUTION)
+
+c1, c2 = st.columns(2)
+metric = c1.selectbox("Metric", METRICS, index=METRICS.index("ndcg_at_10"), format_func=metric_label, key="w_lb_metric")
+kinds = {
+    "retriever": "Retrievers (15)",
+    "rewrite": "Query rewriting × LLM × retriever",
+    "reranker": "Rerankers over NV-Embed-v2 top 10 and top 100",
+}
+kind = c2.selectbox("Settings", KINDS, format_func=kinds.get, key="w_lb_kind")
+table = leaderboard(metric, kind, points=True)
+st.dataframe(
+    table[["Avg", *PUBLISHED_TASKS, "origin"]],
+    width="stretch",
+    height=min(36 * (len(table) + 1) + 3, 900),
+    column_config={t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
+)
+st.caption(
+    f"{metric_label(metric)} × 100, as the paper prints it. Avg is the mean over the 8 tasks, shown only where "
+    "all 8 were published. Blank cells: the authors did not publish that metric for that setting. "
+    "*first commit*: the setting's files are only in the benchmark repository's first commit (HyDE with "
+    "o3-mini, the paper's best figure; Search-R1 with BM25; the rerankers over the top 100, whose reranked "
+    "run holds only those 100 documents)."
+)
+for system_kind in SYSTEM_KINDS[kind]:
+    st.caption(str(published_metrics_note(system_kind)))
+
+st.subheader("Published after the paper")
+later = post_paper_board()
+st.dataframe(
+    later[["Avg", *PUBLISHED_TASKS, "evaluation", "setting", "first stage", "depth", "paper", "table", "url", "note"]],
+    width="stretch",
+    column_config={
+        **{t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
+        "url": st.column_config.LinkColumn("source"),
+    },
+)
+st.caption(
+    "nDCG@10 × 100 as each paper prints it, transcribed with its source. *authors' re-run*: the later "
+    "paper's authors ran it with their own code, not the benchmark's evaluation; *benchmark's own*: "
+    "the R2MED paper's number, quoted. Blank tasks: the source gives only the average."
+)
+per_task = later.dropna(subset=list(PUBLISHED_TASKS)).index.tolist()
+reference = st.selectbox(
+    "Gain per task over",
+    per_task,
+    index=per_task.index("NV-Embed-v2"),
+    key="w_lb_reference",
+    help="Each row minus this one, task by task: where a model's gain comes from.",
+)
+gains = gains_over(reference)
+st.dataframe(
+    gains.style.format("{:+.2f}", na_rep="").map(
+        lambda v: "" if pd.isna(v) or v == 0 else f"color: {'#1a7f37' if v > 0 else '#cf222e'}"
+    ),
+    width="stretch",
+)
+st.caption(f"nDCG@10 × 100 minus {ui.md(reference)}'s, per task and on the average; green: higher, red: lower.")
+
+st.subheader(f"Your runs on {ui.md(dataset.name)}")
+if dataset.name not in PUBLISHED_TASKS:
+    st.info(
+        f"{dataset.name} is not one of the 8 published R2MED tasks, so the paper has no number to compare with. "
+        "Your local scores are listed for reference; load a real R2MED task (Hugging Face source, or a local "
+        "copy) to see the gap to the paper."
+    )
+published_task = dataset.name in PUBLISHED_TASKS
+
+
+def _interval(result: Results) -> str:
+    """The local mean's 95 % bootstrap interval (r2med_core.analysis.intervals), as text."""
+    interval = ui.get_intervals(dataset, result, [metric]).get(metric)
+    return interval.text(3) if interval else "–"
+
+
+rows = []
+local_kinds: list[str] = []
+prices = ui.settings().prices  # the operator's price per 1M tokens; without one, tokens only
+for name in state.systems_in_play():
+    computed = ui.safe_results(dataset, name)
+    if computed is None:
+        continue
+    local = computed[1].means[metric] if metric in computed[1].means else float("nan")
+    record = ui.get_provenance(dataset, name, computed[0])
+    row = {
+        "system": ui.system_label(name),
+        f"local {metric_label(metric)}": round(local, 4),
+        "95% CI": _interval(computed[1]),
+        "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
+        "time (s)": None if record.wall_seconds is None else round(record.wall_seconds, 2),
+        "cost": record.cost(prices),
+        "data": record.dataset.get("revision", "")[:12] or record.dataset["fingerprint"][:12],
+        "device": record.hardware.get("device"),
+    }
+    system_kind = published_kind(name)
+    if system_kind and system_kind not in local_kinds:
+        local_kinds.append(system_kind)
+    if published_task:
+        key = published_key_for(name)
+        paper = paper_score(key, dataset.name, metric) if key else None
+        unpublished = bool(key and system_kind and metric not in published_metrics(system_kind))
+        gap, row["flag"] = paper_gap(local, paper, metric_published=not unpublished)
+        row["published"] = paper
+        row["gap"] = None if gap is None else round(gap, 4)
+    rows.append(row)
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+for system_kind in local_kinds:
+    st.caption(str(published_metrics_note(system_kind)))
+if published_task:
+    st.caption(
+        f"Local and published scores here are on the 0–1 scale; 95% CI: the local mean's {DESCRIPTION}. "
+        f"A gap over {GAP_TOLERANCE} is flagged: it usually "
+        "means a different model revision, tokenizer or corpus copy. "
+        "Systems without a published counterpart (MiniLM, bm25s, fusions …) have no paper number."
+    )
+
+st.subheader("Your imported runs")
+imported = runs.offered(dataset)
+if not imported:
+    st.caption(
+        "None for this dataset yet: upload a TREC run or a score JSON under **Your runs** in the sidebar "
+        "(or the operator puts it in the runs folder), and it is scored here like the systems above."
+    )
+else:
+    scored = []
+    for name in imported:
+        computed = ui.safe_results(dataset, name)
+        if computed is not None:
+            run, result = computed
+            scored.append(
+                {
+                    "run": name,
+                    f"local {metric_label(metric)}": round(result.means.get(metric, float("nan")), 4),
+                    "95% CI": _interval(result),
+                    "queries evaluated": result.n_evaluated,
+                    "queries in the run": len(run),
+                }
+            )
+    st.dataframe(pd.DataFrame(scored), hide_index=True, width="stretch")
+    st.caption(
+        "Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements; "
+        f"95% CI: the {DESCRIPTION}."
+    )
+
+sweep_dir = ui.load_settings().sweep_dir
+if sweep_dir is not None:
+    st.subheader("Sweep results")
+    grid_rows, grid_notes = read_grid(sweep_dir)
+    for note in grid_notes:
+        st.warning(ui.md(note))
+    if grid_rows:
+        st.dataframe(sweep_table(grid_rows, metric, ui.system_label), hide_index=True, width="stretch")
+        st.caption(
+            f"{metric_label(metric)} of every cell of the sweep the operator ran "
+            "(`python -m r2med_core sweep`, locally or on Ray), one row per task."
+        )

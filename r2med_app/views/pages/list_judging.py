@@ -1,0 +1,138 @@
+"""Judge a list: grade one query's top-k documents of a system with the keyboard, saved as you go.
+
+Blind first: each row shows the query and the document only until you graded it; then its qrels
+grade and the other annotators' labels appear. The grading itself lives in ``r2med_core.judging.list_judging``.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_app.views.panels import auth
+from r2med_app.views.panels.keylist import keyboard_list
+from r2med_app.views.panels.labels import TEAM_RULE
+from r2med_core import Dataset
+from r2med_core.judging.identity import PermissionDenied, authorize
+from r2med_core.judging.list_judging import Outcome, list_rows, now_ms, parse_events, save_grades
+from r2med_core.runs import Run
+
+DEPTHS = [5, 10, 20]
+
+dataset = ui.current_dataset()
+v = state.view()
+within = state.scope(ui.dataset_key(dataset))
+st.title("Judge a list")
+ui.demo_banner(dataset)
+st.caption(
+    "Grade every document a system retrieved for one query, by keyboard: **0** not relevant, **1** relevant, "
+    "**2** highly relevant (focus then moves down); **↑ ↓** move, **Enter** shows the whole document. Each "
+    "grade is saved at once as a label (the latest per annotator stands), the same grade as on the Judging page "
+    "and in the explorer. " + TEAM_RULE
+)
+
+systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
+top = st.columns([3, 1])
+top[0].selectbox(
+    "System", systems, format_func=ui.system_label, key=state.bound("system", systems), on_change=state.store("system")
+)
+v.system = st.session_state["w_system"]
+k = top[1].select_slider("Top k", options=DEPTHS, value=10, key="w_lj_k")
+computed = ui.safe_results(dataset, v.system)
+if computed is None:
+    st.stop()
+run = computed[0]
+query_ids = [qid for qid in dataset.queries if run.top(qid, 1)]
+if not query_ids:
+    st.warning("This system ranked no documents for any query.")
+    st.stop()
+picker = state.widget_key("lj_q", within)
+if st.session_state.get(picker) not in query_ids:
+    st.session_state[picker] = v.q if v.q in query_ids else query_ids[0]
+
+
+def _picked() -> None:
+    v.q = st.session_state[picker]
+
+
+st.selectbox("Query", query_ids, key=picker, on_change=_picked, format_func=ui.query_labels(dataset).__getitem__)
+qid = v.q = st.session_state[picker]
+with st.container(border=True):
+    st.markdown(f"**Query {ui.md(qid)}**")
+    st.markdown(ui.md(dataset.queries[qid]))
+
+acting = auth.acting()
+if not acting.signed_in_mode and not ui.read_only():
+    st.text_input(
+        "Your name",
+        key=state.bound("annotator"),
+        on_change=state.store("annotator"),
+        placeholder="recorded with every grade",
+        help="Asked once and kept for this session.",
+    )
+
+
+def _who(acting: auth.Acting) -> tuple[str, str]:
+    """The annotator's name, or "" and why nobody may grade now."""
+    if ui.read_only():
+        return "", "Grading is off in this read-only demo."
+    if acting.error:
+        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it."
+    if not acting.signed_in_mode and acting.person is None:
+        return "", "Type your name under 'Your name' first: it is recorded with every grade."
+    try:
+        return authorize(acting.person, "label", config=acting.config).name, ""
+    except PermissionDenied as err:
+        return "", f"{err}."
+
+
+@st.fragment
+def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
+    """The list and its saving: a keypress reruns only this fragment, so a grade is confirmed quickly."""
+    store = ui.annotation_store()
+    if store is None:
+        return
+    key = state.widget_key("lj_list", state.scope(within, qid, run.name, k))
+    documents = [doc for doc, _ in run.top(qid, k)]
+    events, problems = parse_events(st.session_state.get(key), documents)
+    ledger = state.save_once()
+    acting = auth.acting()
+    annotator, reason = _who(acting)
+    if annotator:
+        save_grades(
+            store,
+            ledger,
+            events,
+            dataset=dataset.source,
+            task=dataset.name,
+            query_id=qid,
+            ranking=run,
+            annotator=annotator,
+            sight=acting.sight,
+        )
+    else:
+        for event in ledger.fresh(events):  # nothing is saved; the row says why, the next key is a new event
+            ledger.record(Outcome(event, "refused", error=reason))
+    labels = acting.sight.labels(store.list(dataset=dataset.source, task=dataset.name, query_id=qid))
+    rows = list_rows(run, qid, k, dataset.corpus, dataset.qrels, labels, annotator)
+    handled = [ledger.outcome(e.event_id) for e in events]
+    keyboard_list(
+        [row.to_args() for row in rows],
+        acked=[o.event.event_id for o in handled if o is not None],
+        errors={o.event.event_id: o.error for o in handled if o is not None and o.status == "refused"},
+        enabled=bool(annotator),
+        reason=reason,
+        clock=now_ms(),
+        key=key,
+    )
+    graded = sum(row.grade is not None for row in rows)
+    who = f" by {ui.md(annotator)}" if annotator else ""
+    st.caption(
+        f"{graded} of {len(rows)} rows graded{who} · recorded with the ranking shown: "
+        f"{ui.md(ui.system_label(run.name))}."
+    )
+    for problem in problems:
+        st.warning(f"Ignored from the list: {ui.md(problem)}.")
+
+
+judging(dataset, run, qid, k)

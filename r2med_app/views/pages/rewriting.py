@@ -1,0 +1,215 @@
+"""Rewriting: what query rewriting does on this task (per query, per LLM), and live generation of
+new rewrites with an LLM endpoint — resumable, cached, saved in the official file format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import plotly.express as px
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_core.analysis.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
+from r2med_core.llm.generation import (
+    GENERATION_METHODS,
+    Endpoint,
+    GenerationError,
+    LocalEndpoint,
+    default_llm_name,
+    generate_rewrites,
+    rewrites_text,
+)
+from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
+from r2med_core.settings import load_settings
+from r2med_core.systems import queries_left_out, rewritten_name
+
+dataset = ui.current_dataset()
+v = state.view()
+st.title("Query rewriting")
+ui.demo_banner(dataset)
+
+options = [f"{m}:{llm}" for m, llm in dataset.rewrite_options()]
+systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
+
+# ------------------------------------------------------------------ the effect of one rewrite
+st.subheader("What the rewrite does, query by query")
+if not options:
+    st.info("This dataset has no rewrites yet. Generate some below with a live LLM.")
+else:
+    c1, c2 = st.columns(2)
+    system = c1.selectbox("System", systems, format_func=ui.system_label, key="w_rw_system")
+    chosen = c2.selectbox(
+        "Rewrite", options, index=options.index(v.rewrite) if v.rewrite in options else 0, key="w_rw_rewrite"
+    )
+    if left_out := queries_left_out(dataset, tuple(chosen.split(":", 1))):
+        st.caption(
+            f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(chosen)} rewrite file: with it "
+            "they are not retrieved, so not evaluated (as in the benchmark)."
+        )
+    base, with_rw = ui.safe_results(dataset, system), ui.safe_results(dataset, rewritten_name(system, chosen))
+    if base and with_rw:
+        delta = per_query_delta(base[1], with_rw[1], "ndcg_at_10")
+        outcome = rewrite_outcomes(delta)
+        m = st.columns(4)
+        m[0].metric("nDCG@10 without", f"{base[1].means['ndcg_at_10']:.3f}")
+        m[1].metric(
+            "with the rewrite",
+            f"{with_rw[1].means['ndcg_at_10']:.3f}",
+            delta=f"{with_rw[1].means['ndcg_at_10'] - base[1].means['ndcg_at_10']:+.3f}",
+        )
+        m[2].metric("queries helped", outcome["helped"])
+        m[3].metric("queries hurt", outcome["hurt"])
+        fig = ui.delta_bars(
+            dataset, delta, "Δ nDCG@10 (with − without)", ("helped", "hurt", "no change"), ("without", "with")
+        )
+        st.plotly_chart(fig, width="stretch", key="rewrite_effect")
+
+    # -------------------------------------------------------------- spread across LLMs for one query
+    method = chosen.split(":", 1)[0]
+    llms = [llm for m, llm in dataset.rewrite_options() if m == method]
+    st.subheader(f"One query across the available LLMs ({method})")
+    query_ids = list(dataset.queries)
+    qid = st.selectbox(
+        "Query",
+        query_ids,
+        index=query_ids.index(v.q) if v.q in query_ids else 0,
+        format_func=lambda q: f"{q} · {shorten(dataset.queries[q], 100)}",
+        key="w_rw_query",
+    )
+    by_llm = {}
+    for llm in llms:
+        computed = ui.safe_results(dataset, rewritten_name(system, f"{method}:{llm}"))
+        if computed:
+            by_llm[llm] = computed[1]
+    rows = llm_spread(by_llm, qid, base[1] if base else None)
+    if rows.empty:
+        st.caption("This query has no judgements.")
+    else:
+        fig = px.strip(
+            rows, x="metric", y="value", color="llm", hover_name="llm", labels={"value": "score", "metric": ""}
+        )
+        fig.update_traces(marker={"size": 12})
+        st.plotly_chart(fig, width="stretch", key="llm_spread")
+        st.caption(
+            f"Each dot is one LLM's {method} rewrite of query {qid} run through {ui.system_label(system)}; "
+            "'no rewrite' is the original query."
+        )
+
+# ------------------------------------------------------------------ live generation
+st.subheader("Generate rewrites with an LLM")
+if ui.read_only():
+    st.info("Generating rewrites is off in this read-only demo.")
+    st.stop()
+endpoint = ui.live_endpoint()
+c1, c2, c3 = st.columns(3)
+gen_method = c1.selectbox("Method", GENERATION_METHODS, key="w_gen_method")
+source = c2.radio(
+    "Model",
+    [ui.LIVE_MODEL, ui.OFFLINE_MODEL],
+    key="w_gen_source",
+    help=ui.OFFLINE_HELP,
+)
+p1, p2 = st.columns(2)
+prompt_set = p1.radio(
+    "Prompts",
+    PROMPT_SETS,
+    format_func={"official": "the benchmark's (per task)", "explorer": "R2MED Explorer's own"}.get,
+    horizontal=True,
+    key="w_gen_prompts",
+    help="The benchmark's per-task HyDE / query2doc / LaMer prompts make new rewrites comparable with the "
+    "published ones; the explorer's own wording is an alternative, not the benchmark's.",
+)
+sampling = p2.radio(
+    "Sampling",
+    ["the benchmark's", "the sidebar's temperature and max tokens"],
+    horizontal=True,
+    key="w_gen_sampling",
+    help="The benchmark's: temperature 0.7, seed 42 and at most 10240 tokens; GPT-4o / o1 / o3 / DeepSeek-R1 "
+    "class models 0.8 with top_p 0.8 and no token limit.",
+)
+examples: tuple[tuple[str, str], ...] = ()
+if gen_method == "query2doc" and prompt_set == "official":
+    uploaded = st.file_uploader(
+        "query2doc few-shot examples (text, or JSON {task: text}); without a file the prompt is zero-shot",
+        type=["txt", "json"],
+        key="w_gen_examples",
+    )
+    if uploaded is not None:
+        try:
+            examples = load_examples(uploaded.getvalue(), uploaded.name, load_settings().upload_max_bytes)
+        except GenerationError as err:
+            st.error(ui.md(err))
+prompts = Prompts(prompt_set, examples)
+st.caption("Prompts: " + ui.md(prompts.describe(gen_method, dataset.name, dataset.family)) + ".")
+chosen_endpoint = endpoint if source == ui.LIVE_MODEL else LocalEndpoint()
+if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
+    chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None, max_tokens=None)
+default_name = chosen_endpoint.default_llm_name() if chosen_endpoint else ""
+llm_name = c3.text_input(
+    "Save as LLM name",
+    value=default_name,
+    key=f"w_gen_name_{default_name}",
+    help="The benchmark's name for a reasoning model (e.g. sky-32b, qwq-32b) gives its system message and "
+    "its answer extraction.",
+)
+if gen_method != "lamer" and dataset.queries:
+    with st.expander("The prompt sent for the first query"):
+        first_qid = next(iter(dataset.queries))
+        for message in build_messages(
+            gen_method,
+            dataset.queries[first_qid],
+            dataset.family,
+            task=dataset.name,
+            prompts=prompts,
+            llm_name=llm_name or default_name,
+        ):
+            st.caption(message["role"])
+            st.text(message["content"])
+if chosen_endpoint is None:
+    st.info("Set a model (and base URL / key if needed) under **Live LLM endpoint** in the sidebar.")
+else:
+    sent = (
+        {**chosen_endpoint.sampling(), "max_tokens": chosen_endpoint.token_budget() or "none"}
+        if isinstance(chosen_endpoint, Endpoint)
+        else {}
+    )
+    st.caption(
+        f"{len(dataset.queries)} queries · {gen_method} · {ui.md(chosen_endpoint.url)} · saved as "
+        f"`{gen_method}:{llm_name}`"
+        + (" · sampling " + ", ".join(f"{k} {v}" for k, v in sent.items()) if sent else "")
+        + ". Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running "
+        "costs nothing."
+    )
+    b1, b2 = st.columns([1, 5])
+    start = b1.button("Generate", type="primary", key="w_gen_start")
+    b2.button("Stop", key="w_gen_stop", help="Stops after the reply in flight; press Generate again to resume.")
+    if start:
+        first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
+        report = ui.with_progress(
+            "Starting …",
+            lambda progress: generate_rewrites(
+                dataset,
+                gen_method,
+                chosen_endpoint,
+                llm_name=llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm")),
+                first_stage=first_stage,
+                progress=progress,
+                prompts=prompts,
+            ),
+        )
+        (st.success if report.complete else st.warning)(report.summary())
+        if report.problem():
+            st.error(report.problem())
+        if report.texts:
+            st.caption(
+                f"Switch the rewrite to `{gen_method}:{report.llm_name}` in the sidebar to explore it "
+                "(the app picks recorded generations up automatically)."
+            )
+            st.download_button(
+                "Download query_with_hydoc.jsonl (official format)",
+                rewrites_text(report.texts, dataset),
+                file_name="query_with_hydoc.jsonl",
+                mime="application/jsonl",
+                help=f"Put it at <task>/{gen_method}/{report.llm_name}/query_with_hydoc.jsonl to share it.",
+            )

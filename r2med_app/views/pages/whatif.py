@@ -1,0 +1,114 @@
+"""What-if: type a question or a case and see what several systems retrieve for it, side by side."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_core.analysis.explore import highlight, overlap, preview, query_terms
+from r2med_core.llm.generation import default_llm_name, hypothetical_document
+from r2med_core.systems import SpecError, parse_system, search_text
+
+dataset = ui.current_dataset()
+v = state.view()
+st.title("What-if query")
+ui.demo_banner(dataset)
+st.caption(
+    f"Search {dataset.name}'s {len(dataset.corpus):,} documents with your own question or case. "
+    "The text goes into the page address, so the comparison can be shared."
+)
+
+st.text_area(
+    "Your question or case",
+    key=state.bound("ask"),
+    on_change=state.store("ask"),
+    height=120,
+    placeholder="e.g. A 30-year-old runner collapses during a race; his brother died suddenly at 25. What is it?",
+)
+in_play = state.systems_in_play(include_rewrites=False)
+options = [name for name in in_play if ui.searches_text(name)]
+if len(options) < len(in_play):
+    st.caption("Imported runs (`run:…`) rank only the dataset's own queries, so they cannot search your text here.")
+if not v.ask_systems:
+    v.ask_systems = options[:3]
+c1, c2 = st.columns([3, 1])
+c1.multiselect(
+    "Systems",
+    options,
+    format_func=ui.system_label,
+    key=state.bound("ask_systems", options),
+    on_change=state.store("ask_systems"),
+)
+chosen = v.ask_systems
+k = c2.select_slider("Show top", options=[5, 10, 20], value=10, key="w_whatif_k")
+endpoint = ui.live_endpoint()
+use_hyde = st.toggle(
+    "Rewrite my query with HyDE (live LLM)",
+    key="w_whatif_hyde",
+    disabled=endpoint is None,
+    help="Needs a model under 'Live LLM endpoint' in the sidebar.",
+)
+if endpoint is None:
+    st.caption(
+        "No live LLM endpoint is configured, so typed queries run as typed. Precomputed HyDE documents exist only "
+        "for the dataset's own queries; set a model under **Live LLM endpoint** in the sidebar to rewrite yours."
+    )
+
+text = v.ask.strip()
+if not text:
+    st.info("Type a question above and press Ctrl+Enter (or click outside the box).")
+    st.stop()
+if len(chosen) < 1:
+    st.info("Choose at least one system.")
+    st.stop()
+
+hy_doc = None
+if use_hyde and endpoint is not None:
+    with st.spinner(f"Asking {endpoint.model} for a hypothetical document …"):
+        hy_doc, problem = hypothetical_document(dataset, text, endpoint)
+    if hy_doc is None:
+        st.error(f"No rewrite: {ui.md(problem)}. The systems run on your text as typed.")
+    else:
+        with st.container(border=True):
+            st.markdown(f"**Hypothetical document** · hyde by {ui.md(endpoint.model)} (live)")
+            st.html(f"<div class='r2-text'>{highlight(hy_doc, query_terms(text))}</div>")
+
+rankings: dict[str, list[tuple[str, float]]] = {}
+for name in chosen:
+    spec = parse_system(name)
+    if hy_doc is not None:
+        spec = spec.with_rewrite(("hyde", default_llm_name(endpoint.model)))
+    if not ui.is_ready(dataset, str(spec.base)):  # its index is not built yet: a background job builds it
+        ui.compute_panel(dataset, str(spec.base))
+        continue
+    try:
+        rankings[name] = ui.with_progress(
+            ui.system_label(name),
+            lambda progress, spec=spec: search_text(dataset, spec, text, k, hy_doc=hy_doc, progress=progress),
+        )
+    except SpecError as err:
+        st.error(ui.md(err))
+    except Exception as err:  # one failing model must not hide the others
+        st.error(f"{ui.md(ui.system_label(name))} could not run: {type(err).__name__}: {ui.md(err)}")
+if not rankings:
+    st.stop()
+
+agreed = set.intersection(*(set(d for d, _ in r) for r in rankings.values())) if len(rankings) > 1 else set()
+if len(rankings) > 1:
+    st.markdown(
+        f"**{len(agreed)} document(s) in every system's top {k}**"
+        + (": " + ", ".join(ui.md(d) for d in sorted(agreed)) if agreed else " — the systems disagree completely.")
+    )
+
+terms = query_terms(text)
+columns = st.columns(len(rankings))
+for column, (name, ranking) in zip(columns, rankings.items()):
+    with column:
+        st.subheader(ui.system_label(name))
+        for rank, (doc, score) in enumerate(ranking, start=1):
+            flag = " · ★ all agree" if doc in agreed else ""
+            body = dataset.corpus.get(doc, "")
+            with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{flag}"):
+                st.caption("shared terms: " + (ui.md(", ".join(overlap(body, terms))) or "none"))
+                st.html(f"<div class='r2-text'>{highlight(body, terms)}</div>")
+            st.caption(ui.md(preview(body)))  # the card says what the document is before it is opened

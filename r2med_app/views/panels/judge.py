@@ -1,0 +1,316 @@
+"""The LLM judge in the app: "Why is this relevant?" under a gold document (explorer), and LLM
+relevance proposals with the judge's agreement with the qrels (annotations page).
+
+Nothing here contacts an LLM without a click, and nothing comes from the URL: the endpoint is the
+sidebar's (``ui.live_llm``, which applies the operator's key rule), or, for the proposals and the
+agreement, the offline demo model the operator picks (as on the Rewriting page; labelled demo quality,
+never a benchmark setting). Replies are untrusted text, shown escaped. Long batches run as background
+jobs (progress, Cancel); graded pairs are cached, so pressing the button again resumes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_core import Dataset
+from r2med_core.cache import fingerprint
+from r2med_core.compute.jobs import REGISTRY
+from r2med_core.judging.annotations import AnnotationStore
+from r2med_core.judging.llm_judge import (
+    DEFAULT_THRESHOLD,
+    EXPLAIN_PROMPT_VERSION,
+    JUDGE_PROMPT_NAME,
+    JUDGE_PROMPT_VERSION,
+    Explanation,
+    Pair,
+    cached_explanation,
+    estimate,
+    explain_relevance,
+    judge_agreement,
+    judge_endpoint,
+    judge_model,
+    judge_pairs,
+    judged_sample,
+    propose_labels,
+    proposer_name,
+    record_agreement,
+    recorded_agreements,
+    unjudged_pairs,
+)
+from r2med_core.llm.generation import AnyEndpoint, GenerationError, LocalEndpoint
+
+NO_ENDPOINT = "Set a model (and base URL / key if needed) under **Live LLM endpoint** in the sidebar."
+DEPTHS = [3, 5, 10]
+
+
+# --------------------------------------------------------------------------- explorer: why relevant
+
+
+def _show_explanation(found: Explanation) -> None:
+    if found.text:
+        st.markdown(ui.md(found.text))
+        st.caption(
+            f"Named by {ui.md(found.model)} · an LLM's reply, not checked by anyone · prompt "
+            f"{ui.md(EXPLAIN_PROMPT_VERSION)}" + (" · from the cache" if found.from_cache else "")
+        )
+    elif found.error:
+        st.error(f"No explanation: {ui.md(found.error)}")
+
+
+def why_relevant(dataset: Dataset, query_id: str, doc_id: str, within: str) -> None:
+    """The "Why is this relevant?" button of one gold document, and its answer once asked for.
+
+    An explanation asked for earlier with the same model is shown from the cache without a request.
+    """
+    endpoint = ui.live_endpoint()
+    query, passage = dataset.queries[query_id], dataset.corpus[doc_id]
+    earlier = cached_explanation(endpoint, query, passage) if endpoint is not None else None
+    clicked = st.button(
+        "Why is this relevant?",
+        key=state.widget_key("why", state.scope(within, doc_id)),
+        disabled=endpoint is None,
+        help=(
+            "Asks the sidebar's live LLM to name the reasoning step linking the query to this document "
+            "(one or two sentences; cached per model)."
+            if endpoint is not None
+            else "Set a model under Live LLM endpoint in the sidebar first."
+        ),
+    )
+    if clicked and endpoint is not None and earlier is None:
+        with st.spinner(f"Asking {endpoint.model} …"):
+            earlier = explain_relevance(endpoint, query, passage)
+    if earlier is not None:
+        _show_explanation(earlier)
+
+
+# --------------------------------------------------------------------------- annotations: proposals
+
+
+def _judge_choice() -> AnyEndpoint | None:
+    """The sidebar's live endpoint, or the offline demo model when the operator picks it (said so
+    where it is picked); None, with the reason shown, when neither can judge."""
+    source = st.radio(
+        "Judge model", [ui.LIVE_MODEL, ui.OFFLINE_MODEL], horizontal=True, key="w_judge_source", help=ui.OFFLINE_HELP
+    )
+    if source == ui.LIVE_MODEL:
+        endpoint = ui.live_endpoint()
+        if endpoint is None:
+            st.info(NO_ENDPOINT)
+        return endpoint
+    local = LocalEndpoint()
+    try:
+        local.location()
+    except GenerationError as err:
+        st.error(ui.md(err))
+        return None
+    st.caption(
+        "The offline demo model runs on this server's CPU (no key, no cost, seconds a pair): it shows how "
+        "judging works without a server. A 135M model rarely gives a usable score and its grades are demo "
+        "quality: not a benchmark setting, and no kappa to report."
+    )
+    return local
+
+
+def _job_key(kind: str, dataset: Dataset, endpoint: AnyEndpoint, pairs: list[Pair], *extra: object) -> tuple[str, str]:
+    units = [(p.query_id, p.doc_id) for p in pairs]
+    identity = judge_endpoint(endpoint).identity()
+    return (kind, fingerprint(kind, ui.dataset_key(dataset), identity, JUDGE_PROMPT_VERSION, units, *extra))
+
+
+def _job_outcome(key: tuple[str, str]) -> bool:
+    """Progress of a running job (True), or what its last run did; False when none is running."""
+    job = REGISTRY.get(key)
+    if job is None:
+        return False
+    if job.state == "running":
+        ui.job_progress(key)
+        return True
+    if job.state == "cancelled":
+        st.caption("Cancelled. The pairs graded so far are cached: press the button again to resume.")
+    elif job.state == "failed":
+        st.error(f"The judge failed: {ui.md(job.error)}")
+    return False
+
+
+def _report_lines(judged) -> None:  # type: ignore[no-untyped-def]
+    (st.success if judged.complete else st.warning)(ui.md(judged.summary()))
+    if judged.problem():
+        st.error(ui.md(judged.problem()))
+
+
+def panel(dataset: Dataset, store: AnnotationStore) -> None:
+    """LLM relevance proposals for unjudged top-k documents, and the judge's agreement with the qrels."""
+    st.subheader("LLM relevance proposals")
+    st.caption(
+        f"An LLM grades retrieved documents the qrels do not judge, 0-3, with an {ui.md(JUDGE_PROMPT_NAME)} "
+        f"(version {ui.md(JUDGE_PROMPT_VERSION)}): it weighs how well the document matches the query's intent (M) "
+        "and how trustworthy it is (T), then gives a final score. Documents graded at or above the threshold "
+        "enter the review queue above as proposals *proposed by* the model; none counts as a judgement until a "
+        "person accepts it. Not part of the benchmark."
+    )
+    if ui.read_only():
+        st.info("The LLM judge is off in this read-only demo.")
+        return
+    endpoint = _judge_choice()
+    if endpoint is None:
+        return
+    in_play = state.systems_in_play()
+    ready = [name for name in in_play if ui.is_ready(dataset, name)]
+    if not ready:
+        st.caption("Choose systems in the sidebar (and compute them) to judge what they retrieve.")
+        return
+    c1, c2, c3 = st.columns([3, 1, 1])
+    chosen = c1.multiselect(
+        "Systems whose top documents are judged", ready, default=ready, format_func=ui.system_label, key="w_judge_sys"
+    )
+    depth = c2.select_slider("Top", DEPTHS, value=10, key="w_judge_depth")
+    threshold = c3.selectbox(
+        "Propose from grade", [1, 2, 3], index=[1, 2, 3].index(DEFAULT_THRESHOLD), key="w_judge_threshold"
+    )
+    runs = [ui.get_run(dataset, name) for name in chosen]
+    if len(in_play) > len(ready):
+        st.caption(f"{len(in_play) - len(ready)} system(s) in play are not computed yet and are not offered.")
+    pairs = unjudged_pairs(dataset, runs, depth)
+    if not pairs:
+        st.caption("Every document in these top lists is judged already: nothing to propose.")
+    else:
+        cost = estimate(dataset, pairs, endpoint)
+        st.caption(
+            f"{ui.md(cost.describe())} to {ui.md(endpoint.url)} · model {ui.md(judge_model(endpoint))}. Proposals "
+            f"are recorded as “{ui.md(proposer_name(endpoint))}”."
+        )
+        key = _job_key("llm-judge", dataset, endpoint, pairs, threshold)
+        if not _job_outcome(key):
+            job = REGISTRY.get(key)
+            if job is not None and job.state == "done":
+                judged, proposed = job.result
+                _report_lines(judged)
+                st.caption(
+                    f"{proposed.added} new proposal(s) in the review queue; {proposed.already_proposed} proposed "
+                    f"before; {proposed.below_threshold} graded below {threshold}."
+                )
+            label = (
+                f"Judge {cost.requests} pairs and propose labels" if cost.requests else "Propose labels (all cached)"
+            )
+            if st.button(label, key="w_judge_start", type="primary"):
+                _start_proposals(key, dataset, store, endpoint, pairs, threshold)
+                ui.job_progress(key)
+    _agreement(dataset, endpoint, runs, threshold)
+
+
+def _start_proposals(
+    key: tuple[str, str],
+    dataset: Dataset,
+    store: AnnotationStore,
+    endpoint: AnyEndpoint,
+    pairs: list[Pair],
+    threshold: int,
+) -> None:
+    def work(job):  # type: ignore[no-untyped-def]
+        judged = judge_pairs(dataset, pairs, endpoint, progress=job.progress)
+        proposed = propose_labels(store, dataset, pairs, judged.grades, endpoint, threshold=threshold)
+        return judged, proposed
+
+    REGISTRY.start(key, f"LLM judge ({judge_model(endpoint)})", work)
+
+
+def _kappa(value: object) -> str:
+    """A kappa as shown; anything that is not a finite number (NaN, a damaged record) is "undefined"."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "undefined"
+    return f"{number:.2f}" if math.isfinite(number) else "undefined"
+
+
+def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list, threshold: int) -> None:  # type: ignore[type-arg]
+    st.markdown("**How far to trust the judge: agreement with the qrels on this task**")
+    has_zero = any(grade <= 0 for grades in dataset.qrels.values() for grade in grades.values())
+    a1, a2, a3 = st.columns([1, 1, 3])
+    size = a1.number_input("Judged pairs to sample", 5, 1000, value=40, step=5, key="w_judge_sample")
+    seed = a2.number_input("Sample seed", 0, 10_000, value=0, key="w_judge_seed", help="Another seed, another sample.")
+    assumed = a3.checkbox(
+        "Add as many retrieved but unjudged documents, counted non-relevant",
+        value=not has_zero and bool(runs),
+        disabled=not runs,
+        key="w_judge_assumed",
+        help="This task's qrels list only relevant documents, so on judged pairs alone kappa is undefined. "
+        "The added documents come from the first chosen system's top list and count as grade 0, as the "
+        "evaluation counts them; some may be relevant, so the agreement is then a lower bound.",
+    )
+    negatives = runs[0] if assumed and runs else None
+    sample = judged_sample(dataset, int(size), seed=int(seed), assumed_negatives=negatives, k=10)
+    if not sample:
+        st.caption("This task has no judged pairs in its corpus to compare with.")
+        return
+    cost = estimate(dataset, sample, endpoint)
+    st.caption(
+        ui.md(cost.describe()) + f" · the same sample for seed {int(seed)} every time, so a rerun costs nothing."
+    )
+    key = _job_key("llm-judge-agreement", dataset, endpoint, sample, threshold)
+    if not _job_outcome(key):
+        job = REGISTRY.get(key)
+        if job is not None and job.state == "done":
+            judged, measured = job.result
+            _report_lines(judged)
+            m = st.columns(3)
+            m[0].metric(
+                f"Cohen's kappa (relevant = grade ≥ {threshold})",
+                _kappa(measured.kappa),
+                help="Relevant or not, judge against qrels: 1 = full agreement, 0 = chance.",
+            )
+            m[1].metric("Cohen's kappa on grades", _kappa(measured.graded_kappa))
+            m[2].metric("Same relevant / not", f"{measured.agreed} of {measured.pairs}")
+            confusion = measured.confusion.copy()
+            confusion.index = [
+                f"qrels {g}" + (" (assumed)" if g == 0 and measured.assumed else "") for g in confusion.index
+            ]
+            confusion.columns = [f"LLM {g}" for g in confusion.columns]
+            st.dataframe(confusion.rename_axis("qrels grade").reset_index(), hide_index=True)
+            if math.isnan(measured.kappa):
+                st.caption(
+                    "Kappa is undefined when one side uses a single class (every pair relevant, or every pair "
+                    "not): the confusion matrix still shows where the judge's grades fall."
+                )
+            if measured.assumed:
+                st.caption(f"{measured.assumed} of the {measured.pairs} pairs are unjudged documents counted grade 0.")
+        if st.button(f"Measure agreement ({cost.requests} requests)", key="w_judge_agree"):
+            _start_agreement(key, dataset, endpoint, sample, threshold)
+            ui.job_progress(key)
+    _recorded()
+
+
+def _start_agreement(
+    key: tuple[str, str], dataset: Dataset, endpoint: AnyEndpoint, sample: list[Pair], threshold: int
+) -> None:
+    def work(job):  # type: ignore[no-untyped-def]
+        judged = judge_pairs(dataset, sample, endpoint, progress=job.progress)
+        measured = judge_agreement(dataset, sample, judged.grades, endpoint, threshold=threshold)
+        if measured.pairs:
+            record_agreement(dataset, measured, endpoint)
+        return judged, measured
+
+    REGISTRY.start(key, f"LLM judge agreement ({judge_model(endpoint)})", work)
+
+
+def _recorded() -> None:
+    rows = [
+        {
+            "task": str(found.get("task")),
+            "model": str(found.get("model")),
+            "prompt": str(found.get("prompt")),
+            "pairs": found.get("pairs"),
+            "assumed grade 0": found.get("assumed"),
+            "relevant from": found.get("threshold"),
+            "Cohen's kappa": _kappa(found.get("kappa")),
+            "kappa on grades": _kappa(found.get("graded_kappa")),
+        }
+        for found in recorded_agreements()
+    ]
+    if rows:
+        st.caption("Agreement measured so far, per task and model:")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")

@@ -1,0 +1,144 @@
+"""Pooling and holes: the Metrics page's section (metrics and ranks with and without the team's judgements,
+Judged@k, sending a pool for judging), and the judging queue both it and the Judging page use."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_app.views.panels import auth, team
+from r2med_core import Dataset
+from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.judging.annotations import AnnotationStore, AnnotationStoreError, Qrels
+from r2med_core.judging.identity import PermissionDenied, authorize
+from r2med_core.judging.pooling import DEFAULT_DEPTH, Pool, compare_with_team, pool
+from r2med_core.judging.queue import JudgingQueue, kept_queue_files
+from r2med_core.reporting.tables import metric_label
+from r2med_core.runs import Run
+
+DEPTHS = [5, 10, 20, 50, 100]
+
+
+def judging_queue(store: AnnotationStore) -> JudgingQueue:
+    """The store's judging queue, each document going to as many annotators as the operator set."""
+    return JudgingQueue(store, ui.settings().judges_per_document)
+
+
+def queue_notes() -> None:
+    """The damaged queue files kept aside (what in each could not be read), where senders and judges look;
+    named by file name only."""
+    problems = kept_queue_files()
+    if problems:
+        st.warning("The judging queue file needs a look:\n\n" + "\n".join(f"- {ui.md(str(p))}" for p in problems))
+
+
+@st.cache_data(show_spinner="Scoring with the team's judgements …", max_entries=32)
+def _comparison(
+    key: tuple[str, tuple[str, ...]], team_json: str, metric: str, _runs: dict[str, Run], _qrels: Qrels
+) -> pd.DataFrame:
+    """Cached per dataset, systems, team qrels and metric (the runs and qrels follow from the key)."""
+    return compare_with_team(_runs, _qrels, json.loads(team_json), metric=metric, k=DEFAULT_DEPTH)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _pool(key: tuple[str, tuple[str, ...]], team_json: str, depth: int, _runs: dict[str, Run]) -> Pool:
+    return pool(_runs, json.loads(team_json), depth)
+
+
+def section(dataset: Dataset, runs: dict[str, Run]) -> None:
+    """The Metrics page's "Pooling and holes": each system without / with the team's judgements, its rank
+    change and Judged@10, and a button sending the unjudged documents of the top k for blind judging."""
+    st.subheader("Pooling and holes")
+    st.caption(
+        "Not the benchmark's setting: **with** scores against the team's qrels — the original ones with the "
+        "team's agreed, accepted and adjudicated grades (counted under the table). "
+        f"Judged@{DEFAULT_DEPTH} (ir_measures) is the share of a system's top {DEFAULT_DEPTH} that "
+        "has any judgement: a low value means its score rests on holes counted as not relevant."
+    )
+    judged = team.read(dataset)
+    team_json = json.dumps(dataset.qrels if judged is None else judged.qrels, sort_keys=True)
+    key = (ui.dataset_key(dataset), tuple(runs))
+    c1, c2 = st.columns(2)
+    metric = c1.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_pool_metric")
+    depth = c2.select_slider("Pool depth", options=DEPTHS, value=DEFAULT_DEPTH, key="w_pool_depth")
+    table = _comparison(key, team_json, metric, runs, dataset.qrels)
+    pooled = _pool(key, team_json, depth, runs)
+    contributed, unique = pooled.contributed(), pooled.unique()
+    shown = pd.DataFrame(
+        {
+            "system": [ui.system_label(name) for name in table["system"]],
+            "without": table["without"],
+            "with": table["with"],
+            "rank": [f"{a} → {b}" for a, b in zip(table["rank_without"], table["rank_with"])],
+            "rank change": table["rank_change"],
+            f"Judged@{DEFAULT_DEPTH}": table["judged_without"],
+            f"Judged@{DEFAULT_DEPTH} with": table["judged_with"],
+            f"pooled @{depth}": [contributed[name] for name in table["system"]],
+            "only it": [unique[name] for name in table["system"]],
+        }
+    )
+    number = st.column_config.NumberColumn(format="%.4f")
+    st.dataframe(
+        shown,
+        hide_index=True,
+        width="stretch",
+        key="pool_table",
+        column_config={
+            "without": st.column_config.NumberColumn(f"{metric_label(metric)} without", format="%.4f"),
+            "with": st.column_config.NumberColumn(f"{metric_label(metric)} with", format="%.4f"),
+            "rank change": st.column_config.NumberColumn(help="Positive: the system moves up with the new judgements."),
+            f"Judged@{DEFAULT_DEPTH}": number,
+            f"Judged@{DEFAULT_DEPTH} with": number,
+            f"pooled @{depth}": st.column_config.NumberColumn(help="Unjudged documents of its top k in the pool."),
+            "only it": st.column_config.NumberColumn(help="Pooled documents no other chosen system retrieved."),
+        },
+    )
+    counted = "No team judgements could be read: 'with' equals 'without'. " if judged is None else judged.caption()
+    st.caption(
+        f"{ui.md(counted)} Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
+        f"{len(runs)} system(s), over {len(pooled.docs)} judged quer{'y' if len(pooled.docs) == 1 else 'ies'}."
+    )
+    state.show_flash()
+    if not ui.read_only():
+        queue_notes()
+    if not auth.acting().signed_in_mode and not ui.read_only():
+        st.text_input(
+            "Your name",
+            key=state.bound("annotator"),
+            on_change=state.store("annotator"),
+            placeholder="recorded as who sent the pool",
+        )
+    st.button(
+        f"Send the pool ({len(pooled)}) to the judging queue",
+        on_click=_send,
+        args=(dataset, pooled),
+        disabled=ui.read_only() or not len(pooled),
+        key="w_pool_send",
+        help="Annotators then judge each document blind (query and document only) on the Judging page.",
+    )
+
+
+def _send(dataset: Dataset, pooled: Pool) -> None:
+    """The button's callback: a reviewer sends the pool; the flash says what happened."""
+    v = state.view()
+    acting = auth.acting()
+    if ui.read_only():
+        v.flash_error = "Not sent: this read-only demo keeps no judging queue."
+        return
+    if not acting.signed_in_mode:
+        v.annotator = str(st.session_state.get(state.widget_key("annotator")) or "").strip()
+        acting = auth.acting()
+    store = ui.annotation_store()
+    if store is None:
+        v.flash_error = "Not sent: the annotation store is unavailable."
+        return
+    try:
+        person = authorize(acting.person, "review", config=acting.config)
+        added = judging_queue(store).send(dataset.source, dataset.name, pooled, person.name)
+    except (PermissionDenied, ValueError, AnnotationStoreError) as err:
+        v.flash_error = f"Not sent: {ui.md(err)}"
+        return
+    v.flash = f"Sent: {added} new document(s) in the judging queue ({len(pooled) - added} already queued)."

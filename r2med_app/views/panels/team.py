@@ -1,0 +1,61 @@
+"""The team's judgements on the pages: read from the store through ``r2med_core.judging.team`` (its one
+definition), and the re-evaluation original → team qrels that the Annotations and Adjudication pages
+share, so every page shows the same team score for the same store."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from r2med_app.views import state, ui
+from r2med_core import Dataset
+from r2med_core.evaluation import MAIN_METRICS, evaluate
+from r2med_core.judging.annotations import AnnotationStoreError
+from r2med_core.judging.team import TeamQrels, read_team_qrels
+from r2med_core.reporting.tables import metric_label
+
+
+def read(dataset: Dataset) -> TeamQrels | None:
+    """This task's team qrels; None (the reason shown) when the store is unavailable or unreadable."""
+    store = ui.annotation_store()
+    if store is None:
+        return None
+    try:
+        return read_team_qrels(store, dataset)
+    except AnnotationStoreError as err:
+        st.error(f"The team's judgements could not be read: {ui.md(err)}")
+        return None
+
+
+def reevaluation(dataset: Dataset, team: TeamQrels) -> None:
+    """Each system in play scored with the original qrels → the team's, nDCG@10 as cards and the main
+    metrics as a table."""
+    st.subheader(f"Re-evaluation on {ui.md(dataset.name)}")
+    st.caption(f"With the team's judgements (not the benchmark's): {ui.md(team.caption())}")
+    if not team.changes:
+        st.caption("The team's qrels equal the original ones on this task so far.")
+        return
+    rows = []
+    cards = st.columns(4)
+    for position, name in enumerate(state.systems_in_play()):
+        computed = ui.safe_results(dataset, name)
+        if computed is None:
+            continue
+        original = evaluate(computed[0], dataset.qrels, dataset_name=dataset.name)
+        judged = evaluate(computed[0], team.qrels, dataset_name=dataset.name)
+        before, after = original.means["ndcg_at_10"], judged.means["ndcg_at_10"]
+        cards[position % 4].metric(
+            f"{ui.system_label(name)} · nDCG@10",
+            f"{before:.3f} → {after:.3f}",
+            delta=f"{after - before:+.3f}",
+            help="Mean nDCG@10 with the original judgements → with the team's.",
+        )
+        for which, result in (("original qrels", original), ("team qrels", judged)):
+            rows.append(
+                {"system": ui.system_label(name), "qrels": which}
+                | {metric_label(m): result.means[m] for m in MAIN_METRICS}
+            )
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.caption("Choose systems in the sidebar to re-evaluate them.")

@@ -1,0 +1,4 @@
+"""Reading results: why a system missed (``diagnosis``), the landing page's verdicts (``verdicts``), what
+the query explorer shows (``explore``), the published scores (``published``), whether a setting is the
+benchmark's (``fidelity``), dataset statistics (``stats``) and bootstrap intervals (``intervals``).
+"""

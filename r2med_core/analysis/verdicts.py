@@ -1,0 +1,211 @@
+"""Failures in plain words: the landing page's summary and each failed query's verdict sentence.
+
+A clinician opening the app should not need to know what nDCG is to see where a system fails and
+why. This module turns a :class:`~r2med_core.analysis.diagnosis.Diagnosis` (the failure classes, made with
+the answer oracle) into sentences: "BM25 finds a relevant document in its top 10 for 4 of 12
+questions", one sentence per failure class, and for one failed question what was missed, why
+(the class, with the reference answer and what the oracle found given it) and what a rewrite
+changed. Everything is computed from runs already made; nothing here retrieves or calls an LLM.
+
+It is a diagnostic, not the benchmark's measure: the sentences count gold documents in a top 10,
+which is what nDCG@10 = 0 means, and say so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from r2med_core.analysis.diagnosis import (
+    NO_REFERENCE,
+    POSSIBLY_UNJUDGED,
+    REASONING_GAP,
+    REPRESENTATION_GAP,
+    Diagnosis,
+    QueryDiagnosis,
+)
+from r2med_core.analysis.explore import query_terms, shorten
+from r2med_core.data import Dataset
+from r2med_core.kinds.oracle import reference_answers
+from r2med_core.runs import Run
+
+#: How many characters of a reference answer a sentence quotes (its name, before any explanation).
+ANSWER_WIDTH = 80
+
+#: One sentence per failure class for the landing page: ``{n}`` failed questions, ``{oracle}`` the
+#: retriever the oracle uses, ``{depth}`` the top k.
+CLASS_SENTENCES: dict[str, str] = {
+    REASONING_GAP: (
+        "{n} {questions} failed for lack of reasoning (a reasoning gap): handed the reference answer, "
+        "{oracle} finds a relevant document in its top {depth}, so the words are there once the diagnosis "
+        "or mechanism is known, but nothing in the question leads to them."
+    ),
+    REPRESENTATION_GAP: (
+        "{n} {questions} failed even with the answer in hand (a representation gap): given the reference "
+        "answer, {oracle} still misses every relevant document, so better reasoning alone would not help."
+    ),
+    POSSIBLY_UNJUDGED: (
+        "{n} {questions} may not be failures at all: the top {depth} holds a document the LLM judge proposed "
+        "as relevant that the benchmark never judged."
+    ),
+    NO_REFERENCE: "{n} {questions} failed but have no reference answer, so the reason cannot be told.",
+}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The landing page's words for one system on one task."""
+
+    headline: str
+    class_lines: tuple[str, ...]
+    n_failed: int
+    n_judged: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One question's verdict: ``sentences`` in order (what was missed, why, what a rewrite changed)."""
+
+    query_id: str
+    failed: bool
+    failure_class: str
+    sentences: tuple[str, ...]
+    #: The answer's name as quoted (None without a reference answer).
+    answer: str | None = None
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+#: Where a reference answer's name ends and its explanation begins.
+_NAME_END = re.compile(r"[:;(,]|\. | (?:with|presenting|causing|due to|progressing|secondary to|after) ")
+
+
+def answer_name(answer: str, width: int = ANSWER_WIDTH) -> str:
+    """The part of a reference answer that names it: the text before its explanation starts
+    ("Cardiac sarcoidosis: granulomatous …" → "Cardiac sarcoidosis"), cut to ``width``."""
+    head = answer.strip().split("\n", 1)[0]
+    cut = _NAME_END.search(head)
+    if cut and cut.start() > 0:
+        head = head[: cut.start()]
+    return shorten(head.strip(), width)
+
+
+def named_in(question: str, name: str) -> bool:
+    """Whether the question already names the answer: every content word of the name is in it."""
+    terms = query_terms(name)
+    return bool(terms) and terms <= query_terms(question)
+
+
+def summary(diagnosis: Diagnosis, system_label: str, oracle_label: str) -> Summary:
+    """"BM25 finds a relevant document in its top 10 for 4 of 12 questions", and a sentence per class."""
+    judged = len(diagnosis.queries)
+    found = judged - diagnosis.n_failed
+    headline = (
+        f"{system_label} finds a relevant document in its top {diagnosis.depth} for {found} of {judged} "
+        f"{_plural(judged, 'question', 'questions')}."
+    )
+    lines = [
+        CLASS_SENTENCES[name].format(
+            n=n, questions=_plural(n, "question", "questions"), oracle=oracle_label, depth=diagnosis.depth
+        )
+        for name, n in diagnosis.counts().items()
+        if n
+    ]
+    return Summary(headline, tuple(lines), diagnosis.n_failed, judged)
+
+
+def _ranks_text(ranks: Sequence[int | None], depth: int) -> str:
+    """"ranks 3, 1, 2" / "rank 42" / "ranks 42, 83 and not in the top 100"."""
+    shown = [str(r) for r in ranks if r is not None]
+    missing = len(ranks) - len(shown)
+    words = f"{_plural(len(shown), 'rank', 'ranks')} {', '.join(shown)}" if shown else ""
+    if missing:
+        tail = "not in the top 100" if missing == 1 or not shown else f"{missing} not in the top 100"
+        if not shown:
+            return "not in the top 100" if len(ranks) == 1 else "none of them in the top 100"
+        return f"{words} and {tail}"
+    return words
+
+
+def worst_failures(diagnosis: Diagnosis, limit: int = 3) -> list[QueryDiagnosis]:
+    """The failed questions most worth a look first: reasoning gaps (the benchmark's point), then
+    representation gaps, then the rest; within a class the gold documents ranked lowest first."""
+    order = {REASONING_GAP: 0, REPRESENTATION_GAP: 1, POSSIBLY_UNJUDGED: 2, NO_REFERENCE: 3}
+    failed = [q for q in diagnosis.queries if q.failed]
+    failed.sort(key=lambda q: (order.get(q.failure_class, 9), -(q.best_gold_rank or 10_000)))
+    return failed[:limit]
+
+
+def next_failure(failed: list[str], current: str) -> str | None:
+    """The failed question after ``current`` in task order (wrapping round), None when there is no other."""
+    others = [q for q in failed if q != current]
+    if not others:
+        return None
+    after = failed[failed.index(current) + 1 :] if current in failed else []
+    return (after or others)[0]
+
+
+def verdict(
+    dataset: Dataset,
+    item: QueryDiagnosis,
+    run: Run,
+    *,
+    system_label: str,
+    oracle_run: Run | None,
+    oracle_label: str,
+    rewrite_run: Run | None = None,
+    rewrite_label: str = "the rewrite",
+    depth: int = 10,
+) -> Verdict:
+    """The verdict on one judged question, in sentences a clinician reads without metric names."""
+    qid = item.query_id
+    gold = sorted(dataset.positives(qid), key=lambda d: (run.rank_of(qid, d) or 10_000, d))
+    ranks = [run.rank_of(qid, d) for d in gold]
+    n = len(gold)
+    in_top = sum(1 for r in ranks if r is not None and r <= depth)
+    relevant = f"{n} relevant {_plural(n, 'document', 'documents')}"
+    answer = reference_answers(dataset).get(qid)
+    name = answer_name(answer) if answer else None
+    sentences: list[str] = []
+    if not item.failed:
+        sentences.append(f"Found: {system_label} has {in_top} of the {relevant} in its top {depth}.")
+        return Verdict(qid, False, item.failure_class, tuple(sentences), name)
+    sentences.append(
+        f"Missed: none of the {relevant} is in {system_label}'s top {depth} "
+        f"({'it is at' if n == 1 else 'they are at'} {_ranks_text(ranks, depth)})."
+    )
+    if item.failure_class in (REASONING_GAP, REPRESENTATION_GAP) and name and oracle_run is not None:
+        found = sum(1 for d in gold if (r := oracle_run.rank_of(qid, d)) is not None and r <= depth)
+        given = f"{oracle_label} finds {found} of {n} in its top {depth}"
+        if item.failure_class == REPRESENTATION_GAP:
+            sentences.append(
+                f"Representation gap: even given the answer, {name}, {given}: the documents do not read like it."
+            )
+        elif named_in(dataset.queries[qid], name):
+            sentences.append(f"Reasoning gap: given the answer, {name}, {given}.")
+        else:
+            sentences.append(
+                f"Reasoning gap: the answer, {name}, is never named in the question; given the answer, {given}."
+            )
+    elif item.failure_class == POSSIBLY_UNJUDGED:
+        sentences.append(
+            f"Possibly unjudged: the top {depth} holds {len(item.proposed_in_top)} "
+            f"{_plural(len(item.proposed_in_top), 'document', 'documents')} the LLM judge proposed as relevant."
+        )
+    elif item.failure_class == NO_REFERENCE:
+        sentences.append("The question has no reference answer, so the reason cannot be told.")
+    if rewrite_run is not None:
+        after = [rewrite_run.rank_of(qid, d) for d in gold]
+        if any(r is not None and r <= depth for r in after):
+            back = "it comes" if n == 1 else "they come"
+            sentences.append(f"With {rewrite_label} {back} back at {_ranks_text(after, depth)}.")
+        else:
+            sentences.append(f"With {rewrite_label} still none in the top {depth} ({_ranks_text(after, depth)}).")
+    return Verdict(qid, True, item.failure_class, tuple(sentences), name)

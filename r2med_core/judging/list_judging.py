@@ -1,0 +1,290 @@
+"""Judging a whole ranked list at speed: relevance grades 0-2 for one query's top-k, saved as they are given.
+
+The page's keyboard component sends *grade events* (an id, a document, a grade, and when the key was
+pressed on the server's clock). Streamlit hands a component's value to every rerun of the page, so the
+same event arrives many times: ``SaveOnce`` remembers which ids were handled, and ``save_grades`` stores
+each event once (a grade equal to the annotator's latest grade on the document is not stored again
+either). A grade is recorded at its keypress's time, and an event pressed before the annotator's latest
+grade on the document never replaces it, however long after it is sent again (a replay once
+``SaveOnce`` forgot it, a browser's stale pending list). A message carries at most ``MAX_EVENTS``
+events, each a store write; the rest wait for the next one. A grade is stored as every page stores one
+(``grade_0`` … ``grade_2``, ``annotations.grade_of``): one row per grade, the latest per annotator stands
+(a grade given on the Judging page or in the explorer is the annotator's grade here too), and it counts
+for the team as ``team`` says — agreeing grades without a review, a lone grade above 0 once accepted.
+
+Blind first: a row shows the qrels grade and others' labels only once the annotator graded it; a grade
+is recorded ``blind`` (with sign-in on) when the document was still hidden from its annotator — no earlier
+label of theirs on it nor on the whole query (``visibility``: blind per judging unit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from r2med_core.judging.annotations import (
+    GRADES,
+    TAXONOMY,
+    Annotation,
+    AnnotationStore,
+    AnnotationStoreError,
+    grade_code,
+    grade_of,
+)
+from r2med_core.judging.visibility import Sight
+from r2med_core.runs import Run
+
+#: Event ids remembered per session; far more than one sitting's keypresses, so memory stays bounded.
+MEMORY = 20_000
+#: Events handled from one component message (each is a store write); the rest wait for the next message.
+MAX_EVENTS = 100
+#: A keypress older than this is refused (press the key again): pending events are seconds old, and the
+#: event's time becomes the label's, so a page cannot date a grade further back.
+MAX_AGE_MINUTES = 10
+_MAX_ID = 80
+#: Millisecond times a browser can send (JavaScript's largest exact integer).
+_MAX_MS = 2**53
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class GradeEvent:
+    """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress, ``at`` when
+    it was pressed, in milliseconds since the epoch on the server's clock (``now_ms``, which the page hands
+    the component with every render)."""
+
+    event_id: str
+    doc_id: str
+    grade: int
+    at: int
+
+
+def now_ms() -> int:
+    """The server's clock as events carry it: milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeEvent], list[str]]:
+    """The grade events in a component value ``{"events": [{"id", "doc", "grade", "at"}, …]}``, and what was
+    wrong with the rest. The value comes from the browser, so anything else (a document not in the list
+    shown, a grade outside 0-2, a missing id or time) is refused, never stored. Only the first
+    ``MAX_EVENTS`` are taken, and a problem says so: the component sends the others again with the next."""
+    if value is None:
+        return [], []
+    raw = value.get("events") if isinstance(value, Mapping) else None
+    if not isinstance(raw, list):
+        return [], ["the list sent no events list"]
+    events: list[GradeEvent] = []
+    problems: list[str] = []
+    if len(raw) > MAX_EVENTS:
+        problems.append(
+            f"{len(raw) - MAX_EVENTS} of {len(raw)} grades sent at once (at most {MAX_EVENTS} a message); "
+            "the list sends them again with your next grade"
+        )
+    for item in raw[:MAX_EVENTS]:
+        if not isinstance(item, Mapping):
+            problems.append("an event that is not an object")
+            continue
+        event_id, doc_id, grade, at = item.get("id"), item.get("doc"), item.get("grade"), item.get("at")
+        if not isinstance(event_id, str) or not event_id or len(event_id) > _MAX_ID:
+            problems.append("an event without a valid id")
+        elif not isinstance(doc_id, str) or doc_id not in documents:
+            problems.append(f"a grade for a document not in this list ({str(doc_id)[:40]!r})")
+        elif isinstance(grade, bool) or not isinstance(grade, int) or grade not in GRADES:
+            problems.append(f"grade {str(grade)[:10]!r} is not 0, 1 or 2")
+        elif isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= _MAX_MS:
+            problems.append("an event without a valid time")
+        else:
+            events.append(GradeEvent(event_id, doc_id, grade, at))
+    return events, problems
+
+
+@dataclass
+class SaveOnce:
+    """The event ids already handled in this session (saved, unchanged or refused), oldest forgotten first
+    beyond ``MEMORY``, with what happened to each so a rerun can show it again."""
+
+    memory: int = MEMORY
+    _done: OrderedDict[str, Outcome] = field(default_factory=OrderedDict)
+
+    def fresh(self, events: Iterable[GradeEvent]) -> list[GradeEvent]:
+        """The events not handled yet, each once, in the order given."""
+        seen: set[str] = set()
+        out = []
+        for event in events:
+            if event.event_id not in self._done and event.event_id not in seen:
+                seen.add(event.event_id)
+                out.append(event)
+        return out
+
+    def record(self, outcome: Outcome) -> None:
+        self._done[outcome.event.event_id] = outcome
+        while len(self._done) > self.memory:
+            self._done.popitem(last=False)
+
+    def outcome(self, event_id: str) -> Outcome | None:
+        return self._done.get(event_id)
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._done
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one event: ``saved`` (a new label, ``label_id``), ``unchanged`` (the annotator's latest
+    grade already), ``stale`` (pressed before the annotator's latest grade on the document, which stands),
+    or ``refused`` with ``error``."""
+
+    event: GradeEvent
+    status: str
+    label_id: int | None = None
+    error: str = ""
+
+
+def latest_grades(labels: Iterable[Annotation], annotator: str) -> dict[str, int]:
+    """The annotator's latest grade per document, whichever page gave it (names compare case-insensitively)."""
+    return {doc: grade_of(label) or 0 for doc, label in _latest_grade_labels(labels, annotator).items()}
+
+
+def _latest_grade_labels(labels: Iterable[Annotation], annotator: str) -> dict[str, Annotation]:
+    mine = annotator.strip().lower()
+    out: dict[str, Annotation] = {}
+    for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
+        if label.doc_id is not None and grade_of(label) is not None and label.annotator.strip().lower() == mine:
+            out[label.doc_id] = label
+    return out
+
+
+def save_grades(
+    store: AnnotationStore,
+    ledger: SaveOnce,
+    events: Iterable[GradeEvent],
+    *,
+    dataset: str,
+    task: str,
+    query_id: str,
+    ranking: Run,
+    annotator: str,
+    sight: Sight | None = None,
+    now: int | None = None,
+) -> list[Outcome]:
+    """Store every event ``ledger`` has not handled, each as one grade label by ``annotator`` recording the
+    ranking shown (``ranking.name``) and the document's rank in it, made at the event's time (never later
+    than ``now``, ``now_ms()`` by default); return their outcomes. A grade is recorded blind when ``sight``
+    (what ``annotator`` may see) still hid its document from them; without ``sight``, never.
+
+    An event pressed no later than the annotator's latest grade on the document is ``stale``: that grade
+    stands. One older than ``MAX_AGE_MINUTES``, or a failed write, is refused with its reason (and
+    remembered: the annotator presses the key again, which is a new event). Nothing but what the events
+    name is stored.
+    """
+    todo = ledger.fresh(events)
+    if not todo:
+        return []
+    now = now_ms() if now is None else now
+    labels = store.list(dataset=dataset, task=task, query_id=query_id)
+    outcomes = []
+    for event in todo:
+        latest = _latest_grade_labels(labels, annotator).get(event.doc_id)
+        pressed = _EPOCH + timedelta(milliseconds=min(event.at, now))
+        if latest is not None and grade_of(latest) == event.grade:
+            outcome = Outcome(event, "unchanged")
+        elif latest is not None and pressed <= datetime.fromisoformat(latest.created_at):
+            outcome = Outcome(event, "stale")
+        elif event.at < now - MAX_AGE_MINUTES * 60_000:
+            outcome = Outcome(
+                event, "refused", error=f"pressed over {MAX_AGE_MINUTES} minutes ago: press the key again"
+            )
+        else:
+            try:
+                label = store.add(
+                    Annotation(
+                        dataset=dataset,
+                        task=task,
+                        query_id=query_id,
+                        doc_id=event.doc_id,
+                        system=ranking.name,
+                        rank=ranking.rank_of(query_id, event.doc_id),
+                        failure_type=grade_code(event.grade),
+                        annotator=annotator,
+                        created_at=pressed,
+                        blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
+                    )
+                )
+            except (ValueError, AnnotationStoreError) as err:
+                outcome = Outcome(event, "refused", error=str(err))
+            else:
+                labels.append(label)
+                outcome = Outcome(event, "saved", label_id=label.id)
+        ledger.record(outcome)
+        outcomes.append(outcome)
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Row:
+    """One document of the list as the annotator sees it. ``qrels_grade`` and ``others`` are only filled
+    once the annotator graded the row (blind first); ``qrels_grade`` None then means unjudged."""
+
+    rank: int
+    doc_id: str
+    text: str
+    grade: int | None
+    revealed: bool
+    qrels_grade: int | None = None
+    others: tuple[str, ...] = ()
+
+    def to_args(self) -> dict[str, object]:
+        """The row as the component's JSON (text is shown with textContent there, never as HTML)."""
+        return {
+            "rank": self.rank,
+            "doc": self.doc_id,
+            "text": self.text,
+            "grade": self.grade,
+            "revealed": self.revealed,
+            "qrels": self.qrels_grade,
+            "others": list(self.others),
+        }
+
+
+def list_rows(
+    ranking: Run,
+    query_id: str,
+    k: int,
+    corpus: Mapping[str, str],
+    qrels: Mapping[str, Mapping[str, int]],
+    labels_on_query: Iterable[Annotation],
+    annotator: str,
+) -> list[Row]:
+    """The top-``k`` rows of ``ranking`` for one query, each with the annotator's latest grade and, for the
+    rows they graded, the qrels grade and the other annotators' labels."""
+    labels = list(labels_on_query)
+    mine = latest_grades(labels, annotator) if annotator.strip() else {}
+    me = annotator.strip().lower()
+    rows = []
+    for rank, (doc_id, _score) in enumerate(ranking.top(query_id, k), start=1):
+        grade = mine.get(doc_id)
+        revealed = grade is not None
+        others: tuple[str, ...] = ()
+        if revealed:
+            latest: dict[str, str] = {}
+            for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
+                if label.doc_id == doc_id and label.annotator.strip().lower() != me:
+                    known = TAXONOMY.get(label.failure_type)
+                    latest[label.annotator] = known.label if known else label.failure_type
+            others = tuple(f"{who}: {what}" for who, what in latest.items())
+        rows.append(
+            Row(
+                rank=rank,
+                doc_id=doc_id,
+                text=corpus.get(doc_id, ""),
+                grade=grade,
+                revealed=revealed,
+                qrels_grade=qrels.get(query_id, {}).get(doc_id) if revealed else None,
+                others=others,
+            )
+        )
+    return rows

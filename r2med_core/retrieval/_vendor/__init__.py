@@ -1,0 +1,1 @@
+"""Third-party code copied in, unchanged but for imports: NLTK's Porter stemmer (``porter``)."""
