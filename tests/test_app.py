@@ -35,7 +35,7 @@ def open_app(
         at.query_params[name] = value
     at.run()
     if page:
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"views/pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -420,7 +420,7 @@ def test_systems_survive_a_source_switch_and_empty_selections_never_raise() -> N
     at.multiselect(key="w_systems").set_value([]).run()
     assert not at.exception, [e.value for e in at.exception]
     for page in ["explorer", "compare", "metrics", "leaderboard", "rewriting", "whatif", "annotations", "overview"]:
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"views/pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
 
 
