@@ -12,9 +12,9 @@ from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.analysis.published import (
     ATTRIBUTION,
     GAP_TOLERANCE,
-    KINDS,
     METRICS,
     PUBLISHED_TASKS,
+    SETTING_KINDS,
     SYSTEM_KINDS,
     gains_over,
     leaderboard,
@@ -39,7 +39,7 @@ kinds = {
     "rewrite": "Query rewriting × LLM × retriever",
     "reranker": "Rerankers over NV-Embed-v2 top 10 and top 100",
 }
-kind = c2.selectbox("Settings", KINDS, format_func=kinds.get, key="w_lb_kind")
+kind = c2.selectbox("Settings", SETTING_KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind, points=True)
 st.dataframe(
     table[["Avg", *PUBLISHED_TASKS, "origin"]],
