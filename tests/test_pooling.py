@@ -8,10 +8,10 @@ import ir_measures
 import pytest
 
 from r2med_core.data import DataError
-from r2med_core.evaluation import evaluate
+from r2med_core.evaluation import MAIN_METRICS, evaluate
 from r2med_core.judging.adjudication import Decision
 from r2med_core.judging.annotations import Annotation, AnnotationStore
-from r2med_core.judging.pooling import Pool, compare_with_team, judged_at_k, pool
+from r2med_core.judging.pooling import ORIGINAL, TEAM, Pool, compare_with_team, judged_at_k, pool, scores_with_team
 from r2med_core.judging.team import team_qrels
 from r2med_core.runs import Run
 
@@ -87,6 +87,22 @@ def test_accepted_addition_changes_metric_rank_and_judged(tmp_path: Path) -> Non
     assert table.loc["B", "rank_change"] == 0
     assert table.loc["A", "judged_without"] == pytest.approx((2 / 5 + 1 / 2) / 2)
     assert table.loc["A", "judged_with"] == pytest.approx((2 / 5 + 1) / 2)
+
+
+def test_one_reevaluation_with_the_original_and_the_teams_qrels() -> None:
+    extended = {**QRELS, "q2": {"g2": 1, "u4": 1}}
+    runs = {"A": A, "B": B}
+    scores = scores_with_team(runs, QRELS, extended, dataset_name="T")
+    assert list(zip(scores["system"], scores["qrels"])) == [("A", ORIGINAL), ("A", TEAM), ("B", ORIGINAL), ("B", TEAM)]
+    assert list(scores.columns) == ["system", "qrels", *MAIN_METRICS]
+    for (name, which), row in scores.set_index(["system", "qrels"]).iterrows():
+        expected = evaluate(runs[name], QRELS if which == ORIGINAL else extended).means
+        assert dict(row) == pytest.approx({m: expected[m] for m in MAIN_METRICS})
+    # The Metrics page's and the command line's comparison is the same re-evaluation, ranked.
+    table = compare_with_team(runs, QRELS, extended, metric="map_at_10").set_index("system")
+    by = scores.set_index(["system", "qrels"])["map_at_10"]
+    assert list(table["without"]) == [by[("A", ORIGINAL)], by[("B", ORIGINAL)]]
+    assert list(table["with"]) == [by[("A", TEAM)], by[("B", TEAM)]]
 
 
 def test_documents_judged_not_relevant_count_as_judged_but_change_no_metric(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ from r2med_core.analysis.published import (
     ATTRIBUTION,
     EVALUATIONS,
     GAP_TOLERANCE,
-    KINDS,
     METRICS,
     PUBLISHED_TASKS,
     RETRIEVER_NAMES,
+    SETTING_KINDS,
     Setting,
     _with_avg,
     gains_over,
@@ -209,7 +209,7 @@ def test_setting_labels_and_keys() -> None:
     assert reranked.key == "bge-reranker/nv/top_10"
     for setting in published_settings():
         assert Setting.from_key(setting.key) == setting
-        assert setting.kind in KINDS
+        assert setting.kind in SETTING_KINDS
     with pytest.raises(ValueError):
         Setting("rewrite", "bm25")  # a rewrite needs a method and an llm
 

@@ -7,9 +7,13 @@ forgets the state of widgets a page does not draw), and a copied address restore
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cache
+from types import MappingProxyType, UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlencode
 
 import streamlit as st
@@ -25,29 +29,40 @@ DEFAULT_SYSTEMS: tuple[str, ...] = ("bm25", "minilm")
 DEMO_TASK = "clinical-case"
 
 
+#: ``field(metadata=URL)`` puts a ``View`` field in the URL (every other field stays in the session only),
+#: read back by its declared type (``_parse``); ``ALWAYS`` writes it even at its default, so a reload never
+#: guesses.
+URL: Mapping[str, bool] = MappingProxyType({"url": True, "always": False})
+ALWAYS: Mapping[str, bool] = MappingProxyType({"url": True, "always": True})
+
+
 @dataclass
 class View:
-    """Everything a deep link restores. Field names are the URL parameter names."""
+    """Everything a deep link restores. Field names are the URL parameter names; only the fields declared
+    with ``metadata=URL`` (or ``ALWAYS``) are put in and read from the URL, the rest are the session's."""
 
-    source: str = "demo"
-    task: str = DEMO_TASK
-    folder: str = ""
-    systems: list[str] = field(default_factory=lambda: list(DEFAULT_SYSTEMS))
-    extra: list[str] = field(default_factory=list)  # dense models the user typed in
-    rewrite: str = ""  # "hyde:<llm>" when a rewrite is switched on, else ""
-    system: str = ""  # the explorer's system
-    q: str = ""  # the explorer's query
-    fail: bool = False  # the explorer's filters: nDCG@10 = 0 only, a gold document missed, text search
-    missed: bool = False
-    search: str = ""
-    depth: int = 10  # the explorer's "Show top"
-    oracle: str = ""  # the failure diagnosis's answer oracle ("" = r2med_core.analysis.diagnosis.DEFAULT_ORACLE)
-    diag: list[str] = field(default_factory=list)  # the explorer's failure-class filter ([] = every query)
-    compare: list[str] | None = None  # None: not chosen yet (defaults apply); []: the user removed them all
-    ask: str = ""  # the what-if page's typed query
-    ask_systems: list[str] = field(default_factory=list)  # … and the systems it is run through
-    rerank: str = ""  # cross-encoder preset or model id ("" = no reranking)
-    rerank_k: int = 10
+    source: str = field(default="demo", metadata=ALWAYS)
+    task: str = field(default=DEMO_TASK, metadata=ALWAYS)
+    folder: str = field(default="", metadata=URL)
+    systems: list[str] = field(default_factory=lambda: list(DEFAULT_SYSTEMS), metadata=ALWAYS)
+    extra: list[str] = field(default_factory=list, metadata=URL)  # dense models the user typed in
+    rewrite: str = field(default="", metadata=URL)  # "hyde:<llm>" when a rewrite is switched on, else ""
+    system: str = field(default="", metadata=URL)  # the explorer's system
+    q: str = field(default="", metadata=URL)  # the explorer's query
+    # the explorer's filters: nDCG@10 = 0 only, a gold document missed, text search
+    fail: bool = field(default=False, metadata=URL)
+    missed: bool = field(default=False, metadata=URL)
+    search: str = field(default="", metadata=URL)
+    depth: int = field(default=10, metadata=URL)  # the explorer's "Show top"
+    # the failure diagnosis's answer oracle ("" = r2med_core.analysis.diagnosis.DEFAULT_ORACLE)
+    oracle: str = field(default="", metadata=URL)
+    diag: list[str] = field(default_factory=list, metadata=URL)  # the explorer's failure-class filter ([] = all)
+    # None: not chosen yet (defaults apply); []: the user removed them all
+    compare: list[str] | None = field(default=None, metadata=URL)
+    ask: str = field(default="", metadata=URL)  # the what-if page's typed query
+    ask_systems: list[str] = field(default_factory=list, metadata=URL)  # … and the systems it is run through
+    rerank: str = field(default="", metadata=URL)  # cross-encoder preset or model id ("" = no reranking)
+    rerank_k: int = field(default=10, metadata=URL)
     annotator: str = ""  # kept for the session, never put in the URL
     flash: str = ""  # a confirmation to show once after a rerun
     flash_error: str = ""  # … or why an action failed (what the user typed is kept)
@@ -58,53 +73,101 @@ class View:
     llm_temperature: float = 0.0
     llm_max_tokens: int = 10240  # the benchmark's budget (PROTOCOL: live generation)
 
-    _LISTS = ("systems", "extra", "compare", "ask_systems", "diag")
-    _PRIVATE = (
-        "annotator",
-        "flash",
-        "flash_error",
-        "source_error",
-        "llm_url",
-        "llm_model",
-        "llm_key",
-        "llm_temperature",
-        "llm_max_tokens",
-    )
-    _ALWAYS = ("source", "task", "systems")  # written even at their defaults, so a reload never guesses
-
     @classmethod
     def from_params(cls, params: Any) -> View:
+        """The view a URL asks for (``params``: anything with ``get_all``, like ``st.query_params``).
+
+        Every value is untrusted: one its field's type refuses (``depth=abc``, a 5000-digit number, NaN)
+        leaves the field at its default; unknown parameters are ignored; a repeated parameter of a
+        single value counts its last value, as ``st.query_params`` reads it."""
         view = cls()
-        for name in asdict(view):
-            if name in cls._PRIVATE:
+        for name, kind in _url_fields(cls).items():
+            values = [str(v) for v in params.get_all(name)]
+            if not values or (not _is_list(kind) and not values[-1]):
+                continue  # absent, or "name=": the default (an empty list parameter is an empty list)
+            try:
+                setattr(view, name, _parse(kind, values))
+            except ValueError:
                 continue
-            if name in cls._LISTS:
-                values = params.get_all(name)
-                if values:
-                    setattr(view, name, [v for v in values if v])
-            elif params.get(name):
-                value = params.get(name)
-                if isinstance(getattr(view, name), bool):
-                    value = value.strip().lower() in ("1", "true", "yes", "on")
-                elif isinstance(getattr(view, name), int):
-                    value = int(value) if value.isdigit() else getattr(view, name)
-                setattr(view, name, value)
         return view
 
     def to_params(self) -> dict[str, Any]:
-        defaults = View()
+        """The URL parameters of this view: each URL field that differs from its default (or is always
+        written), as text; an optional list emptied by the user is written ``name=`` (not "the default")."""
+        defaults = type(self)()
         params: dict[str, Any] = {}
-        for k, v in asdict(self).items():
-            if k in self._PRIVATE or v is None or (k == "task" and self.source == "local"):
+        for f in fields(self):
+            value, default = getattr(self, f.name), getattr(defaults, f.name)
+            if not f.metadata.get("url") or value is None or (f.name == "task" and self.source == "local"):
                 continue
-            if k == "compare" and v == []:
-                params[k] = [""]  # "compare=": the user removed every system (not "use the defaults")
-            elif isinstance(v, bool):
-                if v:
-                    params[k] = "1"
-            elif (v != getattr(defaults, k) or k in self._ALWAYS) and v not in ("", []):
-                params[k] = v
+            if isinstance(value, (list, tuple)):
+                if value:
+                    if list(value) != list(default or ()) or f.metadata["always"] or default is None:
+                        params[f.name] = [str(v) for v in value]
+                elif default is None:
+                    params[f.name] = [""]
+            elif (value != default or f.metadata["always"]) and value != "":
+                params[f.name] = _text(value)
         return params
+
+
+_TRUE = ("1", "true", "yes", "on")
+_COUNT = re.compile(r"[0-9]{1,9}")  # a count: ASCII digits only ("²".isdigit() is True), never huge
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][-+]?[0-9]{1,3})?")
+
+
+def _is_list(kind: Any) -> bool:
+    return get_origin(_unwrap(kind)) in (list, tuple)
+
+
+def _unwrap(kind: Any) -> Any:
+    """``X | None`` → ``X`` (None is the default's business, never a URL value)."""
+    if get_origin(kind) in (Union, UnionType):
+        args = [arg for arg in get_args(kind) if arg is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"a URL field must be one type or None, not {kind}")
+        return args[0]
+    return kind
+
+
+def _parse(kind: Any, values: list[str]) -> Any:
+    """URL text → the field's declared type; ValueError for a value that type refuses."""
+    kind = _unwrap(kind)
+    if get_origin(kind) in (list, tuple):
+        kept = [v for v in values if v]
+        return kept if get_origin(kind) is list else tuple(kept)
+    value = values[-1]
+    if kind is str:
+        return value
+    if kind is bool:
+        return value.strip().lower() in _TRUE
+    if kind is int and _COUNT.fullmatch(value.strip()):
+        return int(value)
+    if kind is float and _DECIMAL.fullmatch(value.strip()) and math.isfinite(number := float(value)):
+        return number
+    raise ValueError(f"{value[:40]!r} is not a {kind.__name__}")
+
+
+def _text(value: Any) -> str:
+    """A value as the URL writes it (``_parse`` reads it back): ``1``/``0`` for a bool."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+_SUPPORTED = (str, bool, int, float, list[str], tuple[str, ...])
+
+
+@cache
+def _url_fields(cls: type[View]) -> dict[str, Any]:
+    """The URL fields of a view class and their declared types (checked: a type the URL cannot carry
+    is a programming error, raised on first use, not a value silently read as text)."""
+    hints = get_type_hints(cls)
+    out = {f.name: hints[f.name] for f in fields(cls) if f.metadata.get("url")}
+    for name, kind in out.items():
+        if _unwrap(kind) not in _SUPPORTED:
+            raise TypeError(f"View.{name}: a URL field cannot be a {kind}")
+    return out
 
 
 def view() -> View:

@@ -34,12 +34,12 @@ __all__ = [
     "ATTRIBUTION",
     "EVALUATIONS",
     "GAP_TOLERANCE",
-    "KINDS",
     "METHOD_NAMES",
     "METRICS",
     "PUBLISHED_TASKS",
     "RERANKER_NAMES",
     "RETRIEVER_NAMES",
+    "SETTING_KINDS",
     "SYSTEM_KINDS",
     "PostPaperResult",
     "Setting",
@@ -55,11 +55,11 @@ __all__ = [
     "published_settings",
 ]
 
-Kind = Literal["retriever", "rewrite", "reranker"]
+SettingKind = Literal["retriever", "rewrite", "reranker"]
 
-#: Setting kinds: a first-stage retriever alone, a query rewrite (GAR) + retriever, or a reranker
-#: over a retriever's top ``top_k``.
-KINDS: tuple[str, ...] = ("retriever", "rewrite", "reranker")
+#: The kinds of published setting (not of system: that is ``r2med_core.kinds``): a first-stage retriever
+#: alone, a query rewrite (GAR) + retriever, or a reranker over a retriever's top ``top_k``.
+SETTING_KINDS: tuple[str, ...] = ("retriever", "rewrite", "reranker")
 
 #: The kinds of system (as ``evaluation.published_metrics`` names them) each setting kind holds:
 #: their published metric sets differ (BM25 and rerankers through pytrec_eval, dense through BEIR).
@@ -157,7 +157,7 @@ class Setting:
     ``bge-reranker/nv/top_10``); ``label`` is for people (``HyDE (gpt4) + BM25``).
     """
 
-    kind: Kind
+    kind: SettingKind
     retriever: str
     method: str | None = None
     llm: str | None = None
@@ -172,7 +172,7 @@ class Setting:
             "reranker": (False, False, True),
         }
         if self.kind not in expected:
-            raise ValueError(f"unknown kind {self.kind!r}; expected one of {KINDS}")
+            raise ValueError(f"unknown kind {self.kind!r}; expected one of {SETTING_KINDS}")
         if has != expected[self.kind] or (self.top_k is not None) != (self.kind == "reranker"):
             raise ValueError(f"inconsistent fields for a {self.kind!r} setting: {self!r}")
 
@@ -326,13 +326,13 @@ def leaderboard(metric: str = "ndcg_at_10", kind: str | None = None, *, points: 
     ``Avg`` is the mean over the 8 tasks, computed only where all 8 are present (else NaN).
     Rows are sorted by ``Avg`` descending (NaN last). Settings that never published ``metric``
     (e.g. ``mrr`` for most dense retrievers) are left out. ``metric`` accepts the paper's
-    spelling too (``NDCG@10``); ``kind`` filters to one of :data:`KINDS`. ``points`` gives the
+    spelling too (``NDCG@10``); ``kind`` filters to one of :data:`SETTING_KINDS`. ``points`` gives the
     scores × 100, as the paper prints them (its average is the mean of those: HyDE (o3-mini) +
     NV-Embed-v2 is 41.35). Raises ValueError for an unknown metric or kind.
     """
     name = normalise_metric(metric)
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS} or None")
+    if kind is not None and kind not in SETTING_KINDS:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {SETTING_KINDS} or None")
     frame = _frame()
     if kind is not None:
         frame = frame[frame["kind"] == kind]

@@ -5,7 +5,8 @@ system's top 10 can rest on *holes* (documents without any judgement) that the m
 relevant. As in TREC, ``pool`` takes the union of the top ``depth`` of chosen systems and keeps the
 unjudged documents, remembering which systems retrieved each. ``judging.JudgingQueue`` holds the pools
 sent for judging; annotators grade them blind (query and document only), and their grades count as
-``team`` says. ``compare_with_team`` then shows each system's metric and rank without and with the
+``team`` says. ``scores_with_team`` scores each system with the original and the team's qrels, and
+``compare_with_team`` shows each system's metric and rank without and with the
 team's judgements (``team.team_qrels``) next to Judged@k (ir_measures), so a user sees which scores rest
 on holes.
 """
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import ir_measures
 import pandas as pd
 
 from r2med_core.data import DataError, Problem
-from r2med_core.evaluation import evaluate
+from r2med_core.evaluation import MAIN_METRICS, evaluate
 from r2med_core.judging.annotations import Qrels
 from r2med_core.runs import Run
 
@@ -146,6 +147,30 @@ def judged_at_k(
     return mean, per_query
 
 
+#: The two judgements a re-evaluation scores with, as its table names them.
+ORIGINAL, TEAM = "original qrels", "team qrels"
+
+
+def scores_with_team(
+    runs: Mapping[str, Run],
+    qrels: Qrels,
+    team: Qrels,
+    *,
+    metrics: Sequence[str] = MAIN_METRICS,
+    dataset_name: str = "",
+) -> pd.DataFrame:
+    """Each system's mean ``metrics`` with the original ``qrels`` and with the team's (``team.team_qrels``):
+    one row per system and judgements (``qrels``: :data:`ORIGINAL` then :data:`TEAM`), one column per
+    metric. The one re-evaluation: the Annotations and Adjudication pages show it, and
+    :func:`compare_with_team` (the Metrics page, the command line) ranks systems from it."""
+    rows = []
+    for name, run in runs.items():
+        for which, judgements in ((ORIGINAL, qrels), (TEAM, team)):
+            means = evaluate(run, judgements, dataset_name=dataset_name).means
+            rows.append({"system": name, "qrels": which} | {metric: means[metric] for metric in metrics})
+    return pd.DataFrame(rows, columns=["system", "qrels", *metrics])
+
+
 def compare_with_team(
     runs: Mapping[str, Run],
     qrels: Qrels,
@@ -157,24 +182,24 @@ def compare_with_team(
 ) -> pd.DataFrame:
     """Each system's ``metric`` and rank without and with the team's judgements, and Judged@k both ways.
 
-    Metrics come from ``evaluation.evaluate`` (pytrec_eval) against the original ``qrels`` and the team's
+    Metrics come from :func:`scores_with_team` (pytrec_eval) against the original ``qrels`` and the team's
     (``team.team_qrels``: grade-0 judgements count as judged for Judged@k and change no metric); rank 1
     is the best, tied systems share the best rank. ``rank_change`` > 0 means the system moved up.
     """
-    rows = []
-    for name, run in runs.items():
-        without = evaluate(run, qrels, dataset_name=dataset_name).means[metric]
-        with_ = evaluate(run, team, dataset_name=dataset_name).means[metric]
-        rows.append(
-            {
-                "system": name,
-                "without": without,
-                "with": with_,
-                "change": with_ - without,
-                "judged_without": judged_at_k(run, qrels, k)[0],
-                "judged_with": judged_at_k(run, team, k)[0],
-            }
-        )
+    scores = scores_with_team(runs, qrels, team, metrics=(metric,), dataset_name=dataset_name)
+    without = scores[scores["qrels"] == ORIGINAL].set_index("system")[metric]
+    with_ = scores[scores["qrels"] == TEAM].set_index("system")[metric]
+    rows = [
+        {
+            "system": name,
+            "without": without[name],
+            "with": with_[name],
+            "change": with_[name] - without[name],
+            "judged_without": judged_at_k(run, qrels, k)[0],
+            "judged_with": judged_at_k(run, team, k)[0],
+        }
+        for name, run in runs.items()
+    ]
     frame = pd.DataFrame(rows, columns=["system", "without", "with", "change", "judged_without", "judged_with"])
     frame.insert(3, "rank_without", frame["without"].rank(ascending=False, method="min").astype(int))
     frame.insert(4, "rank_with", frame["with"].rank(ascending=False, method="min").astype(int))

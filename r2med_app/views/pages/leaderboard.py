@@ -9,22 +9,20 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_app.views.panels import runs
 from r2med_core.analysis.intervals import DESCRIPTION
+from r2med_core.analysis.paper_comparison import compare_with_paper
 from r2med_core.analysis.published import (
     ATTRIBUTION,
     GAP_TOLERANCE,
-    KINDS,
     METRICS,
     PUBLISHED_TASKS,
+    SETTING_KINDS,
     SYSTEM_KINDS,
     gains_over,
     leaderboard,
-    paper_gap,
     post_paper_board,
-    published_key_for,
 )
-from r2med_core.analysis.published import published_score as paper_score
 from r2med_core.compute.sweep import read_grid, sweep_table
-from r2med_core.evaluation import Results, published_metrics, published_metrics_note
+from r2med_core.evaluation import Results, published_metrics_note
 from r2med_core.reporting.tables import metric_label
 from r2med_core.systems import published_kind
 
@@ -39,7 +37,7 @@ kinds = {
     "rewrite": "Query rewriting × LLM × retriever",
     "reranker": "Rerankers over NV-Embed-v2 top 10 and top 100",
 }
-kind = c2.selectbox("Settings", KINDS, format_func=kinds.get, key="w_lb_kind")
+kind = c2.selectbox("Settings", SETTING_KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind, points=True)
 st.dataframe(
     table[["Avg", *PUBLISHED_TASKS, "origin"]],
@@ -128,12 +126,9 @@ for name in state.systems_in_play():
     if system_kind and system_kind not in local_kinds:
         local_kinds.append(system_kind)
     if published_task:
-        key = published_key_for(name)
-        paper = paper_score(key, dataset.name, metric) if key else None
-        unpublished = bool(key and system_kind and metric not in published_metrics(system_kind))
-        gap, row["flag"] = paper_gap(local, paper, metric_published=not unpublished)
-        row["published"] = paper
-        row["gap"] = None if gap is None else round(gap, 4)
+        versus = compare_with_paper(name, dataset.name, metric, local)
+        row["flag"], row["published"] = versus.flag, versus.paper
+        row["gap"] = None if versus.gap is None else round(versus.gap, 4)
     rows.append(row)
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 for system_kind in local_kinds:

@@ -4,13 +4,13 @@ share, so every page shows the same team score for the same store."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_core import Dataset
-from r2med_core.evaluation import MAIN_METRICS, evaluate
+from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.judging.annotations import AnnotationStoreError
+from r2med_core.judging.pooling import ORIGINAL, TEAM, scores_with_team
 from r2med_core.judging.team import TeamQrels, read_team_qrels
 from r2med_core.reporting.tables import metric_label
 
@@ -28,34 +28,27 @@ def read(dataset: Dataset) -> TeamQrels | None:
 
 
 def reevaluation(dataset: Dataset, team: TeamQrels) -> None:
-    """Each system in play scored with the original qrels → the team's, nDCG@10 as cards and the main
-    metrics as a table."""
+    """Each system in play scored with the original qrels → the team's (``pooling.scores_with_team``, as
+    the Metrics page's "with"), nDCG@10 as cards and the main metrics as a table."""
     st.subheader(f"Re-evaluation on {ui.md(dataset.name)}")
     st.caption(f"With the team's judgements (not the benchmark's): {ui.md(team.caption())}")
     if not team.changes:
         st.caption("The team's qrels equal the original ones on this task so far.")
         return
-    rows = []
+    runs = {name: c[0] for name in state.systems_in_play() if (c := ui.safe_results(dataset, name)) is not None}
+    if not runs:
+        st.caption("Choose systems in the sidebar to re-evaluate them.")
+        return
+    scores = scores_with_team(runs, dataset.qrels, team.qrels, metrics=MAIN_METRICS, dataset_name=dataset.name)
+    ndcg = scores.set_index(["system", "qrels"])["ndcg_at_10"]
     cards = st.columns(4)
-    for position, name in enumerate(state.systems_in_play()):
-        computed = ui.safe_results(dataset, name)
-        if computed is None:
-            continue
-        original = evaluate(computed[0], dataset.qrels, dataset_name=dataset.name)
-        judged = evaluate(computed[0], team.qrels, dataset_name=dataset.name)
-        before, after = original.means["ndcg_at_10"], judged.means["ndcg_at_10"]
+    for position, name in enumerate(runs):
+        before, after = ndcg[(name, ORIGINAL)], ndcg[(name, TEAM)]
         cards[position % 4].metric(
             f"{ui.system_label(name)} · nDCG@10",
             f"{before:.3f} → {after:.3f}",
             delta=f"{after - before:+.3f}",
             help="Mean nDCG@10 with the original judgements → with the team's.",
         )
-        for which, result in (("original qrels", original), ("team qrels", judged)):
-            rows.append(
-                {"system": ui.system_label(name), "qrels": which}
-                | {metric_label(m): result.means[m] for m in MAIN_METRICS}
-            )
-    if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    else:
-        st.caption("Choose systems in the sidebar to re-evaluate them.")
+    shown = scores.assign(system=scores["system"].map(ui.system_label))
+    st.dataframe(shown.rename(columns={m: metric_label(m) for m in MAIN_METRICS}), hide_index=True, width="stretch")
