@@ -352,3 +352,48 @@ def test_generate_prompt_sets_and_query2doc_examples(tmp_path: Path, monkeypatch
         assert "goes with the official prompts" in err and "examples file not found" in err
         assert "unknown task 'Chemistry'" in err and "Traceback" not in err
         assert len(llm.requests) == 3
+
+
+def test_app_hands_every_further_argument_to_streamlit_run_on_the_router() -> None:
+    """``app`` becomes ``python -m streamlit run <r2med_app/streamlit_app.py> …`` in the same process (so
+    Ctrl-C and the exit status are Streamlit's), without importing Streamlit or the app itself."""
+    code = (
+        "import os, sys\n"
+        "def execv(path, argv):\n"
+        "    loaded = sorted(m for m in ('streamlit', 'r2med_app') if m in sys.modules)\n"
+        "    print(repr([path, argv, loaded]))\n"
+        "    sys.exit(0)\n"
+        "os.execv = execv\n"
+        "from r2med_core.cli import main\n"
+        "main(['app', '--server.port', '8600', '--server.headless', 'true', 'x', '--', '-y'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    router = str(ROOT / "r2med_app" / "streamlit_app.py")
+    streamlit_args = ["--server.port", "8600", "--server.headless", "true", "x", "--", "-y"]
+    expected = [sys.executable, [sys.executable, "-m", "streamlit", "run", router, *streamlit_args], []]
+    assert done.stdout.strip() == repr(expected)
+
+
+def test_app_without_the_app_package_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "r2med_app", None)  # as when only the library is on the path
+    monkeypatch.setattr(os, "execv", lambda *args: pytest.fail(f"started {args}"))
+    assert main(["app", "--server.port", "8600"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the app is not installed") and "Traceback" not in err
+
+
+def test_app_help_says_where_its_arguments_go(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["app", "--help"])
+    assert stop.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "app [-h] [STREAMLIT OPTION ...]" in out and "goes to `streamlit run` unchanged" in out
+
+
+def test_other_commands_still_reject_what_they_do_not_know(capsys) -> None:
+    """Only ``app`` takes arguments it does not parse; anywhere else an unknown one is argparse's usage error."""
+    with pytest.raises(SystemExit) as stop:
+        main(["validate", "--data-dir", "x", "--server.port", "8600"])
+    assert stop.value.code == 2
+    assert "error: unrecognized arguments: --server.port 8600" in capsys.readouterr().err

@@ -1,14 +1,22 @@
-"""The package as a user installs it: a wheel built from the checkout carries every subpackage and its
-data, and works outside the checkout (an editable install or the checkout on sys.path would hide a
-package the wheel leaves out, as it once left out ``r2med_core.kinds``)."""
+"""The product as a user installs it: a wheel built from the checkout carries every subpackage of
+``r2med_core`` and the app ``r2med_app`` with their data, and works outside the checkout — the library
+imports, the CLI answers, and ``r2med app`` serves the app (an editable install or the checkout on
+sys.path would hide a package the wheel leaves out, as it once left out ``r2med_core.kinds``)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import venv
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,36 +45,134 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def _packages(root: str) -> list[str]:
+    return sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / root).rglob("__init__.py") if "demo" not in p.parts)
+
+
 def test_the_wheel_carries_every_subpackage_and_the_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    packages = sorted(
-        str(p.parent.relative_to(ROOT)) for p in (ROOT / "r2med_core").rglob("__init__.py") if "demo" not in p.parts
-    )
-    assert packages and all(f"{package}/__init__.py" in names for package in packages), packages
+    packages = _packages("r2med_core") + _packages("r2med_app")
+    assert "r2med_app/views/pages" in packages and "r2med_core/cli" in packages, packages
+    assert all(f"{package}/__init__.py" in names for package in packages), sorted(set(packages) - names)
     assert "r2med_core/analysis/published_results.json" in names
     assert any(n.startswith("r2med_core/demo/clinical-case/") and n.endswith("corpus.jsonl") for n in names)
+    app_files = ("streamlit_app.py", "views/assets/icon.png", "views/components/list_judge/index.html")
+    assert all(f"r2med_app/{name}" in names for name in app_files), sorted(n for n in names if "r2med_app" in n)
 
 
-def test_the_installed_wheel_imports_and_runs_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment (its dependencies seen from this interpreter's site-packages) with only
-    the wheel installed: every subpackage imports and the CLI answers, from a folder outside the checkout."""
-    env_dir = tmp_path / "venv"
+    the wheel installed; its folder."""
+    env_dir = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
-    subprocess.run(install, check=True, capture_output=True, timeout=300, cwd=tmp_path)
+    install = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
+    subprocess.run(install, check=True, capture_output=True, timeout=300, cwd=env_dir)
+    return env_dir
+
+
+def test_the_installed_wheel_imports_and_runs_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
+    """From a folder outside the checkout every subpackage of the library and the app imports from the
+    environment, the library runs on its embedded demo, and the CLI answers."""
     code = (
-        "import importlib, pkgutil, r2med_core, pathlib\n"
-        "assert 'site-packages' in r2med_core.__file__, r2med_core.__file__\n"
-        "for m in pkgutil.walk_packages(r2med_core.__path__, 'r2med_core.'):\n"
-        "    if not m.name.endswith('__main__'):  # that one runs the CLI\n"
-        "        importlib.import_module(m.name)\n"
+        "import importlib, pkgutil, sys, pathlib, r2med_core, r2med_app\n"
+        "for package in (r2med_core, r2med_app):\n"
+        "    assert pathlib.Path(package.__file__).is_relative_to(sys.prefix), package.__file__\n"
+        "    for m in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        # __main__ runs the CLI; the router and the pages are scripts Streamlit runs (served below)\n"
+        "        script = m.name == 'r2med_app.streamlit_app' or m.name.startswith('r2med_app.views.pages.')\n"
+        "        if not (script or m.name.endswith('__main__')):\n"
+        "            importlib.import_module(m.name)\n"
         "from r2med_core import load_demo, run_system\n"
         "print(len(run_system(load_demo('clinical-case'), 'bm25').rankings))\n"
     )
+    python = installed / "bin" / "python"
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.split()[-1] == "12", done.stderr[-2000:]
     cli = subprocess.run(
-        [str(env_dir / "bin" / "r2med"), "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        [str(installed / "bin" / "r2med"), "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert cli.returncode == 0 and "usage" in cli.stdout.lower(), cli.stderr[-2000:]
+
+
+def test_the_installed_app_opens_on_the_embedded_demo(installed: Path, tmp_path: Path) -> None:
+    """The environment's router runs as Streamlit runs it, with its pages, icon and components from
+    site-packages: it opens on the embedded demo with no exception."""
+    code = (
+        "import pathlib, r2med_app\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        "router = pathlib.Path(r2med_app.__file__).parent / 'streamlit_app.py'\n"
+        "at = AppTest.from_file(str(router), default_timeout=300).run()\n"
+        "assert not at.exception, [e.value for e in at.exception]\n"
+        "print([t.value for t in at.title], [s.label for s in at.sidebar.selectbox])\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    python = installed / "bin" / "python"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "['R2MED Explorer'] " in done.stdout and "'Demo task'" in done.stdout, done.stdout[-2000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def served(installed: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``r2med app`` of the environment started in ``tmp_path`` without PYTHONPATH, and its address once
+    Streamlit answers its health check; the whole process group is stopped afterwards."""
+    port = _free_port()
+    command = [str(installed / "bin" / "r2med"), "app", "--server.headless", "true", "--server.port", str(port)]
+    command += ["--server.address", "127.0.0.1"]
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    log = tmp_path / "streamlit.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=out, start_new_session=True)
+    address = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "no answer in 240 s: " + log.read_text(errors="replace")[-3000:]
+            try:
+                with urllib.request.urlopen(f"{address}/_stcore/health", timeout=5) as reply:
+                    assert reply.read().decode() == "ok"
+                break
+            except OSError:
+                time.sleep(1)
+        yield process, address
+    finally:
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the whole process group (Streamlit and anything it started), SIGKILL if it lingers."""
+    for stop in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, stop)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+            return
+
+
+def test_r2med_app_serves_the_installed_app_outside_the_checkout(
+    installed: Path, tmp_path: Path, served: tuple[subprocess.Popen[bytes], str]
+) -> None:
+    """``r2med app`` runs ``streamlit run`` on the router inside the environment's site-packages (never the
+    checkout's), with every further argument passed on, and serves the app shell."""
+    process, address = served
+    with urllib.request.urlopen(f"{address}/", timeout=30) as reply:
+        shell = reply.read().decode()
+    assert '<div id="root"></div>' in shell and "<title>Streamlit</title>" in shell
+    # os.execv kept the process: it is Streamlit's now, started from tmp_path without PYTHONPATH
+    proc = Path("/proc") / str(process.pid)
+    argv = proc.joinpath("cmdline").read_bytes().decode().split("\0")
+    router = argv[4]
+    assert argv[1:4] == ["-m", "streamlit", "run"] and "--server.headless" in argv[5:], argv
+    assert Path(router).is_relative_to(installed) and Path(router).name == "streamlit_app.py", router
+    assert not Path(router).is_relative_to(ROOT), router
+    assert proc.joinpath("cwd").resolve() == tmp_path.resolve()
+    environ = proc.joinpath("environ").read_bytes().split(b"\0")
+    assert not any(entry.startswith(b"PYTHONPATH=") for entry in environ)

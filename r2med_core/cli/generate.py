@@ -1,0 +1,159 @@
+"""``generate``: write a query rewrite (HyDE, query2doc, LaMer …) with an LLM. Its endpoint, sampling and
+prompt options live here, beside the one command that talks to an LLM endpoint directly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from r2med_core.cli._common import (
+    INTERRUPTED,
+    UsageError,
+    add_source,
+    finite,
+    int_at_least,
+    llm_incomplete,
+    load,
+    tqdm_progress,
+)
+from r2med_core.llm.generation import (
+    GENERATION_METHODS,
+    LAMER_PASSAGES,
+    Endpoint,
+    LocalEndpoint,
+    check_llm_name,
+    generate_rewrites,
+    rewrite_file,
+    save_rewrites,
+)
+from r2med_core.llm.prompts import PROMPT_SETS, Prompts, load_examples
+from r2med_core.runs import safe_name
+from r2med_core.settings import load_settings
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add this group's subcommands to ``commands`` (an argparse subparsers action)."""
+    ge = commands.add_parser(
+        "generate",
+        help="write METHOD/LLM/query_with_hydoc.jsonl with an LLM (cached per query; exit 3 if incomplete)",
+    )
+    ge.add_argument("--method", required=True, choices=GENERATION_METHODS)
+    add_source(ge)
+    ge.add_argument(
+        "--model",
+        required=True,
+        help="the model name on the server, or local:smollm2 / local:PATH for demo-quality offline generation",
+    )
+    ge.add_argument("--base-url", help="an OpenAI-compatible server (default: $OPENAI_BASE_URL, else OpenAI)")
+    ge.add_argument("--llm-name", help="the rewrite's name, as in --rewrite METHOD:NAME (default: from --model)")
+    ge.add_argument("--output", type=Path, help="a folder (default: rewrites/<task>) or a .jsonl file")
+    ge.add_argument("--limit", type=int_at_least(1), help="only the first N queries")
+    ge.add_argument("--first-stage", default="bm25", help="lamer: the system whose top 10 go into the prompt")
+    ge.add_argument(
+        "--prompts",
+        choices=PROMPT_SETS,
+        default="official",
+        help="official: the benchmark's per-task prompts (default); explorer: this project's own wording",
+    )
+    ge.add_argument(
+        "--examples",
+        type=Path,
+        metavar="FILE",
+        help="query2doc few-shot examples (text, or JSON {task: text}); without it query2doc is zero-shot",
+    )
+    ge.add_argument(
+        "--temperature",
+        type=finite(0.0, strict=False),
+        default=None,
+        help="default: the benchmark's (0.7, seed 42; GPT-4o / o1 / o3 / DeepSeek-R1 class 0.8 with top_p 0.8)",
+    )
+    ge.add_argument(
+        "--top-p", type=finite(0.0, strict=True), default=None, help="default: the benchmark's (see --temperature)"
+    )
+    ge.add_argument(
+        "--max-tokens",
+        type=int_at_least(1),
+        default=None,
+        help="default: the benchmark's (10240; none sent to the GPT-4o / o1 / o3 / DeepSeek-R1 class)",
+    )
+    ge.add_argument(
+        "--timeout", type=finite(0.0, strict=True), default=300.0, help="seconds one request may take in all"
+    )
+    ge.add_argument(
+        "--max-retries", type=int_at_least(0), default=5, help="retries of rate-limited or failed requests"
+    )
+    ge.add_argument("--workers", type=int_at_least(1), default=1, help="requests in flight at once")
+    ge.set_defaults(handler=cmd_generate)
+
+
+def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
+    if args.model.startswith("local:"):
+        return LocalEndpoint(
+            args.model[len("local:") :] or "smollm2", args.temperature or 0.0, min(args.max_tokens or 256, 256)
+        )
+    endpoint = Endpoint.from_env(
+        args.model,
+        base_url=args.base_url,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
+    )
+    if endpoint.api_key is None and endpoint.base_url is None:
+        raise UsageError("no API key: set OPENAI_API_KEY, or pass --base-url for a server that needs no key")
+    return endpoint
+
+
+def _prompts(args: argparse.Namespace) -> Prompts:
+    """The prompt set; query2doc's few-shot examples from ``--examples FILE`` (official prompts only)."""
+    if args.examples is None:
+        return Prompts(args.prompts)
+    if args.prompts != "official":
+        raise UsageError("--examples goes with the official prompts (--prompts official)")
+    if not args.examples.is_file():
+        raise UsageError(f"{args.examples}: examples file not found")
+    data = args.examples.read_bytes()
+    return Prompts(args.prompts, load_examples(data, str(args.examples), load_settings().upload_max_bytes))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from r2med_core.systems import run_system
+
+    endpoint = _endpoint(args)
+    llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
+    prompts = _prompts(args)
+    progress, close = tqdm_progress()
+    try:
+        dataset = load(args, progress)
+        first_stage = run_system(dataset, args.first_stage, k=LAMER_PASSAGES) if args.method == "lamer" else None
+        wanted = list(dataset.queries)[: args.limit] if args.limit else None
+        print(f"prompts: {prompts.describe(args.method, dataset.name, dataset.family)}")
+        if isinstance(endpoint, Endpoint):
+            print("sampling: " + ", ".join(f"{k}={v}" for k, v in endpoint.sampling().items()))
+        result = generate_rewrites(
+            dataset,
+            args.method,
+            endpoint,
+            llm_name=llm_name,
+            first_stage=first_stage,
+            progress=progress,
+            max_retries=args.max_retries,
+            workers=args.workers,
+            query_ids=wanted,
+            prompts=prompts,
+        )
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again to resume (finished queries are cached)", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        close()
+    problem = result.problem()
+    if problem:
+        return llm_incomplete(result.summary(), problem)
+    print(result.summary())
+    target = args.output or Path("rewrites") / safe_name(dataset.name)
+    path = target if target.suffix == ".jsonl" else rewrite_file(target, args.method, llm_name)
+    save_rewrites(result.texts, dataset, path)
+    print(f"wrote {path} ({len(result.texts)} queries); evaluate with --rewrite {args.method}:{llm_name}")
+    return 0
