@@ -56,7 +56,13 @@ def test_the_wheel_carries_every_subpackage_and_the_data(wheel: Path) -> None:
     assert all(f"{package}/__init__.py" in names for package in packages), sorted(set(packages) - names)
     assert "r2med_core/analysis/published_results.json" in names
     assert any(n.startswith("r2med_core/demo/clinical-case/") and n.endswith("corpus.jsonl") for n in names)
-    app_files = ("streamlit_app.py", "views/assets/icon.png", "views/components/list_judge/index.html")
+    # The theme and usage-stats settings travel as the router's script-level .streamlit/config.toml.
+    app_files = (
+        "streamlit_app.py",
+        "views/assets/icon.png",
+        "views/components/list_judge/index.html",
+        ".streamlit/config.toml",
+    )
     assert all(f"r2med_app/{name}" in names for name in app_files), sorted(n for n in names if "r2med_app" in n)
 
 
