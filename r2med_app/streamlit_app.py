@@ -1,7 +1,7 @@
 """R2MED Explorer: the router. It draws the shared sidebar, then the page the URL names.
 
 Run it with ``r2med app`` (installed) or ``streamlit run streamlit_app.py`` (a checkout); it opens on the
-embedded demo data. Page files are named by absolute paths, so the router works whichever script started it.
+embedded demo data. Pages are named by absolute paths (``ui.page``), so the router works whichever script started it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ st.set_page_config(page_title="R2MED Explorer", page_icon=str(ICON), layout="wid
 
 # Page links carry no ":material/…:" icons: Streamlit draws them as ligature text, so screen readers and
 # copied links would read "dashboard Overview".
-OVERVIEW = st.Page(HERE / "views/pages/overview.py", title="Overview", url_path="overview")
+OVERVIEW = st.Page(ui.page("overview"), title="Overview", url_path="overview")
 # The sidebar groups the pages by what a visitor came to do, in the order they usually do it: read the
 # questions and what systems find, then weigh the systems' scores, then judge documents. Titles and URL
 # paths are those of the flat list before, so saved links keep working.
@@ -30,20 +30,20 @@ SECTIONS = {
         # every page, the Overview included, then has a URL of its own for deep links.
         st.Page(lambda: st.switch_page(OVERVIEW), title="Start", url_path="start", default=True, visibility="hidden"),
         OVERVIEW,
-        st.Page(HERE / "views/pages/explorer.py", title="Query explorer", url_path="explorer"),
-        st.Page(HERE / "views/pages/whatif.py", title="What-if query", url_path="whatif"),
+        st.Page(ui.page("explorer"), title="Query explorer", url_path="explorer"),
+        st.Page(ui.page("whatif"), title="What-if query", url_path="whatif"),
     ],
     "Score systems": [
-        st.Page(HERE / "views/pages/metrics.py", title="Metrics", url_path="metrics"),
-        st.Page(HERE / "views/pages/compare.py", title="Compare systems", url_path="compare"),
-        st.Page(HERE / "views/pages/leaderboard.py", title="Leaderboard", url_path="leaderboard"),
-        st.Page(HERE / "views/pages/rewriting.py", title="Query rewriting", url_path="rewriting"),
+        st.Page(ui.page("metrics"), title="Metrics", url_path="metrics"),
+        st.Page(ui.page("compare"), title="Compare systems", url_path="compare"),
+        st.Page(ui.page("leaderboard"), title="Leaderboard", url_path="leaderboard"),
+        st.Page(ui.page("rewriting"), title="Query rewriting", url_path="rewriting"),
     ],
     "Judge relevance": [
-        st.Page(HERE / "views/pages/list_judging.py", title="Judge a list", url_path="judge-list"),
-        st.Page(HERE / "views/pages/judging.py", title="Judging", url_path="judging"),
-        st.Page(HERE / "views/pages/annotations.py", title="Annotations", url_path="annotations"),
-        st.Page(HERE / "views/pages/adjudication.py", title="Adjudication", url_path="adjudication"),
+        st.Page(ui.page("list_judging"), title="Judge a list", url_path="judge-list"),
+        st.Page(ui.page("judging"), title="Judging", url_path="judging"),
+        st.Page(ui.page("annotations"), title="Annotations", url_path="annotations"),
+        st.Page(ui.page("adjudication"), title="Adjudication", url_path="adjudication"),
     ],
 }
 

@@ -697,3 +697,19 @@ def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at
     assert frame(priced, "system")["cost"].tolist() == [
         f"{tokens} (≈ {money:.4g} credits at the configured price per 1M tokens)"
     ]
+
+
+@pytest.mark.parametrize("script", ["streamlit_app.py", "r2med_app/streamlit_app.py"])
+def test_a_failure_card_opens_its_question_from_either_start_script(script: str) -> None:
+    """``streamlit run streamlit_app.py`` (the checkout's launcher) and ``r2med app`` (the router itself) start
+    the app from different scripts; a card's "Open this question" reaches the explorer from both (a page path
+    relative to the started script named no page from the launcher)."""
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / script), default_timeout=300).run()
+    assert not at.exception, [e.value for e in at.exception]
+    cards = [b for b in at.button if str(b.key).startswith("w_card_")]
+    assert cards, "the landing shows failure cards on the demo"
+    qid = str(cards[0].key).removeprefix("w_card_")
+    cards[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.query_params.get("q") == [qid] or at.query_params.get("q") == qid
+    assert any("Query explorer" in t.value for t in at.title), [t.value for t in at.title]

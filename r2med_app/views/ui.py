@@ -90,6 +90,16 @@ OFFLINE_HELP = (
 _MEMO_SIZE = 64  # runs kept in memory (a run of a real R2MED task is ~1-2 MB)
 
 
+PAGES = Path(__file__).resolve().parent / "pages"
+
+
+def page(name: str) -> Path:
+    """The routed page ``name`` (``"explorer"``) as an absolute path: Streamlit resolves a relative page path
+    against the script it started, which is the router when installed but the checkout's launcher
+    (``streamlit_app.py``) when run from a checkout, so only an absolute path names the same file from both."""
+    return PAGES / f"{name}.py"
+
+
 def system_label(name: str) -> str:
     try:
         return parse_system(name).label

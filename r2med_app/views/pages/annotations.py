@@ -280,7 +280,7 @@ queue = review_queue(
 disputed = adjudication_queue(everything, decisions, task=None if task_filter == ALL else task_filter)
 if disputed:
     st.page_link(
-        "views/pages/adjudication.py",
+        ui.page("adjudication"),
         label=f"{len(disputed)} unit(s) where annotators disagree wait on the Adjudication page",
     )
 if not queue:

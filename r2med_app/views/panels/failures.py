@@ -82,7 +82,7 @@ def _open(dataset: Dataset, qid: str, system: str) -> None:
     v = state.view()
     v.q, v.system = qid, system
     st.session_state.pop(state.widget_key("all_queries", state.scope(ui.dataset_key(dataset))), None)
-    st.switch_page("views/pages/explorer.py")
+    st.switch_page(ui.page("explorer"))
 
 
 def landing(dataset: Dataset) -> None:
