@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from r2med_core.cache import atomic_write_text, cache_root, entry_path
 from r2med_core.data import DEMO_TASKS, DataError, Dataset, Problem, load_demo, load_dir, validate_dir
 from r2med_core.hub import DownloadError, ModelUnavailable, download_task, load_hf
+from r2med_core.llm.batch import RetryPolicy
+from r2med_core.llm.client import Endpoint, LocalEndpoint
 from r2med_core.llm.generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
-    Endpoint,
     GenerationError,
-    LocalEndpoint,
     attach_live_rewrites,
     check_llm_name,
     generate_rewrites,
@@ -321,7 +321,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             llm_name=llm_name,
             first_stage=first_stage,
             progress=progress,
-            max_retries=args.max_retries,
+            retry=RetryPolicy(max_retries=args.max_retries),
             workers=args.workers,
             query_ids=wanted,
             prompts=prompts,
@@ -337,8 +337,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(result.summary())
     target = args.output or Path("rewrites") / safe_name(dataset.name)
     path = target if target.suffix == ".jsonl" else rewrite_file(target, args.method, llm_name)
-    save_rewrites(result.texts, dataset, path)
-    print(f"wrote {path} ({len(result.texts)} queries); evaluate with --rewrite {args.method}:{llm_name}")
+    save_rewrites(result.results, dataset, path)
+    print(f"wrote {path} ({len(result.results)} queries); evaluate with --rewrite {args.method}:{llm_name}")
     return 0
 
 

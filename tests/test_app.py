@@ -35,7 +35,7 @@ def open_app(
         at.query_params[name] = value
     at.run()
     if page:
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"views/pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -420,7 +420,7 @@ def test_systems_survive_a_source_switch_and_empty_selections_never_raise() -> N
     at.multiselect(key="w_systems").set_value([]).run()
     assert not at.exception, [e.value for e in at.exception]
     for page in ["explorer", "compare", "metrics", "leaderboard", "rewriting", "whatif", "annotations", "overview"]:
-        at.switch_page(f"views/{page}.py").run()
+        at.switch_page(f"views/pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
 
 
@@ -677,7 +677,8 @@ def test_leaderboard_shows_the_papers_best_figure_and_the_results_published_afte
 def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at_a_set_price(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from r2med_core.llm.generation import Endpoint, generate_rewrites
+    from r2med_core.llm.client import Endpoint
+    from r2med_core.llm.generation import generate_rewrites
 
     from .test_generation import KEY, FakeLLM, demo_replies
 

@@ -255,7 +255,7 @@ def _fresh_app(page: str, **params: str | list[str]) -> AppTest:
     for name, value in params.items():
         at.query_params[name] = value
     at.run()
-    at.switch_page(f"views/{page}.py").run()
+    at.switch_page(f"views/pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
