@@ -24,8 +24,9 @@ import time
 from typing import Any
 
 from r2med_core.data import Dataset
-from r2med_core.llm.generation import Endpoint
-from r2med_core.llm.llm_rerank import RerankReport, Window, estimate, listwise_rerank, pointwise_rerank
+from r2med_core.llm.batch import BatchReport
+from r2med_core.llm.client import Endpoint
+from r2med_core.llm.llm_rerank import Window, estimate, listwise_rerank, pointwise_rerank
 from r2med_core.runs import Run
 from tests.test_generation import FakeLLM
 
@@ -45,8 +46,8 @@ def responder(messages: list[dict[str, str]]) -> str:
     return "Reasoning about each passage.\n```json\n" + json.dumps(list(reversed(shown))[:10]) + "\n```"
 
 
-def timed(job: Any) -> tuple[float, RerankReport]:
-    report = RerankReport("", "")
+def timed(job: Any) -> tuple[float, BatchReport]:
+    report = BatchReport("", "")
     started = time.perf_counter()
     job(report)
     return time.perf_counter() - started, report
@@ -83,7 +84,7 @@ def main() -> None:
             for workers in levels:
                 os.environ["R2MED_CACHE_DIR"] = os.path.join(tmp, f"{method}-{workers}")
 
-                def job(report: RerankReport, method: str = method, workers: int = workers) -> None:
+                def job(report: BatchReport, method: str = method, workers: int = workers) -> None:
                     if method == "listwise":
                         listwise_rerank(run, dataset, endpoint, k=args.k, workers=workers, report_to=report)
                     else:

@@ -18,6 +18,9 @@ a lease file under ``.leases/``). Build folders left by killed processes are swe
 (now and then) by loads: a live build holds a lock on its folder that dies with its process, so a
 reused process id never keeps a crashed build's folder. A kind folder replaced by a file is moved
 aside (kept, renamed ``<kind>.not-a-folder-…``) and its entries rebuilt.
+
+LLM replies are kept apart, one small JSON file each (``ReplyCache``): they are paid for, so a
+reply is never thrown away by eviction, and a damaged file is a miss (asked again), never a crash.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -569,3 +573,55 @@ def cached(kind: str, key: dict[str, Any], build: Callable[[Path], None], load: 
         _touch(folder)
         enforce_cap(folder.parent.parent)
         return value
+
+
+# --------------------------------------------------------------------------- LLM replies
+
+#: A reply entry larger than this is not read (a miss): replies are kB, and capped at a few MB.
+REPLY_ENTRY_MAX_BYTES = 64 << 20
+_REPLY_KEY = re.compile(r"[0-9a-f]{24}")
+
+
+@dataclass(frozen=True)
+class ReplyCache:
+    """LLM replies on disk, one JSON object per reply at ``cache_root()/<folder>/<kk>/<key>.json``.
+
+    The key (``key``) is a fingerprint of ``namespace`` and of everything that changes the reply —
+    the caller passes the server, model, sampling, prompt version and the input text — and never
+    the API key. Entries are written atomically. A missing, unreadable, oversized, non-JSON or
+    non-object entry, a symlink or a device is a miss, never a crash; callers check the fields they
+    read and treat a wrong one as a miss too. The folder and key scheme are the ones the replies of
+    earlier versions were written with, so a user's cached (paid) replies stay in use.
+    """
+
+    folder: str
+    namespace: str
+
+    def key(self, *parts: Any) -> str:
+        return fingerprint(self.namespace, *parts)
+
+    def path(self, key: str) -> Path:
+        if not _REPLY_KEY.fullmatch(key):
+            raise ValueError(f"not a reply cache key: {key[:40]!r}")
+        return cache_root() / self.folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry for ``key``, or None (missing or damaged)."""
+        try:
+            fd = open_regular(self.path(key))
+            with os.fdopen(fd, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > REPLY_ENTRY_MAX_BYTES:
+                    return None
+                payload = json.loads(handle.read(REPLY_ENTRY_MAX_BYTES + 1))
+        except (OSError, ValueError, RecursionError):
+            return None
+        return payload if isinstance(payload, dict) else None
+
+    def put(self, key: str, payload: dict[str, Any]) -> bool:
+        """Keep ``payload`` for ``key``; False when it could not be written (the reply is still
+        used by the batch that asked for it; it is just asked again next time)."""
+        try:
+            atomic_write_text(self.path(key), json.dumps(payload, ensure_ascii=False))
+        except OSError:
+            return False
+        return True

@@ -677,7 +677,8 @@ def test_leaderboard_shows_the_papers_best_figure_and_the_results_published_afte
 def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at_a_set_price(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from r2med_core.llm.generation import Endpoint, generate_rewrites
+    from r2med_core.llm.client import Endpoint
+    from r2med_core.llm.generation import generate_rewrites
 
     from .test_generation import KEY, FakeLLM, demo_replies
 

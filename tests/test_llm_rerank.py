@@ -14,11 +14,11 @@ import pytest
 
 from r2med_core.data import Dataset
 from r2med_core.llm import llm_rerank as lr
+from r2med_core.llm.batch import BatchReport, RetryPolicy, Usage
+from r2med_core.llm.client import Endpoint, LocalEndpoint
 from r2med_core.llm.endpoints import OPERATOR_KEY, VISITOR_KEY, OperatorLLM
-from r2med_core.llm.generation import Endpoint, LocalEndpoint, Usage
 from r2med_core.llm.llm_rerank import (
     RerankIncomplete,
-    RerankReport,
     Window,
     estimate,
     listwise_messages,
@@ -131,7 +131,7 @@ def test_listwise_rerank_scores_listed_ids_k_down_and_caches(toy: Dataset, first
     assert seen[-1][0] == 1.0 and "done" in seen[-1][1] and any("2/2 requests" in m for _, m in seen)
     assert threads == {threading.current_thread()}  # a UI widget is only ever told from the caller's thread
 
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     again = listwise_rerank(first, toy, endpoint(llm, api_key="sk-other"), k=10, report_to=report)
     assert again.rankings == run.rankings and len(llm.requests) == 2  # from the cache; the key is not in its key
     assert (report.sent, report.from_cache, report.complete) == (0, 2, True)
@@ -141,14 +141,14 @@ def test_rerank_tokens_are_summed_and_a_run_from_the_cache_still_says_what_it_co
     toy: Dataset, first: Run, llm: FakeLLM
 ) -> None:
     llm.responder = lambda messages: json_reply([3, 1])
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     run = listwise_rerank(first, toy, endpoint(llm), k=10, report_to=report)
     sent = [usage_of(r["body"]["messages"], json_reply([3, 1])) for r in llm.requests]
     cost = Usage(sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent))
     assert len(sent) == 2 and cost.prompt_tokens > 100 and report.tokens == report.spent == cost
     assert run.usage == ({"model": "fake-model", "use": "listwise rerank", **cost.to_json()},)
 
-    cached_report = RerankReport("listwise", "")
+    cached_report = BatchReport("listwise", "")
     again = listwise_rerank(first, toy, endpoint(llm), k=10, report_to=cached_report)
     assert len(llm.requests) == 2 and not cached_report.tokens  # nothing new spent …
     assert cached_report.spent == cost and again.usage == run.usage  # … the run still says what it cost
@@ -185,7 +185,7 @@ def test_untrusted_listwise_replies_are_read_as_the_benchmark_reads_them(
     toy: Dataset, first: Run, llm: FakeLLM, reply: str, expected: list[str], note: str
 ) -> None:
     llm.responder = lambda messages: reply
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     run = listwise_rerank(first, toy, endpoint(llm), k=10, report_to=report)
     assert [doc for doc, _ in ranked(run, "q1")] == expected
     assert [score for _, score in ranked(run, "q1")] == sorted((s for _, s in ranked(run, "q1")), reverse=True)
@@ -229,7 +229,7 @@ def test_cancel_and_resume_from_the_cache(toy: Dataset, llm: FakeLLM) -> None:
     with pytest.raises(RerankIncomplete) as crashed:
         listwise_rerank(base, big, endpoint(llm), **fast())
     assert "401" in (crashed.value.report.error or "") and crashed.value.report.from_cache == 2
-    done = RerankReport("listwise", "")
+    done = BatchReport("listwise", "")
     run = listwise_rerank(base, big, endpoint(llm), workers=3, report_to=done)
     assert done.from_cache == 2 and done.sent == 4 and len(llm.requests) == 2 + 1 + 4
     assert all(run.top(qid) == [("d2", 10.0), ("d1", 9.0)] for qid in big.queries)
@@ -239,12 +239,12 @@ def test_rate_limits_are_waited_out_as_the_server_asks(toy: Dataset, first: Run,
     llm.responder = lambda messages: json_reply([1])
     sleeps: list[float] = []
     llm.script = [(429, {"Retry-After": "2"}, {"error": {"message": "slow down", "code": "rate_limit_exceeded"}})]
-    run = listwise_rerank(first, toy, endpoint(llm), sleep=sleeps.append, base_delay=0.25)
+    run = listwise_rerank(first, toy, endpoint(llm), retry=RetryPolicy(base_delay=0.25, sleep=sleeps.append))
     assert sleeps == [2.0] and len(llm.requests) == 3 and ranked(run, "q1") == [("d2", 10.0)]
     llm.script = [(429, {"Retry-After": "120"}, {"error": {"message": "slow down"}})] * 10
     with pytest.raises(RerankIncomplete) as limited:
         listwise_rerank(
-            first, toy, Endpoint(llm.url, "m2", api_key=KEY), sleep=sleeps.append, max_retries=2, max_delay=5
+            first, toy, Endpoint(llm.url, "m2", api_key=KEY), retry=RetryPolicy(2, max_delay=5, sleep=sleeps.append)
         )
     assert "rate-limiting (429) after 3 attempts" in str(limited.value) and sleeps[1:] == [5, 5]
 
@@ -271,9 +271,9 @@ def test_a_request_failing_on_its_own_can_keep_first_stage_order(toy: Dataset, f
     llm.script = [too_long]
     with pytest.raises(RerankIncomplete) as failed:
         listwise_rerank(first, toy, endpoint(llm), **fast())
-    assert "1 failed" in str(failed.value) and "context length exceeded" in str(failed.value)
+    assert "1 queries failed" in str(failed.value) and "context length exceeded" in str(failed.value)
     llm.script = [too_long]
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     run = listwise_rerank(first, toy, Endpoint(llm.url, "m2", api_key=KEY), keep_failed=True, report_to=report)
     failed_q = next(iter(report.failed))
     assert [d for d, _ in run.top(failed_q)] == ["d2", "d4", "d1", "d5", "d3"] and "failed" in report.notes[failed_q]
@@ -359,10 +359,10 @@ def test_pointwise_scores_are_probabilities_from_logprobs(toy: Dataset, first: R
 
 def test_pointwise_without_logprobs_falls_back_to_the_answer(toy: Dataset, first: Run, llm: FakeLLM) -> None:
     llm.responder = judge  # the server ignores the logprobs request (sends none)
-    report = RerankReport("pointwise", "")
+    report = BatchReport("pointwise", "")
     run, explanations = pointwise_rerank(first, toy, endpoint(llm), k=5, report_to=report)
     assert [score for _, score in run.top("q1")] == [1.0, 1.0, 1.0, 0.0, 0.0]
-    assert {e.source for e in explanations["q1"].values()} == {"answer"} and report.sources == {"answer": 10}
+    assert {e.source for e in explanations["q1"].values()} == {"answer"} and not report.unparsable
     assert "no log-probabilities" in lr.SCORE_SOURCES["answer"]
 
 
@@ -379,7 +379,7 @@ def test_pointwise_reply_without_an_answer_is_labelled(toy: Dataset, first: Run,
     llm.responder = lambda messages: "I cannot decide."
     one = Run("bm25", {"q1": first.rankings["q1"][:1]})
     _, explanations = pointwise_rerank(one, toy, endpoint(llm), k=1)
-    assert explanations["q1"]["d2"] == lr.Explanation("I cannot decide.", None, 0.5, "unparsed")
+    assert explanations["q1"]["d2"] == lr.PointwiseVerdict("I cannot decide.", None, 0.5, "unparsed")
 
 
 # --------------------------------------------------------------------------- estimate and endpoint policy
@@ -445,7 +445,7 @@ def test_end_to_end_with_the_offline_small_model(toy: Dataset, first: Run) -> No
     assert all(e.source in ("answer", "unparsed") and e.reasoning for e in explanations["q1"].values())
     listed = listwise_rerank(small, toy, local, k=2)
     assert set(dict(listed.top("q1"))) <= {"d2", "d4"} and set(listed.rankings) == {"q1", "q2"}
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     assert listwise_rerank(small, toy, local, k=2, report_to=report).rankings == listed.rankings
     assert report.sent == 0 and report.from_cache == 2
 
@@ -453,7 +453,7 @@ def test_end_to_end_with_the_offline_small_model(toy: Dataset, first: Run) -> No
 def test_queries_and_documents_the_dataset_lacks_are_said_so(toy: Dataset, first: Run, llm: FakeLLM) -> None:
     llm.responder = lambda messages: json_reply([1, 2])
     imported = Run("imported", {"q1": [("d1", 2.0), ("zz", 1.5), ("d2", 1.0)], "qX": [("d3", 1.0)]})
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     run = listwise_rerank(imported, toy, endpoint(llm), k=3, report_to=report)
     assert run.top("q1") == [("d1", 3.0), ("d2", 2.0)] and run.top("qX") == [("d3", 1.0)]
     assert "1 documents the corpus lacks" in report.notes["q1"] and "not reranked" in report.notes["qX"]
@@ -472,6 +472,6 @@ def test_a_window_job_cancelled_midway_resumes_where_it_stopped(llm: FakeLLM) ->
             base, data, endpoint(llm), k=30, window=Window(10, 5), should_stop=lambda: len(llm.requests) >= 3
         )
     assert stopped.value.report.stopped and len(llm.requests) == 3  # three of the five windows were asked
-    report = RerankReport("listwise", "")
+    report = BatchReport("listwise", "")
     done = listwise_rerank(base, data, endpoint(llm), k=30, window=Window(10, 5), report_to=report)
     assert (report.from_cache, report.sent, len(llm.requests)) == (3, 2, 5) and len(done.top("q")) == 30

@@ -132,7 +132,8 @@ def test_a_price_that_cannot_be_read_names_the_setting(text: str) -> None:
 
 
 def test_a_run_on_live_rewrites_and_an_llm_rerank_reports_what_both_cost() -> None:
-    from r2med_core.llm.generation import Endpoint, attach_live_rewrites, generate_rewrites
+    from r2med_core.llm.client import Endpoint
+    from r2med_core.llm.generation import attach_live_rewrites, generate_rewrites
     from r2med_core.llm.llm_rerank import listwise_rerank
     from r2med_core.systems import run_system
 

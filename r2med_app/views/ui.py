@@ -52,9 +52,9 @@ from r2med_core.judging.annotations import (
 )
 from r2med_core.judging.queue import migrate_queue_file
 from r2med_core.kinds.llm_rerank import use_operator
+from r2med_core.llm.client import Endpoint
 from r2med_core.llm.endpoints import OperatorLLM, Resolved, operator_llm, resolve_endpoint
 from r2med_core.llm.generation import (
-    Endpoint,
     attach_live_rewrites,
     live_generation_settings,
     live_rewrite_options,

@@ -17,11 +17,11 @@ from r2med_core.cli._common import (
     load,
     tqdm_progress,
 )
+from r2med_core.llm.batch import RetryPolicy
+from r2med_core.llm.client import Endpoint, LocalEndpoint
 from r2med_core.llm.generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
-    Endpoint,
-    LocalEndpoint,
     check_llm_name,
     generate_rewrites,
     rewrite_file,
@@ -138,7 +138,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             llm_name=llm_name,
             first_stage=first_stage,
             progress=progress,
-            max_retries=args.max_retries,
+            retry=RetryPolicy(max_retries=args.max_retries),
             workers=args.workers,
             query_ids=wanted,
             prompts=prompts,
@@ -154,6 +154,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(result.summary())
     target = args.output or Path("rewrites") / safe_name(dataset.name)
     path = target if target.suffix == ".jsonl" else rewrite_file(target, args.method, llm_name)
-    save_rewrites(result.texts, dataset, path)
-    print(f"wrote {path} ({len(result.texts)} queries); evaluate with --rewrite {args.method}:{llm_name}")
+    save_rewrites(result.results, dataset, path)
+    print(f"wrote {path} ({len(result.results)} queries); evaluate with --rewrite {args.method}:{llm_name}")
     return 0

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -36,19 +35,12 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 
-from r2med_core.cache import atomic_write_text, cache_root, fingerprint
+from r2med_core.cache import ReplyCache, atomic_write_text, cache_root, fingerprint
 from r2med_core.data import Dataset
 from r2med_core.judging.annotations import PROPOSER_PREFIX, Annotation, AnnotationStore, check_unjudged
-from r2med_core.llm.generation import (
-    AnyEndpoint,
-    ChatClient,
-    GenerationError,
-    LLMFailure,
-    LocalEndpoint,
-    Usage,
-    redact,
-    total_usage,
-)
+from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Unparsable, Usage, run_batch, total_usage
+from r2med_core.llm.client import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, redact
+from r2med_core.llm.prompts import GenerationError
 from r2med_core.progress import Progress, report
 from r2med_core.runs import Run
 
@@ -75,6 +67,8 @@ JUDGE_TOKENS = 300
 EXPLAIN_TOKENS = 160
 EXPLAIN_TIMEOUT = 30.0
 JUDGE_TIMEOUT = 120.0
+#: An explanation is asked for while the page waits: one retry, short backoffs.
+EXPLAIN_RETRY = RetryPolicy(max_retries=1, max_delay=30.0)
 
 _SYSTEM = "You are a careful medical expert who assesses search results for a medical retrieval benchmark."
 
@@ -256,35 +250,29 @@ def clean_explanation(reply: str, secret: str | None = None) -> str:
 # --------------------------------------------------------------------------- the cache
 
 
-def _entry(kind: str, key: str) -> Path:
-    return cache_root() / "llm_judge" / kind / key[:2] / f"{key}.json"
-
-
-def _read(kind: str, key: str) -> dict[str, Any] | None:
-    try:
-        payload = json.loads(_entry(kind, key).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return payload if isinstance(payload, dict) else None
+#: Grades and explanations, keyed by server, model identity, sampling, prompt version, query and document.
+GRADE_REPLIES = ReplyCache("llm_judge/grades", "llm-judge")
+EXPLAIN_REPLIES = ReplyCache("llm_judge/explain", "llm-explain")
 
 
 def explanation_key(endpoint: AnyEndpoint, query: str, passage: str) -> str:
     """Server, model identity (a local model's file and size), sampling, prompt version, query and
     document text; never the API key. Raises ``GenerationError`` when a local model is not installed."""
-    return fingerprint("llm-explain", explain_endpoint(endpoint).identity(), EXPLAIN_PROMPT_VERSION, query, passage)
+    return EXPLAIN_REPLIES.key(explain_endpoint(endpoint).identity(), EXPLAIN_PROMPT_VERSION, query, passage)
 
 
 def grade_key(endpoint: AnyEndpoint, query: str, passage: str) -> str:
     """As ``explanation_key``: a local model's grade never reuses a server model's, nor the reverse."""
-    return fingerprint("llm-judge", judge_endpoint(endpoint).identity(), JUDGE_PROMPT_VERSION, query, passage)
+    return GRADE_REPLIES.key(judge_endpoint(endpoint).identity(), JUDGE_PROMPT_VERSION, query, passage)
 
 
 # --------------------------------------------------------------------------- explanations
 
 
 @dataclass(frozen=True)
-class Explanation:
-    """The bridging step an LLM named (``text``), or why there is none (``error``)."""
+class BridgeExplanation:
+    """The bridging step an LLM named between a query and a gold document (``text``), or why there is
+    none (``error``)."""
 
     model: str
     text: str | None = None
@@ -294,24 +282,20 @@ class Explanation:
     usage: Usage = field(default_factory=Usage)  # what asking for it cost (kept with the cached explanation)
 
 
-def _backend(endpoint: AnyEndpoint, max_retries: int, sleep: Callable[[float], None]) -> ChatClient:
-    return ChatClient(endpoint, max_retries=max_retries, base_delay=1.0, max_delay=30.0, sleep=sleep)
-
-
-def cached_explanation(endpoint: AnyEndpoint, query: str, passage: str) -> Explanation | None:
+def cached_explanation(endpoint: AnyEndpoint, query: str, passage: str) -> BridgeExplanation | None:
     """The explanation asked for earlier with these settings, or None; never contacts the server
     (nor loads a local model: one that is not installed has nothing cached)."""
     try:
         key = explanation_key(endpoint, query, passage)
     except GenerationError:
         return None
-    payload = _read("explain", key)
+    payload = EXPLAIN_REPLIES.get(key)
     text = payload.get("text") if payload else None
     if not isinstance(text, str) or not text.strip():
         return None
     usage = Usage.from_json(payload.get("usage")) if payload else Usage()
     model = judge_model(endpoint)
-    return Explanation(model, clean_explanation(text, _secret(endpoint)), from_cache=True, usage=usage)
+    return BridgeExplanation(model, clean_explanation(text, _secret(endpoint)), from_cache=True, usage=usage)
 
 
 def explain_relevance(
@@ -319,9 +303,8 @@ def explain_relevance(
     query: str,
     passage: str,
     *,
-    max_retries: int = 1,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Explanation:
+    retry: RetryPolicy = EXPLAIN_RETRY,
+) -> BridgeExplanation:
     """Ask for the bridging step between a query and a gold document (cached; never raises for server trouble)."""
     hit = cached_explanation(endpoint, query, passage)
     if hit is not None:
@@ -329,19 +312,19 @@ def explain_relevance(
     model, secret = judge_model(endpoint), _secret(endpoint)
     try:
         key = explanation_key(endpoint, query, passage)
-        reply = _backend(explain_endpoint(endpoint), max_retries, sleep).chat(explain_messages(query, passage))
+        reply = ChatClient(explain_endpoint(endpoint), retry).chat(explain_messages(query, passage))
     except LLMFailure as failure:
-        return Explanation(model, error=failure.message)
+        return BridgeExplanation(model, error=failure.message)
     except GenerationError as err:  # a local model that is not installed
-        return Explanation(model, error=str(err))
+        return BridgeExplanation(model, error=str(err))
     except Exception as err:  # never leak the key
-        return Explanation(model, error=redact(f"{type(err).__name__}: {err}", secret))
+        return BridgeExplanation(model, error=redact(f"{type(err).__name__}: {err}", secret))
     text = clean_explanation(reply.text, secret)
     if not text:
-        return Explanation(model, error="the model returned an empty explanation", usage=reply.usage)
+        return BridgeExplanation(model, error="the model returned an empty explanation", usage=reply.usage)
     payload = {"text": text, "model": model, "prompt": EXPLAIN_PROMPT_VERSION, "usage": reply.usage.to_json()}
-    atomic_write_text(_entry("explain", key), json.dumps(payload))
-    return Explanation(model, text, usage=reply.usage)
+    EXPLAIN_REPLIES.put(key, payload)
+    return BridgeExplanation(model, text, usage=reply.usage)
 
 
 # --------------------------------------------------------------------------- which pairs to judge
@@ -415,53 +398,8 @@ def judged_sample(
 # --------------------------------------------------------------------------- judging a batch
 
 
-@dataclass
-class JudgeReport:
-    """What a batch did: the grade of every pair graded now or before (``grades``), the pairs that
-    failed (with why), and, when it stopped early, why (``error``) and the pairs not tried."""
-
-    model: str
-    endpoint: str
-    grades: dict[tuple[str, str], int] = field(default_factory=dict)
-    judged: int = 0
-    from_cache: int = 0
-    failed: dict[tuple[str, str], str] = field(default_factory=dict)
-    error: str | None = None
-    remaining: list[tuple[str, str]] = field(default_factory=list)
-    usage: dict[tuple[str, str], Usage] = field(default_factory=dict)  # per graded pair: what its grade cost
-    tokens: Usage = field(default_factory=Usage)  # all this batch spent, unusable replies too (cache hits: 0)
-
-    @property
-    def spent(self) -> Usage:
-        """What it cost to make every grade the report holds, cached ones included."""
-        return total_usage(self.usage[unit] for unit in self.grades if unit in self.usage)
-
-    @property
-    def complete(self) -> bool:
-        return not self.failed and not self.remaining and self.error is None
-
-    def summary(self) -> str:
-        parts = [f"{self.judged} judged", f"{self.from_cache} from cache"]
-        if self.failed:
-            parts.append(f"{len(self.failed)} failed")
-        if self.remaining:
-            parts.append(f"{len(self.remaining)} not tried")
-        if self.tokens:
-            parts.append(self.tokens.describe())
-        return f"{self.model} ({self.endpoint}): " + ", ".join(parts)
-
-    def problem(self) -> str | None:
-        if self.error:
-            return self.error
-        if self.failed:
-            (qid, doc), message = next(iter(self.failed.items()))
-            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
-            return f"{len(self.failed)} pairs failed — query {qid}, {doc}: {message}{more}; run again to retry them"
-        return None
-
-
 @dataclass(frozen=True)
-class Estimate:
+class JudgeEstimate:
     """What a batch would cost before it is started: requests still to make and tokens (≈ 4 characters
     a token for the prompts; the replies at most ``JUDGE_TOKENS`` each)."""
 
@@ -478,7 +416,7 @@ class Estimate:
         )
 
 
-def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> Estimate:
+def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> JudgeEstimate:
     """Count the requests and tokens ``judge_pairs`` would spend (cached pairs cost nothing); raises
     ``GenerationError`` when ``endpoint`` is a local model that is not installed."""
     pairs = list(pairs)
@@ -491,7 +429,7 @@ def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> 
         requests += 1
         chars += sum(len(m["content"]) for m in judge_messages(query, passage))
     replies = judge_endpoint(endpoint).max_tokens or JUDGE_TOKENS
-    return Estimate(len(pairs), cached, requests, chars // 4, requests * replies)
+    return JudgeEstimate(len(pairs), cached, requests, chars // 4, requests * replies)
 
 
 def _cached_grade(endpoint: AnyEndpoint, query: str, passage: str) -> int | None:
@@ -501,7 +439,7 @@ def _cached_grade(endpoint: AnyEndpoint, query: str, passage: str) -> int | None
 
 def _cached(endpoint: AnyEndpoint, query: str, passage: str) -> tuple[int, Usage] | None:
     """A cached grade and the tokens it cost to make."""
-    payload = _read("grades", grade_key(endpoint, query, passage))
+    payload = GRADE_REPLIES.get(grade_key(endpoint, query, passage))
     grade = payload.get("grade") if payload else None
     if not isinstance(grade, int) or isinstance(grade, bool) or grade not in GRADES:
         return None
@@ -523,86 +461,81 @@ def judge_pairs(
     *,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
-    max_retries: int = 5,
-    base_delay: float = 1.0,
-    max_delay: float = 60.0,
-    max_consecutive_failures: int = 3,
-    sleep: Callable[[float], None] = time.sleep,
-) -> JudgeReport:
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> BatchReport:
     """Grade every pair (or take its grade from the cache), one request at a time; never raises for
-    server trouble. A wrong key, an unreachable server, a lasting rate limit (429) or a local model
-    that is not installed stop the batch; a reply without a usable score (the offline demo model's
-    often) fails only its pair (and is not cached, so a rerun retries it).
+    server trouble. The report's ``results`` hold the grade of every (query, document) graded now
+    or before. A wrong key, an unreachable server, a lasting rate limit (429) or a local model that
+    is not installed stop the batch; a reply without a usable score (the offline demo model's often)
+    fails only its pair, is not cached (a rerun retries it), and, as everywhere, does not count
+    toward the failures in a row that stop a batch (``r2med_core.llm.batch``).
     ``progress`` may raise to cancel (the app's Cancel): grades made so far are cached."""
     pairs = _first_of_each(pairs)
-    model, secret = judge_model(endpoint), _secret(endpoint)
-    result = JudgeReport(model, endpoint.url)
+    model = judge_model(endpoint)
+    result = BatchReport(model, endpoint.url, noun="pairs")
     todo: list[tuple[Pair, str, str]] = []
     for position, pair in enumerate(pairs):
         query, passage = dataset.queries[pair.query_id], dataset.corpus[pair.doc_id]
         try:
             found = _cached(endpoint, query, passage)
         except GenerationError as err:  # a local model that is not installed: its identity is unknown
-            result.error = str(err)
+            result.error, result.stopped = str(err), True
             result.remaining = [(p.query_id, p.doc_id) for p in pairs[position:]]
             return result
         if found is None:
             todo.append((pair, query, passage))
         else:
-            result.grades[pair.query_id, pair.doc_id], result.usage[pair.query_id, pair.doc_id] = found
+            result.results[pair.query_id, pair.doc_id], result.usage[pair.query_id, pair.doc_id] = found
             result.from_cache += 1
     total = len(pairs)
 
     def tell() -> None:
-        done = len(result.grades) + len(result.failed)
+        done = len(result.results) + len(result.failed)
         report(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs")
 
     tell()
-    if not todo:
-        return result
-    chosen = judge_endpoint(endpoint)
-    try:
-        client = ChatClient(chosen, max_retries=max_retries, base_delay=base_delay, max_delay=max_delay, sleep=sleep)
-    except LLMFailure as failure:  # the client refused its settings (the key redacted)
-        result.error = redact(failure.message, secret)
-        result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo]
-        return result
-    consecutive = 0
-    for position, (pair, query, passage) in enumerate(todo):
-        unit = (pair.query_id, pair.doc_id)
-        if should_stop is not None and should_stop():
-            result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo[position:]]
-            result.error = "stopped; run again to resume (finished pairs are cached)"
-            break
-        try:
-            answer = client.chat(judge_messages(query, passage))
-        except LLMFailure as failure:
-            result.failed[unit] = failure.message
-            if failure.batch:
-                result.error = failure.message
-                result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo[position + 1 :]]
-                break
-            consecutive += 1
-        else:
-            reply = redact(answer.text, secret)
-            parsed = parse_grade(reply)
-            if parsed.grade is None:
-                result.failed[unit] = f"unusable reply ({parsed.problem}): {clean_explanation(reply)[:120]!r}"
-                consecutive += 1
-            else:
-                consecutive = 0
-                payload = {"grade": parsed.grade, "reply": reply[:2000], "model": model}
-                payload["prompt"], payload["usage"] = JUDGE_PROMPT_VERSION, answer.usage.to_json()
-                atomic_write_text(_entry("grades", grade_key(endpoint, query, passage)), json.dumps(payload))
-                result.grades[unit], result.usage[unit] = parsed.grade, answer.usage
-                result.judged += 1
-        if consecutive >= max_consecutive_failures:
-            result.error = f"{consecutive} pairs in a row failed, stopping — last: {result.failed[unit]}"
-            result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo[position + 1 :]]
-            break
-        tell()
-    result.tokens = client.usage
+    if todo:
+        _grade(todo, endpoint, result, retry, should_stop, tell)
+    result.spent = total_usage(result.usage[unit] for unit in result.results if unit in result.usage)
     return result
+
+
+def _grade(
+    todo: list[tuple[Pair, str, str]],
+    endpoint: AnyEndpoint,
+    result: BatchReport,
+    retry: RetryPolicy,
+    should_stop: Callable[[], bool] | None,
+    tell: Callable[[], None],
+) -> None:
+    """Ask for the grades not cached, with the shared batch runner; usable grades are cached."""
+    model, secret = judge_model(endpoint), _secret(endpoint)
+    try:
+        client = ChatClient(judge_endpoint(endpoint), retry)
+    except LLMFailure as failure:  # the client refused its settings (the key redacted)
+        result.error, result.stopped = redact(failure.message, secret), True
+        result.remaining = [(p.query_id, p.doc_id) for p, _, _ in todo]
+        return
+
+    def grade(unit: tuple[str, str], query: str, passage: str) -> int:
+        answer = client.chat(judge_messages(query, passage))
+        result.sent += 1
+        reply = redact(answer.text, secret)
+        parsed = parse_grade(reply)
+        if parsed.grade is None:
+            raise Unparsable(f"unusable reply ({parsed.problem}): {clean_explanation(reply)[:120]!r}")
+        payload = {"grade": parsed.grade, "reply": reply[:2000], "model": model}
+        payload["prompt"], payload["usage"] = JUDGE_PROMPT_VERSION, answer.usage.to_json()
+        GRADE_REPLIES.put(grade_key(endpoint, query, passage), payload)
+        result.results[unit], result.usage[unit] = parsed.grade, answer.usage
+        return parsed.grade
+
+    jobs = [
+        ((p.query_id, p.doc_id), lambda u=(p.query_id, p.doc_id), q=query, d=passage: grade(u, q, d))
+        for p, query, passage in todo
+    ]
+    run_batch(jobs, result, policy=retry, fail_message=client.fail_message, should_stop=should_stop, tick=tell)
+    result.tokens = client.usage
 
 
 # --------------------------------------------------------------------------- proposals

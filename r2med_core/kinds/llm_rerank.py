@@ -41,8 +41,8 @@ from r2med_core.kinds.base import (
     scaled,
 )
 from r2med_core.llm import llm_rerank as lr
+from r2med_core.llm.client import Endpoint
 from r2med_core.llm.endpoints import EndpointError, OperatorLLM, operator_llm
-from r2med_core.llm.generation import Endpoint
 from r2med_core.progress import Progress
 from r2med_core.runs import Run
 from r2med_core.settings import load_settings
@@ -217,7 +217,7 @@ class LLMRerankKind(SystemKind):
             out.append("list-wise reranking in sliding windows (RankGPT's), not the benchmark's one prompt per query")
         return out
 
-    def _estimate(self, dataset: Dataset, spec: SystemSpec, k: int) -> lr.Estimate | None:
+    def _estimate(self, dataset: Dataset, spec: SystemSpec, k: int) -> lr.RerankEstimate | None:
         """The job's cost with cached replies counted, once the first stage is on disk or cheap enough
         to compute by itself (the operator's ``R2MED_COMPUTE_SECONDS``; else None)."""
         depth, first_k = _depths(spec, k)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from r2med_core.llm.generation import OPENAI_DEFAULT_URL, Endpoint, base_url_refusal
+from r2med_core.llm.client import OPENAI_DEFAULT_URL, Endpoint, base_url_refusal
 from r2med_core.settings import Settings
 
 #: What ``Resolved.credential_source`` says; shown in the app, never the key itself.

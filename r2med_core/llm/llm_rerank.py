@@ -31,7 +31,7 @@ here, so the sentences around the scores are this project's, on the benchmark's 
 document) the model reasons in a few sentences, then answers "Answer: relevant" or "Answer: not
 relevant". The score is P(relevant) from the answer token's log-probabilities when the endpoint
 returns them (``logprobs``/``top_logprobs`` are requested), else 1.0 / 0.0 from the parsed answer
-(0.5 when no answer is found) — ``Explanation.source`` says which. The reasoning is kept per
+(0.5 when no answer is found) — ``PointwiseVerdict.source`` says which. The reasoning is kept per
 (query, document) as the explanation the explorer shows.
 
 Every reply is cached on disk (atomic writes) keyed by server, model, sampling, prompt version and
@@ -51,16 +51,15 @@ import re
 import threading
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
-from pathlib import Path
 from typing import Any
 
-from r2med_core.cache import atomic_write_text, cache_root, fingerprint
+from r2med_core.cache import ReplyCache
 from r2med_core.data import Dataset
+from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Stopped, Unparsable, Usage, run_batch
+from r2med_core.llm.client import AnyEndpoint, ChatClient, LocalEndpoint, redact
 from r2med_core.llm.endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
-from r2med_core.llm.generation import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, Usage, redact
 from r2med_core.llm.prompts import OFFICIAL_MAX_TOKENS
 from r2med_core.progress import Progress, report
 from r2med_core.runs import Ranking, Run
@@ -129,7 +128,7 @@ class Window:
 
 
 @dataclass(frozen=True)
-class Explanation:
+class PointwiseVerdict:
     """Why the point-wise judge scored a document so: its reasoning, answer, score and where the
     score came from (``"logprobs"``, ``"answer"`` or ``"unparsed"``; see ``SCORE_SOURCES``).
 
@@ -150,57 +149,11 @@ SCORE_SOURCES = {
 }
 
 
-@dataclass
-class RerankReport:
-    """What a job did. ``notes`` hold per-query remarks (a fallback to first-stage order, dropped ids)."""
-
-    method: str
-    endpoint: str
-    sent: int = 0
-    from_cache: int = 0
-    failed: dict[str, str] = field(default_factory=dict)
-    stopped: bool = False
-    error: str | None = None
-    remaining: list[str] = field(default_factory=list)
-    notes: dict[str, str] = field(default_factory=dict)
-    sources: dict[str, int] = field(default_factory=dict)
-    tokens: Usage = field(default_factory=Usage)  # spent by this job (cache hits: 0)
-    spent: Usage = field(default_factory=Usage)  # what every reply used cost to make, cached ones included
-
-    @property
-    def complete(self) -> bool:
-        return not self.failed and not self.remaining and not self.stopped
-
-    def summary(self) -> str:
-        parts = [f"{self.sent} requests sent", f"{self.from_cache} from cache"]
-        if self.failed:
-            parts.append(f"{len(self.failed)} failed")
-        if self.remaining:
-            parts.append(f"{len(self.remaining)} not done")
-        if self.notes:
-            parts.append(f"{len(self.notes)} queries with notes")
-        if self.tokens:
-            parts.append(self.tokens.describe())
-        return f"{self.method} ({self.endpoint}): " + ", ".join(parts)
-
-    def problem(self) -> str | None:
-        """One line saying what went wrong (None when complete)."""
-        if self.error:
-            return self.error + "; run again to resume (finished requests are cached)"
-        if self.failed:
-            what, message = next(iter(self.failed.items()))
-            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
-            return f"{len(self.failed)} failed — {what}: {message}{more}; run again to retry them"
-        if self.stopped:
-            return f"stopped with {len(self.remaining)} left; run again to resume (finished requests are cached)"
-        return None
-
-
 class RerankIncomplete(RuntimeError):
     """The job stopped (asked to, or the server failed) before every query was reranked; what was
     done is cached, so running again resumes. ``report`` says what happened."""
 
-    def __init__(self, report: RerankReport) -> None:
+    def __init__(self, report: BatchReport) -> None:
         super().__init__(report.problem() or "the reranking did not finish")
         self.report = report
 
@@ -426,7 +379,7 @@ def relevance_probability(distribution: list[tuple[str, float]] | None) -> float
     return yes / (yes + no) if yes + no > 0 else None
 
 
-def explain(content: str, distribution: list[tuple[str, float]] | None) -> Explanation:
+def explain(content: str, distribution: list[tuple[str, float]] | None) -> PointwiseVerdict:
     """The judge's reasoning, answer and score from one reply (see ``SCORE_SOURCES``)."""
     answers = list(_ANSWER.finditer(content))
     answer = None
@@ -437,17 +390,21 @@ def explain(content: str, distribution: list[tuple[str, float]] | None) -> Expla
         reasoning = content[: last.start()].strip() or reasoning
     probability = relevance_probability(distribution)
     if probability is not None:
-        return Explanation(reasoning, answer, probability, "logprobs")
+        return PointwiseVerdict(reasoning, answer, probability, "logprobs")
     if answer is not None:
-        return Explanation(reasoning, answer, 1.0 if answer == "relevant" else 0.0, "answer")
-    return Explanation(reasoning, None, 0.5, "unparsed")
+        return PointwiseVerdict(reasoning, answer, 1.0 if answer == "relevant" else 0.0, "answer")
+    return PointwiseVerdict(reasoning, None, 0.5, "unparsed")
 
 
 # --------------------------------------------------------------------------- the reply cache
 
 
+#: Every reply, keyed by method, prompt version, server, model, sampling and the exact messages.
+REPLIES = ReplyCache("llm_rerank", "llm-rerank")
+
+
 @dataclass(frozen=True)
-class _Reply:
+class _CachedReply:
     content: str
     distribution: list[tuple[str, float]] | None = None
     seconds: float = 0.0
@@ -456,39 +413,25 @@ class _Reply:
 
 def reply_key(method: str, endpoint: AnyEndpoint, messages: list[dict[str, str]], logprobs: bool) -> str:
     """The cache key of one reply: method and prompt version, server, model, sampling, the messages."""
-    version = PROMPT_VERSIONS[method]
-    return fingerprint("llm-rerank", method, version, endpoint.identity(), messages, logprobs)
+    return REPLIES.key(method, PROMPT_VERSIONS[method], endpoint.identity(), messages, logprobs)
 
 
-def _entry(key: str) -> Path:
-    return cache_root() / "llm_rerank" / key[:2] / f"{key}.json"
-
-
-def _cache_get(key: str) -> _Reply | None:
+def _cache_get(key: str) -> _CachedReply | None:
+    payload = REPLIES.get(key)
+    if payload is None or not isinstance(payload.get("content"), str):
+        return None
     try:
-        payload = json.loads(_entry(key).read_text(encoding="utf-8"))
-        content = payload["content"]
         raw = payload.get("distribution")
         distribution = [(str(t), float(lp)) for t, lp in raw] if isinstance(raw, list) else None
         seconds = float(payload.get("seconds", 0.0))
-        usage = Usage.from_json(payload.get("usage"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (ValueError, TypeError):
         return None
-    return _Reply(content, distribution, seconds, usage) if isinstance(content, str) else None
+    return _CachedReply(payload["content"], distribution, seconds, Usage.from_json(payload.get("usage")))
 
 
-def _cache_put(key: str, reply: _Reply) -> None:
-    payload = {
-        "content": reply.content,
-        "distribution": reply.distribution,
-        "seconds": reply.seconds,
-        "usage": reply.usage.to_json(),
-    }
-    atomic_write_text(_entry(key), json.dumps(payload, ensure_ascii=False))
-
-
-class _Stopped(Exception):
-    """Asked to stop before sending a request."""
+def _cache_put(key: str, reply: _CachedReply) -> None:
+    payload = {"content": reply.content, "distribution": reply.distribution, "seconds": reply.seconds}
+    REPLIES.put(key, {**payload, "usage": reply.usage.to_json()})
 
 
 class _NotCached(Exception):
@@ -507,11 +450,11 @@ class _Asker:
         progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None,
         dry: bool = False,
-        retry: dict[str, Any] | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self.method, self.endpoint, self.total = method, endpoint, total
         self.progress, self.should_stop, self.dry = progress, should_stop, dry
-        self.retry = retry or {}
+        self.retry = retry
         self.sent = self.from_cache = 0
         self.seconds = 0.0  # request time of every reply used, cached ones included (summed)
         self.tokens = Usage()  # spent now
@@ -525,7 +468,7 @@ class _Asker:
         """Made on the first request (raises ``LLMFailure`` when the client refuses its settings)."""
         with self.lock:
             if self._client is None:
-                self._client = ChatClient(self.endpoint, **self.retry)
+                self._client = ChatClient(self.endpoint, self.retry)
             return self._client
 
     def tick(self) -> None:
@@ -538,7 +481,7 @@ class _Asker:
         )
         report(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{left}")
 
-    def ask(self, messages: list[dict[str, str]], logprobs: bool = False) -> _Reply:
+    def ask(self, messages: list[dict[str, str]], logprobs: bool = False) -> _CachedReply:
         logprobs = logprobs and not isinstance(self.endpoint, LocalEndpoint)
         key = reply_key(self.method, self.endpoint, messages, logprobs)
         hit = _cache_get(key)
@@ -551,12 +494,12 @@ class _Asker:
         if self.dry:
             raise _NotCached
         if self.should_stop is not None and self.should_stop():
-            raise _Stopped
+            raise Stopped
         answer = self.client().chat(messages, top_logprobs=TOP_LOGPROBS if logprobs else None)
         distribution = answer_distribution(answer.logprobs) if answer.logprobs else None
         if distribution and self.secret and any(self.secret in t for t, _ in distribution):
             distribution = None
-        reply = _Reply(answer.text, distribution, answer.seconds, answer.usage)
+        reply = _CachedReply(answer.text, distribution, answer.seconds, answer.usage)
         _cache_put(key, reply)
         with self.lock:
             self.sent += 1
@@ -566,53 +509,17 @@ class _Asker:
         return reply
 
 
-def _run_jobs(
-    jobs: list[tuple[str, Callable[[], Any]]],
-    asker: _Asker,
-    result: RerankReport,
-    *,
-    workers: int,
-    should_stop: Callable[[], bool] | None,
-    max_consecutive_failures: int,
-) -> dict[str, Any]:
-    """Run the jobs, at most ``workers`` at a time, in order; stop cleanly (running ones finish)."""
-    done: dict[str, Any] = {}
-    queue = list(reversed(jobs))
-    running: dict[Future[Any], str] = {}
-    consecutive = 0
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="r2med-llm-rerank") as pool:
-        while queue or running:
-            while queue and len(running) < max(1, workers) and not result.stopped:
-                if should_stop is not None and should_stop():
-                    result.stopped = True
-                    break
-                name, job = queue.pop()
-                running[pool.submit(job)] = name
-            if not running:
-                break
-            finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-            asker.tick()  # from this thread only: a UI's progress widget may not be told from a worker
-            for future in finished:
-                name = running.pop(future)
-                try:
-                    done[name] = future.result()
-                    consecutive = 0
-                except _Stopped:
-                    result.stopped = True
-                except LLMFailure as failure:
-                    result.failed[name] = failure.message
-                    consecutive += 1
-                    if failure.batch and not result.error:
-                        result.error, result.stopped = failure.message, True
-                    elif consecutive >= max_consecutive_failures and not result.stopped:
-                        result.error = f"{consecutive} requests in a row failed, stopping — last: {failure.message}"
-                        result.stopped = True
-                except Exception as err:  # a bug must not lose the finished work
-                    result.failed[name] = redact(f"{type(err).__name__}: {err}", asker.secret)
-                    consecutive += 1
-            if result.stopped:
-                queue.clear()
-    result.remaining = [name for name, _ in jobs if name not in done and name not in result.failed]
+def _run(jobs: list[tuple[str, Callable[[], Any]]], asker: _Asker, result: BatchReport, workers: int) -> dict[str, Any]:
+    """Run the jobs with the shared batch runner; the report counts the requests ``asker`` made."""
+    done = run_batch(
+        jobs,
+        result,
+        policy=asker.retry,
+        fail_message=lambda err: redact(f"{type(err).__name__}: {err}", asker.secret),
+        workers=workers,
+        should_stop=asker.should_stop,
+        tick=asker.tick,
+    )
     result.sent, result.from_cache = asker.sent, asker.from_cache
     result.tokens, result.spent = asker.tokens, asker.spent
     return done
@@ -639,13 +546,20 @@ def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]
     return out
 
 
-def _usable(result: RerankReport, keep_failed: bool) -> bool:
+def _report(given: BatchReport | None, method: str, endpoint: AnyEndpoint, noun: str) -> BatchReport:
+    """The caller's report (``report_to``) or a new one, labelled with this method and endpoint."""
+    result = given if given is not None else BatchReport(method, endpoint.url)
+    result.label, result.endpoint, result.noun = method, endpoint.url, noun
+    return result
+
+
+def _usable(result: BatchReport, keep_failed: bool) -> bool:
     """Complete, or (``keep_failed``) finished with only per-request failures — a 400 for a prompt
     too long for the model fails the same way every time, so waiting for it would never end."""
     return result.complete or (keep_failed and not result.stopped and not result.remaining)
 
 
-def _note_unshown(run: Run, dataset: Dataset, plan: dict[str, Any], k: int, result: RerankReport) -> None:
+def _note_unshown(run: Run, dataset: Dataset, plan: dict[str, Any], k: int, result: BatchReport) -> None:
     """Say which queries kept their first-stage top k (query text unknown, as an imported run's may
     be) and which lost documents the corpus lacks (they cannot be shown to the model)."""
     for qid in run.rankings:
@@ -713,10 +627,14 @@ def _listwise_job(
     window: Window | None,
     scores: dict[str, float] | None = None,
 ) -> tuple[Ranking, str | None]:
+    """A query's reranked list and its note; raises ``Unparsable`` with them as the fallback when a
+    reply had no usable list (the first-stage order is kept there, as the benchmark does)."""
     if window is None:
         reply = asker.ask(_list_messages(dataset, query, docs, OFFICIAL_LISTED, scores))
         named, note = _listed_docs(parse_listwise_reply(reply.content), docs)
-        return official_scores(docs if named is None else named, k), note
+        if named is None:
+            raise Unparsable(note or "", fallback=(official_scores(docs, k), note))
+        return official_scores(named, k), note
     order = list(docs)
     notes: list[str] = []
     for start, end in window.spans(len(order)):
@@ -728,7 +646,10 @@ def _listwise_job(
             continue
         first = list(dict.fromkeys(named))
         order[start:end] = first + [d for d in shown if d not in set(first)]
-    return [(doc, float(k - i)) for i, doc in enumerate(order)], "; ".join(notes) or None
+    ranking, note = [(doc, float(k - i)) for i, doc in enumerate(order)], "; ".join(notes) or None
+    if notes:
+        raise Unparsable(note or "", fallback=(ranking, note))
+    return ranking, note
 
 
 def listwise_rerank(
@@ -742,13 +663,9 @@ def listwise_rerank(
     workers: int = 1,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
-    report_to: RerankReport | None = None,
+    report_to: BatchReport | None = None,
     keep_failed: bool = False,
-    max_retries: int = 5,
-    base_delay: float = 1.0,
-    max_delay: float = 60.0,
-    max_consecutive_failures: int = 3,
-    sleep: Callable[[float], None] = time.sleep,
+    retry: RetryPolicy = DEFAULT_RETRY,
     show_scores: bool = False,
 ) -> Run:
     """Rerank each query's top ``k`` with the benchmark's list-wise GPT prompt (module docstring), or
@@ -759,7 +676,8 @@ def listwise_rerank(
     are bounded by ``max_tokens`` (default 10240 for a server; a ``LocalEndpoint`` keeps its own).
     ``workers`` queries are asked at once. Raises ``RerankIncomplete`` when stopped by
     ``should_stop`` or by server trouble; everything answered is cached, so calling again resumes.
-    ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes).
+    ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes);
+    ``retry``: how failed requests are retried and when the job gives up (``r2med_core.llm.batch``).
     ``keep_failed``: a query whose request failed on its own (say, a 400 for a prompt too long)
     keeps its first-stage order, as an unparsable reply does, instead of raising.
     """
@@ -768,24 +686,16 @@ def listwise_rerank(
         _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
     endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
     method = "insertrank" if show_scores else "listwise"
-    result = report_to if report_to is not None else RerankReport(method, endpoint.url)
-    result.method, result.endpoint = method, endpoint.url
+    result = _report(report_to, method, endpoint, "queries")
     total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
-    retry = {"max_retries": max_retries, "base_delay": base_delay, "max_delay": max_delay, "sleep": sleep}
     asker = _Asker(method, endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry)
     shown = _scores_shown(run, plan, k, show_scores)
     jobs = [
         (qid, partial(_listwise_job, asker, dataset, query, docs, k, window, shown.get(qid)))
         for qid, (query, docs) in plan.items()
     ]
-    done = _run_jobs(
-        jobs,
-        asker,
-        result,
-        workers=workers,
-        should_stop=should_stop,
-        max_consecutive_failures=max_consecutive_failures,
-    )
+    done = _run(jobs, asker, result, workers)
+    result.results = {qid: ranking for qid, (ranking, _) in done.items()}
     if not _usable(result, keep_failed):
         raise RerankIncomplete(result)
     rankings: dict[str, Ranking] = {}
@@ -821,18 +731,14 @@ def pointwise_rerank(
     workers: int = 1,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
-    report_to: RerankReport | None = None,
+    report_to: BatchReport | None = None,
     keep_failed: bool = False,
-    max_retries: int = 5,
-    base_delay: float = 1.0,
-    max_delay: float = 60.0,
-    max_consecutive_failures: int = 3,
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[Run, dict[str, dict[str, Explanation]]]:
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> tuple[Run, dict[str, dict[str, PointwiseVerdict]]]:
     """Judge each of a query's top ``k`` documents on its own (module docstring) and sort by P(relevant).
 
     Returns the reranked run (the k documents; ties keep first-stage order) and, per query and
-    document, the ``Explanation`` (reasoning, answer, score, its source). Sampling left unset on the
+    document, the ``PointwiseVerdict`` (reasoning, answer, score, its source). Sampling left unset on the
     endpoint is temperature 0; replies are bounded by ``max_tokens`` (default 1024 for a server).
     ``workers`` requests at once. Raises ``RerankIncomplete`` like
     ``listwise_rerank``; calling again resumes from the cache. ``keep_failed``: a document whose
@@ -840,29 +746,24 @@ def pointwise_rerank(
     """
     plan = _plan(run, dataset, k)
     endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
-    result = report_to if report_to is not None else RerankReport("pointwise", endpoint.url)
-    result.method, result.endpoint = "pointwise", endpoint.url
+    result = _report(report_to, "pointwise", endpoint, "documents")
     pairs = [(qid, doc) for qid, (_, docs) in plan.items() for doc in docs]
-    retry = {"max_retries": max_retries, "base_delay": base_delay, "max_delay": max_delay, "sleep": sleep}
     asker = _Asker("pointwise", endpoint, total=len(pairs), progress=progress, should_stop=should_stop, retry=retry)
 
-    def judge(qid: str, doc: str) -> Explanation:
+    def judge(qid: str, doc: str) -> PointwiseVerdict:
         reply = asker.ask(pointwise_messages(plan[qid][0], dataset.corpus[doc]), logprobs=True)
-        return explain(reply.content, reply.distribution)
+        verdict = explain(reply.content, reply.distribution)
+        if verdict.source == "unparsed":
+            raise Unparsable(SCORE_SOURCES["unparsed"], fallback=verdict)
+        return verdict
 
     jobs = [(f"{qid} · {doc}", lambda q=qid, d=doc: judge(q, d)) for qid, doc in pairs]
-    done = _run_jobs(
-        jobs,
-        asker,
-        result,
-        workers=workers,
-        should_stop=should_stop,
-        max_consecutive_failures=max_consecutive_failures,
-    )
+    done = _run(jobs, asker, result, workers)
+    result.results = dict(done)
     if not _usable(result, keep_failed):
         raise RerankIncomplete(result)
-    failed = Explanation("", None, 0.5, "failed")
-    explanations: dict[str, dict[str, Explanation]] = {}
+    failed = PointwiseVerdict("", None, 0.5, "failed")
+    explanations: dict[str, dict[str, PointwiseVerdict]] = {}
     rankings: dict[str, Ranking] = {}
     for qid in run.rankings:
         if qid not in plan:
@@ -873,8 +774,6 @@ def pointwise_rerank(
         explanations[qid] = judged
         order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
         rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]
-        for item in judged.values():
-            result.sources[item.source] = result.sources.get(item.source, 0) + 1
     _note_unshown(run, dataset, plan, k, result)
     report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
     usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if _api(endpoint) else run.usage
@@ -890,14 +789,14 @@ def cached_explanations(
     *,
     query_ids: list[str] | None = None,
     max_tokens: int | None = None,
-) -> dict[str, dict[str, Explanation]]:
+) -> dict[str, dict[str, PointwiseVerdict]]:
     """The point-wise judge's explanations that are in the reply cache, sending nothing: what
     ``pointwise_rerank`` with these settings found (for the explorer, after the run was computed).
     ``query_ids`` limits it to those queries; a document whose reply is not cached is left out."""
     plan = _plan(run, dataset, k)
     endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
     dry = _Asker("pointwise", endpoint, dry=True)
-    out: dict[str, dict[str, Explanation]] = {}
+    out: dict[str, dict[str, PointwiseVerdict]] = {}
     for qid in plan if query_ids is None else [q for q in query_ids if q in plan]:
         query, docs = plan[qid]
         for doc in docs:
@@ -913,7 +812,7 @@ def cached_explanations(
 
 
 @dataclass(frozen=True)
-class Estimate:
+class RerankEstimate:
     """What a reranking job would cost: requests (and how many are cached), prompt tokens (cl100k_base
     counts; other models' tokenizers differ a little), a bound on reply tokens, and time."""
 
@@ -958,7 +857,7 @@ def estimate(
     max_tokens: int | None = None,
     workers: int = 1,
     seconds_per_request: float = 20.0,
-) -> Estimate:
+) -> RerankEstimate:
     """The cost of ``listwise_rerank`` / ``pointwise_rerank`` with these settings, sending nothing
 (``method`` "insertrank": ``listwise_rerank`` with ``show_scores``).
 
@@ -994,7 +893,7 @@ def estimate(
         before = dry.from_cache
         try:
             _listwise_job(dry, dataset, query, docs, k, window, shown.get(qid))
-        except _NotCached:
+        except (_NotCached, Unparsable):
             pass
         cached += dry.from_cache - before
     sizes = [sum(count_tokens(m["content"]) + 4 for m in messages) for messages in prompts]
@@ -1004,7 +903,7 @@ def estimate(
     if window is not None and method != "pointwise":
         notes.append("Sliding window: not the benchmark's setting.")
     note = " ".join(notes)
-    return Estimate(
+    return RerankEstimate(
         method=method,
         queries=len(plan),
         requests=requests,
@@ -1019,11 +918,10 @@ def estimate(
 
 
 __all__ = [
-    "Estimate",
-    "Explanation",
     "LLMRerankError",
+    "PointwiseVerdict",
+    "RerankEstimate",
     "RerankIncomplete",
-    "RerankReport",
     "Window",
     "cached_explanations",
     "estimate",

@@ -26,7 +26,7 @@ import numpy as np
 
 from r2med_core.cache import cached, entry_path, is_intact
 from r2med_core.hub import ModelUnavailable, check_model_reachable
-from r2med_core.llm.generation import OPENAI_DEFAULT_URL, base_url_refusal
+from r2med_core.llm.client import OPENAI_DEFAULT_URL, base_url_refusal
 from r2med_core.progress import Progress, report
 from r2med_core.retrieval.encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
 from r2med_core.retrieval.hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend

@@ -17,7 +17,9 @@ import pytest
 
 from r2med_core import load_demo
 from r2med_core.llm import generation as gen
-from r2med_core.llm.generation import Endpoint, generate_rewrites
+from r2med_core.llm.batch import RetryPolicy
+from r2med_core.llm.client import Endpoint
+from r2med_core.llm.generation import generate_rewrites
 
 from ..test_cli import cli
 from ..test_generation import _choice
@@ -111,11 +113,11 @@ def test_timeout_is_a_total_deadline_per_request(demo, mode: str) -> None:
     with HostileLLM(mode) as server:
         started = time.monotonic()
         result = generate_rewrites(
-            demo, "hyde", Endpoint(server.url, "m", timeout=1.5), query_ids=_one(demo), max_retries=0
+            demo, "hyde", Endpoint(server.url, "m", timeout=1.5), query_ids=_one(demo), retry=RetryPolicy(max_retries=0)
         )
         elapsed = time.monotonic() - started
     assert elapsed < 6, f"one request held the query {elapsed:.1f} s with a 1.5 s timeout"
-    assert not result.texts and result.problem()
+    assert not result.results and result.problem()
     assert "no reply within 1.5 s" in result.problem()
 
 
@@ -127,26 +129,25 @@ def test_retries_also_respect_the_deadline(demo) -> None:
             "hyde",
             Endpoint(server.url, "m", timeout=1.0),
             query_ids=_one(demo),
-            max_retries=5,
-            base_delay=0.01,
-            max_delay=0.01,
+            retry=RetryPolicy(max_retries=5, base_delay=0.01, max_delay=0.01),
         )
         elapsed = time.monotonic() - started
     assert server.requests == 3  # a timeout is retried twice, each attempt within its deadline
     assert elapsed < 3 * 1.0 + 4
-    assert not result.texts
+    assert not result.results
 
 
 def test_an_oversized_reply_fails_its_query_and_writes_nothing(demo, monkeypatch: pytest.MonkeyPatch) -> None:
     with HostileLLM("huge", huge_bytes=5 << 20) as server:
-        result = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), max_retries=0)
-        assert not result.texts and result.generated == 0
+        once = RetryPolicy(max_retries=0)
+        result = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), retry=once)
+        assert not result.results and result.sent == 0
         [message] = result.failed.values()
         assert "larger than 1 MB" in message and "R2MED_LLM_REPLY_MAX_MB" in message
         # The operator's setting raises the cap.
         monkeypatch.setenv("R2MED_LLM_REPLY_MAX_MB", "8")
-        allowed = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), max_retries=0)
-    assert allowed.generated == 1 and len(next(iter(allowed.texts.values()))) == 5 << 20
+        allowed = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), retry=once)
+    assert allowed.sent == 1 and len(next(iter(allowed.results.values()))) == 5 << 20
 
 
 def test_generated_and_evaluated_files_get_normal_permissions(tmp_path: Path) -> None:
@@ -217,10 +218,10 @@ def test_a_negative_timeout_is_a_usage_error_in_a_real_process() -> None:
 def test_a_planted_deeply_nested_reply_in_the_cache_is_a_miss_not_a_crash(demo, _isolated_cache: Path) -> None:
     with HostileLLM("ok") as server:
         first = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), llm_name="w")
-        assert first.generated == 1
+        assert first.sent == 1
         [reply] = (_isolated_cache / "generations" / "replies").rglob("*.json")
         reply.write_text('{"hy_doc": ' + "[" * 100_000 + "]" * 100_000 + "}")
         for recorded in (_isolated_cache / "generations" / "sets").rglob("*.jsonl"):
             recorded.write_text('{"id": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
         again = generate_rewrites(demo, "hyde", Endpoint(server.url, "m"), query_ids=_one(demo), llm_name="w")
-    assert again.generated == 1 and again.texts == first.texts
+    assert again.sent == 1 and again.results == first.results

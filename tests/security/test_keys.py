@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from r2med_core import load_demo
+from r2med_core.llm.batch import RetryPolicy
+from r2med_core.llm.client import Endpoint, LLMFailure, chat
 from r2med_core.llm.endpoints import (
     NO_KEY,
     OPERATOR_KEY,
@@ -21,15 +23,7 @@ from r2med_core.llm.endpoints import (
     operator_llm,
     resolve_endpoint,
 )
-from r2med_core.llm.generation import (
-    Endpoint,
-    GenerationError,
-    LLMFailure,
-    chat,
-    generate_rewrites,
-    hypothetical_document,
-    save_rewrites,
-)
+from r2med_core.llm.generation import GenerationError, generate_rewrites, hypothetical_document, save_rewrites
 from r2med_core.retrieval.dense import DenseModelUnavailable, openai_endpoint
 from r2med_core.settings import load_settings
 
@@ -251,9 +245,9 @@ def test_a_reply_that_echoes_the_key_is_redacted_before_it_is_cached_or_written(
     with FakeLLM(echo) as server:
         endpoint = resolve_endpoint(server.url, VISITOR_SECRET, "fake-gpt", _operator({})).endpoint
         report = generate_rewrites(demo, "hyde", endpoint, llm_name="echo")
-        assert report.generated == len(demo.queries)
-    assert all(VISITOR_SECRET not in text and "***" in text for text in report.texts.values())
-    written = save_rewrites(report.texts, demo, tmp_path / "query_with_hydoc.jsonl")
+        assert report.sent == len(demo.queries)
+    assert all(VISITOR_SECRET not in text and "***" in text for text in report.results.values())
+    written = save_rewrites(report.results, demo, tmp_path / "query_with_hydoc.jsonl")
     files = [p for p in [*_isolated_cache.rglob("*"), written] if p.is_file()]
     assert len(files) > len(demo.queries)  # every reply, the recorded set and the written file
     assert not [p for p in files if VISITOR_SECRET.encode() in p.read_bytes()]
@@ -282,7 +276,7 @@ def test_a_redirect_never_takes_the_operator_key_to_another_host(status: int) ->
         assert not elsewhere.requests, "the redirect was followed"
         assert text is None and problem and "redirect" in problem and OPERATOR_SECRET not in problem
         with pytest.raises(LLMFailure) as failed:
-            chat(resolved.endpoint, [{"role": "user", "content": ASK}], max_retries=0)
+            chat(resolved.endpoint, [{"role": "user", "content": ASK}], retry=RetryPolicy(max_retries=0))
         assert failed.value.batch and "redirect" in failed.value.message
         assert not elsewhere.requests
 

@@ -11,15 +11,8 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_core.analysis.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
-from r2med_core.llm.generation import (
-    GENERATION_METHODS,
-    Endpoint,
-    GenerationError,
-    LocalEndpoint,
-    default_llm_name,
-    generate_rewrites,
-    rewrites_text,
-)
+from r2med_core.llm.client import Endpoint, LocalEndpoint, default_llm_name
+from r2med_core.llm.generation import GENERATION_METHODS, GenerationError, generate_rewrites, rewrites_text
 from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
 from r2med_core.settings import load_settings
 from r2med_core.systems import queries_left_out, rewritten_name
@@ -186,13 +179,14 @@ else:
     b2.button("Stop", key="w_gen_stop", help="Stops after the reply in flight; press Generate again to resume.")
     if start:
         first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
+        name = llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
         report = ui.with_progress(
             "Starting …",
             lambda progress: generate_rewrites(
                 dataset,
                 gen_method,
                 chosen_endpoint,
-                llm_name=llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm")),
+                llm_name=name,
                 first_stage=first_stage,
                 progress=progress,
                 prompts=prompts,
@@ -201,15 +195,15 @@ else:
         (st.success if report.complete else st.warning)(report.summary())
         if report.problem():
             st.error(report.problem())
-        if report.texts:
+        if report.results:
             st.caption(
-                f"Switch the rewrite to `{gen_method}:{report.llm_name}` in the sidebar to explore it "
+                f"Switch the rewrite to `{gen_method}:{name}` in the sidebar to explore it "
                 "(the app picks recorded generations up automatically)."
             )
             st.download_button(
                 "Download query_with_hydoc.jsonl (official format)",
-                rewrites_text(report.texts, dataset),
+                rewrites_text(report.results, dataset),
                 file_name="query_with_hydoc.jsonl",
                 mime="application/jsonl",
-                help=f"Put it at <task>/{gen_method}/{report.llm_name}/query_with_hydoc.jsonl to share it.",
+                help=f"Put it at <task>/{gen_method}/{name}/query_with_hydoc.jsonl to share it.",
             )

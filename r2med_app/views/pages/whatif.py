@@ -6,7 +6,8 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_core.analysis.explore import highlight, overlap, preview, query_terms
-from r2med_core.llm.generation import default_llm_name, hypothetical_document
+from r2med_core.llm.client import default_llm_name
+from r2med_core.llm.generation import hypothetical_document
 from r2med_core.systems import SpecError, parse_system, search_text
 
 dataset = ui.current_dataset()

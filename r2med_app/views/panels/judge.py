@@ -25,7 +25,7 @@ from r2med_core.judging.llm_judge import (
     EXPLAIN_PROMPT_VERSION,
     JUDGE_PROMPT_NAME,
     JUDGE_PROMPT_VERSION,
-    Explanation,
+    BridgeExplanation,
     Pair,
     cached_explanation,
     estimate,
@@ -41,7 +41,8 @@ from r2med_core.judging.llm_judge import (
     recorded_agreements,
     unjudged_pairs,
 )
-from r2med_core.llm.generation import AnyEndpoint, GenerationError, LocalEndpoint
+from r2med_core.llm.client import AnyEndpoint, LocalEndpoint
+from r2med_core.llm.generation import GenerationError
 
 NO_ENDPOINT = "Set a model (and base URL / key if needed) under **Live LLM endpoint** in the sidebar."
 DEPTHS = [3, 5, 10]
@@ -50,7 +51,7 @@ DEPTHS = [3, 5, 10]
 # --------------------------------------------------------------------------- explorer: why relevant
 
 
-def _show_explanation(found: Explanation) -> None:
+def _show_explanation(found: BridgeExplanation) -> None:
     if found.text:
         st.markdown(ui.md(found.text))
         st.caption(
@@ -212,7 +213,7 @@ def _start_proposals(
 ) -> None:
     def work(job):  # type: ignore[no-untyped-def]
         judged = judge_pairs(dataset, pairs, endpoint, progress=job.progress)
-        proposed = propose_labels(store, dataset, pairs, judged.grades, endpoint, threshold=threshold)
+        proposed = propose_labels(store, dataset, pairs, judged.results, endpoint, threshold=threshold)
         return judged, proposed
 
     REGISTRY.start(key, f"LLM judge ({judge_model(endpoint)})", work)
@@ -289,7 +290,7 @@ def _start_agreement(
 ) -> None:
     def work(job):  # type: ignore[no-untyped-def]
         judged = judge_pairs(dataset, sample, endpoint, progress=job.progress)
-        measured = judge_agreement(dataset, sample, judged.grades, endpoint, threshold=threshold)
+        measured = judge_agreement(dataset, sample, judged.results, endpoint, threshold=threshold)
         if measured.pairs:
             record_agreement(dataset, measured, endpoint)
         return judged, measured
