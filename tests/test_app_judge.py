@@ -178,7 +178,7 @@ def test_a_refused_key_is_reported_where_the_user_looks_and_nothing_is_proposed(
         at.run()
         assert not at.exception and len(AnnotationStore()) == 0
         assert any("rejected the API key" in e.value for e in at.error)
-        assert any("0 sent" in w.value for w in at.warning)
+        assert any("0 judged" in w.value for w in at.warning)
 
 
 @needs_offline_model

@@ -472,7 +472,7 @@ def judge_pairs(
     ``progress`` may raise to cancel (the app's Cancel): grades made so far are cached."""
     pairs = _first_of_each(pairs)
     model = judge_model(endpoint)
-    result = BatchReport(model, endpoint.url, noun="pairs")
+    result = BatchReport(model, endpoint.url, noun="pairs", verb="judged")
     todo: list[tuple[Pair, str, str]] = []
     for position, pair in enumerate(pairs):
         query, passage = dataset.queries[pair.query_id], dataset.corpus[pair.doc_id]

@@ -158,12 +158,14 @@ class BatchReport:
     run picks up. ``sent`` counts requests answered now, ``from_cache`` replies taken from the cache;
     ``tokens`` is what this batch spent (cache hits cost nothing new), ``spent`` what every reply
     used cost to make, cached ones included. ``label`` starts the summary (what ran and who), ``noun``
-    names the units in messages.
+    names the units in messages and ``verb`` what was done to the ones sent ("generated", "judged"),
+    so each caller's summary reads as it always did.
     """
 
     label: str
     endpoint: str
     noun: str = "queries"
+    verb: str = "sent"
     results: dict[Any, Any] = field(default_factory=dict)
     sent: int = 0
     from_cache: int = 0
@@ -183,7 +185,7 @@ class BatchReport:
         return not self.failed and not self.remaining and not self.stopped and self.error is None
 
     def summary(self) -> str:
-        parts = [f"{self.sent} sent", f"{self.from_cache} from cache"]
+        parts = [f"{self.sent} {self.verb}", f"{self.from_cache} from cache"]
         if self.failed:
             parts.append(f"{len(self.failed)} failed")
         if self.unparsable:

@@ -166,7 +166,7 @@ def generate_rewrites(
         raise GenerationError("lamer needs a first-stage run (first_stage=run_system(dataset, 'bm25'))")
     llm_name = check_llm_name(llm_name or endpoint.default_llm_name())
     wanted = [q for q in (query_ids if query_ids is not None else dataset.queries) if q in dataset.queries]
-    result = BatchReport(f"{method} · {llm_name}", endpoint.url)
+    result = BatchReport(f"{method} · {llm_name}", endpoint.url, verb="generated")
 
     try:
         jobs: list[tuple[str, str, list[dict[str, str]]]] = []

@@ -548,7 +548,7 @@ def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]
 
 def _report(given: BatchReport | None, method: str, endpoint: AnyEndpoint, noun: str) -> BatchReport:
     """The caller's report (``report_to``) or a new one, labelled with this method and endpoint."""
-    result = given if given is not None else BatchReport(method, endpoint.url)
+    result = given if given is not None else BatchReport(method, endpoint.url, verb="requests sent")
     result.label, result.endpoint, result.noun = method, endpoint.url, noun
     return result
 
