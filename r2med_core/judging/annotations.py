@@ -406,7 +406,7 @@ def _as_bool(value: Any, name: str = "accepted") -> bool:
 
 
 @dataclass(frozen=True)
-class ImportReport:
+class LabelImportReport:
     """What an import did: rows added, identical rows skipped, and the lines that could not be read."""
 
     added: int = 0
@@ -677,7 +677,7 @@ class AnnotationStore:
         atomic_write_text(path, self.csv_text(**filters))
         return path
 
-    def import_jsonl(self, path: str | Path) -> ImportReport:
+    def import_jsonl(self, path: str | Path) -> LabelImportReport:
         """Merge labels exported by ``export_jsonl``: identical rows (all fields but id) are skipped.
 
         A malformed line is reported by file and line and the others are still imported.
@@ -685,7 +685,9 @@ class AnnotationStore:
         path = Path(path)
         return self.import_jsonl_bytes(_read_file(path), str(path))
 
-    def import_jsonl_bytes(self, data: bytes, name: str = "upload", *, max_bytes: int | None = None) -> ImportReport:
+    def import_jsonl_bytes(
+        self, data: bytes, name: str = "upload", *, max_bytes: int | None = None
+    ) -> LabelImportReport:
         """``import_jsonl`` on content held in memory (an upload): ``name`` only labels the messages and is
         never used as a path. More than ``max_bytes`` is refused whole, with a DataError saying the limit."""
         check_upload_size(data, name, max_bytes)
@@ -695,7 +697,7 @@ class AnnotationStore:
         ]
         return self._merge(parsed)
 
-    def import_csv(self, path: str | Path) -> ImportReport:
+    def import_csv(self, path: str | Path) -> LabelImportReport:
         """Merge labels exported by ``export_csv`` (same rules as ``import_jsonl``)."""
         path = Path(path)
         try:
@@ -717,7 +719,7 @@ class AnnotationStore:
             parsed.append((number, _parse(row, str(path), number)))
         return self._merge(parsed)
 
-    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> ImportReport:
+    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> LabelImportReport:
         """Insert the valid labels, skipping any already stored (or earlier in the file).
 
         Rows go in batches of ``IMPORT_BATCH``, each its own short transaction, so annotators saving
@@ -727,7 +729,7 @@ class AnnotationStore:
         stored = self._store_labels([item for _, item in parsed if isinstance(item, Annotation)])
         added = sum(1 for _, new in stored if new)
         skipped = len(stored) - added
-        return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
+        return LabelImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
 
     def _store_labels(
         self, labels: builtins.list[Annotation], index: ContentIndex | None = None
