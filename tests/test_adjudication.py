@@ -371,7 +371,7 @@ def test_agreement_before_and_after_adjudication_matches_sklearn_and_statsmodels
 
 
 def test_the_report_measures_grades_and_failure_types_apart_and_a_grade_decision_settles_grades_only() -> None:
-    grades = _rated({"alice": ["relevant_unjudged", "grade_0", "grade_2"], "bob": ["grade_1", "grade_1", "grade_1"]})
+    grades = _rated({"alice": ["relevant_unjudged", "grade_0", "grade_2"], "bob": ["grade_1", "grade_1", "grade_0"]})
     failures = [
         replace(a, id=(a.id or 0) + 1000, failure_type=code)
         for a, code in zip(grades, ["lexical_trap", "wrong_aspect", "lexical_trap"] * 2)
@@ -381,7 +381,7 @@ def test_the_report_measures_grades_and_failure_types_apart_and_a_grade_decision
     assert (rows["grade"].units, rows["grade"].agreed_before, rows["grade"].agreed_after) == (3, 1, 2)
     assert rows["grade"].adjudicated == 1
     assert rows["grade"].kappa_before == pytest.approx(
-        cohen_kappa_score(["grade_1", "grade_0", "grade_2"], ["grade_1", "grade_1", "grade_1"])
+        cohen_kappa_score(["grade_1", "grade_0", "grade_2"], ["grade_1", "grade_1", "grade_0"])
     )
     assert (rows["failure type"].units, rows["failure type"].agreed_after, rows["failure type"].adjudicated) == (
         3,

@@ -340,7 +340,8 @@ def _agreement(labels: list[Annotation]) -> None:
     shared = " and ".join(f"{m.shared_units} on {vocabulary}s" for vocabulary, m in measured.items())
     st.caption(
         f"Items rated by two or more annotators: {shared} (a grade counts as the grade it is, whichever page "
-        "gave it). Kappa: 1 = full agreement, 0 = no more than chance; undefined when every rating is the same. "
+        "gave it). Kappa: 1 = full agreement, 0 = no more than chance; undefined with fewer than two shared "
+        "items or when an annotator gave one rating throughout (it then says nothing). "
         "Disagreements wait on the Adjudication page."
     )
 
