@@ -36,6 +36,7 @@ import pandas as pd
 
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import DataError, Problem
+from r2med_core.judging.identity import SelfReview, is_own
 from r2med_core.judging.stores import COLUMNS, INTEGER_MAX, Backend, Session, configured_target, open_backend
 from r2med_core.judging.stores import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: callers import them from here
 from r2med_core.judging.stores import URL_ENV as URL_ENV
@@ -569,14 +570,21 @@ class AnnotationStore:
         self, annotation_id: int, accept: bool, reviewer: str, *, qrels: Mapping[str, Mapping[str, int]] | None = None
     ) -> Annotation:
         """Accept or reject a label as ``reviewer`` (name and time recorded); an accepted grade above 0 settles
-        its (query, document) for the team (``team``). With the task's ``qrels``, accepting one for a document
-        already judged relevant is refused (ValueError)."""
+        its (query, document) for the team (``team``). Nobody reviews their own label: a ``reviewer`` who made
+        it is refused (SelfReview, ``identity.is_own``), whichever page or program asks. With the task's
+        ``qrels``, accepting one for a document already judged relevant is refused (ValueError)."""
         if not isinstance(accept, bool):
             raise ValueError(f"accept must be True or False, got {accept!r}")
         if not isinstance(reviewer, str) or not reviewer.strip():
             raise ValueError("a review needs the reviewer's name")
+        label = self.get(annotation_id)
+        if is_own(reviewer, [label.annotator]):
+            raise SelfReview(
+                f"{reviewer.strip()} made label #{annotation_id}: nobody reviews their own label; "
+                "another reviewer accepts or rejects it"
+            )
         if accept and qrels is not None:
-            check_unjudged(self.get(annotation_id), qrels)
+            check_unjudged(label, qrels)
         with self._connection(write=True) as conn:
             if not conn.execute(
                 "UPDATE annotations SET accepted = ?, reviewer = ?, reviewed_at = ? WHERE id = ?",
