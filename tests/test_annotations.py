@@ -847,7 +847,7 @@ def test_a_postgres_table_that_is_not_a_store_is_reported_and_left_alone(postgre
         conn.execute("CREATE TABLE annotations (patient TEXT)")
         conn.execute("INSERT INTO annotations VALUES ('someone else''s data')")
         conn.execute("CREATE TABLE unrelated (x INTEGER)")
-    with pytest.raises(AnnotationStoreError, match=r"not an annotation store .*lacks column") as err:
+    with pytest.raises(AnnotationStoreError, match=r"annotations table is not .*lacks column") as err:
         AnnotationStore(url)
     assert "left untouched" in str(err.value) and str(err.value).startswith("postgresql://")
     with psycopg.connect(url, autocommit=True) as conn:
