@@ -12,19 +12,10 @@ from r2med_core.judging.adjudication import Decision
 from r2med_core.judging.annotations import FIELDS, AnnotationStore
 from r2med_core.judging.stores.schema import TABLES, TYPES
 
+from .test_annotations import V1_SCHEMA
+
 #: A column as both databases describe it: (name, "integer" or "text", NULL allowed, default).
 Described = tuple[str, str, bool, str | None]
-
-SCHEMA_1 = """
-CREATE TABLE annotations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, dataset TEXT NOT NULL, task TEXT NOT NULL, query_id TEXT NOT NULL,
-    doc_id TEXT, system TEXT NOT NULL DEFAULT '', failure_type TEXT NOT NULL, note TEXT NOT NULL DEFAULT '',
-    annotator TEXT NOT NULL CHECK (annotator <> ''), created_at TEXT NOT NULL,
-    accepted INTEGER NOT NULL DEFAULT 1 CHECK (accepted IN (0, 1))
-);
-PRAGMA user_version = 1;
-"""
-
 
 def _kind(declared: str) -> str:
     return "integer" if declared.lower() in ("integer", "bigint") else declared.lower()
@@ -80,7 +71,7 @@ def test_a_sqlite_store_holds_the_columns_the_code_reads_and_writes(tmp_path: Pa
 def test_an_old_sqlite_store_migrates_to_exactly_a_new_ones_schema(tmp_path: Path) -> None:
     old = tmp_path / "old.sqlite"
     with sqlite3.connect(old) as conn:
-        conn.executescript(SCHEMA_1)
+        conn.executescript(V1_SCHEMA)
     AnnotationStore(old)
     AnnotationStore(tmp_path / "new.sqlite")
     migrated, fresh = sqlite_schema(old), sqlite_schema(tmp_path / "new.sqlite")
