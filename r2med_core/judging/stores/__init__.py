@@ -2,7 +2,8 @@
 
 ``AnnotationStore`` writes portable SQL (``?`` placeholders; ``a IS ?`` for equality that matches NULL)
 and runs it through a ``Backend``, which owns connections, transactions, schema creation and migration,
-and the messages naming where the labels live. Both backends keep the same guarantees: every write is
+and the messages naming where the labels live; the tables themselves are written once, in ``schema``, and
+each backend generates its SQL from them. Both backends keep the same guarantees: every write is
 its own transaction, writers take a store-wide lock (so a duplicate check and its insert never race
 another writer), a killed process loses at most the label it was writing, and a database that is not an
 annotation store is reported and left untouched.
