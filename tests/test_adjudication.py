@@ -144,22 +144,23 @@ def test_a_decision_on_a_stale_view_or_a_bad_decision_is_refused(new_target: Cal
 
 
 def _make_schema_3(target: Target) -> None:
-    """A store exactly as schema 3 left it: the annotations table only."""
+    """A store exactly as schema 3 left it: the annotations table only (schema 3 was its last change)."""
+    from r2med_core.judging.stores.schema import ANNOTATIONS, create_index, create_table
+
     if is_postgres_url(target):
         import psycopg
 
-        from r2med_core.judging.stores.postgres import _CREATE_TABLE
-
         with psycopg.connect(str(target), autocommit=True) as conn:
-            conn.execute(_CREATE_TABLE)
+            conn.execute(create_table(ANNOTATIONS, "postgresql"))
             conn.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
             conn.execute("INSERT INTO annotations_schema VALUES (3)")
         return
-    from r2med_core.judging.stores.sqlite import _SCHEMA
-
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(target)
-    conn.executescript(_SCHEMA + "PRAGMA user_version = 3;")
+    conn.execute(create_table(ANNOTATIONS, "sqlite"))
+    for index in ANNOTATIONS.indexes:
+        conn.execute(create_index(ANNOTATIONS, index))
+    conn.execute("PRAGMA user_version = 3")
     conn.close()
 
 
@@ -371,7 +372,7 @@ def test_agreement_before_and_after_adjudication_matches_sklearn_and_statsmodels
 
 
 def test_the_report_measures_grades_and_failure_types_apart_and_a_grade_decision_settles_grades_only() -> None:
-    grades = _rated({"alice": ["relevant_unjudged", "grade_0", "grade_2"], "bob": ["grade_1", "grade_1", "grade_1"]})
+    grades = _rated({"alice": ["relevant_unjudged", "grade_0", "grade_2"], "bob": ["grade_1", "grade_1", "grade_0"]})
     failures = [
         replace(a, id=(a.id or 0) + 1000, failure_type=code)
         for a, code in zip(grades, ["lexical_trap", "wrong_aspect", "lexical_trap"] * 2)
@@ -381,7 +382,7 @@ def test_the_report_measures_grades_and_failure_types_apart_and_a_grade_decision
     assert (rows["grade"].units, rows["grade"].agreed_before, rows["grade"].agreed_after) == (3, 1, 2)
     assert rows["grade"].adjudicated == 1
     assert rows["grade"].kappa_before == pytest.approx(
-        cohen_kappa_score(["grade_1", "grade_0", "grade_2"], ["grade_1", "grade_1", "grade_1"])
+        cohen_kappa_score(["grade_1", "grade_0", "grade_2"], ["grade_1", "grade_1", "grade_0"])
     )
     assert (rows["failure type"].units, rows["failure type"].agreed_after, rows["failure type"].adjudicated) == (
         3,

@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from r2med_core.judging.adjudication import adjudication_items
-from r2med_core.judging.agreement import agreement
+from r2med_core.judging.agreement import agreement, cohen_kappa
 from r2med_core.judging.annotations import Annotation
 
 from .test_annotations import label
@@ -51,6 +51,28 @@ def test_an_annotators_latest_label_stands_in_each_vocabulary_and_undefined_kapp
         assert (pair.units, pair.agreed) == (1, 1), vocabulary
         assert math.isnan(pair.kappa)  # one unit: kappa is undefined, never a made-up number
     assert adjudication_items(_labels(rows), []) == []
+
+
+def test_an_annotator_who_gave_one_category_throughout_has_an_undefined_kappa_not_zero() -> None:
+    """Chance agreement then equals observed agreement: sklearn says 0 however often they agreed."""
+    alice = ["lexical_trap"] * 4
+    bob = ["lexical_trap", "lexical_trap", "lexical_trap", "wrong_aspect"]  # agrees on 3 of 4
+    rows = [("alice", f"d{i}", code) for i, code in enumerate(alice)]
+    rows += [("bob", f"d{i}", code) for i, code in enumerate(bob)]
+    (pair,) = agreement(_labels(rows), "failure type").pairs
+    assert (pair.units, pair.agreed) == (4, 3)
+    assert math.isnan(pair.kappa)
+
+
+def test_the_llm_judge_and_the_annotators_share_one_kappa_rule() -> None:
+    """The same ratings give the same kappa, defined or not, on the Annotations page and the LLM judge panel."""
+    from r2med_core.judging import llm_judge
+
+    assert llm_judge.cohen_kappa is cohen_kappa
+    assert math.isnan(cohen_kappa([1, 1, 1], [1, 0, 1])) and math.isnan(cohen_kappa([1], [1]))
+    assert cohen_kappa([1, 0, 1, 0], [1, 0, 0, 0]) == pytest.approx(cohen_kappa_score([1, 0, 1, 0], [1, 0, 0, 0]))
+    with pytest.raises(ValueError, match="same items"):
+        cohen_kappa([1, 0], [1])
 
 
 def test_fleiss_kappa_for_three_annotators() -> None:

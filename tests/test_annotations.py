@@ -286,6 +286,21 @@ def test_delete_and_review(store: AnnotationStore) -> None:
     assert store.add(label()).id == 3  # ids are never reused
 
 
+def test_nobody_reviews_their_own_label_even_calling_the_store_directly(store: AnnotationStore) -> None:
+    """The store refuses a forged self-review (no page in between), whatever the name's case or spaces, and
+    records nothing; another reviewer's review goes through."""
+    from r2med_core.judging.identity import PermissionDenied, SelfReview
+
+    mine = store.add(label(annotator="Alice"))
+    for forged in ("Alice", " alice ", "ALICE"):
+        for accept in (True, False):
+            with pytest.raises(SelfReview, match=r"made label #1: nobody reviews their own label"):
+                store.review(mine.id or 0, accept, forged)
+    assert store.get(mine.id or 0).status == "proposed" and store.get(mine.id or 0).reviewer == ""
+    assert issubclass(SelfReview, PermissionDenied)  # the pages' "Not done: …" for every refused permission
+    assert store.review(mine.id or 0, True, "Bob").status == "accepted"
+
+
 def _fill(store: AnnotationStore) -> None:
     store.add(label(query_id="q1", failure_type="relevant_unjudged", annotator="alice", system="bm25"))
     store.add(label(query_id="q1", failure_type="lexical_trap", annotator="bob", system="bm25"))
@@ -832,7 +847,7 @@ def test_a_postgres_table_that_is_not_a_store_is_reported_and_left_alone(postgre
         conn.execute("CREATE TABLE annotations (patient TEXT)")
         conn.execute("INSERT INTO annotations VALUES ('someone else''s data')")
         conn.execute("CREATE TABLE unrelated (x INTEGER)")
-    with pytest.raises(AnnotationStoreError, match=r"not an annotation store .*lacks column") as err:
+    with pytest.raises(AnnotationStoreError, match=r"annotations table is not .*lacks column") as err:
         AnnotationStore(url)
     assert "left untouched" in str(err.value) and str(err.value).startswith("postgresql://")
     with psycopg.connect(url, autocommit=True) as conn:

@@ -279,10 +279,14 @@ def test_a_grade_on_an_unjudged_document_is_proposed_then_accepted_by_a_reviewer
     assert any(md("1 proposal(s) awaiting review") in c.value for c in at.caption)
     assert not any("qrels" in df.value.columns for df in at.dataframe)  # nothing accepted: nothing re-evaluated
     assert at.text_input(key="w_annotator").value == "Dr. Test"  # the name is kept for the session
+    # Nobody reviews their own label, signed in or not: another team member accepts it.
+    assert at.button(key=f"w_accept_{stored.id}").disabled
+    assert any("You labelled this" in c.value for c in at.caption)
+    at.text_input(key="w_annotator").input("Dr. Rev").run()
     at.button(key=f"w_accept_{stored.id}").click().run()
     assert not at.exception
     accepted = AnnotationStore().get(stored.id)
-    assert (accepted.status, accepted.reviewer) == ("accepted", "Dr. Test") and accepted.reviewed_at
+    assert (accepted.status, accepted.reviewer) == ("accepted", "Dr. Rev") and accepted.reviewed_at
     assert any(md("1 accepted proposal(s)") in c.value for c in at.caption)
     rows = next(df.value for df in at.dataframe if "qrels" in df.value.columns)
     bm25 = rows[rows["system"] == "BM25 (R2MED official)"].set_index("qrels")

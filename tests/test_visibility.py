@@ -92,3 +92,19 @@ def test_judging_progress_is_each_annotators_own_and_the_whole_teams_for_reviewe
         assert sight.progress(rows) == rows
     for sight in (signed_in(None), signed_in("nobody@example.org"), Sight(None, signed_in=True)):
         assert sight.progress(rows) == []
+
+
+def test_the_review_buttons_are_offered_to_reviewers_on_others_labels_only() -> None:
+    """Per role, signed out and without sign-in: whom the pages offer the review of a label (the store
+    refuses the rest: ``AnnotationStore.review``, ``adjudication.decide``)."""
+    carols, revs = [label("carol")], [label("carol"), label(" REV@example.org ")]
+    for sight in (signed_in("rev@example.org"), signed_in("adm@example.org"), signed_in("both@example.org")):
+        assert sight.may_review(carols) and not sight.labelled(carols)
+    assert not signed_in("rev@example.org").may_review(revs) and signed_in("rev@example.org").labelled(revs)
+    assert signed_in("adm@example.org").may_review(revs)
+    for sight in (signed_in(None), signed_in("nobody@example.org"), signed_in("ann@example.org")):
+        assert not sight.may_review(carols)  # signed out, no role, an annotator: no review at all
+    # Without sign-in the team is trusted, but a typed name is still the name recorded: not on one's own label.
+    assert Sight(None, signed_in=False).may_review(carols)
+    assert Sight(typed_person("Dana"), signed_in=False).may_review(carols)
+    assert not Sight(typed_person(" Carol"), signed_in=False).may_review(carols)

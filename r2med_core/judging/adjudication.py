@@ -40,7 +40,7 @@ from r2med_core.judging.annotations import (
     utc_now,
     vocabulary_of,
 )
-from r2med_core.judging.identity import PermissionDenied
+from r2med_core.judging.identity import SelfReview, is_own
 from r2med_core.judging.stores import ADJUDICATION_COLUMNS
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
@@ -50,7 +50,7 @@ Item = tuple[Unit, Vocabulary]
 _SELECT = f"SELECT {', '.join(ADJUDICATION_COLUMNS)} FROM adjudications"
 
 
-class SelfAdjudication(PermissionDenied):
+class SelfAdjudication(SelfReview):
     """The reviewer labelled the unit: another reviewer decides it."""
 
 
@@ -222,10 +222,9 @@ def decide(
 
 
 def check_not_own_unit(reviewer: str, annotators: Iterable[str], unit: Unit) -> None:
-    """SelfAdjudication when ``reviewer`` is among ``annotators``, who labelled ``unit`` (names compare
-    case-insensitively, spaces around them ignored): nobody adjudicates a unit they labelled."""
-    mine = reviewer.strip().lower()
-    if any(str(annotator).strip().lower() == mine for annotator in annotators):
+    """SelfAdjudication when ``reviewer`` is among ``annotators``, who labelled ``unit`` (``identity.is_own``,
+    the rule reviews follow too): nobody adjudicates a unit they labelled."""
+    if is_own(reviewer, annotators):
         raise SelfAdjudication(
             f"{reviewer} labelled {describe(unit)}: nobody adjudicates a unit they labelled; "
             "another reviewer decides it"

@@ -21,7 +21,7 @@ import io
 import itertools
 import math
 import warnings
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +38,7 @@ VOCABULARIES: tuple[Vocabulary, ...] = ("grade", "failure type")
 
 @dataclass(frozen=True)
 class PairAgreement:
-    """Cohen's kappa of two annotators over the items both rated (NaN when undefined)."""
+    """Cohen's kappa of two annotators over the items both rated (NaN when undefined: ``cohen_kappa``)."""
 
     annotator_a: str
     annotator_b: str
@@ -63,9 +63,24 @@ class Agreement:
     shared_units: int  # items rated by two or more annotators
 
 
-def _kappa(compute, *args) -> float:  # type: ignore[no-untyped-def]
+def cohen_kappa(first: Sequence[Hashable], second: Sequence[Hashable]) -> float:
+    """Cohen's kappa (scikit-learn's) of two raters over the same items, ``first[i]`` against ``second[i]``.
+
+    The one rule for an undefined kappa, NaN (which every page shows as "undefined" and every CSV as an
+    empty cell): fewer than two pairs, or a rater who gave a single category throughout. With a single
+    category the agreement expected by chance equals the agreement observed, so the kappa is 0 (or 0/0)
+    however often the two agreed: it says nothing, and is never shown as a number.
+    """
+    if len(first) != len(second):
+        raise ValueError(f"Cohen's kappa needs the same items on both sides, got {len(first)} and {len(second)}")
+    if len(first) < 2 or len(set(first)) < 2 or len(set(second)) < 2:
+        return float("nan")
+    return _finite(cohen_kappa_score, list(first), list(second))
+
+
+def _finite(compute, *args) -> float:  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # one category only: kappa is undefined, reported as NaN
+        warnings.simplefilter("ignore")  # a degenerate table: undefined, reported as NaN
         value = float(compute(*args))
     return value if math.isfinite(value) else float("nan")
 
@@ -87,7 +102,7 @@ def agreement(labels: Iterable[Annotation], vocabulary: Vocabulary, *, blind_onl
         if not both:
             continue
         first, second = zip(*both)
-        kappa = float("nan") if len(both) < 2 else _kappa(cohen_kappa_score, list(first), list(second))
+        kappa = cohen_kappa(first, second)
         pairs.append(PairAgreement(a, b, len(both), sum(x == y for x, y in both), kappa))
     group = None
     counts = pd.Series([len(rated) for rated in by_item.values()], dtype=int)
@@ -98,7 +113,7 @@ def agreement(labels: Iterable[Annotation], vocabulary: Vocabulary, *, blind_onl
         categories = sorted({rating_of(a) for rated in items for a in rated.values()})
         table = np.array([[sum(rating_of(a) == c for a in rated.values()) for c in categories] for rated in items])
         names = tuple(sorted({name for rated in items for name in rated}))
-        kappa = float("nan") if len(items) < 2 else _kappa(fleiss_kappa, table)
+        kappa = float("nan") if len(items) < 2 else _finite(fleiss_kappa, table)
         group = GroupAgreement(names, len(items), kappa)
     return Agreement(tuple(pairs), group, len(by_item))
 

@@ -36,6 +36,7 @@ import pandas as pd
 
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import DataError, Problem
+from r2med_core.judging.identity import SelfReview, is_own
 from r2med_core.judging.stores import COLUMNS, INTEGER_MAX, Backend, Session, configured_target, open_backend
 from r2med_core.judging.stores import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: callers import them from here
 from r2med_core.judging.stores import URL_ENV as URL_ENV
@@ -406,7 +407,7 @@ def _as_bool(value: Any, name: str = "accepted") -> bool:
 
 
 @dataclass(frozen=True)
-class ImportReport:
+class LabelImportReport:
     """What an import did: rows added, identical rows skipped, and the lines that could not be read."""
 
     added: int = 0
@@ -569,14 +570,21 @@ class AnnotationStore:
         self, annotation_id: int, accept: bool, reviewer: str, *, qrels: Mapping[str, Mapping[str, int]] | None = None
     ) -> Annotation:
         """Accept or reject a label as ``reviewer`` (name and time recorded); an accepted grade above 0 settles
-        its (query, document) for the team (``team``). With the task's ``qrels``, accepting one for a document
-        already judged relevant is refused (ValueError)."""
+        its (query, document) for the team (``team``). Nobody reviews their own label: a ``reviewer`` who made
+        it is refused (SelfReview, ``identity.is_own``), whichever page or program asks. With the task's
+        ``qrels``, accepting one for a document already judged relevant is refused (ValueError)."""
         if not isinstance(accept, bool):
             raise ValueError(f"accept must be True or False, got {accept!r}")
         if not isinstance(reviewer, str) or not reviewer.strip():
             raise ValueError("a review needs the reviewer's name")
+        label = self.get(annotation_id)
+        if is_own(reviewer, [label.annotator]):
+            raise SelfReview(
+                f"{reviewer.strip()} made label #{annotation_id}: nobody reviews their own label; "
+                "another reviewer accepts or rejects it"
+            )
         if accept and qrels is not None:
-            check_unjudged(self.get(annotation_id), qrels)
+            check_unjudged(label, qrels)
         with self._connection(write=True) as conn:
             if not conn.execute(
                 "UPDATE annotations SET accepted = ?, reviewer = ?, reviewed_at = ? WHERE id = ?",
@@ -677,7 +685,7 @@ class AnnotationStore:
         atomic_write_text(path, self.csv_text(**filters))
         return path
 
-    def import_jsonl(self, path: str | Path) -> ImportReport:
+    def import_jsonl(self, path: str | Path) -> LabelImportReport:
         """Merge labels exported by ``export_jsonl``: identical rows (all fields but id) are skipped.
 
         A malformed line is reported by file and line and the others are still imported.
@@ -685,7 +693,9 @@ class AnnotationStore:
         path = Path(path)
         return self.import_jsonl_bytes(_read_file(path), str(path))
 
-    def import_jsonl_bytes(self, data: bytes, name: str = "upload", *, max_bytes: int | None = None) -> ImportReport:
+    def import_jsonl_bytes(
+        self, data: bytes, name: str = "upload", *, max_bytes: int | None = None
+    ) -> LabelImportReport:
         """``import_jsonl`` on content held in memory (an upload): ``name`` only labels the messages and is
         never used as a path. More than ``max_bytes`` is refused whole, with a DataError saying the limit."""
         check_upload_size(data, name, max_bytes)
@@ -695,7 +705,7 @@ class AnnotationStore:
         ]
         return self._merge(parsed)
 
-    def import_csv(self, path: str | Path) -> ImportReport:
+    def import_csv(self, path: str | Path) -> LabelImportReport:
         """Merge labels exported by ``export_csv`` (same rules as ``import_jsonl``)."""
         path = Path(path)
         try:
@@ -717,7 +727,7 @@ class AnnotationStore:
             parsed.append((number, _parse(row, str(path), number)))
         return self._merge(parsed)
 
-    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> ImportReport:
+    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> LabelImportReport:
         """Insert the valid labels, skipping any already stored (or earlier in the file).
 
         Rows go in batches of ``IMPORT_BATCH``, each its own short transaction, so annotators saving
@@ -727,7 +737,7 @@ class AnnotationStore:
         stored = self._store_labels([item for _, item in parsed if isinstance(item, Annotation)])
         added = sum(1 for _, new in stored if new)
         skipped = len(stored) - added
-        return ImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
+        return LabelImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
 
     def _store_labels(
         self, labels: builtins.list[Annotation], index: ContentIndex | None = None

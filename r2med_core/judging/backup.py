@@ -52,7 +52,8 @@ from r2med_core.judging.stores import ADJUDICATION_COLUMNS, ID_MAX, SCHEMA_VERSI
 
 BACKUP_FORMAT = "r2med-annotation-backup"
 BACKUP_VERSION = 1
-KINDS = ("label", "decision", "queue")
+#: What a backup line holds (its ``kind`` field): a label, an adjudication decision or a judging-queue entry.
+RECORD_TYPES = ("label", "decision", "queue")
 #: A decision's own fields: every column but the ids, which a restore rewrites to the target's.
 _DECISION_FIELDS = tuple(c for c in ADJUDICATION_COLUMNS if c not in ("id", "supersedes", "label_ids"))
 _QUEUE_FIELDS = ("dataset", "task", "query_id", "doc_id", "systems", "depth", "sent_by", "sent_at")
@@ -143,7 +144,7 @@ def restore_backup_bytes(
             parsed = _queue_entry(obj, name, number)
             (errors if isinstance(parsed, Problem) else queued).append(parsed)
         else:
-            errors.append(Problem(name, number, f"unknown kind {str(kind)[:40]!r}; expected {', '.join(KINDS)}"))
+            errors.append(Problem(name, number, f"unknown kind {str(kind)[:40]!r}; expected {', '.join(RECORD_TYPES)}"))
 
     tasks = {(a.dataset, a.task) for _, a in labels} | {(d.dataset, d.task) for _, d in decisions}
     stored_labels = ContentIndex("annotations", FIELDS[1:], tasks)

@@ -414,12 +414,15 @@ def authorize(person: Person | None, action: Action, *, config: AuthConfig | Non
     return person
 
 
-def check_not_own(person: Person, annotators: Iterable[str]) -> None:
-    """Refuse (PermissionDenied) a review by someone among the labels' ``annotators``: nobody reviews their
-    own label. Names compare case-insensitively. Without sign-in a typed name cannot prove anything, so
-    the check applies only to a signed-in person."""
-    if not person.verified:
-        return
-    mine = person.name.strip().lower()
-    if any(isinstance(a, str) and a.strip().lower() == mine for a in annotators):
-        raise PermissionDenied(f"{person.name} labelled this: nobody reviews their own label")
+class SelfReview(PermissionDenied):
+    """A review (accepting, rejecting or adjudicating) by someone who made one of the labels: nobody reviews
+    their own label, another reviewer does."""
+
+
+def is_own(name: str, annotators: Iterable[object]) -> bool:
+    """Whether ``name`` made one of the labels of ``annotators``: the one test of "their own label", which
+    the store applies to every review and adjudication (signed in or a typed name: the recorded name is
+    what is compared) and the pages ask to offer the buttons. Names compare case-insensitively, spaces
+    around them ignored; an empty name is nobody's."""
+    mine = name.strip().lower() if isinstance(name, str) else ""
+    return bool(mine) and any(isinstance(a, str) and a.strip().lower() == mine for a in annotators)

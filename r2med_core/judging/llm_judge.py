@@ -25,18 +25,16 @@ from __future__ import annotations
 import json
 import random
 import re
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-from sklearn.metrics import cohen_kappa_score
 
 from r2med_core.cache import ReplyCache, atomic_write_text, cache_root, fingerprint
 from r2med_core.data import Dataset
+from r2med_core.judging.agreement import cohen_kappa
 from r2med_core.judging.annotations import PROPOSER_PREFIX, Annotation, AnnotationStore, check_unjudged
 from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Unparsable, Usage, run_batch, total_usage
 from r2med_core.llm.client import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, redact
@@ -638,15 +636,6 @@ class JudgeAgreement:
         return out
 
 
-def _kappa(a: list[int], b: list[int]) -> float:
-    if len(a) < 2 or len(set(a)) < 2 or len(set(b)) < 2:
-        return float("nan")  # one class on a side: kappa says nothing (sklearn gives 0 or NaN)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        value = float(cohen_kappa_score(a, b))
-    return value if np.isfinite(value) else float("nan")
-
-
 def judge_agreement(
     dataset: Dataset,
     sample: Iterable[Pair],
@@ -674,8 +663,8 @@ def judge_agreement(
         threshold=threshold,
         pairs=len(scored),
         assumed=sum(p.assumed for p in scored),
-        kappa=_kappa(binary_truth, binary_judged),
-        graded_kappa=_kappa(truth, judged),
+        kappa=cohen_kappa(binary_truth, binary_judged),
+        graded_kappa=cohen_kappa(truth, judged),
         agreed=agreed,
         confusion=confusion,
     )

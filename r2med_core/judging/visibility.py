@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from r2med_core.judging.identity import ROLES_FILE_ENV, Person
+from r2med_core.judging.identity import ROLES_FILE_ENV, Person, is_own
 
 Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
 
@@ -106,8 +106,18 @@ class Sight:
         )
 
     def _own(self, label: _Named) -> bool:
-        name = self.person.name.strip().lower() if self.person is not None else None
-        return name is not None and isinstance(label.annotator, str) and label.annotator.strip().lower() == name
+        return self.labelled([label])
+
+    def labelled(self, labels: Iterable[_Named]) -> bool:
+        """This person made one of ``labels`` (``identity.is_own``), so may not review or adjudicate them:
+        the store refuses it, whoever asks."""
+        return self.person is not None and is_own(self.person.name, (a.annotator for a in labels))
+
+    def may_review(self, labels: Iterable[_Named]) -> bool:
+        """Whether to offer this person the review of ``labels`` (accept, reject, adjudicate): they see the
+        review work and made none of them. Without sign-in a name is still needed to record the review;
+        the page asks for it when one is missing."""
+        return self.reviews and not self.labelled(labels)
 
     def revealed(self, labels: Iterable[_Label]) -> frozenset[Unit]:
         """The units this person labelled themselves among ``labels`` (their own and others')."""

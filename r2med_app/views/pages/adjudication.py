@@ -25,7 +25,7 @@ from r2med_core.judging.adjudication import (
 )
 from r2med_core.judging.agreement import agreement_report, report_csv
 from r2med_core.judging.annotations import GRADES, TAXONOMY, Annotation, AnnotationStoreError, failure_types, grade_code
-from r2med_core.judging.identity import PermissionDenied, Person, authorize, check_not_own
+from r2med_core.judging.identity import PermissionDenied, Person, authorize
 from r2med_core.judging.team import changes_csv, changes_text
 
 PAGE = 20  # units drawn at once
@@ -117,19 +117,6 @@ def _decision_line(d: Decision) -> str:
     return ui.md(f"#{d.id}: {_type_label(d.failure_type)}{grade} by {d.reviewer} at {d.decided_at}{reason}")
 
 
-def _own(labels: tuple[Annotation, ...]) -> bool:
-    person = acting.person
-    if person is None:
-        return False
-    if not person.verified:  # a typed name: the store still refuses a reviewer who labelled the unit
-        return any(a.annotator.strip().lower() == person.name.strip().lower() for a in labels)
-    try:
-        check_not_own(person, [a.annotator for a in labels])
-    except PermissionDenied:
-        return True
-    return False
-
-
 def _item(item: AdjudicationItem) -> None:
     _, task, query_id, doc_id = item.unit
     with st.container(border=True):
@@ -145,8 +132,7 @@ def _item(item: AdjudicationItem) -> None:
             st.caption("Standing decision " + _decision_line(item.decision))
             if item.reopened:
                 st.warning("New labels arrived after this decision: it needs another look.")
-        own = _own(item.labels)
-        if own:
+        if sight.labelled(item.labels):
             st.caption("You labelled this unit: another reviewer decides it (nobody adjudicates their own label).")
         keys = _keys(item)
         with st.form(state.widget_key("adj_form", keys["type"].split(".", 1)[1]), clear_on_submit=False):
@@ -187,7 +173,7 @@ def _item(item: AdjudicationItem) -> None:
                 on_click=_record,
                 args=(item,),
                 type="primary",
-                disabled=ui.read_only() or own or not may_review,
+                disabled=ui.read_only() or not sight.may_review(item.labels),
             )
 
 
@@ -204,7 +190,6 @@ st.caption(
 )
 state.show_flash()
 acting = auth.acting()
-may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
 
 auth.reviewer_line(
     acting,

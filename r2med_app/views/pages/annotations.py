@@ -20,7 +20,7 @@ from r2med_core.judging.adjudication import adjudication_queue, history
 from r2med_core.judging.agreement import VOCABULARIES, agreement
 from r2med_core.judging.annotations import TAXONOMY, Annotation, AnnotationStoreError, labels_frame
 from r2med_core.judging.backup import backup_text, restore_backup_bytes
-from r2med_core.judging.identity import Action, PermissionDenied, Person, authorize, check_not_own
+from r2med_core.judging.identity import Action, PermissionDenied, Person, authorize
 from r2med_core.judging.team import Proposal, qrels_text, review_queue
 from r2med_core.settings import Settings, load_settings
 
@@ -71,16 +71,6 @@ def _person(action: Action) -> Person | None:
         return None
 
 
-def _not_own(person: Person, labels: list[Annotation]) -> bool:
-    """False (and the reason in the flash) when ``person`` labelled any of ``labels``."""
-    try:
-        check_not_own(person, [a.annotator for a in labels])
-    except PermissionDenied as err:
-        state.view().flash_error = f"Not reviewed: {ui.md(err)}."
-        return False
-    return True
-
-
 def _review(annotation_id: int, accept: bool, same: int) -> None:
     """Accept or reject one grade proposed on a pair (a button callback; the page then shows the result).
     The review is recorded on its first proposal and settles the ``same`` identical ones with it."""
@@ -88,13 +78,11 @@ def _review(annotation_id: int, accept: bool, same: int) -> None:
     if person is None or store is None:
         return
     label = store.get(annotation_id)
-    if not _not_own(person, [label]):
-        return
     reviewer = person.name
     judged = dataset.qrels if (label.dataset, label.task) == (dataset.source, dataset.name) else None
     try:
         store.review(annotation_id, accept, reviewer, qrels=judged)
-    except (ValueError, KeyError, AnnotationStoreError) as err:
+    except (PermissionDenied, ValueError, KeyError, AnnotationStoreError) as err:
         v.flash_error = f"Not reviewed: {ui.md(err)}"
         return
     also = f", and with it {same - 1} identical proposal(s)" if same > 1 else ""
@@ -122,25 +110,13 @@ def _label_line(a: Annotation) -> str:
     return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
-def _own(labels: list[Annotation]) -> bool:
-    """The signed-in person labelled one of these (their review buttons are off)."""
-    if acting.person is None or not acting.person.verified:
-        return False
-    try:
-        check_not_own(acting.person, [a.annotator for a in labels])
-    except PermissionDenied:
-        return True
-    return False
-
-
 def _queue_item(item: Proposal) -> None:
     _, task, query_id, doc_id = item.pair
     with st.container(border=True):
         st.markdown(f"**Proposed** · {ui.md(task)} · query {ui.md(query_id)} · document {ui.md(doc_id)}")
         if task == dataset.name and query_id in dataset.queries:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
-        own = _own(list(item.labels))
-        if own:
+        if sight.labelled(item.labels):
             st.caption("You labelled this: another reviewer settles it (nobody reviews their own label).")
         # One review per grade proposed: it settles the pair for every identical proposal, whoever made it.
         for grade, same in item.by_grade().items():
@@ -155,7 +131,7 @@ def _queue_item(item: Proposal) -> None:
                     args=(first.id, accept, len(same)),
                     type="primary" if accept else "secondary",
                     help=f"{name}s {grade_label(grade)} for this document, for all {len(same)} who proposed it.",
-                    disabled=ui.read_only() or own or not may_review,
+                    disabled=ui.read_only() or not sight.may_review(item.labels),
                 )
 
 
@@ -170,7 +146,6 @@ where = "on this server" if ui.read_only() else f"in {ui.md(store.location)}"
 st.caption(f"Stored {where} ({store.kind}). Label queries and documents from the Query explorer.")
 state.show_flash()
 acting = auth.acting()
-may_review = not acting.signed_in_mode or (acting.person is not None and acting.person.may("review"))
 may_manage = not acting.signed_in_mode or (acting.person is not None and acting.person.may("manage"))
 
 # Who sees which labels, proposals, figures and downloads is r2med_core.judging.visibility's rule (roles, signed
@@ -340,7 +315,8 @@ def _agreement(labels: list[Annotation]) -> None:
     shared = " and ".join(f"{m.shared_units} on {vocabulary}s" for vocabulary, m in measured.items())
     st.caption(
         f"Items rated by two or more annotators: {shared} (a grade counts as the grade it is, whichever page "
-        "gave it). Kappa: 1 = full agreement, 0 = no more than chance; undefined when every rating is the same. "
+        "gave it). Kappa: 1 = full agreement, 0 = no more than chance; undefined with fewer than two shared "
+        "items or when an annotator gave one rating throughout (it then says nothing). "
         "Disagreements wait on the Adjudication page."
     )
 

@@ -2,7 +2,8 @@
 
 ``AnnotationStore`` writes portable SQL (``?`` placeholders; ``a IS ?`` for equality that matches NULL)
 and runs it through a ``Backend``, which owns connections, transactions, schema creation and migration,
-and the messages naming where the labels live. Both backends keep the same guarantees: every write is
+and the messages naming where the labels live; the tables themselves are written once, in ``schema``, and
+each backend generates its SQL from them. Both backends keep the same guarantees: every write is
 its own transaction, writers take a store-wide lock (so a duplicate check and its insert never race
 another writer), a killed process loses at most the label it was writing, and a database that is not an
 annotation store is reported and left untouched.
@@ -20,83 +21,23 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from r2med_core.judging.stores.schema import ADJUDICATIONS, ANNOTATIONS
+
 #: Environment variable naming the store: ``postgresql://user:password@host:port/dbname`` (or
 #: ``sqlite:///path/to/annotations.sqlite``). Unset: the SQLite file in the user data folder.
 URL_ENV = "R2MED_ANNOTATIONS_URL"
 #: Schema version (SQLite: ``PRAGMA user_version``; PostgreSQL: the ``annotations_schema`` table); a newer
 #: store is refused rather than misread.
 SCHEMA_VERSION = 5  # 2: rank, reviewer, reviewed_at; 3: blind; 4: the adjudications table; 5: the judging queue
-#: The columns, in the order ``Annotation`` lists its fields.
-COLUMNS: tuple[str, ...] = (
-    "id",
-    "dataset",
-    "task",
-    "query_id",
-    "doc_id",
-    "system",
-    "failure_type",
-    "note",
-    "annotator",
-    "created_at",
-    "accepted",
-    "rank",
-    "reviewer",
-    "reviewed_at",
-    "blind",
-)
-#: Columns added after schema 1: an older store gains them on open, every row kept as it was.
-ADDED_COLUMNS: tuple[str, ...] = ("rank", "reviewer", "reviewed_at", "blind")
-#: Index name → indexed columns (the same in both databases).
-INDEXES: dict[str, tuple[str, ...]] = {
-    "annotations_by_query": ("dataset", "task", "query_id"),
-    "annotations_by_content": ("dataset", "task", "query_id", "doc_id", "annotator", "created_at"),
-}
-#: Schema 4: reviewers' adjudication decisions, one row per decision (a later one supersedes, never
-#: overwrites, an earlier one; the labels themselves are never changed by a decision).
-ADJUDICATION_COLUMNS: tuple[str, ...] = (
-    "id",
-    "dataset",
-    "task",
-    "query_id",
-    "doc_id",
-    "failure_type",
-    "grade",
-    "reason",
-    "reviewer",
-    "decided_at",
-    "supersedes",
-    "label_ids",
-)
+#: The columns of the labels and of the adjudication decisions, in the order ``Annotation`` and
+#: ``adjudication.Decision`` list their fields (every table is in ``schema``).
+COLUMNS: tuple[str, ...] = ANNOTATIONS.names
+ADJUDICATION_COLUMNS: tuple[str, ...] = ADJUDICATIONS.names
 #: The largest whole number every store's INTEGER columns hold (PostgreSQL's INTEGER is 32-bit): a larger
 #: rank or grade is refused when a label or decision is made, never left for the database to reject.
 INTEGER_MAX = 2**31 - 1
 #: The largest row id (ids are 64-bit in both databases).
 ID_MAX = 2**63 - 1
-ADJUDICATION_INDEX = ("adjudications_by_unit", ("dataset", "task", "query_id", "doc_id"))
-#: Schema 5: the judging queue, shared by every server on the store: one row per (query, document) of a
-#: task sent for judging (``systems``: the pool's systems as a JSON list). Not indexed on its text: an
-#: index entry must fit a PostgreSQL page, and the queue is read one task (or the whole queue) at a time.
-QUEUE_COLUMNS: tuple[str, ...] = (
-    "id",
-    "dataset",
-    "task",
-    "query_id",
-    "doc_id",
-    "systems",
-    "depth",
-    "sent_by",
-    "sent_at",
-)
-#: Schema 5: which annotator is to judge which queued document (``queue_id``: a ``judging_queue`` row).
-ASSIGNMENT_COLUMNS: tuple[str, ...] = ("id", "queue_id", "annotator", "assigned_at")
-ASSIGNMENT_INDEX = ("assignments_by_item", ("queue_id",))
-#: The store's tables besides ``annotations``, with the columns each must have: one that lacks any is not
-#: the store's, and is reported and left untouched.
-OTHER_TABLES: dict[str, tuple[str, ...]] = {
-    "adjudications": ADJUDICATION_COLUMNS,
-    "judging_queue": QUEUE_COLUMNS,
-    "assignments": ASSIGNMENT_COLUMNS,
-}
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
@@ -204,17 +145,10 @@ def open_backend(target: str | Path, timeout: float) -> Backend:
 
 
 __all__ = [
-    "ADDED_COLUMNS",
     "ADJUDICATION_COLUMNS",
-    "ADJUDICATION_INDEX",
-    "ASSIGNMENT_COLUMNS",
-    "ASSIGNMENT_INDEX",
     "COLUMNS",
     "ID_MAX",
-    "INDEXES",
     "INTEGER_MAX",
-    "OTHER_TABLES",
-    "QUEUE_COLUMNS",
     "SCHEMA_VERSION",
     "URL_ENV",
     "AnnotationStoreError",

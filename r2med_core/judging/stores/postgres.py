@@ -1,8 +1,9 @@
 """The PostgreSQL backend, for a team sharing one annotation database (``R2MED_ANNOTATIONS_URL``).
 
-The table, its columns, indexes and migrations are those of the SQLite file; the schema version lives in
-a one-row ``annotations_schema`` table. The store uses the URL's database and the first schema of its
-``search_path`` (``?options=-csearch_path%3Dname`` chooses another), and leaves every other table alone.
+The tables, their columns, indexes and migrations are generated from ``schema``, as the SQLite file's;
+the schema version lives in a one-row ``annotations_schema`` table. The store uses the URL's database and
+the first schema of its ``search_path`` (``?options=-csearch_path%3Dname`` chooses another), and leaves
+every other table alone.
 
 Guarantees match the SQLite store: each write is one transaction holding a store-wide advisory lock
 (writers queue as with SQLite's write lock, so an import's duplicate check never races another writer,
@@ -24,94 +25,19 @@ from types import ModuleType
 from typing import Any
 
 from r2med_core.judging.stores import (
-    ADDED_COLUMNS,
-    ADJUDICATION_INDEX,
-    ASSIGNMENT_INDEX,
-    COLUMNS,
-    INDEXES,
-    OTHER_TABLES,
     SCHEMA_VERSION,
     URL_ENV,
     AnnotationStoreError,
     redact_url,
     url_secrets,
 )
+from r2med_core.judging.stores.schema import TABLES, add_column, create_index, create_table, lacking_message, missing
 
 #: The pip requirement that provides psycopg with its own libpq.
 REQUIREMENT = "psycopg[binary]"
 #: First key of the advisory lock; the second is the schema's name, so stores in different schemas of
 #: one database do not wait for each other.
 _LOCK_CLASS = 0x52324D44  # "R2MD"
-_SQL_TYPES = {
-    "rank": "INTEGER",
-    "reviewer": "TEXT NOT NULL DEFAULT ''",
-    "reviewed_at": "TEXT",
-    "blind": "INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))",
-}
-_CREATE_TABLE = """
-CREATE TABLE annotations (
-    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT,
-    system TEXT NOT NULL DEFAULT '',
-    failure_type TEXT NOT NULL,
-    note TEXT NOT NULL DEFAULT '',
-    annotator TEXT NOT NULL CHECK (annotator <> ''),
-    created_at TEXT NOT NULL,
-    accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
-    rank INTEGER,
-    reviewer TEXT NOT NULL DEFAULT '',
-    reviewed_at TEXT,
-    blind INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))
-)
-"""
-# Schema 4: created when missing, so a schema-3 store gains it with every label kept as it was.
-_CREATE_ADJUDICATIONS = """
-CREATE TABLE adjudications (
-    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT,
-    failure_type TEXT NOT NULL,
-    grade INTEGER CHECK (grade IS NULL OR grade >= 0),
-    reason TEXT NOT NULL DEFAULT '',
-    reviewer TEXT NOT NULL CHECK (reviewer <> ''),
-    decided_at TEXT NOT NULL,
-    supersedes BIGINT REFERENCES adjudications (id),
-    label_ids TEXT NOT NULL DEFAULT ''
-)
-"""
-# Schema 5: the judging queue and its assignments, created when missing.
-_CREATE_QUEUE = """
-CREATE TABLE judging_queue (
-    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    systems TEXT NOT NULL DEFAULT '[]',
-    depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
-    sent_by TEXT NOT NULL DEFAULT '',
-    sent_at TEXT NOT NULL DEFAULT ''
-)
-"""
-_CREATE_ASSIGNMENTS = """
-CREATE TABLE assignments (
-    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    queue_id BIGINT NOT NULL REFERENCES judging_queue (id),
-    annotator TEXT NOT NULL CHECK (annotator <> ''),
-    assigned_at TEXT NOT NULL
-)
-"""
-#: Each table besides ``annotations`` with what creates it: the table, then its index when it has one.
-_CREATE_OTHERS: dict[str, tuple[str, tuple[str, tuple[str, ...]] | None]] = {
-    "adjudications": (_CREATE_ADJUDICATIONS, ADJUDICATION_INDEX),
-    "judging_queue": (_CREATE_QUEUE, None),
-    "assignments": (_CREATE_ASSIGNMENTS, ASSIGNMENT_INDEX),
-}
 _UNTOUCHED = "the database was left untouched — choose another database or schema"
 
 
@@ -148,18 +74,19 @@ class _Session:
 
 @dataclass(frozen=True)
 class _Found:
-    """The store's schema as read: its tables, version, annotation columns and indexes."""
+    """The store's schema as read: its tables, version, each table's columns and the indexes."""
 
     tables: set[str]
     version: int
-    columns: set[str]
+    columns: dict[str, set[str]]
     indexes: set[str]
 
     @property
     def current(self) -> bool:
         """Nothing to create or migrate: opening needs no lock and writes nothing."""
-        whole = {"annotations", "annotations_schema", *OTHER_TABLES} <= self.tables and set(INDEXES) <= self.indexes
-        return whole and self.version == SCHEMA_VERSION and set(COLUMNS) <= self.columns
+        if not {"annotations_schema", *(t.name for t in TABLES)} <= self.tables or self.version != SCHEMA_VERSION:
+            return False
+        return all(set(t.indexes) <= self.indexes and set(t.names) <= self.columns[t.name] for t in TABLES)
 
 
 class PostgresBackend:
@@ -241,12 +168,13 @@ class PostgresBackend:
                 f"{self.location}: the database's encoding is {encoding}, which cannot hold every label; "
                 f"create it with ENCODING 'UTF8'; {_UNTOUCHED}"
             )
+        names = [t.name for t in TABLES]
         tables = {
             name
             for (name,) in db.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-                "AND table_name IN ('annotations', 'annotations_schema', 'adjudications', 'judging_queue', "
-                "'assignments')"
+                f"AND table_name IN ({', '.join('?' * (len(names) + 1))})",
+                (*names, "annotations_schema"),
             ).fetchall()
         }
         version = 0
@@ -257,30 +185,20 @@ class PostgresBackend:
                 f"{self.location}: written by a newer version of R2MED Explorer (schema {version}, this one "
                 f"reads {SCHEMA_VERSION}); the database was left untouched"
             )
-        present = self._columns(db, "annotations") if "annotations" in tables else set(COLUMNS)
-        missing = [name for name in COLUMNS if name not in present and name not in ADDED_COLUMNS]
-        if missing:
-            raise AnnotationStoreError(
-                f"{self.location}: its annotations table is not an annotation store (it lacks column(s) "
-                f"{', '.join(missing)}); {_UNTOUCHED}"
-            )
-        for table, wanted in OTHER_TABLES.items():
-            if table not in tables:
-                continue
-            have = self._columns(db, table)
-            lacking = [name for name in wanted if name not in have]
-            if lacking:
-                raise AnnotationStoreError(
-                    f"{self.location}: its {table} table is not an annotation store's (it lacks "
-                    f"column(s) {', '.join(lacking)}); {_UNTOUCHED}"
-                )
+        columns = {t.name: self._columns(db, t.name) if t.name in tables else set() for t in TABLES}
+        for table in TABLES:
+            lacks = missing(table, columns[table.name]) if table.name in tables else []
+            if lacks:
+                raise AnnotationStoreError(f"{self.location}: {lacking_message(table, lacks, _UNTOUCHED)}")
         indexes = {
             name
             for (name,) in db.execute(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'annotations'"
+                f"SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                f"AND tablename IN ({', '.join('?' * len(names))})",
+                names,
             ).fetchall()
         }
-        return _Found(tables, version, present, indexes)
+        return _Found(tables, version, columns, indexes)
 
     @staticmethod
     def _columns(db: _Session, table: str) -> set[str]:
@@ -296,20 +214,15 @@ class PostgresBackend:
     @staticmethod
     def _migrate(db: _Session, found: _Found) -> None:
         """DDL only for what is missing, so a role without CREATE rights can use an up-to-date store."""
-        if "annotations" not in found.tables:
-            db.execute(_CREATE_TABLE)
-        for table, (create, index) in _CREATE_OTHERS.items():
-            if table in found.tables:
-                continue
-            db.execute(create)
-            if index is not None:
-                db.execute(f"CREATE INDEX {index[0]} ON {table} ({', '.join(index[1])})")
-        for name in ADDED_COLUMNS:
-            if name not in found.columns:
-                db.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")
-        for name, columns in INDEXES.items():
-            if name not in found.indexes:
-                db.execute(f"CREATE INDEX {name} ON annotations ({', '.join(columns)})")
+        for table in TABLES:  # a missing table whole, then the columns added since, then indexes
+            if table.name not in found.tables:
+                db.execute(create_table(table, "postgresql"))
+            for column in table.added:
+                if table.name in found.tables and column.name not in found.columns[table.name]:
+                    db.execute(add_column(table, column, "postgresql"))
+            for index in table.indexes:
+                if index not in found.indexes:
+                    db.execute(create_index(table, index))
         if "annotations_schema" not in found.tables:
             db.execute("CREATE TABLE annotations_schema (version INTEGER NOT NULL)")
         if found.version < SCHEMA_VERSION:

@@ -16,84 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from r2med_core.judging.stores import (
-    ADDED_COLUMNS,
-    ADJUDICATION_INDEX,
-    ASSIGNMENT_INDEX,
-    COLUMNS,
-    INDEXES,
-    OTHER_TABLES,
-    SCHEMA_VERSION,
-    AnnotationStoreError,
-)
+from r2med_core.judging.stores import SCHEMA_VERSION, AnnotationStoreError
+from r2med_core.judging.stores.schema import TABLES, add_column, create_index, create_table, lacking_message, missing
 
-_SQL_TYPES = {
-    "rank": "INTEGER",
-    "reviewer": "TEXT NOT NULL DEFAULT ''",
-    "reviewed_at": "TEXT",
-    "blind": "INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))",
-}
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS annotations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT,
-    system TEXT NOT NULL DEFAULT '',
-    failure_type TEXT NOT NULL,
-    note TEXT NOT NULL DEFAULT '',
-    annotator TEXT NOT NULL CHECK (annotator <> ''),
-    created_at TEXT NOT NULL,
-    accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted IN (0, 1)),
-    rank INTEGER,
-    reviewer TEXT NOT NULL DEFAULT '',
-    reviewed_at TEXT,
-    blind INTEGER NOT NULL DEFAULT 0 CHECK (blind IN (0, 1))
-);
-CREATE INDEX IF NOT EXISTS annotations_by_query ON annotations (dataset, task, query_id);
-CREATE INDEX IF NOT EXISTS annotations_by_content
-    ON annotations (dataset, task, query_id, doc_id, annotator, created_at);
-"""
-# Schema 4: created when missing, so a schema-3 store gains it with every label kept as it was.
-_ADJUDICATIONS = """
-CREATE TABLE IF NOT EXISTS adjudications (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT,
-    failure_type TEXT NOT NULL,
-    grade INTEGER CHECK (grade IS NULL OR grade >= 0),
-    reason TEXT NOT NULL DEFAULT '',
-    reviewer TEXT NOT NULL CHECK (reviewer <> ''),
-    decided_at TEXT NOT NULL,
-    supersedes INTEGER REFERENCES adjudications (id),
-    label_ids TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS adjudications_by_unit ON adjudications (dataset, task, query_id, doc_id);
-"""
-# Schema 5: the judging queue and its assignments, created when missing (every label kept as it was).
-_QUEUE = """
-CREATE TABLE IF NOT EXISTS judging_queue (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    dataset TEXT NOT NULL,
-    task TEXT NOT NULL,
-    query_id TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    systems TEXT NOT NULL DEFAULT '[]',
-    depth INTEGER NOT NULL DEFAULT 0 CHECK (depth >= 0),
-    sent_by TEXT NOT NULL DEFAULT '',
-    sent_at TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS assignments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    queue_id INTEGER NOT NULL REFERENCES judging_queue (id),
-    annotator TEXT NOT NULL CHECK (annotator <> ''),
-    assigned_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS assignments_by_item ON assignments (queue_id);
-"""
 _UNTOUCHED = "the file was left untouched — move it aside or choose another path"
 #: SQLite's result codes for a write the disk or file refuses (the primary code: the low byte); a file
 #: that may not grow (a quota, a size limit) fails with an I/O error.
@@ -222,12 +147,14 @@ class SQLiteBackend:
             # older store gains the new columns exactly once (ALTER TABLE keeps every row as it was).
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in filter(str.strip, (_SCHEMA + _ADJUDICATIONS + _QUEUE).split(";")):
-                    conn.execute(statement)
-                present = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
-                for name in ADDED_COLUMNS:
-                    if name not in present:
-                        conn.execute(f"ALTER TABLE annotations ADD COLUMN {name} {_SQL_TYPES[name]}")
+                for table in TABLES:  # a missing table whole, then the columns added since, then indexes
+                    conn.execute(create_table(table, "sqlite", if_not_exists=True))
+                    present = _columns(conn, table.name)
+                    for column in table.added:
+                        if column.name not in present:
+                            conn.execute(add_column(table, column, "sqlite"))
+                    for index in table.indexes:
+                        conn.execute(create_index(table, index, if_not_exists=True))
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.commit()
             except BaseException:
@@ -241,13 +168,13 @@ class SQLiteBackend:
     @staticmethod
     def _is_current(conn: sqlite3.Connection, tables: set[str]) -> bool:
         """True when the file holds this version's whole schema in WAL mode (read only: nothing to write)."""
-        if not {"annotations", *OTHER_TABLES} <= tables:
+        if not {t.name for t in TABLES} <= tables:
             return False
         indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
-        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-        wanted = {*INDEXES, ADJUDICATION_INDEX[0], ASSIGNMENT_INDEX[0]}
-        return wanted <= indexes and set(ADDED_COLUMNS) <= columns and mode == "wal"
+        whole = all(
+            set(t.indexes) <= indexes and {c.name for c in t.added} <= _columns(conn, t.name) for t in TABLES
+        )
+        return whole and str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
 
     def _enable_wal(self, conn: sqlite3.Connection) -> str:
         """Switch to WAL; the switch ignores the busy timeout, so retry while another process holds a lock."""
@@ -264,26 +191,17 @@ class SQLiteBackend:
                 time.sleep(0.02)
 
     def _check_existing(self, conn: sqlite3.Connection, tables: set[str]) -> None:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(annotations)")}
-        missing = [name for name in COLUMNS if name not in columns and name not in ADDED_COLUMNS]
-        if missing:
-            raise AnnotationStoreError(
-                f"{self.file}: its annotations table lacks column(s) {', '.join(missing)}; "
-                "the file was left untouched — choose another path"
-            )
-        for table, wanted in OTHER_TABLES.items():
-            if table not in tables:
-                continue
-            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-            missing = [name for name in wanted if name not in columns]
-            if missing:
-                raise AnnotationStoreError(
-                    f"{self.file}: its {table} table is not an annotation store's (it lacks column(s) "
-                    f"{', '.join(missing)}); the file was left untouched — choose another path"
-                )
+        for table in TABLES:
+            lacks = missing(table, _columns(conn, table.name)) if table.name in tables else []
+            if lacks:
+                raise AnnotationStoreError(f"{self.file}: {lacking_message(table, lacks, _UNTOUCHED)}")
         status = [row[0] for row in conn.execute("PRAGMA quick_check")]
         if status != ["ok"]:
             raise AnnotationStoreError(
                 f"{self.file}: the database is damaged ({'; '.join(map(str, status[:3]))}); the file was left "
                 "untouched — restore a backup or export what reads"
             )
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
