@@ -63,7 +63,7 @@ class Agreement:
     shared_units: int  # items rated by two or more annotators
 
 
-def _kappa(compute, *args) -> float:  # type: ignore[no-untyped-def]
+def _kappa(compute, *args) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one category only: kappa is undefined, reported as NaN
         value = float(compute(*args))

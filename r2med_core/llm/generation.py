@@ -514,9 +514,17 @@ def _deadline_transport(authorization: str | None = None) -> Any:
             return self.inner.get_extra_info(info)
 
     class Backend(httpcore2.SyncBackend):
-        def connect_tcp(self, host: str, port: int, timeout: float | None = None, **kwargs: Any) -> Any:
+        def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> Any:
             budget = _budget()
-            return Stream(super().connect_tcp(host, port, budget.remaining(timeout) if budget else timeout, **kwargs))
+            timeout = budget.remaining(timeout) if budget else timeout
+            return Stream(super().connect_tcp(host, port, timeout, local_address, socket_options))
 
     class Transport(httpx2.HTTPTransport):
         def handle_request(self, request: Any) -> Any:
@@ -627,9 +635,10 @@ class _OpenAIBackend:
             budget = _Budget(time.monotonic() + self.endpoint.timeout, self.max_reply_bytes)
             _CURRENT.budget = budget
             try:
-                response = self.client.chat.completions.create(
+                # The SDK's overloads want TypedDict messages and literal keywords, not plain dicts and **options.
+                response = self.client.chat.completions.create(  # type: ignore[call-overload]
                     model=model,
-                    messages=messages,  # type: ignore[arg-type]
+                    messages=messages,
                     **self.endpoint.sampling(),
                     **self._limit(),
                     **extra,
@@ -1206,7 +1215,9 @@ def rewrite_usage(dataset: Dataset, method: str, llm_name: str) -> dict[str, Any
     generation of an API server (``Usage.record`` of its model: the tokens its texts cost, cached
     ones included), else None (a precomputed rewrite file, a local model, no such rewrite)."""
     texts = dataset.rewrites.get((method, llm_name))
-    settings = live_generation_settings(dataset, method, llm_name) if texts else None
+    if not texts:
+        return None
+    settings = live_generation_settings(dataset, method, llm_name)
     if not settings or settings.get("base_url") == "local" or live_rewrites(dataset, method, llm_name) != texts:
         return None
     try:

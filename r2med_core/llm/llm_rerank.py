@@ -50,7 +50,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
@@ -237,7 +237,7 @@ def _with_defaults(endpoint: AnyEndpoint, sampling: dict[str, float], max_tokens
     if isinstance(endpoint, LocalEndpoint):
         return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
     if endpoint.temperature is None and endpoint.top_p is None and endpoint.seed is None:
-        endpoint = replace(endpoint, **sampling)
+        endpoint = replace(endpoint, temperature=sampling.get("temperature"), top_p=sampling.get("top_p"))
     return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
 
 
@@ -567,7 +567,7 @@ class _Asker:
 
 
 def _run_jobs(
-    jobs: list[tuple[str, Callable[[], Any]]],
+    jobs: Sequence[tuple[str, Callable[[], Any]]],
     asker: _Asker,
     result: RerankReport,
     *,
