@@ -14,7 +14,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
@@ -395,13 +395,13 @@ class FileCorpus(Mapping[str, str]):
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self.texts()
 
-    def keys(self):  # type: ignore[override]  # the dict's own views: no lookup per document
+    def keys(self) -> KeysView[str]:  # the dict's own views: no lookup per document
         return self.texts().keys()
 
-    def values(self):  # type: ignore[override]
+    def values(self) -> ValuesView[str]:
         return self.texts().values()
 
-    def items(self):  # type: ignore[override]
+    def items(self) -> ItemsView[str, str]:
         return self.texts().items()
 
     def get(self, doc_id: str, default: Any = None) -> Any:
@@ -730,7 +730,8 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
         queries, query_meta = _read_texts(root / "query.jsonl", "id", ("text",))
     except DataError as err:
         problems += err.problems
-    qrels_path, rows = root / QRELS_FILES[0], []
+    qrels_path = root / QRELS_FILES[0]
+    rows: list[tuple[int, str, str, int]] = []
     try:
         qrels_path, rows = _read_r2med_qrels(root)
     except DataError as err:

@@ -37,7 +37,7 @@ def _progress_bar(progress: Progress | None, label: str) -> Any:
     """A tqdm class that also forwards its progress to our callback (the app's st.progress)."""
     from tqdm.auto import tqdm
 
-    class CallbackTqdm(tqdm):  # type: ignore[misc, valid-type]
+    class CallbackTqdm(tqdm):
         def update(self, n: float | None = 1) -> bool | None:
             shown = super().update(n)
             if self.total:

@@ -381,3 +381,17 @@ def test_auto_on_onnx_uses_a_cached_torch_entry_instead_of_encoding_again(monkey
     assert entry_path("dense", fresh.cache_key("another corpus")).is_dir()
     torch_key = DenseRetriever(PRESETS["minilm"], backend="torch").cache_key("another corpus")
     assert not entry_path("dense", torch_key).exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+def test_the_onnx_backend_refuses_by_name_a_model_that_does_not_say_its_dimension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from r2med_core.retrieval.dense import offline_model_path
+    from r2med_core.retrieval.onnx_encoder import BackendUnavailable, load_accelerated
+
+    monkeypatch.setattr(SentenceTransformer, "get_embedding_dimension", lambda self: None)
+    with pytest.raises(BackendUnavailable, match="does not say its embedding dimension; use the torch backend"):
+        load_accelerated(offline_model_path(), "onnx")

@@ -22,8 +22,6 @@ from r2med_core.systems import SpecError, cost_notes, is_computed, needs_click, 
 from .test_generation import KEY, FakeLLM
 from .test_llm_rerank_kind import LIST, TASK, llm, reverse_ids  # noqa: F401 (llm: the operator's local server)
 
-pytest.importorskip("tiktoken")
-
 INSERT = "bm25>insertrank:fake-model@3"
 
 

@@ -29,8 +29,6 @@ from r2med_core.llm.llm_rerank import (
 from r2med_core.runs import Run
 from tests.test_generation import KEY, FakeLLM, fast, needs_offline_model, usage_of
 
-pytest.importorskip("tiktoken")
-
 DOCS = {
     "d1": "Insulin infusion\n\nand intravenous fluids treat diabetic ketoacidosis.",
     "d2": "Gout is caused by urate crystals.",

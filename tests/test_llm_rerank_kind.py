@@ -36,8 +36,6 @@ from r2med_core.systems import (
 from .test_app import APP
 from .test_generation import KEY, FakeLLM
 
-pytest.importorskip("tiktoken")
-
 TASK = "clinical-evidence"
 LIST = "bm25>llmrerank:list:fake-model@3"
 POINT = "bm25>llmrerank:point:fake-model@3"

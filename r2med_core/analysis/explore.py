@@ -139,13 +139,12 @@ def query_table(dataset: Dataset, results: Results, run: Run, depth: int = 100) 
             continue
         ranks = [run.rank_of(qid, doc) for doc in gold]
         missed = sum(1 for r in ranks if r is None or r > depth)
-        metrics = results.per_query.loc[qid] if qid in results.per_query.index else None
         rows.append(
             {
                 "query_id": qid,
                 "query": " ".join(text.split())[:160],
-                "ndcg_at_10": float(metrics["ndcg_at_10"]) if metrics is not None else 0.0,
-                "recall_at_100": float(metrics["recall_at_100"]) if metrics is not None else 0.0,
+                "ndcg_at_10": float(results.per_query["ndcg_at_10"].get(qid, 0.0)),
+                "recall_at_100": float(results.per_query["recall_at_100"].get(qid, 0.0)),
                 "gold": len(gold),
                 "gold_missed": missed,
                 "best_gold_rank": min((r for r in ranks if r is not None), default=None),
@@ -317,7 +316,7 @@ def llm_spread(
     """One query's scores under each LLM's rewrite (and without any): rows of (llm, metric, value)."""
     sources = ({"no rewrite": without} if without is not None else {}) | by_llm
     rows = [
-        {"llm": llm, "metric": metric_label(metric), "value": float(results.per_query.loc[query_id, metric])}
+        {"llm": llm, "metric": metric_label(metric), "value": float(results.per_query[metric][query_id])}
         for llm, results in sources.items()
         if query_id in results.per_query.index
         for metric in metrics

@@ -179,7 +179,16 @@ def _covered(hop: Network, trusted: list[Network]) -> bool:
     """Whether every address in ``hop`` is a trusted proxy; 127.0.0.1 and ::1 count as one (``LOOPBACK``)."""
     if hop in _LOOPBACK_HOSTS:
         return peer_trusted(LOOPBACK, trusted)
-    return any(hop.version == net.version and hop.subnet_of(net) for net in trusted)
+    return any(_subnet_of(hop, net) for net in trusted)
+
+
+def _subnet_of(hop: Network, net: Network) -> bool:
+    """``hop.subnet_of(net)``, False across IP versions (where ``subnet_of`` raises TypeError)."""
+    if isinstance(hop, ipaddress.IPv4Network) and isinstance(net, ipaddress.IPv4Network):
+        return hop.subnet_of(net)
+    if isinstance(hop, ipaddress.IPv6Network) and isinstance(net, ipaddress.IPv6Network):
+        return hop.subnet_of(net)
+    return False
 
 
 # --------------------------------------------------------------------------- the roles file
@@ -212,7 +221,7 @@ def parse_roles(text: str, name: str) -> RoleTable:
         problem = _entry_problem(identity, value, entries)
         if problem:
             raise IdentityError(f"{name}:{_line_of(text.splitlines(), identity)}: {problem}")
-        entries[identity.strip().lower()] = frozenset([value] if isinstance(value, str) else value)
+        entries[identity.strip().lower()] = frozenset(_granted(value) or ())
     return RoleTable(source=name, entries=entries)
 
 
@@ -237,8 +246,8 @@ def _entry_problem(identity: str, value: object, entries: Mapping[str, frozenset
     """What is wrong with one ``identity = value`` line given the entries before it ("" when nothing)."""
     if isinstance(value, dict):
         return f'[{identity}] is a table; write "identity" = "role" or a list of roles'
-    granted = [value] if isinstance(value, str) else value
-    if not isinstance(granted, list) or not all(isinstance(r, str) for r in granted):
+    granted = _granted(value)
+    if granted is None:
         return f"the roles of {identity!r} must be a role or a list of roles"
     unknown = [r for r in granted if r not in ROLES]
     if unknown:
@@ -248,6 +257,15 @@ def _entry_problem(identity: str, value: object, entries: Mapping[str, frozenset
     if identity.strip().lower() in entries:
         return f"{identity!r} is listed twice (identities ignore case)"
     return ""
+
+
+def _granted(value: object) -> list[str] | None:
+    """The roles one line grants: a role or a list of roles; None when ``value`` is neither."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(r, str) for r in value):
+        return value
+    return None
 
 
 def load_roles(path: str | Path) -> RoleTable:

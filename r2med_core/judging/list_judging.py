@@ -210,7 +210,7 @@ def save_grades(
                         rank=ranking.rank_of(query_id, event.doc_id),
                         failure_type=grade_code(event.grade),
                         annotator=annotator,
-                        created_at=pressed,
+                        created_at=pressed.isoformat(),
                         blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
                     )
                 )

@@ -45,11 +45,15 @@ class _Named(Protocol):
     def annotator(self) -> str: ...
 
 
-class _Label(_Named, Protocol):
-    dataset: str
-    task: str
-    query_id: str
-    doc_id: str | None
+class _Label(_Named, Protocol):  # read-only members, so a frozen dataclass (an Annotation) is one
+    @property
+    def dataset(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def query_id(self) -> str: ...
+    @property
+    def doc_id(self) -> str | None: ...
 
 
 T = TypeVar("T", bound=_Label)

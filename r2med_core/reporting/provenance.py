@@ -490,7 +490,7 @@ def comparability(files: list[ResultsFile]) -> list[str]:
             )
     base = next((f for f in files if f.provenance is not None), None)
     for other in files:
-        if base is None or other is base or other.provenance is None:
+        if base is None or base.provenance is None or other is base or other.provenance is None:
             continue
         found = [d for d in differences(base.provenance, other.provenance) if not d.startswith("different datasets")]
         # Different systems legitimately use other models and rewrites: only shared ones are compared.

@@ -372,7 +372,7 @@ class Report:
     # ------------------------------------------------------------------ the HTML file
 
     @cached_property
-    def _embedded(self) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
+    def _embedded(self) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
         """Each run as TREC text with its SHA-256 (so an edited file is refused instead of silently
         reopened), and the runs a TREC file cannot hold (ids with spaces), with why."""
         embedded, left_out = [], []
@@ -383,7 +383,9 @@ class Report:
                 left_out.append((system.label, err.problems[0].message))
                 continue
             digest = hashlib.sha256(trec.encode("utf-8")).hexdigest()
-            entry = {"name": system.name, "label": system.label, "note": system.note, "trec": trec, "sha256": digest}
+            entry: dict[str, Any] = {
+                "name": system.name, "label": system.label, "note": system.note, "trec": trec, "sha256": digest
+            }
             if system.provenance is not None:
                 entry["provenance"] = system.provenance.to_json()
             embedded.append(entry)

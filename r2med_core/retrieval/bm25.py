@@ -228,8 +228,8 @@ class BM25Retriever:
         self._indexed = False  # stays False if building fails half-way
         self._doc_ids = [str(d) for d in doc_ids]
         if self.engine == "official":
-            tokens = tokenize_to_ids(texts, workers=workers, progress=_scaled(progress, 0.0, 0.8))
-            self._build_matrix(tokens, progress)
+            token_ids = tokenize_to_ids(texts, workers=workers, progress=_scaled(progress, 0.0, 0.8))
+            self._build_matrix(token_ids, progress)
         elif self.engine == "bm25s":
             import bm25s
             import Stemmer

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,11 @@ from r2med_core.progress import Progress, report
 from r2med_core.retrieval.encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
 from r2med_core.retrieval.hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend
 from r2med_core.tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from r2med_core.retrieval.onnx_encoder import OnnxEncoder
 
 #: Backends: how a model is loaded and called.
 BACKENDS: tuple[str, ...] = ("sentence-transformers", "bmretriever", "last-token", "gritlm", "nv-embed", "openai")
@@ -370,6 +375,7 @@ def load_encoder(
             model_kwargs["torch_dtype"] = torch.float16
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
+            model: SentenceTransformer | OnnxEncoder
             if backend != "torch":
                 from r2med_core.retrieval.onnx_encoder import load_accelerated
 
@@ -734,7 +740,7 @@ class DenseRetriever:
     def cache_key(self, corpus_fingerprint: str) -> dict[str, Any]:
         model = asdict(self.model)
         model.pop("label", None)
-        key = {
+        key: dict[str, Any] = {
             "corpus": corpus_fingerprint,
             "model": model,
             "query_revision": model_revision(self.model.query_model, self.model.revision),

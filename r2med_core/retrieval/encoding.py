@@ -345,17 +345,18 @@ def _encode_locked(
     total_cost = float(costs.sum()) or 1.0
     meter = _Meter(n)
 
-    in_flight = [0, 0.0]  # documents and cost of the chunk being encoded, batch by batch
+    docs_in_flight, cost_in_flight = 0, 0.0  # of the chunk being encoded, batch by batch
 
     def publish() -> None:
-        current = meter.status(done + in_flight[0], cost_left - in_flight[1])
+        current = meter.status(done + docs_in_flight, cost_left - cost_in_flight)
         _STATUS[folder.name] = current
-        report(progress, 1.0 - (cost_left - in_flight[1]) / total_cost, f"{label}: {current.line()}")
+        report(progress, 1.0 - (cost_left - cost_in_flight) / total_cost, f"{label}: {current.line()}")
 
     publish()
     if encode_chunks is None:
 
         def local_chunks(p: Plan, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+            nonlocal docs_in_flight, cost_in_flight
             for chunk in wanted:
                 positions = p.positions(chunk)
                 parts = []
@@ -363,12 +364,12 @@ def _encode_locked(
                     batch = positions[start : start + BATCH_DOCS]
                     parts.append(np.asarray(encode([texts[i] for i in batch]), dtype=np.float32))
                     cost = float(costs[batch].sum())
-                    in_flight[0] += len(batch)
-                    in_flight[1] += cost
+                    docs_in_flight += len(batch)
+                    cost_in_flight += cost
                     meter.add(len(batch), cost)
                     if start + BATCH_DOCS < len(positions):  # a chunk's last batch reports once it is saved,
                         publish()  # so a Cancel there keeps it; every other batch reports (and Cancels) here
-                in_flight[0], in_flight[1] = 0, 0.0
+                docs_in_flight, cost_in_flight = 0, 0.0
                 yield chunk, np.concatenate(parts)
 
         encode_chunks = local_chunks

@@ -161,6 +161,9 @@ def load_accelerated(
 
     model = SentenceTransformer(location, device="cpu")
     mode, normalize = _pooling_of(model, pooling)
+    dim = model.get_embedding_dimension()
+    if dim is None:  # the ONNX encoder sizes its output by it
+        raise BackendUnavailable(f"{location} does not say its embedding dimension; use the torch backend")
     import torch
 
     target = cache_root() / "onnx" / fingerprint(location, revision, backend, torch.__version__)
@@ -171,5 +174,4 @@ def load_accelerated(
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    dim = int(model.get_embedding_dimension())
     return OnnxEncoder(session, model[0].tokenizer, mode, normalize, dim, int(model.max_seq_length or 512))

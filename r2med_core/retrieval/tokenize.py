@@ -535,7 +535,7 @@ def _chunk_results(pieces: list[Sequence[str]], workers: int) -> Iterator[Iterat
     root = str(Path(__file__).resolve().parents[2])  # the folder holding r2med_core
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "r2med_core.retrieval._tokenize_worker"]
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     feeders: list[threading.Thread] = []
     try:
         for _ in range(workers):
@@ -561,7 +561,8 @@ def _feed(pipe: IO[bytes], pieces: list[Sequence[str]]) -> None:
         pass
 
 
-def _read_result(proc: subprocess.Popen) -> _Chunk:
+def _read_result(proc: subprocess.Popen[bytes]) -> _Chunk:
+    assert proc.stdout is not None  # every worker is started with stdout=PIPE
     try:
         terms, ids, lengths = pickle.load(proc.stdout)
     except Exception as err:  # EOF from a dead worker, or a truncated pickle

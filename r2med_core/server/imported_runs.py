@@ -120,10 +120,11 @@ def parse_run(data: bytes, label: str, name: str, dataset: Dataset | None = None
         return True
 
     run = parse_trec(data, label, name, keep)
-    warnings += [
-        Problem(label, line, f"query {qid!r} is not in {dataset.name}: its rows are ignored")
-        for qid, line in list(unknown_queries.items())[:MAX_DOC_WARNINGS]
-    ]
+    if dataset is not None:  # without one, no query is unknown
+        warnings += [
+            Problem(label, line, f"query {qid!r} is not in {dataset.name}: its rows are ignored")
+            for qid, line in list(unknown_queries.items())[:MAX_DOC_WARNINGS]
+        ]
     if len(unknown_queries) > MAX_DOC_WARNINGS:
         warnings.append(Problem(label, None, f"{len(unknown_queries)} unknown query ids in all (ignored)"))
     warnings += unknown_docs.problems(dataset)
@@ -214,8 +215,12 @@ def _kit_topk(data: bytes, label: str) -> dict[str, dict[str, float]] | None:
     for number, raw in lines:
         row = _json_line(raw, label, number)
         pairs = row.get("topk_pid") if isinstance(row, dict) else None
-        ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs)
-        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or not ok:
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("id"), (str, int))
+            or not isinstance(pairs, list)
+            or not all(isinstance(p, list) and len(p) == 2 for p in pairs)
+        ):
             problems.append(Problem(label, number, 'expected {"id": query id, "topk_pid": [[document id, score], …]}'))
         else:
             try:

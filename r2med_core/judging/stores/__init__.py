@@ -47,7 +47,8 @@ class AnnotationStoreError(RuntimeError):
 
 
 class Cursor(Protocol):
-    rowcount: int
+    @property
+    def rowcount(self) -> int: ...
 
     def fetchone(self) -> Any: ...
 

@@ -21,6 +21,7 @@ import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -93,7 +94,7 @@ class PostgresBackend:
     """An annotation store in the PostgreSQL database named by ``url`` (libpq URL syntax)."""
 
     kind = "PostgreSQL"
-    path = None
+    path: Path | None = None
 
     def __init__(self, url: str, timeout: float) -> None:
         self._url = url
