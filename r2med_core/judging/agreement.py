@@ -21,8 +21,9 @@ import io
 import itertools
 import math
 import warnings
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,7 @@ def cohen_kappa(first: Sequence[Hashable], second: Sequence[Hashable]) -> float:
     return _finite(cohen_kappa_score, list(first), list(second))
 
 
-def _finite(compute, *args) -> float:  # type: ignore[no-untyped-def]
+def _finite(compute: Callable[..., Any], *args: Any) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate table: undefined, reported as NaN
         value = float(compute(*args))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -650,9 +651,12 @@ def judge_agreement(
     truth = [int(p.qrels_grade or 0) for p in scored]
     judged = [grades[p.query_id, p.doc_id] for p in scored]
     rows = sorted(set(truth))
-    confusion = pd.DataFrame(0, index=pd.Index(rows, name="qrels grade"), columns=pd.Index(GRADES, name="LLM grade"))
-    for t, j in zip(truth, judged):
-        confusion.loc[t, j] += 1
+    counts = Counter(zip(truth, judged))
+    confusion = pd.DataFrame(
+        [[counts[t, j] for j in GRADES] for t in rows],
+        index=pd.Index(rows, name="qrels grade"),
+        columns=pd.Index(GRADES, name="LLM grade"),
+    )
     binary_truth = [int(t > 0) for t in truth]
     binary_judged = [int(j >= threshold) for j in judged]
     agreed = sum(x == y for x, y in zip(binary_truth, binary_judged))

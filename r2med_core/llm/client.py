@@ -318,9 +318,17 @@ def _deadline_transport(authorization: str | None = None) -> Any:
             return self.inner.get_extra_info(info)
 
     class Network(httpcore2.SyncBackend):
-        def connect_tcp(self, host: str, port: int, timeout: float | None = None, **kwargs: Any) -> Any:
+        def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> Any:
             budget = _budget()
-            return Stream(super().connect_tcp(host, port, budget.remaining(timeout) if budget else timeout, **kwargs))
+            timeout = budget.remaining(timeout) if budget else timeout
+            return Stream(super().connect_tcp(host, port, timeout, local_address, socket_options))
 
     class HeaderTransport(httpx2.HTTPTransport):
         def handle_request(self, request: Any) -> Any:
@@ -418,9 +426,10 @@ class Transport:
             budget = _Budget(time.monotonic() + self.endpoint.timeout, self.max_reply_bytes)
             _CURRENT.budget = budget
             try:
-                response = self.client.chat.completions.create(
+                # The SDK's overloads want TypedDict messages and literal keywords, not plain dicts and **options.
+                response = self.client.chat.completions.create(  # type: ignore[call-overload]
                     model=model,
-                    messages=messages,  # type: ignore[arg-type]
+                    messages=messages,
                     **self.endpoint.sampling(),
                     **self._limit(),
                     **extra,
@@ -627,8 +636,9 @@ class ChatClient:
         self._lock = threading.Lock()
         self.usage = Usage()
         try:
-            local = isinstance(endpoint, LocalEndpoint)
-            self._sender: Any = LocalModel(endpoint) if local else Transport(endpoint, retry)
+            self._sender: Any = (
+                LocalModel(endpoint) if isinstance(endpoint, LocalEndpoint) else Transport(endpoint, retry)
+            )
         except Exception as err:  # the client refused its settings; never leak the key
             message = str(err) if isinstance(err, GenerationError) else f"{type(err).__name__}: {err}"
             raise LLMFailure(redact(message, self.secret), batch=True) from None

@@ -338,7 +338,9 @@ def rewrite_usage(dataset: Dataset, method: str, llm_name: str) -> dict[str, Any
     generation of an API server (``Usage.record`` of its model: the tokens its texts cost, cached
     ones included), else None (a precomputed rewrite file, a local model, no such rewrite)."""
     texts = dataset.rewrites.get((method, llm_name))
-    settings = live_generation_settings(dataset, method, llm_name) if texts else None
+    if not texts:
+        return None
+    settings = live_generation_settings(dataset, method, llm_name)
     if not settings or settings.get("base_url") == "local" or live_rewrites(dataset, method, llm_name) != texts:
         return None
     try:

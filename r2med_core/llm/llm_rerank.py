@@ -50,7 +50,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from typing import Any
@@ -190,14 +190,15 @@ def _with_defaults(endpoint: AnyEndpoint, sampling: dict[str, float], max_tokens
     if isinstance(endpoint, LocalEndpoint):
         return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
     if endpoint.temperature is None and endpoint.top_p is None and endpoint.seed is None:
-        endpoint = replace(endpoint, **sampling)
+        endpoint = replace(endpoint, temperature=sampling.get("temperature"), top_p=sampling.get("top_p"))
     return replace(endpoint, max_tokens=max_tokens) if max_tokens else endpoint
 
 
 def _bound(endpoint: AnyEndpoint, max_tokens: int | None, default: int) -> int | None:
-    """A reply bound: as given, else ``default`` for a server (a local CPU model keeps its own)."""
-    if max_tokens is not None or isinstance(endpoint, LocalEndpoint):
-        return max_tokens
+    """A reply bound: as given, else ``default`` for a server (a local CPU model keeps its own); 0 is
+    "not given" (a server is never sent an unbounded request the estimate could not price)."""
+    if max_tokens or isinstance(endpoint, LocalEndpoint):
+        return max_tokens or None
     return default
 
 
@@ -509,7 +510,9 @@ class _Asker:
         return reply
 
 
-def _run(jobs: list[tuple[str, Callable[[], Any]]], asker: _Asker, result: BatchReport, workers: int) -> dict[str, Any]:
+def _run(
+    jobs: Sequence[tuple[str, Callable[[], Any]]], asker: _Asker, result: BatchReport, workers: int
+) -> dict[str, Any]:
     """Run the jobs with the shared batch runner; the report counts the requests ``asker`` made."""
     done = run_batch(
         jobs,
@@ -757,7 +760,7 @@ def pointwise_rerank(
             raise Unparsable(SCORE_SOURCES["unparsed"], fallback=verdict)
         return verdict
 
-    jobs = [(f"{qid} · {doc}", lambda q=qid, d=doc: judge(q, d)) for qid, doc in pairs]
+    jobs = [(f"{qid} · {doc}", partial(judge, qid, doc)) for qid, doc in pairs]
     done = _run(jobs, asker, result, workers)
     result.results = dict(done)
     if not _usable(result, keep_failed):
@@ -898,7 +901,7 @@ def estimate(
         cached += dry.from_cache - before
     sizes = [sum(count_tokens(m["content"]) + 4 for m in messages) for messages in prompts]
     requests = len(prompts)
-    bound = endpoint.max_tokens
+    bound = endpoint.max_tokens or (LISTWISE_MAX_TOKENS if method != "pointwise" else POINTWISE_MAX_TOKENS)
     notes = [f"{INSERTRANK_NOTE}."] if method == "insertrank" else []
     if window is not None and method != "pointwise":
         notes.append("Sliding window: not the benchmark's setting.")
