@@ -1,4 +1,5 @@
 """Reading results: why a system missed (``diagnosis``), the landing page's verdicts (``verdicts``), what
-the query explorer shows (``explore``), the published scores (``published``), whether a setting is the
-benchmark's (``fidelity``), dataset statistics (``stats``) and bootstrap intervals (``intervals``).
+the query explorer shows (``explore``), the published scores (``published``) and a local score against
+them (``paper_comparison``), whether a setting is the benchmark's (``fidelity``), dataset statistics
+(``stats``) and bootstrap intervals (``intervals``).
 """

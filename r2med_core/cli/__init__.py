@@ -3,7 +3,9 @@
 A contract other tools rely on: bad input prints ``error: …`` naming the file and line and exits
 non-zero — never a traceback.
 
-One module per command group holds its subcommands' options right beside their handlers, so a command
+One module per command group (``evaluate``: eval, evaluate-run, compare-results; ``data``: validate,
+download; ``generate``; ``cache``: encode, export, import; ``sweep``; ``judgements``: diagnose, pool, qrels;
+``app``: the Streamlit app) holds its subcommands' options right beside their handlers, so a command
 is read and changed in one place; :func:`build_parser` only asks each group in :data:`GROUPS` to add its
 own. What several groups share (dataset options, argument types, progress bars, exit statuses) is in
 ``_common``. Commands import what they run (systems, evaluation, sweep, rerank pull in scipy, pandas,

@@ -1,4 +1,5 @@
-"""Where the annotation store keeps its rows: one SQLite file (the default) or a PostgreSQL database.
+"""Where the annotation store keeps its rows: one SQLite file (the default, ``sqlite``) or a PostgreSQL
+database (``postgres``).
 
 ``AnnotationStore`` writes portable SQL (``?`` placeholders; ``a IS ?`` for equality that matches NULL)
 and runs it through a ``Backend``, which owns connections, transactions, schema creation and migration,
