@@ -420,3 +420,13 @@ def test_the_transcriber_rejects_a_row_without_source_or_with_a_mistyped_value(t
     no_url.write_text(source.replace('url = "https://arxiv.org/abs/1"\n', "") + row, encoding="utf-8")
     with pytest.raises(ValueError, match="missing url"):
         script.post_paper(no_url)
+
+
+def test_the_post_paper_board_leaves_a_missing_text_blank() -> None:
+    """A source that names no first stage (or no note) shows a blank cell on the Leaderboard, not "None"."""
+    from r2med_core.analysis.published import post_paper_board
+
+    board = post_paper_board()
+    text = ["evaluation", "queries", "first stage", "setting", "paper", "table", "url", "note"]
+    assert not board[text].isna().any().any()
+    assert (board["first stage"] == "").any() and (board["note"] == "").any()

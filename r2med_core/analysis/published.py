@@ -486,6 +486,8 @@ def post_paper_board() -> pd.DataFrame:
     ]
     board = pd.DataFrame(rows).set_index("model")
     board["depth"] = board["depth"].astype("Int64")
+    text = ["evaluation", "queries", "first stage", "setting", "paper", "table", "url", "note"]
+    board[text] = board[text].astype("object").where(board[text].notna(), "")  # a blank cell, never "None"
     return board.sort_values("Avg", ascending=False, kind="stable")
 
 
