@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from r2med_core import load_demo, run_system
 
@@ -534,7 +534,12 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     settle(page, "1 proposal(s) awaiting review")
     assert page.get_by_role("textbox", name="Your name").input_value() == "Dr. Browser"  # asked once per session
     full_page_screenshot(page, "triage-3-queue")
-    page.get_by_role("button", name="Accept").click()
+    accept = page.get_by_role("button", name="Accept")
+    assert accept.is_disabled()  # nobody reviews their own label: a second person accepts it
+    page.get_by_role("textbox", name="Your name").fill("Dr. Reviewer")
+    page.get_by_role("textbox", name="Your name").press("Enter")
+    expect(accept).to_be_enabled(timeout=30_000)
+    accept.click()
     settle(page, "1 accepted proposal(s)")
     assert_healthy(page)
     original = evaluate(run, dataset.qrels)
