@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from r2med_core.cache import atomic_write_text, cache_root, entry_path
 from r2med_core.data import DEMO_TASKS, DataError, Dataset, Problem, load_demo, load_dir, validate_dir
 from r2med_core.hub import DownloadError, ModelUnavailable, download_task, load_hf
+from r2med_core.kinds.roles import cache_kinds
 from r2med_core.llm.generation import (
     GENERATION_METHODS,
     LAMER_PASSAGES,
@@ -409,9 +410,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from r2med_core.server.portable import KINDS, entries, export_entries
+    from r2med_core.server.portable import entries, export_entries
 
-    kinds = KINDS if args.kind == "all" else (args.kind,)
+    kinds = None if args.kind == "all" else (args.kind,)
     corpus = _load(args).fingerprint if (args.task or args.data_dir or args.demo) else None
     folders = entries(kinds, corpus)
     if not folders:
@@ -769,7 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = commands.add_parser("export", help="pack cache entries (with their manifests) into a tar.gz")
     ex.add_argument("--output", required=True, type=Path, help="the archive to write, e.g. embeddings.tar.gz")
-    ex.add_argument("--kind", default="dense", choices=("dense", "bm25", "runs", "rerank", "all"))
+    ex.add_argument("--kind", default="dense", choices=(*cache_kinds(), "all"))
     only = ex.add_mutually_exclusive_group()
     only.add_argument("--task", help="only entries built on this task's corpus")
     only.add_argument("--data-dir", type=Path, help="only entries built on this folder's corpus")

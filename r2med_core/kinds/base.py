@@ -32,6 +32,9 @@ from r2med_core.tasks import REWRITE_METHODS
 #: Bump when retrieval code changes what a cached run would contain.
 RUN_FORMAT_VERSION = 2
 
+#: The cache kind of every stored run (``run_system``), whatever its system.
+RUNS_CACHE = "runs"
+
 #: Loading a model before its first batch (for estimates).
 MODEL_LOAD_SECONDS = 3.0
 
@@ -93,8 +96,8 @@ class SystemSpec:
         return self.with_rewrite(None)
 
     def models(self) -> tuple[tuple[str, str], ...]:
-        """The models it would load or ask, as ``(role, model)`` with role "dense", "reranker" or "llm"
-        (an LLM on the operator's endpoint)."""
+        """The models it would load or ask, as ``(role, model)``; the ``ModelRole`` registered under
+        the role (``kinds.roles``: "dense", "reranker", "llm" built in) says whether a server may run it."""
         return self.system_kind.models(self)
 
 
@@ -127,6 +130,9 @@ class SystemKind(ABC):
     stores_run: ClassVar[bool] = True
     #: Whether it can rank typed text (``search``); combined kinds also need every member to.
     typed_text: ClassVar[bool] = False
+    #: The disk-cache kinds it makes itself (a BM25 index), besides the stored run and its models'
+    #: entries (their roles say): they may travel between machines (``server.portable``).
+    cache_kinds: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def parse(self, text: str, parse: Parse) -> SystemSpec | None:
@@ -410,13 +416,13 @@ def run_system(dataset: Dataset, spec: SystemSpec | str, k: int = 100, progress:
         usage = tuple(u for u in payload.get("usage") or () if isinstance(u, dict))
         return Run(payload["name"], rankings, payload["seconds"], usage)
 
-    return cached("runs", run_key(dataset, spec, k), build, load)
+    return cached(RUNS_CACHE, run_key(dataset, spec, k), build, load)
 
 
 def is_computed(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> bool:
     """True when the system's run on this dataset is in the disk cache (loading it is cheap)."""
     spec = parse_system(system) if isinstance(system, str) else system
-    return (entry_path("runs", run_key(dataset, spec, k)) / "manifest.json").is_file()
+    return (entry_path(RUNS_CACHE, run_key(dataset, spec, k)) / "manifest.json").is_file()
 
 
 def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> float:
