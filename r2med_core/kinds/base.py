@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from r2med_core.cache import cached, entry_path, fingerprint
 from r2med_core.data import Dataset
@@ -227,34 +227,53 @@ class SystemKind(ABC):
 
 # --------------------------------------------------------------------------- registry
 
-_KINDS: dict[str, SystemKind] = {}
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """One instance of each registered class, by its ``name`` (system kinds here, model roles in
+    ``roles``): a second class claiming a name is an error, an unknown name a ``SpecError``."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.found: dict[str, T] = {}
+
+    def add(self, cls: type[T]) -> None:
+        name: str = cls.name  # type: ignore[attr-defined]
+        existing = self.found.get(name)
+        if existing is not None and type(existing).__qualname__ != cls.__qualname__:
+            raise ValueError(f"{self.what} {name!r} is registered already ({type(existing).__qualname__})")
+        self.found[name] = cls()
+
+    def named(self, name: str) -> T:
+        try:
+            return self.found[name]
+        except KeyError:
+            raise SpecError(f"no {self.what} {name!r} is registered") from None
+
+
+_KINDS: Registry[SystemKind] = Registry("system kind")
 K = TypeVar("K", bound=type[SystemKind])
 
 
 def register(cls: K) -> K:
     """Class decorator: make a kind known to ``parse_system`` (one instance per kind name)."""
-    existing = _KINDS.get(cls.name)
-    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
-        raise ValueError(f"system kind {cls.name!r} is registered already ({type(existing).__qualname__})")
-    _KINDS[cls.name] = cls()
+    _KINDS.add(cls)
     return cls
 
 
 def unregister(name: str) -> None:
     """Forget a kind (for tests that register one of their own)."""
-    _KINDS.pop(name, None)
+    _KINDS.found.pop(name, None)
 
 
 def registered_kinds() -> list[SystemKind]:
     """Every registered kind, in parse order."""
-    return sorted(_KINDS.values(), key=lambda kind: (kind.priority, kind.name))
+    return sorted(_KINDS.found.values(), key=lambda kind: (kind.priority, kind.name))
 
 
 def kind_named(name: str) -> SystemKind:
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise SpecError(f"no system kind {name!r} is registered") from None
+    return _KINDS.named(name)
 
 
 def accepted_forms() -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Container
 from typing import ClassVar, TypeVar
 
 from r2med_core.data import Dataset
-from r2med_core.kinds.base import RUNS_CACHE, SpecError, registered_kinds
+from r2med_core.kinds.base import RUNS_CACHE, Registry, registered_kinds
 from r2med_core.retrieval.encoding import EncodeStatus
 from r2med_core.settings import Settings
 
@@ -64,34 +64,28 @@ def preset_or_allowed(model: str, presets: Container[str], settings: Settings) -
 
 # --------------------------------------------------------------------------- registry
 
-_ROLES: dict[str, ModelRole] = {}
+_ROLES: Registry[ModelRole] = Registry("model role")
 R = TypeVar("R", bound=type[ModelRole])
 
 
 def register_role(cls: R) -> R:
     """Class decorator: make a model role known (one instance per role name)."""
-    existing = _ROLES.get(cls.name)
-    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
-        raise ValueError(f"model role {cls.name!r} is registered already ({type(existing).__qualname__})")
-    _ROLES[cls.name] = cls()
+    _ROLES.add(cls)
     return cls
 
 
 def unregister_role(name: str) -> None:
     """Forget a role (for tests that register one of their own)."""
-    _ROLES.pop(name, None)
+    _ROLES.found.pop(name, None)
 
 
 def registered_roles() -> list[ModelRole]:
     """Every registered role, in the order registered."""
-    return list(_ROLES.values())
+    return list(_ROLES.found.values())
 
 
 def model_role(name: str) -> ModelRole:
-    try:
-        return _ROLES[name]
-    except KeyError:
-        raise SpecError(f"no model role {name!r} is registered") from None
+    return _ROLES.named(name)
 
 
 def cache_kinds() -> tuple[str, ...]:
