@@ -10,6 +10,7 @@ from pathlib import Path
 from r2med_core.cache import cache_root, entry_path
 from r2med_core.cli._common import DATA_ERROR, INTERRUPTED, UsageError, add_ray, add_source, eta_bar, load, ray
 from r2med_core.data import DEMO_TASKS
+from r2med_core.kinds.roles import cache_kinds
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.retrieval.hardware import DeviceError
 from r2med_core.settings import ENCODE_BACKENDS
@@ -33,7 +34,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     ex = commands.add_parser("export", help="pack cache entries (with their manifests) into a tar.gz")
     ex.add_argument("--output", required=True, type=Path, help="the archive to write, e.g. embeddings.tar.gz")
-    ex.add_argument("--kind", default="dense", choices=("dense", "bm25", "runs", "rerank", "all"))
+    ex.add_argument("--kind", default="dense", choices=(*cache_kinds(), "all"))
     only = ex.add_mutually_exclusive_group()
     only.add_argument("--task", help="only entries built on this task's corpus")
     only.add_argument("--data-dir", type=Path, help="only entries built on this folder's corpus")
@@ -88,9 +89,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from r2med_core.server.portable import KINDS, entries, export_entries
+    from r2med_core.server.portable import entries, export_entries
 
-    kinds = KINDS if args.kind == "all" else (args.kind,)
+    kinds = None if args.kind == "all" else (args.kind,)
     corpus = load(args).fingerprint if (args.task or args.data_dir or args.demo) else None
     folders = entries(kinds, corpus)
     if not folders:

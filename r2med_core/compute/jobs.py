@@ -21,11 +21,9 @@ from r2med_core.cache import fingerprint
 from r2med_core.data import Dataset
 from r2med_core.kinds.base import MODEL_LOAD_SECONDS, SystemSpec, estimate_seconds, is_computed, parse_system, run_key
 from r2med_core.kinds.bm25 import BM25_DOCS_PER_S, OKAPI_PAIRS_PER_S
-from r2med_core.kinds.dense import dense_model
 from r2med_core.kinds.rerank import RERANK_PAIRS_PER_S, rerank_seconds
-from r2med_core.retrieval.dense import DenseRetriever
+from r2med_core.kinds.roles import ProgressReader, model_role
 from r2med_core.retrieval.encoding import Cancelled, EncodeStatus, docs_per_s, format_seconds, record_throughput
-from r2med_core.retrieval.encoding import status as encoding_status
 from r2med_core.systems import leaf_systems
 
 # Cost constants, kept here by name for callers (each lives with its kind).
@@ -224,17 +222,18 @@ def start_run(dataset: Dataset, system: str, k: int = 100) -> Job:
 
 
 class _EncodingWatcher(threading.Thread):
-    """Copies the structured progress (docs, docs/s, ETA) of the job's corpus encodings into the job."""
+    """Copies the structured progress (docs, docs/s, ETA) of the job's models (a corpus encoding)
+    into the job, read as each model's role says."""
 
     def __init__(self, dataset: Dataset, spec: SystemSpec, job: Job) -> None:
         super().__init__(daemon=True, name=f"r2med-watch-{job.label}")
-        self.keys = _dense_keys(dataset, spec)
+        self.readers = _progress_readers(dataset, spec)
         self.job = job
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(0.5):
-            found = [s for s in (encoding_status(k) for k in self.keys) if s is not None]
+            found = [s for s in (read() for read in self.readers) if s is not None]
             self.job.encoding = found[0] if found else None
 
     def stop(self) -> None:
@@ -246,10 +245,10 @@ class _EncodingWatcher(threading.Thread):
 # ``is_computed`` (from ``kinds.base``) say 0 for a run already on disk.
 
 
-def _dense_keys(dataset: Dataset, spec: SystemSpec) -> list[dict[str, Any]]:
-    """The encoding cache keys of the dense models a system runs (their progress is watched)."""
+def _progress_readers(dataset: Dataset, spec: SystemSpec) -> list[ProgressReader]:
+    """How the progress of each model a system runs is read (its role says; most report none)."""
     return [
-        DenseRetriever(dense_model(dataset, model)).cache_key(dataset.fingerprint)
+        reader
         for role, model in dict.fromkeys(spec.models())
-        if role == "dense"
+        if (reader := model_role(role).progress_reader(dataset, model)) is not None
     ]

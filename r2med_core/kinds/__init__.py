@@ -8,8 +8,9 @@ Built in: ``bm25`` (BM25 engines), ``bm25q`` (query-side BM25 as Anserini's BRIG
 only after a click), ``insertrank`` (``BM25SYSTEM>insertrank:MODEL@K``, the list-wise LLM reranker
 shown each passage's BM25 score) and ``oracle`` (``oracle:<retriever>``, retrieval with the
 reference answer: a diagnostic). ``base`` holds the contract (``SystemKind``), the spec
-(``SystemSpec``), the registry and the cached ``run_system``; ``r2med_core.systems`` re-exports the
-public names, so callers need not know which module a kind lives in.
+(``SystemSpec``), the registry and the cached ``run_system``; ``roles`` the contract and registry of
+the model roles (see below); ``r2med_core.systems`` re-exports the public names, so callers need not
+know which module a kind lives in.
 
 How to add a kind
 -----------------
@@ -40,6 +41,31 @@ wrapper. A kind that needs the dataset's reference answers (the answer oracle) r
 ``Dataset.query_meta[qid]["answer"]`` and raises ``SpecError`` in ``check`` when the data has none;
 its key must then hold a digest of the answers (``key_parts``), as the answers change its run.
 Tests: ``tests/test_kinds.py`` registers a dummy kind, the pattern for a new kind's tests.
+
+How to add a model role
+-----------------------
+A kind names the models it loads or asks in ``models`` as ``(role, model)`` pairs. A role is what
+the rest of the app knows about such a model, answered by one ``roles.ModelRole`` registered under
+that name; built in: ``dense`` (an encoder), ``reranker`` (a cross-encoder) and ``llm`` (asked on the
+operator's endpoint), each in the module of the kind that loads it. A kind whose models play a new
+role (a learned-sparse encoder, say) defines that role in its own module too:
+
+1. Subclass ``roles.ModelRole``, decorate it with ``@register_role`` and set ``name`` (the role in
+   your ``models()`` pairs; use ``YourRole.name`` there).
+2. Implement ``refusal`` (why a visitor may not make this server run the model, or None;
+   ``preset_or_allowed(model, YOUR_PRESETS, settings)`` is the usual rule: presets, and otherwise
+   only what the operator allows). ``server.access`` asks it for every link and form, and refuses
+   any model whose role nobody registered.
+3. Override where the defaults do not fit: ``provenance_ids`` (the ids a result records, e.g. a
+   preset resolved to the hub id it loads; default the name itself), ``cache_kinds`` (the cache
+   kinds your model's entries make, which ``server.portable`` and ``export --kind`` then move
+   between machines; a kind's own model-free entries, like a BM25 index, go in
+   ``SystemKind.cache_kinds``) and ``progress_reader`` (how a background job reads your model's
+   progress: e.g. ``retrieval.encoding.status`` of the corpus encoding you run with
+   ``encoding.encode_corpus``).
+
+Tests: ``tests/test_roles.py`` defines a toy sparse kind and its role in one file, the pattern for
+a new role's tests (access, provenance, export and import, job progress).
 """
 
 from __future__ import annotations

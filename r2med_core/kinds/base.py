@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from r2med_core.cache import cached, entry_path, fingerprint
 from r2med_core.data import Dataset
@@ -31,6 +31,9 @@ from r2med_core.tasks import REWRITE_METHODS
 
 #: Bump when retrieval code changes what a cached run would contain.
 RUN_FORMAT_VERSION = 2
+
+#: The cache kind of every stored run (``run_system``), whatever its system.
+RUNS_CACHE = "runs"
 
 #: Loading a model before its first batch (for estimates).
 MODEL_LOAD_SECONDS = 3.0
@@ -93,8 +96,8 @@ class SystemSpec:
         return self.with_rewrite(None)
 
     def models(self) -> tuple[tuple[str, str], ...]:
-        """The models it would load or ask, as ``(role, model)`` with role "dense", "reranker" or "llm"
-        (an LLM on the operator's endpoint)."""
+        """The models it would load or ask, as ``(role, model)``; the ``ModelRole`` registered under
+        the role (``kinds.roles``: "dense", "reranker", "llm" built in) says whether a server may run it."""
         return self.system_kind.models(self)
 
 
@@ -127,6 +130,9 @@ class SystemKind(ABC):
     stores_run: ClassVar[bool] = True
     #: Whether it can rank typed text (``search``); combined kinds also need every member to.
     typed_text: ClassVar[bool] = False
+    #: The disk-cache kinds it makes itself (a BM25 index), besides the stored run and its models'
+    #: entries (their roles say): they may travel between machines (``server.portable``).
+    cache_kinds: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def parse(self, text: str, parse: Parse) -> SystemSpec | None:
@@ -221,34 +227,53 @@ class SystemKind(ABC):
 
 # --------------------------------------------------------------------------- registry
 
-_KINDS: dict[str, SystemKind] = {}
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """One instance of each registered class, by its ``name`` (system kinds here, model roles in
+    ``roles``): a second class claiming a name is an error, an unknown name a ``SpecError``."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.found: dict[str, T] = {}
+
+    def add(self, cls: type[T]) -> None:
+        name: str = cls.name  # type: ignore[attr-defined]
+        existing = self.found.get(name)
+        if existing is not None and type(existing).__qualname__ != cls.__qualname__:
+            raise ValueError(f"{self.what} {name!r} is registered already ({type(existing).__qualname__})")
+        self.found[name] = cls()
+
+    def named(self, name: str) -> T:
+        try:
+            return self.found[name]
+        except KeyError:
+            raise SpecError(f"no {self.what} {name!r} is registered") from None
+
+
+_KINDS: Registry[SystemKind] = Registry("system kind")
 K = TypeVar("K", bound=type[SystemKind])
 
 
 def register(cls: K) -> K:
     """Class decorator: make a kind known to ``parse_system`` (one instance per kind name)."""
-    existing = _KINDS.get(cls.name)
-    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
-        raise ValueError(f"system kind {cls.name!r} is registered already ({type(existing).__qualname__})")
-    _KINDS[cls.name] = cls()
+    _KINDS.add(cls)
     return cls
 
 
 def unregister(name: str) -> None:
     """Forget a kind (for tests that register one of their own)."""
-    _KINDS.pop(name, None)
+    _KINDS.found.pop(name, None)
 
 
 def registered_kinds() -> list[SystemKind]:
     """Every registered kind, in parse order."""
-    return sorted(_KINDS.values(), key=lambda kind: (kind.priority, kind.name))
+    return sorted(_KINDS.found.values(), key=lambda kind: (kind.priority, kind.name))
 
 
 def kind_named(name: str) -> SystemKind:
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise SpecError(f"no system kind {name!r} is registered") from None
+    return _KINDS.named(name)
 
 
 def accepted_forms() -> str:
@@ -410,13 +435,13 @@ def run_system(dataset: Dataset, spec: SystemSpec | str, k: int = 100, progress:
         usage = tuple(u for u in payload.get("usage") or () if isinstance(u, dict))
         return Run(payload["name"], rankings, payload["seconds"], usage)
 
-    return cached("runs", run_key(dataset, spec, k), build, load)
+    return cached(RUNS_CACHE, run_key(dataset, spec, k), build, load)
 
 
 def is_computed(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> bool:
     """True when the system's run on this dataset is in the disk cache (loading it is cheap)."""
     spec = parse_system(system) if isinstance(system, str) else system
-    return (entry_path("runs", run_key(dataset, spec, k)) / "manifest.json").is_file()
+    return (entry_path(RUNS_CACHE, run_key(dataset, spec, k)) / "manifest.json").is_file()
 
 
 def estimate_seconds(dataset: Dataset, system: SystemSpec | str, k: int = 100) -> float:

@@ -89,6 +89,7 @@ class BM25Kind(SystemKind):
     grammar = "bm25, bm25s or bm25-okapi (BM25), optionally followed by +METHOD:LLM (e.g. bm25+hyde:gpt4)"
     priority = 90
     typed_text = True
+    cache_kinds = ("bm25",)  # its index (``bm25_retriever``)
     #: What ``|q|`` counts in the official engine's query weight (``retrieval.bm25.QUERY_LENGTHS``).
     query_length: ClassVar[str] = "vocabulary"
 

@@ -25,6 +25,7 @@ from r2med_core.kinds.base import (
     scaled,
     split_rewrite,
 )
+from r2med_core.kinds.roles import ModelRole, ProgressReader, preset_or_allowed, register_role
 from r2med_core.llm.rewrite import dense_query
 from r2med_core.progress import Progress
 from r2med_core.retrieval.dense import (
@@ -37,7 +38,9 @@ from r2med_core.retrieval.dense import (
     resolve_model,
 )
 from r2med_core.retrieval.encoding import docs_per_s, finished_docs
+from r2med_core.retrieval.encoding import status as encoding_status
 from r2med_core.runs import Ranking, Run
+from r2med_core.settings import Settings
 from r2med_core.tasks import TASKS, task_instructions
 
 #: Dense presets configured as the benchmark ran them (model, pooling, cosine, per-task instruction,
@@ -79,6 +82,26 @@ def dense_query_vectors(
         for q in qids
     ]
     return retriever.encode_queries(plans, progress)
+
+
+@register_role
+class DenseRole(ModelRole):
+    """A dense encoder: a preset, or an id or path the operator allows; its corpus encoding (the
+    "dense" cache) is what a background job waits for, so the job shows its documents/s and ETA."""
+
+    name = "dense"
+    cache_kinds = ("dense",)
+
+    def refusal(self, model: str, settings: Settings) -> str | None:
+        return preset_or_allowed(model, PRESETS, settings)
+
+    def provenance_ids(self, model: str) -> list[str]:
+        resolved = resolve_model(model)
+        return [resolved.query_model, *([resolved.doc_model] if resolved.doc_model else [])]
+
+    def progress_reader(self, dataset: Dataset, model: str) -> ProgressReader | None:
+        key = DenseRetriever(dense_model(dataset, model)).cache_key(dataset.fingerprint)
+        return lambda: encoding_status(key)
 
 
 @register
@@ -133,7 +156,7 @@ class DenseKind(SystemKind):
         return retriever.search_vectors(retriever.encode_queries([texts]), k)[0]
 
     def models(self, spec: SystemSpec) -> tuple[tuple[str, str], ...]:
-        return (("dense", spec.name),)
+        return ((DenseRole.name, spec.name),)
 
     def published_kind(self, spec: SystemSpec) -> str | None:
         return "dense"

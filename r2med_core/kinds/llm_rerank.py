@@ -40,12 +40,13 @@ from r2med_core.kinds.base import (
     run_system,
     scaled,
 )
+from r2med_core.kinds.roles import ModelRole, register_role
 from r2med_core.llm import llm_rerank as lr
 from r2med_core.llm.client import Endpoint
 from r2med_core.llm.endpoints import EndpointError, OperatorLLM, operator_llm
 from r2med_core.progress import Progress
 from r2med_core.runs import Run
-from r2med_core.settings import load_settings
+from r2med_core.settings import Settings, load_settings
 
 MARKER = ">llmrerank:"
 MODES = {"list": "listwise", "point": "pointwise"}
@@ -117,6 +118,17 @@ def endpoint_model(text: str, model: str) -> str:
 
 def _whole(text: str) -> int | None:
     return int(text) if text.isdigit() and text == str(int(text)) and int(text) >= 1 else None
+
+
+@register_role
+class LLMRole(ModelRole):
+    """An LLM asked on the operator's endpoint with the operator's key: a link may name any model
+    (the endpoint answers or refuses it, and nothing is sent before a click), except in the demo."""
+
+    name = "llm"
+
+    def refusal(self, model: str, settings: Settings) -> str | None:
+        return "this read-only demo runs no LLM" if settings.demo_mode else None
 
 
 @register
@@ -207,7 +219,7 @@ class LLMRerankKind(SystemKind):
         return True  # unless its run is on disk (``needs_click`` checks), computing it may send requests
 
     def models(self, spec: SystemSpec) -> tuple[tuple[str, str], ...]:
-        return (*super().models(spec), ("llm", spec.name))
+        return (*super().models(spec), (LLMRole.name, spec.name))
 
     def differences(self, spec: SystemSpec, dataset_name: str | None) -> list[str]:
         out = super().differences(spec, dataset_name)

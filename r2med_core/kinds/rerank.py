@@ -26,9 +26,11 @@ from r2med_core.kinds.base import (
     rfind_top_level,
     run_system,
 )
+from r2med_core.kinds.roles import ModelRole, preset_or_allowed, register_role
 from r2med_core.progress import Progress
 from r2med_core.retrieval.rerank import RERANKER_PRESETS, rerank, rerank_key, rerank_label, reranked_name
 from r2med_core.runs import Run
+from r2med_core.settings import Settings
 
 MARKER = ">rerank:"
 TAIL = "+tail"
@@ -54,6 +56,21 @@ def rerank_differences(model: str, keep_tail: bool) -> list[str]:
 
 def reranked_spec(base: SystemSpec, model: str, k: int, keep_tail: bool = False) -> SystemSpec:
     return SystemSpec("rerank", model, members=(base,), params=(("k", k), ("tail", keep_tail)))
+
+
+@register_role
+class CrossEncoderRole(ModelRole):
+    """A cross-encoder reranker: one of its presets, or an id or path the operator allows; its
+    scores (the "rerank" cache) may travel between machines."""
+
+    name = "reranker"
+    cache_kinds = ("rerank",)
+
+    def refusal(self, model: str, settings: Settings) -> str | None:
+        return preset_or_allowed(model, RERANKER_PRESETS, settings)
+
+    def provenance_ids(self, model: str) -> list[str]:
+        return [RERANKER_PRESETS.get(model, model)]
 
 
 @register
@@ -88,7 +105,7 @@ class RerankKind(SystemKind):
         return Run(str(spec), {q: r[:k] for q, r in reranked.rankings.items()}, reranked.seconds, reranked.usage)
 
     def models(self, spec: SystemSpec) -> tuple[tuple[str, str], ...]:
-        return (*super().models(spec), ("reranker", spec.name))
+        return (*super().models(spec), (CrossEncoderRole.name, spec.name))
 
     def published_kind(self, spec: SystemSpec) -> str | None:
         return "reranker"

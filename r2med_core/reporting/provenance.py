@@ -320,22 +320,16 @@ def collect(
 
 def system_models(system: str) -> tuple[list[str], list[tuple[str, str]]]:
     """The model ids and ``(method, llm)`` rewrites a system name uses (each kind says which models
-    it loads); an imported run or an unparseable name uses none that are known."""
-    from r2med_core.retrieval.dense import resolve_model
-    from r2med_core.retrieval.rerank import RERANKER_PRESETS
+    it loads, each model's role which ids they are); an imported run or an unparseable name uses
+    none that are known."""
+    from r2med_core.kinds.roles import model_role
     from r2med_core.systems import SpecError, parse_system
 
     try:
         spec = parse_system(system)
     except SpecError:
         return [], []
-    models: list[str] = []
-    for role, name in spec.models():
-        if role == "dense":
-            model = resolve_model(name)
-            models += [model.query_model, *([model.doc_model] if model.doc_model else [])]
-        else:
-            models.append(RERANKER_PRESETS.get(name, name))
+    models = [model_id for role, name in spec.models() for model_id in model_role(role).provenance_ids(name)]
     rewrites: list[tuple[str, str]] = []
     stack = [spec]
     while stack:
@@ -361,9 +355,9 @@ def run_provenance(
     system uses add what generating them cost."""
     models, rewrites = system_models(system)
     if reranker:
-        from r2med_core.retrieval.rerank import RERANKER_PRESETS
+        from r2med_core.kinds.rerank import CrossEncoderRole
 
-        models.append(RERANKER_PRESETS.get(reranker, reranker))
+        models += CrossEncoderRole().provenance_ids(reranker)
     from r2med_core.llm.generation import rewrite_usage
 
     spent = [*usage, *(entry for method, llm in rewrites if (entry := rewrite_usage(dataset, method, llm)))]

@@ -1,9 +1,11 @@
 """Which models and systems a visitor may name (in a link or a form) on a shared server.
 
-Presets are always allowed. Any other model id or path (``dense:<id>``, a cross-encoder id) runs
-only when the operator allows it (``R2MED_ALLOW_MODELS``, see ``Settings.model_allowed``), so a
-link can never make the server download a model of its choosing or open a path on its disk. A link
-may also add only a few fusions, each of systems already offered, never nested.
+Each model a system loads or asks is vetted by its role (``r2med_core.kinds.roles``): presets are
+always allowed, and any other model id or path (``dense:<id>``, a cross-encoder id) runs only when
+the operator allows it (``R2MED_ALLOW_MODELS``, see ``Settings.model_allowed``), so a link can never
+make the server download a model of its choosing or open a path on its disk; a model of a role no
+kind registered is refused. A link may also add only a few fusions, each of systems already offered,
+never nested.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from r2med_core.retrieval.dense import PRESETS
-from r2med_core.retrieval.rerank import RERANKER_PRESETS
+from r2med_core.kinds.roles import model_role
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
 
@@ -28,20 +29,14 @@ class Vetted:
     notes: list[str] = field(default_factory=list)
 
 
-def model_refusal(model: str, settings: Settings) -> str | None:
-    """Why a dense model id or path may not run here, or None when it may (a preset or allowed)."""
-    if model in PRESETS or settings.model_allowed(model):
-        return None
-    if settings.demo_mode:
-        return "this read-only demo runs only the preset models"
-    return "this server runs only the preset models and the ones its operator allows (R2MED_ALLOW_MODELS)"
-
-
-def reranker_refusal(model: str, settings: Settings) -> str | None:
-    """Why a cross-encoder may not run here, or None when it may (none, a preset, or allowed)."""
-    if not model or model in RERANKER_PRESETS or settings.model_allowed(model):
-        return None
-    return model_refusal(model, settings)
+def model_refusal(role: str, model: str, settings: Settings) -> str | None:
+    """Why a model id or path may not run here in this role (a kind's ``models()`` pair), or None
+    when it may; the role's ``refusal`` says, and a role nobody registered is refused."""
+    try:
+        policy = model_role(role)
+    except SpecError:
+        return f"this server runs no {role} models"
+    return policy.refusal(model, settings)
 
 
 def system_refusal(name: str, settings: Settings, offered: Iterable[str] = ()) -> str | None:
@@ -56,11 +51,7 @@ def system_refusal(name: str, settings: Settings, offered: Iterable[str] = ()) -
     if reason:
         return reason
     for role, model in spec.models():
-        if role == "llm":  # sent to the operator's endpoint only, and only after a click
-            reason = "this read-only demo runs no LLM" if settings.demo_mode else None
-        else:
-            reason = model_refusal(model, settings) if role == "dense" else reranker_refusal(model, settings)
-        if reason:
+        if reason := model_refusal(role, model, settings):
             return reason
     return None
 

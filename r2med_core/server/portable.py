@@ -5,7 +5,8 @@ trusts nothing in the archive: only regular files at ``KIND/ENTRY/…`` with pla
 (no absolute paths, ``..``, links or devices), nothing is written outside a staging folder inside
 the cache, and an entry is moved into place only when its manifest's digests match its files and
 its folder name is the fingerprint of the key its manifest records — so a renamed or edited entry
-can never serve another system's data.
+can never serve another system's data. Which cache kinds travel, the system kinds and model roles
+declare (``r2med_core.kinds.roles.cache_kinds``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from r2med_core.cache import MANIFEST, cache_root, fingerprint, is_intact, make_kind_folder
+from r2med_core.kinds.roles import cache_kinds
 
-#: Entry kinds that may travel (indexes, embeddings, runs, reranker scores).
-KINDS = ("dense", "bm25", "runs", "rerank")
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
 MAX_IMPORT_BYTES = 64 * 1024**3
 
@@ -39,10 +39,11 @@ class ImportReport:
     rejected: list[str] = field(default_factory=list)  # "kind/entry: why"
 
 
-def entries(kinds: Iterable[str] = KINDS, corpus: str | None = None) -> list[Path]:
-    """Intact entries of these kinds (only those built on ``corpus``, a fingerprint, when given)."""
+def entries(kinds: Iterable[str] | None = None, corpus: str | None = None) -> list[Path]:
+    """Intact entries of these cache kinds, by default every kind that travels (``kinds.roles.cache_kinds``:
+    runs, indexes, embeddings, reranker scores); only those built on ``corpus``, a fingerprint, when given."""
     found = []
-    for kind in kinds:
+    for kind in cache_kinds() if kinds is None else kinds:
         for folder in sorted((cache_root() / kind).glob("*")):
             if folder.name.startswith(".") or not folder.is_dir() or not is_intact(folder):
                 continue
@@ -82,8 +83,9 @@ def _member_parts(member: tarfile.TarInfo) -> tuple[str, ...]:
         raise ArchiveError(f"{name!r}: not KIND/ENTRY/FILE")
     if any(p in ("", ".", "..") or not _PLAIN.match(p) for p in parts):
         raise ArchiveError(f"{name!r}: unexpected characters in the path")
-    if parts[0] not in KINDS:
-        raise ArchiveError(f"{name!r}: unknown entry kind {parts[0]!r} (expected one of {', '.join(KINDS)})")
+    travelling = cache_kinds()
+    if parts[0] not in travelling:
+        raise ArchiveError(f"{name!r}: unknown entry kind {parts[0]!r} (expected one of {', '.join(travelling)})")
     if not member.isfile():
         raise ArchiveError(f"{name!r}: not a regular file (links and devices are never extracted)")
     return parts

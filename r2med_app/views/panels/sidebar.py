@@ -12,7 +12,7 @@ from r2med_core.hub import DownloadError, cached_task
 from r2med_core.llm.generation import live_rewrite_options
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.retrieval.rerank import RERANKER_PRESETS
-from r2med_core.server.access import model_refusal, reranker_refusal, vet_link_systems
+from r2med_core.server.access import model_refusal, vet_link_systems
 from r2med_core.server.roots import NOT_ALLOWED, allowed_folder
 
 SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
@@ -81,7 +81,7 @@ def _add_model_field() -> None:
     )
     if st.button("Add model", disabled=not typed.strip(), key="w_add_model"):
         model = typed.strip()
-        reason = model_refusal(model, ui.settings())
+        reason = model_refusal("dense", model, ui.settings())
         if reason:
             st.error(f"Not added: {ui.md(reason)}.")
         else:
@@ -97,7 +97,7 @@ def _vet_link(v: View, imported: list[str]) -> None:
     vetted = vet_link_systems(named, settings, offered)
     v.extra = [name for name in v.extra if name in vetted.kept] + [name for name in vetted.kept if name not in v.extra]
     notes = vetted.notes
-    refused_reranker = reranker_refusal(v.rerank, settings)
+    refused_reranker = model_refusal("reranker", v.rerank, settings) if v.rerank else None
     if refused_reranker:
         notes = [*notes, f"reranker {v.rerank[:80]}: {refused_reranker}"]
         v.rerank = ""
