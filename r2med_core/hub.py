@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med_core.data import Dataset, load_r2med_dir
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.tasks import REWRITE_METHODS, get_task
 
 #: The files of a task folder on the hub: the dataset itself and every rewrite output.
@@ -41,7 +41,7 @@ def _progress_bar(progress: Progress | None, label: str) -> Any:
         def update(self, n: float | None = 1) -> bool | None:
             shown = super().update(n)
             if self.total:
-                report(progress, self.n / self.total, f"{label}: {self.desc or 'downloading'}")
+                notify(progress, self.n / self.total, f"{label}: {self.desc or 'downloading'}")
             return shown
 
     return CallbackTqdm
@@ -97,7 +97,7 @@ def download_task(
             "Without internet, download it on a connected machine (python -m r2med_core download "
             f"--task {info.name}) and copy the HF cache, or load a local folder instead."
         ) from None
-    report(progress, 1.0, f"{info.hf_id}: downloaded")
+    notify(progress, 1.0, f"{info.hf_id}: downloaded")
     return folder
 
 

@@ -16,7 +16,7 @@ def no_progress(fraction: float, message: str) -> None:
     """The default callback: ignore progress."""
 
 
-def report(progress: Progress | None, fraction: float, message: str) -> None:
+def notify(progress: Progress | None, fraction: float, message: str) -> None:
     """Call ``progress`` if given, clamping ``fraction`` to [0, 1]."""
     if progress is not None:
         progress(min(1.0, max(0.0, fraction)), message)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import Dataset
 from r2med_core.evaluation import MAIN_METRICS, Results, evaluate
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.reporting.provenance import Provenance, run_provenance, write_provenance
 from r2med_core.runs import Run, safe_name, write_trec
 from r2med_core.systems import SpecError, parse_system, run_system
@@ -114,7 +114,7 @@ def sweep(
             {"task": cell.task, "system": cell.system, "file": f"{safe_name(cell.task)}/{name}.json"}
             | {m: round(v, 5) for m, v in sorted(results.means.items())}
         )
-        report(progress, (i + 1) / max(len(cells), 1), f"{cell.task} · {cell.system}")
+        notify(progress, (i + 1) / max(len(cells), 1), f"{cell.task} · {cell.system}")
     result.rows.sort(key=lambda r: (r["task"], r["system"]))
     atomic_write_text(out / SWEEP_FILE, json.dumps({"cells": result.rows, "notes": notes}, indent=2) + "\n")
     return result

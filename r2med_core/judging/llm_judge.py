@@ -40,7 +40,7 @@ from r2med_core.judging.annotations import PROPOSER_PREFIX, Annotation, Annotati
 from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Unparsable, Usage, run_batch, total_usage
 from r2med_core.llm.client import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, redact
 from r2med_core.llm.prompts import GenerationError
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.runs import Run
 
 #: Bump when the judging prompt's wording changes: cached grades of the old wording are not reused.
@@ -490,7 +490,7 @@ def judge_pairs(
 
     def tell() -> None:
         done = len(result.results) + len(result.failed)
-        report(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs")
+        notify(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs")
 
     tell()
     if todo:

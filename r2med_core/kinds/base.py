@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from r2med_core.cache import cached, entry_path, fingerprint
 from r2med_core.data import Dataset
 from r2med_core.llm.rewrite import ANSWER_RULES_VERSION, is_reasoning_llm
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.tokenize import ANALYZER_VERSION
 from r2med_core.runs import Ranking, Run
 from r2med_core.tasks import REWRITE_METHODS
@@ -521,4 +521,4 @@ def search_text(
 
 def done(progress: Progress | None, spec: SystemSpec, verb: str = "done") -> None:
     """The final progress report every kind gives."""
-    report(progress, 1.0, f"{spec.label}: {verb}")
+    notify(progress, 1.0, f"{spec.label}: {verb}")

@@ -37,7 +37,7 @@ from r2med_core.llm.prompts import (
     load_examples,
     official_system,
 )
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.runs import Run
 from r2med_core.tasks import REWRITE_METHODS, Family
 
@@ -193,7 +193,7 @@ def generate_rewrites(
 
     def tell() -> None:
         done = len(result.results) + len(result.failed)
-        report(progress, done / max(total, 1), f"{method} · {llm_name}: {done}/{total} queries")
+        notify(progress, done / max(total, 1), f"{method} · {llm_name}: {done}/{total} queries")
 
     tell()
     if jobs:

@@ -61,7 +61,7 @@ from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Stoppe
 from r2med_core.llm.client import AnyEndpoint, ChatClient, LocalEndpoint, redact
 from r2med_core.llm.endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
 from r2med_core.llm.prompts import OFFICIAL_MAX_TOKENS
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.runs import Ranking, Run
 
 #: Bump when a prompt or the reply format changes: cached replies of the old one are not reused.
@@ -480,7 +480,7 @@ class _Asker:
         left = (
             f", about {elapsed / self.sent * (self.total - done):.0f} s left" if self.sent and done < self.total else ""
         )
-        report(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{left}")
+        notify(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{left}")
 
     def ask(self, messages: list[dict[str, str]], logprobs: bool = False) -> _CachedReply:
         logprobs = logprobs and not isinstance(self.endpoint, LocalEndpoint)
@@ -713,7 +713,7 @@ def listwise_rerank(
         else:
             rankings[qid] = list(run.top(qid, k))
     _note_unshown(run, dataset, plan, k, result)
-    report(progress, 1.0, f"LLM {method} reranking: done ({result.summary()})")
+    notify(progress, 1.0, f"LLM {method} reranking: done ({result.summary()})")
     usage = (*run.usage, asker.spent.record(endpoint.model, f"{method} rerank")) if _api(endpoint) else run.usage
     name = listwise_name(run.name, endpoint.model, k, window, show_scores)
     return Run(name, rankings, run.seconds + asker.seconds, usage)
@@ -778,7 +778,7 @@ def pointwise_rerank(
         order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
         rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]
     _note_unshown(run, dataset, plan, k, result)
-    report(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
+    notify(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
     usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if _api(endpoint) else run.usage
     named = pointwise_name(run.name, endpoint.model, k)
     return Run(named, rankings, run.seconds + asker.seconds, usage), explanations

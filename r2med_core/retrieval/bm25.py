@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.tokenize import TokenIds, lucene_tokenize, tokenize_many, tokenize_to_ids
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class BM25Retriever:
             import bm25s
             import Stemmer
 
-            report(progress, 0.0, "Tokenizing (bm25s)")
+            notify(progress, 0.0, "Tokenizing (bm25s)")
             tokenized = bm25s.tokenize(
                 list(texts), stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False
             )
@@ -246,16 +246,16 @@ class BM25Retriever:
             from rank_bm25 import BM25Okapi
 
             tokens = tokenize_many(texts, progress=_scaled(progress, 0.0, 0.7))
-            report(progress, 0.7, "Building rank_bm25 index")
+            notify(progress, 0.7, "Building rank_bm25 index")
             self._okapi_tokens = tokens  # what save() stores: the engine is rebuilt from it on load
             has_tokens = any(tokens)  # rank_bm25 divides by zero on an empty corpus
             self._okapi = BM25Okapi(tokens, k1=self.k1, b=self.b) if has_tokens else None
         self._indexed = True
-        report(progress, 1.0, f"Indexed {len(self._doc_ids):,} documents")
+        notify(progress, 1.0, f"Indexed {len(self._doc_ids):,} documents")
 
     def _build_matrix(self, tokens: TokenIds, progress: Progress | None) -> None:
         """The Lucene document weights of bm25s ``method="lucene"``, as its CSC arrays."""
-        report(progress, 0.8, "Computing BM25 document weights")
+        notify(progress, 0.8, "Computing BM25 document weights")
         self._vocab = {term: i for i, term in enumerate(tokens.terms)}
         if not tokens.terms:  # nothing to score (no documents, or only stop words)
             self._avgdl = 0.0
@@ -319,9 +319,9 @@ class BM25Retriever:
         with _mapper(n_threads) as mapper:
             for i, result in enumerate(mapper(ranked, query_tokens)):
                 if i % step == 0:
-                    report(progress, i / max(total, 1), f"Searching {i:,}/{total:,}")
+                    notify(progress, i / max(total, 1), f"Searching {i:,}/{total:,}")
                 results.append(result)
-        report(progress, 1.0, f"Searched {total:,} queries")
+        notify(progress, 1.0, f"Searched {total:,} queries")
         return results
 
     def _analyze_queries(self, queries: list[str]) -> list[list[str]]:

@@ -27,7 +27,7 @@ import numpy as np
 from r2med_core.cache import cached, entry_path, is_intact
 from r2med_core.hub import ModelUnavailable, check_model_reachable
 from r2med_core.llm.client import OPENAI_DEFAULT_URL, base_url_refusal
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
 from r2med_core.retrieval.hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend
 from r2med_core.tasks import GENERIC_INSTRUCTIONS, TaskInstructions, task_instructions
@@ -707,7 +707,7 @@ class DenseRetriever:
         for start in range(0, len(texts), chunk):
             batch = list(texts[start : start + chunk])
             parts.append(self._encode_batch(encoder, batch, which, prompt))
-            report(
+            notify(
                 progress,
                 (start + len(batch)) / max(len(texts), 1),
                 f"Encoding {side} with {self.model.label or self.model.name}: {start + len(batch)}/{len(texts)}",

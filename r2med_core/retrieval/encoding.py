@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from r2med_core.cache import atomic_write_bytes, atomic_write_text, cache_root, fingerprint, make_kind_folder
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 
 #: Documents per chunk file: small enough that a crash loses little.
 CHUNK_DOCS = 256
@@ -302,9 +302,9 @@ def encode_corpus(
     while not lock.acquire(timeout=0.5):  # someone else encodes it: show their progress meanwhile
         shared = _STATUS.get(folder.name)
         if shared is not None:
-            report(progress, shared.done / max(shared.total, 1), f"{label} (already running): {shared.line()}")
+            notify(progress, shared.done / max(shared.total, 1), f"{label} (already running): {shared.line()}")
         else:
-            report(progress, 0.0, f"{label}: waiting for another encoder")
+            notify(progress, 0.0, f"{label}: waiting for another encoder")
     try:
         vectors, meter = _encode_locked(
             encode, texts, key, folder, chunk_docs, max_chars, progress, label, encode_chunks
@@ -350,7 +350,7 @@ def _encode_locked(
     def publish() -> None:
         current = meter.status(done + docs_in_flight, cost_left - cost_in_flight)
         _STATUS[folder.name] = current
-        report(progress, 1.0 - (cost_left - cost_in_flight) / total_cost, f"{label}: {current.line()}")
+        notify(progress, 1.0 - (cost_left - cost_in_flight) / total_cost, f"{label}: {current.line()}")
 
     publish()
     if encode_chunks is None:

@@ -32,7 +32,7 @@ import numpy as np
 from r2med_core.cache import cached, fingerprint
 from r2med_core.data import Dataset
 from r2med_core.hub import check_model_reachable
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.dense import model_revision
 from r2med_core.runs import Ranking, Run
 
@@ -295,7 +295,7 @@ def rerank(
             values = score_pairs(encoder, [(query, dataset.corpus[doc]) for doc in docs], batch_size)
             scores[qid] = [float(v) for v in values]
             done += len(docs)
-            report(progress, done / max(total, 1), f"Reranking with {model}: {done}/{total} pairs")
+            notify(progress, done / max(total, 1), f"Reranking with {model}: {done}/{total} pairs")
         payload = {"scores": scores, "seconds": time.perf_counter() - started}
         (folder / "scores.json").write_text(json.dumps(payload), encoding="utf-8")
 
@@ -313,6 +313,6 @@ def rerank(
             rankings[qid] = _reorder(ranking, k, scored, keep_tail)
         else:
             rankings[qid] = list(ranking) if keep_tail else list(ranking[:k])
-    report(progress, 1.0, f"Reranking with {model}: done")
+    notify(progress, 1.0, f"Reranking with {model}: done")
     name = reranked_name(run.name, model, k, keep_tail)
     return Run(name, rankings, run.seconds + float(payload["seconds"]), run.usage)  # keeps the first stage's tokens

@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
-from r2med_core.progress import Progress, report
+from r2med_core.progress import Progress, notify
 
 if TYPE_CHECKING:
     from r2med_core.retrieval._vendor.porter import PorterStemmer
@@ -403,9 +403,9 @@ def tokenize_many(texts: Iterable[str], progress: Progress | None = None) -> lis
     for i, text in enumerate(items):
         if i % step == 0:
             _check_cache_size()
-            report(progress, i / max(total, 1), f"Tokenizing {i:,}/{total:,}")
+            notify(progress, i / max(total, 1), f"Tokenizing {i:,}/{total:,}")
         out.append(list(chain.from_iterable(map(lookup, _chunks(text)))))
-    report(progress, 1.0, f"Tokenized {total:,} texts")
+    notify(progress, 1.0, f"Tokenized {total:,} texts")
     return out
 
 
@@ -468,7 +468,7 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
     pieces = [texts[start : start + size] for start in range(0, total, size)]
     ids: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
-    report(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
+    notify(progress, 0.0, f"Tokenizing 0/{total:,}" + (f" on {n_workers} processes" if n_workers > 1 else ""))
     done = 0
 
     def add(piece_ids: np.ndarray, piece_lengths: np.ndarray) -> None:
@@ -476,7 +476,7 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
         ids.append(piece_ids)
         lengths.append(piece_lengths)
         done += len(piece_lengths)
-        report(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
+        notify(progress, done / max(total, 1), f"Tokenizing {done:,}/{total:,}")
 
     if n_workers <= 1 or len(pieces) <= 1:
         numbering = _Numbering()  # one numbering for the whole corpus: ids are final as they come
@@ -496,7 +496,7 @@ def _tokenize_in_chunks(texts: Sequence[str], n_workers: int, progress: Progress
     if lengths:
         np.cumsum(np.concatenate(lengths), out=offsets[1:])
     flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int32)
-    report(progress, 1.0, f"Tokenized {total:,} texts")
+    notify(progress, 1.0, f"Tokenized {total:,} texts")
     return TokenIds(flat, offsets, terms)
 
 
