@@ -110,5 +110,5 @@ def test_saved_links_read_and_write_as_before(saved: str, written: str) -> None:
 
 
 def test_a_hostile_number_in_the_address_leaves_the_page_working() -> None:
-    at = open_app("pages/explorer", depth="9" * 5000, rerank_k="²")
+    at = open_app("explorer", depth="9" * 5000, rerank_k="²")
     assert at.query_params.get("depth") is None  # fell back to the default "Show top", so not written
