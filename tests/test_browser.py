@@ -538,6 +538,7 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     assert accept.is_disabled()  # nobody reviews their own label: a second person accepts it
     page.get_by_role("textbox", name="Your name").fill("Dr. Reviewer")
     page.get_by_role("textbox", name="Your name").press("Enter")
+    settle(page, "1 proposal(s) awaiting review")  # the rerun with the new name has finished
     expect(accept).to_be_enabled(timeout=30_000)
     accept.click()
     settle(page, "1 accepted proposal(s)")
