@@ -13,7 +13,7 @@ Adjudication page's team score. At each step each role sees and downloads only w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -22,8 +22,10 @@ from playwright.sync_api import Browser, Page
 
 from r2med_core import load_demo
 from r2med_core.judging.annotations import PROPOSER_PREFIX, Annotation, AnnotationStore
-from tests.test_browser import VIEWPORT, _choose, _free_port, browser, chromium, settle, streamlit_server
-from tests.test_signin import COOKIE_SECRET, FORGED, _context, _sign_in, provider
+from tests.test_browser import VIEWPORT, _choose, browser, chromium, settle
+
+pytest.importorskip("oidc_provider_mock", reason="a real OpenID Connect provider: pip install oidc-provider-mock")
+from tests.test_signin import FORGED, _context, _sign_in, oidc_server, provider
 
 __all__ = ["browser", "chromium", "provider"]  # the fixtures, shared with test_browser.py and test_signin.py
 pytestmark = pytest.mark.browser
@@ -38,38 +40,21 @@ TEAM_QRELS = f"Team qrels for {TASK} (TREC)"
 TEAM_CHANGES = f"Team qrels changes for {TASK} (TREC)"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def servers(
-    chromium: Path, provider: str, postgres_cluster, tmp_path_factory: pytest.TempPathFactory
+    chromium: Path, provider: str, postgres_urls: Callable[..., str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str, str]]:
-    """Two app servers signing people in through ``provider``, on one PostgreSQL store; (server 1, server 2,
-    the store's URL)."""
-    import psycopg
-
-    schema = "team_browser"
-    with psycopg.connect(postgres_cluster.socket_url(), autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        conn.execute(f"CREATE SCHEMA {schema}")
-    url = postgres_cluster.tcp_url(schema=schema)
+    """Two app servers signing people in through ``provider``, on one PostgreSQL store (an empty schema of
+    the test server, over TCP with a password); (server 1, server 2, the store's URL)."""
+    url = postgres_urls(tcp=True)
     with ExitStack() as stack:
-        bases = []
-        for number in (1, 2):
-            work = tmp_path_factory.mktemp(f"team-server-{number}")
-            port = _free_port()
-            secrets = work / "secrets.toml"
-            secrets.write_text(
-                "[auth]\n"
-                f'redirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
-                f'cookie_secret = "{COOKIE_SECRET}-{number}"\n'
-                'client_id = "r2med-test"\n'
-                'client_secret = "r2med-test-secret"\n'
-                f'server_metadata_url = "{provider}/.well-known/openid-configuration"\n',
-                encoding="utf-8",
+        one, two = (
+            stack.enter_context(
+                oidc_server(tmp_path_factory.mktemp(f"team-{n}"), provider, ROLES, {"R2MED_ANNOTATIONS_URL": url})
             )
-            (work / "roles.toml").write_text(ROLES, encoding="utf-8")
-            env = {"R2MED_ROLES_FILE": str(work / "roles.toml"), "R2MED_ANNOTATIONS_URL": url}
-            bases.append(stack.enter_context(streamlit_server(work, env, secrets, port)))
-        yield bases[0], bases[1], url
+            for n in (1, 2)
+        )
+        yield one, two, url
 
 
 # --------------------------------------------------------------------------- helpers
