@@ -16,6 +16,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,6 +55,13 @@ def provider() -> Iterator[str]:
 def oidc_app(provider: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The app with ``st.login`` on the provider and a roles file; (base URL, annotation store path)."""
     work = tmp_path_factory.mktemp("oidc-app")
+    with oidc_server(work, provider, ROLES) as base:
+        yield base, work / "data" / "annotations.sqlite"
+
+
+def oidc_server(work: Path, provider: str, roles: str, env: dict[str, str] | None = None) -> ContextManager[str]:
+    """``streamlit_server`` in ``work`` with ``st.login`` on ``provider`` (``[auth]`` in its own secrets.toml,
+    its redirect on its own port) and ``roles`` as the operator's roles file; the base URL."""
     port = _free_port()
     secrets = work / "secrets.toml"
     secrets.write_text(
@@ -65,10 +73,8 @@ def oidc_app(provider: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f'server_metadata_url = "{provider}/.well-known/openid-configuration"\n',
         encoding="utf-8",
     )
-    roles = work / "roles.toml"
-    roles.write_text(ROLES, encoding="utf-8")
-    with streamlit_server(work, {"R2MED_ROLES_FILE": str(roles)}, secrets, port) as base:
-        yield base, work / "data" / "annotations.sqlite"
+    (work / "roles.toml").write_text(roles, encoding="utf-8")
+    return streamlit_server(work, {"R2MED_ROLES_FILE": str(work / "roles.toml"), **(env or {})}, secrets, port)
 
 
 def _context(browser: Browser, base: str, **kwargs: object) -> BrowserContext:
