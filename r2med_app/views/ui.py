@@ -169,8 +169,11 @@ def dataset_overview(dataset: Dataset) -> tuple[DatasetSummary, LengthHistogram]
 
 def with_progress(label: str, work: Callable[[Progress], T]) -> T:
     """Run long work with an st.progress bar, drawn outside any cached function (Streamlit would
-    replay a bar drawn inside one on every cache hit); the bar goes away when the work ends."""
+    replay a bar drawn inside one on every cache hit); the bar goes away when the work ends. It is drawn
+    before the work starts (a model may take seconds to load before its first report), so the page says
+    at once what is being computed."""
     holder = st.empty()
+    holder.progress(0.0, text=f"Computing {label} …")
     try:
         return work(lambda fraction, message: holder.progress(fraction, text=message or label))
     finally:

@@ -23,7 +23,7 @@ from r2med_core.analysis.published import (
 )
 from r2med_core.compute.sweep import read_grid, sweep_table
 from r2med_core.evaluation import Results, published_metrics_note
-from r2med_core.reporting.tables import metric_label
+from r2med_core.reporting.tables import metric_explained, metric_label
 from r2med_core.systems import published_kind
 
 dataset = ui.current_dataset()
@@ -46,8 +46,8 @@ st.dataframe(
     column_config={t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
 )
 st.caption(
-    f"{metric_label(metric)} × 100, as the paper prints it. Avg is the mean over the 8 tasks, shown only where "
-    "all 8 were published. Blank cells: the authors did not publish that metric for that setting. "
+    f"{ui.md(metric_explained(metric))} × 100, as the paper prints it. Avg is the mean over the 8 tasks, "
+    "shown only where all 8 were published. Blank cells: the authors did not publish that metric for that setting. "
     "*first commit*: the setting's files are only in the benchmark repository's first commit (HyDE with "
     "o3-mini, the paper's best figure; Search-R1 with BM25; the rerankers over the top 100, whose reranked "
     "run holds only those 100 documents)."
