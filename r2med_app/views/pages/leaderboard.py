@@ -39,8 +39,10 @@ kinds = {
 }
 kind = c2.selectbox("Settings", SETTING_KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind, points=True)
+# Where the files are found only where it differs, and first: a last column is cut off at 1440 px.
+origin = ["origin"] if table["origin"].nunique() > 1 else []
 st.dataframe(
-    table[["Avg", *PUBLISHED_TASKS, "origin"]],
+    table[[*origin, "Avg", *PUBLISHED_TASKS]],
     width="stretch",
     height=min(36 * (len(table) + 1) + 3, 900),
     column_config={t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
