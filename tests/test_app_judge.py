@@ -73,9 +73,23 @@ def test_why_is_this_relevant_asks_only_on_a_click_and_shows_the_reply_escaped_w
         assert KEY not in str(at.query_params) and "why" not in str(at.query_params)
 
 
-def test_why_is_this_relevant_is_disabled_without_an_endpoint() -> None:
-    at = open_app("explorer", task=TASK, system="bm25")
-    assert why_buttons(at) and all(b.disabled for b in why_buttons(at))
+def test_why_is_this_relevant_answers_from_the_data_without_an_llm() -> None:
+    dataset = load_demo("clinical-case")
+    qid = next(iter(dataset.qrels))
+    first_gold = next(iter(dataset.positives(qid)))
+    at = open_app("explorer", task="clinical-case", system="bm25", q=qid)
+    buttons = why_buttons(at)
+    assert buttons and not any(b.disabled for b in buttons)
+    buttons[0].click().run()
+    assert not at.exception
+    shown = " ".join(m.value for m in at.markdown)
+    assert "reference answer" in shown and "Cardiac sarcoidosis" in shown  # the demo's answer for this query
+    assert md("grade 2 (highly relevant)") in shown  # the judges' grade, in words
+    assert "noncaseating" in shown  # a word the gold document shares with the answer, not the question
+    assert any("without an LLM" in c.value for c in at.caption)
+    assert dataset.qrels[qid][first_gold] == 2
+    at.run()  # still shown on the next rerun
+    assert "Cardiac sarcoidosis" in " ".join(m.value for m in at.markdown)
 
 
 def test_a_visitor_url_never_receives_the_operators_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,7 +166,9 @@ def test_the_read_only_demo_offers_no_llm_judge(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("R2MED_DEMO_MODE", "1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-operator-demo-key")  # even with the operator's key configured
     at = open_app("explorer", task=TASK, system="bm25")
-    assert why_buttons(at) and all(b.disabled for b in why_buttons(at))
+    why_buttons(at)[0].click().run()  # answered from the data, offline: the demo's LLMs are off
+    told = [c.value for c in at.caption if "without an LLM" in c.value]
+    assert told and not any("Live LLM endpoint" in c for c in told)
     at = open_app("annotations", task=TASK, systems=["bm25"])
     assert any("LLM judge is off" in i.value for i in at.info)
     assert not [b for b in at.button if b.key in ("w_judge_start", "w_judge_agree")]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from r2med_core import load_demo
 from r2med_core.analysis.explore import (
     GoldRow,
     filter_queries,
@@ -15,6 +17,7 @@ from r2med_core.analysis.explore import (
     mask_blind,
     query_table,
     query_terms,
+    relevance_from_data,
     retrieved_frame,
     shared_with_gold,
 )
@@ -191,3 +194,16 @@ def test_the_explorer_shows_another_system_side_by_side() -> None:
     table = box.dataframe[0].value
     assert table.columns[0] == "rank" and len(table.columns) == 3
     assert sum(str(c).startswith("✓") for c in table.iloc[:, 2]) == 3
+
+
+def test_why_relevant_from_the_data_names_the_answer_link_or_says_there_is_no_answer() -> None:
+    dataset = load_demo("clinical-evidence")
+    qid = next(iter(dataset.qrels))
+    doc = next(d for d, g in dataset.qrels[qid].items() if g == 2)
+    told = relevance_from_data(dataset, qid, doc)
+    assert told[0] == "The benchmark's judges gave it grade 2 (highly relevant)."
+    assert told[1].startswith("The question's reference answer: “Paroxysmal hypertension")
+    assert "never uses" in told[2] and "metanephrines" in told[2].lower()
+    assert "metanephrines" not in dataset.queries[qid].lower()  # the link is the answer's, not the question's
+    no_answer = replace(dataset, query_meta={})
+    assert relevance_from_data(no_answer, qid, doc)[1] == "This task gives no reference answer for the question."

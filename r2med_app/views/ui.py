@@ -169,8 +169,11 @@ def dataset_overview(dataset: Dataset) -> tuple[DatasetSummary, LengthHistogram]
 
 def with_progress(label: str, work: Callable[[Progress], T]) -> T:
     """Run long work with an st.progress bar, drawn outside any cached function (Streamlit would
-    replay a bar drawn inside one on every cache hit); the bar goes away when the work ends."""
+    replay a bar drawn inside one on every cache hit); the bar goes away when the work ends. It is drawn
+    before the work starts (a model may take seconds to load before its first report), so the page says
+    at once what is being computed."""
     holder = st.empty()
+    holder.progress(0.0, text=f"Computing {label} …")
     try:
         return work(lambda fraction, message: holder.progress(fraction, text=message or label))
     finally:
@@ -264,12 +267,16 @@ def get_intervals(dataset: Dataset, results: Results, metrics: Sequence[str]) ->
     return _intervals(dataset_key(dataset), results.run_name, means, tuple(metrics), results)
 
 
+def _in_memory(dataset: Dataset, system: str) -> bool:
+    return ("run", dataset_key(dataset), system) in _memo()
+
+
 def is_ready(dataset: Dataset, system: str) -> bool:
     """True when the run can be shown now: in memory, on disk, or cheap (under the operator's threshold).
 
     A URL may select only such systems; anything longer waits for a click on "Compute".
     """
-    if ("run", dataset_key(dataset), system) in _memo():
+    if _in_memory(dataset, system):
         return True
     if needs_click(dataset, system):  # LLM requests cost the operator money: never without a click
         return False
@@ -278,9 +285,19 @@ def is_ready(dataset: Dataset, system: str) -> bool:
 
 def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
     """Run and evaluate, or return None after showing why not: a "Compute (≈ time)" button or the
-    progress of the background job for work that is not cached, or what went wrong."""
+    progress of the background job for work that is not cached, or what went wrong.
+
+    A system not in memory says so at once: deciding whether it is cheap may load a model for seconds,
+    and meanwhile the page would show the previous system's numbers."""
+    waiting = st.empty()
+    if not _in_memory(dataset, system):
+        waiting.info(f"Getting {md(system_label(system))} ready on this task …")
     try:
-        if not is_ready(dataset, system):
+        try:
+            ready = is_ready(dataset, system)
+        finally:
+            waiting.empty()
+        if not ready:
             compute_panel(dataset, system)
             return None
         return get_run(dataset, system), get_results(dataset, system)

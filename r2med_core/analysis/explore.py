@@ -15,7 +15,8 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from r2med_core.data import Dataset
 from r2med_core.evaluation import PairedTest, Results
-from r2med_core.reporting.tables import metric_label
+from r2med_core.judging.annotations import grade_words
+from r2med_core.reporting.tables import metric_label, metric_meaning
 from r2med_core.retrieval.tokenize import lucene_tokenize
 from r2med_core.runs import Run
 
@@ -93,17 +94,16 @@ def preview(text: str, width: int = 140) -> str:
     return shorten(text, width) if text else "(not in the corpus)"
 
 
+#: The metrics the explorer shows for one query.
+QUERY_METRICS: tuple[str, ...] = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr")
+
 #: One-line explanations of the words the explorer uses, for tooltips and the glossary.
 GLOSSARY: dict[str, str] = {
     "gold": "A document the benchmark's judges marked relevant to the query (its qrels).",
     "grade": "How relevant the judges found a gold document: 1 relevant, 2 (if used) highly relevant.",
     "HyDE": "Hypothetical Document Embeddings: an LLM first writes an answer-like passage, and the system "
     "searches with that passage instead of (or with) the query.",
-    "nDCG@10": "How good the top 10 is, from 0 (no gold document) to 1 (every gold document ranked first); "
-    "higher grades and higher ranks count more.",
-    "recall@10": "The share of the query's gold documents found in the top 10.",
-    "recall@100": "The share of the query's gold documents found anywhere in the top 100.",
-    "MRR": "1 / the rank of the first gold document (1 when it is first, 0.1 when tenth).",
+    **{metric_label(m): metric_meaning(m).capitalize() + "." for m in QUERY_METRICS},
     "rank": "Position of a document in the ranking shown (1 = top); 'not in top 100' when not retrieved.",
 }
 
@@ -380,7 +380,7 @@ class Contrast:
             f"shares {len(self.loser_words)}."
         ]
         if self.bridge_words:
-            words = ", ".join(self.bridge_words[:8]) + ("…" if len(self.bridge_words) > 8 else "")
+            words = _listed(list(self.bridge_words))
             out.append(
                 f"The gold document shares {len(self.bridge_words)} words with the reference answer that the "
                 f"question lacks ({words}): the link runs through the answer, which the question never states."
@@ -388,6 +388,40 @@ class Contrast:
         elif self.has_answer:
             out.append("The gold document shares no further words with the reference answer either.")
         return out
+
+
+def _listed(words: list[str], most: int = 8) -> str:
+    return ", ".join(words[:most]) + ("…" if len(words) > most else "")
+
+
+def relevance_from_data(dataset: Dataset, query_id: str, doc_id: str) -> list[str]:
+    """Why a gold document is relevant, told from the data alone (no LLM): the query's reference answer
+    and the words linking the document to it and to the question. Works offline on any task; the words
+    are evidence a reader weighs, not a model's reasoning."""
+    question = query_terms(dataset.queries[query_id])
+    text = dataset.corpus.get(doc_id, "")
+    grade = dataset.qrels.get(query_id, {}).get(doc_id)
+    out = [f"The benchmark's judges gave it {grade_words(grade)}."] if grade else []
+    answer = dataset.query_meta.get(query_id, {}).get("answer")
+    if isinstance(answer, str) and answer.strip():
+        out.append(f"The question's reference answer: “{shorten(answer, 220)}”")
+        bridge = overlap(text, query_terms(answer) - question)
+        if bridge:
+            out.append(
+                f"The document shares {len(bridge)} words with the answer that the question never uses "
+                f"({_listed(bridge)}): the link runs through the answer."
+            )
+        else:
+            out.append("The document shares no words with the answer beyond the question's.")
+    else:
+        out.append("This task gives no reference answer for the question.")
+    shared = overlap(text, question)
+    out.append(
+        f"With the question itself it shares {len(shared)} words ({_listed(shared)})."
+        if shared
+        else "It shares no words with the question itself."
+    )
+    return out
 
 
 def contrast(dataset: Dataset, run: Run, query_id: str, depth: int = 10) -> Contrast | None:

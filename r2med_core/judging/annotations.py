@@ -181,6 +181,14 @@ def grade_code(grade: int) -> str:
     return f"grade_{grade}"
 
 
+def grade_words(grade: int) -> str:
+    """A grade with its meaning for a reader ("grade 2 (highly relevant)"); a grade outside ``GRADES``
+    (some tasks' qrels use more) keeps its bare number."""
+    if isinstance(grade, bool) or grade not in GRADES:
+        return f"grade {grade}"
+    return f"grade {grade} ({TAXONOMY[grade_code(grade)].label.split(': ', 1)[1]})"
+
+
 def grade_of(label: Annotation | str) -> int | None:
     """The relevance grade a label (or a code) stands for; None for a failure type."""
     code = label if isinstance(label, str) else label.failure_type

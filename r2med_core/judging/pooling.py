@@ -28,6 +28,8 @@ from r2med_core.runs import Run
 
 #: The pool depth TREC-style pooling uses most, and the cutoff Judged@k is shown at.
 DEFAULT_DEPTH = 10
+#: Judged@k in words, for pages (the precise name stays first, for researchers).
+JUDGED_WORDS = f"Judged@{DEFAULT_DEPTH} — the share of a system's top {DEFAULT_DEPTH} that has a judgement"
 
 
 # --------------------------------------------------------------------------- pooling

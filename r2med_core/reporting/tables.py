@@ -21,6 +21,29 @@ def metric_label(metric: str) -> str:
     return f"{_FAMILY_LABELS.get(family, family)}@{k}"
 
 
+#: What each metric family says, for a reader who does not know its name (the name stays, for researchers).
+_FAMILY_MEANINGS = {
+    "ndcg_at": "how good the top {k} is, 0 to 1: relevant documents ranked higher, and higher grades, count more",
+    "recall_at": "the share of the relevant documents found in the top {k}",
+    "precision_at": "the share of the top {k} that is relevant",
+    "map_at": "mean average precision over the top {k}: precision at each relevant document found, averaged",
+}
+_MRR_MEANING = "how high the first relevant document ranks: 1 = first, 0.5 = second, 0.1 = tenth"
+
+
+def metric_meaning(metric: str) -> str:
+    """``recall_at_100`` → "the share of the relevant documents found in the top 100" (plain words)."""
+    if metric == "mrr":
+        return _MRR_MEANING
+    family, _, k = metric.rpartition("_")
+    return _FAMILY_MEANINGS[family].format(k=k)
+
+
+def metric_explained(metric: str) -> str:
+    """The metric's name with its meaning, as a page shows it the first time: "MRR (how high …)"."""
+    return f"{metric_label(metric)} ({metric_meaning(metric)})"
+
+
 def means_table(results: list[Results], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per system, one column per official metric."""
     labels = labels or {}

@@ -14,7 +14,7 @@ from r2med_app.views.panels import saved_reports
 from r2med_core.analysis.explore import axis_range, per_query_delta, shorten, verdict
 from r2med_core.analysis.intervals import DESCRIPTION, PAIRED_DESCRIPTION
 from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, Results, compare
-from r2med_core.reporting.tables import metric_label
+from r2med_core.reporting.tables import metric_explained, metric_label
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -40,6 +40,7 @@ metric = c2.selectbox(
     "Metric", ALL_METRICS, index=ALL_METRICS.index("ndcg_at_10"), format_func=metric_label, key="w_compare_metric"
 )
 name = metric_label(metric)
+st.caption(ui.md(metric_explained(metric)))
 chosen = st.session_state["w_compare"]
 if len(chosen) < 2:
     st.info(

@@ -10,6 +10,7 @@ from r2med_app.views import state, ui
 from r2med_app.views.panels import auth, diagnosis, failures, judge, labels
 from r2med_core.analysis.explore import (
     GLOSSARY,
+    QUERY_METRICS,
     filter_queries,
     gold_frame,
     gold_rows,
@@ -24,8 +25,8 @@ from r2med_core.analysis.explore import (
     side_by_side,
     step,
 )
-from r2med_core.judging.annotations import TAXONOMY
-from r2med_core.reporting.tables import metric_label
+from r2med_core.judging.annotations import TAXONOMY, grade_words
+from r2med_core.reporting.tables import metric_explained, metric_label
 from r2med_core.systems import dense_instruction_notes, queries_left_out, rewrite_words, rewritten_name
 
 dataset = ui.current_dataset()
@@ -33,7 +34,7 @@ v = state.view()
 within = state.scope(ui.dataset_key(dataset))  # widgets whose options depend on the dataset are keyed by it
 st.title("Query explorer")
 ui.demo_banner(dataset)
-with st.expander("Glossary: gold, grade, HyDE, nDCG@10, recall@100"):
+with st.expander(f"Glossary: {', '.join(GLOSSARY)}"):
     st.markdown("\n".join(f"- **{ui.md(word)}**: {ui.md(meaning)}" for word, meaning in GLOSSARY.items()))
 
 systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
@@ -142,7 +143,7 @@ with st.expander(
                 "nDCG@10", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["nDCG@10"]
             ),
             "recall_at_100": st.column_config.ProgressColumn(
-                "recall@100", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["recall@100"]
+                "recall@100", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["Recall@100"]
             ),
             "gold": st.column_config.NumberColumn("gold", width=50, help=GLOSSARY["gold"]),
             "gold_missed": st.column_config.NumberColumn("missed", width=60, help="Gold documents not in the top 100."),
@@ -234,9 +235,10 @@ with_rewrite = (
 if with_rewrite is not None:
     st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite))}.")
 m = st.columns(4)
-for col, metric in zip(m, [] if blind else ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr"]):
+TILES = () if blind else QUERY_METRICS
+for col, metric in zip(m, TILES):
     value = float(per_query[metric]) if per_query is not None else 0.0
-    help_text = GLOSSARY.get(metric_label(metric).replace("Recall", "recall"))
+    help_text = GLOSSARY[metric_label(metric)]
     if with_rewrite is None:
         col.metric(metric_label(metric), f"{value:.3f}", help=help_text)
         continue
@@ -248,6 +250,8 @@ for col, metric in zip(m, [] if blind else ["ndcg_at_10", "recall_at_10", "recal
         delta=f"{change:+.3f}" if abs(change) > 5e-4 else None,
         help=help_text,
     )
+if TILES:
+    st.caption(ui.md("; ".join(metric_explained(metric) for metric in TILES) + "."))
 
 if rewritten is not None and not blind:
     method, llm = rewrite
@@ -289,7 +293,7 @@ with left:
     st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
     st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
     for row in gold:
-        label = f"{row.doc_id} · grade {row.grade} · {rank_text(row.rank)}"
+        label = f"{row.doc_id} · {grade_words(row.grade)} · {rank_text(row.rank)}"
         if rewritten is not None:
             label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
         tags = labels.label_tags(query_labels, row.doc_id)
@@ -322,7 +326,7 @@ with right:
     st.dataframe(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, width="stretch")
     for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
         grade = dataset.positives(qid).get(doc)
-        mark = f" · ✓ gold (grade {grade})" if grade else ""
+        mark = f" · ✓ gold, {ui.md(grade_words(grade))}" if grade else ""
         tags = labels.label_tags(query_labels, doc)
         text = dataset.corpus.get(doc, "")
         with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):

@@ -23,7 +23,7 @@ from r2med_core.analysis.published import (
 )
 from r2med_core.compute.sweep import read_grid, sweep_table
 from r2med_core.evaluation import Results, published_metrics_note
-from r2med_core.reporting.tables import metric_label
+from r2med_core.reporting.tables import metric_explained, metric_label
 from r2med_core.systems import published_kind
 
 dataset = ui.current_dataset()
@@ -39,15 +39,17 @@ kinds = {
 }
 kind = c2.selectbox("Settings", SETTING_KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind, points=True)
+# Where the files are found only where it differs, and first: a last column is cut off at 1440 px.
+origin = ["origin"] if table["origin"].nunique() > 1 else []
 st.dataframe(
-    table[["Avg", *PUBLISHED_TASKS, "origin"]],
+    table[[*origin, "Avg", *PUBLISHED_TASKS]],
     width="stretch",
     height=min(36 * (len(table) + 1) + 3, 900),
     column_config={t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
 )
 st.caption(
-    f"{metric_label(metric)} × 100, as the paper prints it. Avg is the mean over the 8 tasks, shown only where "
-    "all 8 were published. Blank cells: the authors did not publish that metric for that setting. "
+    f"{ui.md(metric_explained(metric))} × 100, as the paper prints it. Avg is the mean over the 8 tasks, "
+    "shown only where all 8 were published. Blank cells: the authors did not publish that metric for that setting. "
     "*first commit*: the setting's files are only in the benchmark repository's first commit (HyDE with "
     "o3-mini, the paper's best figure; Search-R1 with BM25; the rerankers over the top 100, whose reranked "
     "run holds only those 100 documents)."

@@ -13,7 +13,7 @@ from r2med_app.views.panels.pooling import section as pooling_section
 from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
 from r2med_core.reporting.figures import curves_figure, means_figure, per_query_figure
-from r2med_core.reporting.tables import means_table, metric_label, per_query_long
+from r2med_core.reporting.tables import means_table, metric_explained, metric_label, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
 
@@ -59,6 +59,8 @@ st.dataframe(
     width="stretch",
     column_config={metric_label(m): st.column_config.NumberColumn(format="%.4f") for m in shown},
 )
+if shown:
+    st.caption(ui.md("What each number says: " + "; ".join(metric_explained(m) for m in shown) + "."))
 st.caption(
     f"Error bars and the CI columns: the {DESCRIPTION}. With a few dozen queries, means whose intervals "
     "overlap widely may not differ: the Compare page tests the difference itself."

@@ -8,6 +8,7 @@ import streamlit as st
 
 from r2med_app.views import ui
 from r2med_app.views.panels import failures
+from r2med_core.judging.annotations import grade_words
 
 dataset = ui.current_dataset()
 summary, lengths = ui.dataset_overview(dataset)
@@ -66,7 +67,7 @@ with right:
     fig.update_xaxes(dtick=1)
     fig.update_layout(bargap=0.2, xaxis_title="relevant documents (grade > 0)", yaxis_title="queries")
     st.plotly_chart(fig, width="stretch")
-    st.caption(f"Judgements by grade: {', '.join(f'grade {g}: {n}' for g, n in summary.grade_counts.items())}.")
+    st.caption(f"Judgements by grade: {', '.join(f'{grade_words(g)}: {n}' for g, n in summary.grade_counts.items())}.")
 
 st.subheader("Data facts no leaderboard shows")
 facts = ui.dataset_facts(dataset)

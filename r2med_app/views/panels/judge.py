@@ -1,5 +1,6 @@
-"""The LLM judge in the app: "Why is this relevant?" under a gold document (explorer), and LLM
-relevance proposals with the judge's agreement with the qrels (annotations page).
+"""The LLM judge in the app: "Why is this relevant?" under a gold document (explorer; told from the
+data, offline, when no live LLM is set), and LLM relevance proposals with the judge's agreement with
+the qrels (annotations page).
 
 Nothing here contacts an LLM without a click, and nothing comes from the URL: the endpoint is the
 sidebar's (``ui.live_llm``, which applies the operator's key rule), or, for the proposals and the
@@ -17,6 +18,7 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_core import Dataset
+from r2med_core.analysis.explore import relevance_from_data
 from r2med_core.cache import fingerprint
 from r2med_core.compute.jobs import REGISTRY
 from r2med_core.judging.annotations import AnnotationStore
@@ -62,26 +64,43 @@ def _show_explanation(found: BridgeExplanation) -> None:
         st.error(f"No explanation: {ui.md(found.error)}")
 
 
+def _show_from_data(dataset: Dataset, query_id: str, doc_id: str) -> None:
+    st.markdown("\n".join(f"- {ui.md(line)}" for line in relevance_from_data(dataset, query_id, doc_id)))
+    st.caption(
+        "From the data, without an LLM: the reference answer and the words linking it to this document."
+        + ("" if ui.read_only() else " For a model's reading, set a model under Live LLM endpoint in the sidebar.")
+    )
+
+
 def why_relevant(dataset: Dataset, query_id: str, doc_id: str, within: str) -> None:
     """The "Why is this relevant?" button of one gold document, and its answer once asked for.
 
-    An explanation asked for earlier with the same model is shown from the cache without a request.
+    Without a live LLM the answer is told from the data (works offline, on the demo too); with one, the
+    LLM is asked. An explanation asked for earlier with the same model is shown from the cache without
+    a request.
     """
     endpoint = ui.live_endpoint()
     query, passage = dataset.queries[query_id], dataset.corpus[doc_id]
     earlier = cached_explanation(endpoint, query, passage) if endpoint is not None else None
+    key = state.widget_key("why", state.scope(within, doc_id))
     clicked = st.button(
         "Why is this relevant?",
-        key=state.widget_key("why", state.scope(within, doc_id)),
-        disabled=endpoint is None,
+        key=key,
         help=(
             "Asks the sidebar's live LLM to name the reasoning step linking the query to this document "
             "(one or two sentences; cached per model)."
             if endpoint is not None
-            else "Set a model under Live LLM endpoint in the sidebar first."
+            else "Tells it from the data: the reference answer and the words linking it to this document "
+            "(no LLM; set one under Live LLM endpoint in the sidebar for a model's reading)."
         ),
     )
-    if clicked and endpoint is not None and earlier is None:
+    if endpoint is None:
+        opened = f"{key}_opened"  # stays shown on the reruns after the click, as a cached LLM reply does
+        if clicked or st.session_state.get(opened):
+            st.session_state[opened] = True
+            _show_from_data(dataset, query_id, doc_id)
+        return
+    if clicked and earlier is None:
         with st.spinner(f"Asking {endpoint.model} …"):
             earlier = explain_relevance(endpoint, query, passage)
     if earlier is not None:

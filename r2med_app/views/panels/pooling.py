@@ -14,9 +14,9 @@ from r2med_core import Dataset
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.judging.annotations import AnnotationStore, AnnotationStoreError, Qrels
 from r2med_core.judging.identity import PermissionDenied, authorize
-from r2med_core.judging.pooling import DEFAULT_DEPTH, Pool, compare_with_team, pool
+from r2med_core.judging.pooling import DEFAULT_DEPTH, JUDGED_WORDS, Pool, compare_with_team, pool
 from r2med_core.judging.queue import JudgingQueue, kept_queue_files
-from r2med_core.reporting.tables import metric_label
+from r2med_core.reporting.tables import metric_explained, metric_label
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20, 50, 100]
@@ -51,12 +51,12 @@ def _pool(key: tuple[str, tuple[str, ...]], team_json: str, depth: int, _runs: d
 def section(dataset: Dataset, runs: dict[str, Run]) -> None:
     """The Metrics page's "Pooling and holes": each system without / with the team's judgements, its rank
     change and Judged@10, and a button sending the unjudged documents of the top k for blind judging."""
-    st.subheader("Pooling and holes")
+    st.subheader("Documents nobody judged, and what judging them changes (pooling and holes)")
     st.caption(
-        "Not the benchmark's setting: **with** scores against the team's qrels — the original ones with the "
+        "A *hole* is a retrieved document nobody judged: the score counts it as not relevant. Not the "
+        "benchmark's setting: **with** scores against the team's qrels — the original ones with the "
         "team's agreed, accepted and adjudicated grades (counted under the table). "
-        f"Judged@{DEFAULT_DEPTH} (ir_measures) is the share of a system's top {DEFAULT_DEPTH} that "
-        "has any judgement: a low value means its score rests on holes counted as not relevant."
+        f"{JUDGED_WORDS} (ir_measures): a low value means its score rests on holes counted as not relevant."
     )
     judged = team.read(dataset)
     team_json = json.dumps(dataset.qrels if judged is None else judged.qrels, sort_keys=True)
@@ -80,18 +80,21 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
             "only it": [unique[name] for name in table["system"]],
         }
     )
-    number = st.column_config.NumberColumn(format="%.4f")
     st.dataframe(
         shown,
         hide_index=True,
         width="stretch",
         key="pool_table",
         column_config={
-            "without": st.column_config.NumberColumn(f"{metric_label(metric)} without", format="%.4f"),
+            "without": st.column_config.NumberColumn(
+                f"{metric_label(metric)} without", format="%.4f", help=metric_explained(metric)
+            ),
             "with": st.column_config.NumberColumn(f"{metric_label(metric)} with", format="%.4f"),
             "rank change": st.column_config.NumberColumn(help="Positive: the system moves up with the new judgements."),
-            f"Judged@{DEFAULT_DEPTH}": number,
-            f"Judged@{DEFAULT_DEPTH} with": number,
+            f"Judged@{DEFAULT_DEPTH}": st.column_config.NumberColumn(format="%.4f", help=JUDGED_WORDS),
+            f"Judged@{DEFAULT_DEPTH} with": st.column_config.NumberColumn(
+                format="%.4f", help=f"{JUDGED_WORDS}, counting the team's judgements too."
+            ),
             f"pooled @{depth}": st.column_config.NumberColumn(help="Unjudged documents of its top k in the pool."),
             "only it": st.column_config.NumberColumn(help="Pooled documents no other chosen system retrieved."),
         },
