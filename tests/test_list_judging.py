@@ -21,6 +21,8 @@ from r2med_core.judging.list_judging import (
     now_ms,
     parse_events,
     save_grades,
+    save_unit_grades,
+    unit_key,
 )
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -198,6 +200,36 @@ def test_a_value_that_is_not_an_events_list_is_refused() -> None:
     assert parse_events(None, DOCS) == ([], [])
     assert parse_events({"events": "d1"}, DOCS)[0] == []
     assert parse_events(["d1"], DOCS)[1] == ["the list sent no events list"]
+
+
+def test_a_skip_is_taken_only_where_the_page_offers_it_and_stores_nothing(store: AnnotationStore) -> None:
+    skip = {"events": [{"id": "s1", "doc": "d1", "skip": True, "at": T0}]}
+    events, problems = parse_events(skip, DOCS)  # Judge a list has no skip: refused
+    assert events == [] and "is not 0, 1 or 2" in problems[0]
+    events, problems = parse_events(skip, DOCS, skips=True)
+    assert problems == [] and [e.skip for e in events] == [True]
+    assert [o.status for o in _save(store, SaveOnce(), events)] == ["skipped"] and len(store) == 0
+
+
+def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: AnnotationStore) -> None:
+    """The Judging page names (query, document) units, since the document shown changes with every key: a
+    grade pressed on the previous document and sent again with the next still lands on its own query."""
+    units = {unit_key(q, d): (q, d, Run("pool@10")) for q, d in (("q1", "d1"), ("q2", "d1"))}
+    value = {
+        "events": [
+            {"id": "e1", "doc": unit_key("q1", "d1"), "grade": 2, "at": T0},
+            {"id": "e2", "doc": unit_key("q2", "d1"), "skip": True, "at": T0 + 1},
+        ]
+    }
+    events, problems = parse_events(value, units, skips=True)
+    assert problems == [] and parse_events(value, ["d1"], skips=True)[0] == []
+    ledger = SaveOnce()
+    for _rerun in range(3):
+        save_unit_grades(store, ledger, events, units, dataset="demo:t", task="t", annotator="ann", now=NOW)
+    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.rank) for a in store.list()] == [
+        ("q1", "d1", "grade_2", "pool@10", None)
+    ]
+    assert ledger.outcome("e2").status == "skipped"
 
 
 def test_a_refused_write_is_reported_and_not_retried(store: AnnotationStore) -> None:

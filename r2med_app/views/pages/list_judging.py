@@ -13,7 +13,6 @@ from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list
 from r2med_app.views.panels.labels import TEAM_RULE
 from r2med_core import Dataset
-from r2med_core.judging.identity import PermissionDenied, authorize
 from r2med_core.judging.list_judging import Outcome, list_rows, now_ms, parse_events, save_grades
 from r2med_core.runs import Run
 
@@ -72,20 +71,6 @@ if not acting.signed_in_mode and not ui.read_only():
     )
 
 
-def _who(acting: auth.Acting) -> tuple[str, str]:
-    """The annotator's name, or "" and why nobody may grade now."""
-    if ui.read_only():
-        return "", "Grading is off in this read-only demo."
-    if acting.error:
-        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it."
-    if not acting.signed_in_mode and acting.person is None:
-        return "", "Type your name under 'Your name' first: it is recorded with every grade."
-    try:
-        return authorize(acting.person, "label", config=acting.config).name, ""
-    except PermissionDenied as err:
-        return "", f"{err}."
-
-
 @st.fragment
 def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     """The list and its saving: a keypress reruns only this fragment, so a grade is confirmed quickly."""
@@ -97,7 +82,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     events, problems = parse_events(st.session_state.get(key), documents)
     ledger = state.save_once()
     acting = auth.acting()
-    annotator, reason = _who(acting)
+    annotator, reason = auth.grader(acting)
     if annotator:
         save_grades(
             store,

@@ -22,9 +22,19 @@ def keyboard_list(
     reason: str,
     clock: int,
     key: str,
+    single: bool = False,
 ) -> Any:
     """Draw the rows; return the component's value (``{"events": [...]}``, or None before any key). ``clock``
-    is the server's time (``list_judging.now_ms``): each event carries its keypress's time on that clock."""
+    is the server's time (``list_judging.now_ms``): each event carries its keypress's time on that clock.
+    ``single`` (the Judging page): one row, the document shown, which ``s`` skips."""
     return _component(
-        rows=rows, acked=acked, errors=errors, enabled=enabled, reason=reason, clock=clock, key=key, default=None
+        rows=rows,
+        acked=acked,
+        errors=errors,
+        enabled=enabled,
+        reason=reason,
+        clock=clock,
+        single=single,
+        key=key,
+        default=None,
     )
