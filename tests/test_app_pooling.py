@@ -271,7 +271,7 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
     def press(*events: tuple[str, QueueEntry, int | None]) -> str:
         at.session_state[key] = {
             "events": [
-                {"id": i, "doc": unit_key(e.query_id, e.doc_id), "at": now_ms()}
+                {"id": i, "doc": unit_key(e.query_id, e.doc_id), "at": now_ms(), "ms": 2500}
                 | ({"skip": True} if g is None else {"grade": g})
                 for i, e, g in events
             ]
@@ -285,7 +285,7 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
     for _ in range(2):
         at.run()
     labels = AnnotationStore().list()
-    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.annotator) for a in labels] == [
-        (items[0].query_id, items[0].doc_id, "grade_2", "pool@10", "Ann")
+    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.annotator, a.time_ms) for a in labels] == [
+        (items[0].query_id, items[0].doc_id, "grade_2", "pool@10", "Ann", 2500)
     ]
     assert _queue().serve(dataset.source, dataset.name, typed_person("Ann")).entry == items[1]  # skipped: hers

@@ -647,6 +647,7 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.annotator) for a in labels] == [
         (first.query_id, first.doc_id, "grade_2", "pool@10", name)
     ]
+    assert labels[0].time_ms is not None and labels[0].time_ms > 0  # measured in the browser: shown → key
 
 
 @pytest.mark.parametrize("width", [1024, 1280])

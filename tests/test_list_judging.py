@@ -217,7 +217,7 @@ def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: 
     units = {unit_key(q, d): (q, d, Run("pool@10")) for q, d in (("q1", "d1"), ("q2", "d1"))}
     value = {
         "events": [
-            {"id": "e1", "doc": unit_key("q1", "d1"), "grade": 2, "at": T0},
+            {"id": "e1", "doc": unit_key("q1", "d1"), "grade": 2, "at": T0, "ms": 3500},
             {"id": "e2", "doc": unit_key("q2", "d1"), "skip": True, "at": T0 + 1},
         ]
     }
@@ -226,9 +226,12 @@ def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: 
     ledger = SaveOnce()
     for _rerun in range(3):
         save_unit_grades(store, ledger, events, units, dataset="demo:t", task="t", annotator="ann", now=NOW)
-    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.rank) for a in store.list()] == [
-        ("q1", "d1", "grade_2", "pool@10", None)
+    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.rank, a.time_ms) for a in store.list()] == [
+        ("q1", "d1", "grade_2", "pool@10", None, 3500)  # with the time the document was shown
     ]
+    for spent in (-1, 2**31, 1.5, "3500", True):
+        wrong = {"events": [{"id": "e3", "doc": unit_key("q1", "d1"), "grade": 1, "at": T0, "ms": spent}]}
+        assert parse_events(wrong, units)[1] == ["an event with an invalid time spent on its document"]
     assert ledger.outcome("e2").status == "skipped"
 
 

@@ -32,6 +32,7 @@ from r2med_core.judging.annotations import (
     Annotation,
     AnnotationStore,
     AnnotationStoreError,
+    check_whole_number,
     grade_code,
     grade_of,
 )
@@ -56,13 +57,15 @@ class GradeEvent:
     """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress, ``at`` when
     it was pressed, in milliseconds since the epoch on the server's clock (``now_ms``, which the page hands
     the component with every render). ``skip``: the key put the document aside for later (the Judging
-    page), no grade; ``grade`` is then 0 and means nothing."""
+    page), no grade; ``grade`` is then 0 and means nothing. ``time_ms``: how long the document was shown
+    before the key, as the browser measured it (the Judging page), stored with the grade."""
 
     event_id: str
     doc_id: str
     grade: int
     at: int
     skip: bool = False
+    time_ms: int | None = None
 
 
 def now_ms() -> int:
@@ -97,6 +100,7 @@ def parse_events(
             continue
         event_id, doc_id, grade, at = item.get("id"), item.get("doc"), item.get("grade"), item.get("at")
         skip = skips and item.get("skip") is True
+        spent = item.get("ms")
         if skip:
             grade = 0
         if not isinstance(event_id, str) or not event_id or len(event_id) > _MAX_ID:
@@ -107,9 +111,20 @@ def parse_events(
             problems.append(f"grade {str(grade)[:10]!r} is not 0, 1 or 2")
         elif isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= _MAX_MS:
             problems.append("an event without a valid time")
+        elif not _whole(spent):
+            problems.append("an event with an invalid time spent on its document")
         else:
-            events.append(GradeEvent(event_id, doc_id, grade, at, skip=skip))
+            events.append(GradeEvent(event_id, doc_id, grade, at, skip=skip, time_ms=spent))
     return events, problems
+
+
+def _whole(ms: object) -> bool:
+    """A time spent a store can hold (or none)."""
+    try:
+        check_whole_number("time_ms", ms, 0)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -224,6 +239,7 @@ def save_grades(
                         annotator=annotator,
                         created_at=pressed.isoformat(),
                         blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
+                        time_ms=event.time_ms,
                     )
                 )
             except (ValueError, AnnotationStoreError) as err:
@@ -262,7 +278,7 @@ def save_unit_grades(
     for event in events:
         query_id, doc_id, ranking = units[event.doc_id]
         group = groups.setdefault((query_id, ranking.name), (ranking, []))
-        group[1].append(GradeEvent(event.event_id, doc_id, event.grade, event.at, skip=event.skip))
+        group[1].append(GradeEvent(event.event_id, doc_id, event.grade, event.at, event.skip, event.time_ms))
     outcomes = []
     for (query_id, _), (ranking, grouped) in groups.items():
         outcomes += save_grades(
