@@ -337,7 +337,7 @@ def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
     first, second = [doc for doc, _ in run_system(dataset, "bm25").top(qid, 2)]
     pressed = now_ms()
     at.session_state[key] = {"events": [{"id": "k1", "doc": second, "grade": 2, "at": pressed}]}
-    at.run()  # no name yet: nothing is saved, and the keypress is not kept for later
+    at.run()  # no name yet (a session after a server restart): nothing is saved nor acknowledged
     assert _page_labels(tmp_path) == []
     at.text_input(key="w_annotator").set_value("Dr. Typed").run()
     at.session_state[key] = {
@@ -349,10 +349,12 @@ def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
     for _ in range(3):
         at.run()
     assert not at.exception, [e.value for e in at.exception]
+    # The browser kept k1 (unacknowledged) and sent it again: saved once the name is there.
     assert [(a.doc_id, a.failure_type, a.rank, a.annotator, a.blind) for a in _page_labels(tmp_path)] == [
-        (first, "grade_1", 1, "Dr. Typed", False)
+        (second, "grade_2", 2, "Dr. Typed", False),
+        (first, "grade_1", 1, "Dr. Typed", False),
     ]
-    assert any("1 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
+    assert any("2 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
 
 
 def test_the_read_only_demo_saves_no_grade(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from r2med_app.views.panels.keylist import keyboard_list
 from r2med_core import Dataset
 from r2med_core.analysis.explore import highlight, query_terms
 from r2med_core.judging.annotations import AnnotationStoreError
-from r2med_core.judging.list_judging import GradeEvent, Outcome, Row, now_ms, parse_events, save_unit_grades, unit_key
+from r2med_core.judging.list_judging import GradeEvent, Row, now_ms, parse_events, save_unit_grades, unit_key
 from r2med_core.judging.queue import JudgingQueue, QueueEntry, QueueProgress, Turn
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -40,10 +40,8 @@ def _save_keys(
     ``skipped``."""
     ledger = state.save_once()
     acting = auth.acting()
-    annotator, reason = auth.grader(acting)
-    if not annotator:
-        for event in ledger.fresh(events):  # nothing is saved; the component says why, the next key is new
-            ledger.record(Outcome(event, "refused", error=reason))
+    annotator = auth.grader(acting)[0]
+    if not annotator:  # nothing is saved nor acknowledged: the browser keeps the keys until someone may grade
         return
     outcomes = save_unit_grades(
         queue.store, ledger, events, units, dataset=dataset.source, task=dataset.name, annotator=annotator,
@@ -68,6 +66,7 @@ def _keyboard(entry: QueueEntry, events: list[GradeEvent], key: str) -> None:
         clock=now_ms(),
         key=key,
         single=True,
+        memory=key,
     )
 
 

@@ -13,7 +13,7 @@ from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list
 from r2med_app.views.panels.labels import TEAM_RULE
 from r2med_core import Dataset
-from r2med_core.judging.list_judging import Outcome, list_rows, now_ms, parse_events, save_grades
+from r2med_core.judging.list_judging import list_rows, now_ms, parse_events, save_grades
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20]
@@ -83,7 +83,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     ledger = state.save_once()
     acting = auth.acting()
     annotator, reason = auth.grader(acting)
-    if annotator:
+    if annotator:  # else nothing is saved nor acknowledged: the browser keeps the keys until someone may grade
         save_grades(
             store,
             ledger,
@@ -95,9 +95,6 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
             annotator=annotator,
             sight=acting.sight,
         )
-    else:
-        for event in ledger.fresh(events):  # nothing is saved; the row says why, the next key is a new event
-            ledger.record(Outcome(event, "refused", error=reason))
     labels = acting.sight.labels(store.list(dataset=dataset.source, task=dataset.name, query_id=qid))
     rows = list_rows(run, qid, k, dataset.corpus, dataset.qrels, labels, annotator)
     handled = [ledger.outcome(e.event_id) for e in events]
@@ -109,6 +106,7 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
         reason=reason,
         clock=now_ms(),
         key=key,
+        memory=key,
     )
     graded = sum(row.grade is not None for row in rows)
     who = f" by {ui.md(annotator)}" if annotator else ""

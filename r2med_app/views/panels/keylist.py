@@ -23,10 +23,13 @@ def keyboard_list(
     clock: int,
     key: str,
     single: bool = False,
+    memory: str = "",
 ) -> Any:
     """Draw the rows; return the component's value (``{"events": [...]}``, or None before any key). ``clock``
     is the server's time (``list_judging.now_ms``): each event carries its keypress's time on that clock.
-    ``single`` (the Judging page): one row, the document shown, which ``s`` skips."""
+    ``single`` (the Judging page): one row, the document shown, which ``s`` skips. ``memory``: the name the
+    browser keeps unacknowledged keypresses under (localStorage) to send them again after a server restart
+    or a reload; pages name it after the widget key, so a list only ever gets back its own."""
     return _component(
         rows=rows,
         acked=acked,
@@ -35,6 +38,7 @@ def keyboard_list(
         reason=reason,
         clock=clock,
         single=single,
+        memory=memory,
         key=key,
         default=None,
     )

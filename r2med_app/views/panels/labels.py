@@ -89,8 +89,9 @@ def label_form(
             c3.selectbox("Document", [WHOLE_QUERY, *documents], key=keys["doc"])
         st.text_area("Note", placeholder="Why? (free text)", key=keys["note"])
         acting = auth.acting()
-        if not acting.signed_in_mode and ask_name:
-            st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
+        if not acting.signed_in_mode:
+            if ask_name:
+                st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
         elif acting.person is not None:
             st.caption(f"Saved as **{ui.md(acting.person.name)}** (signed in).")
         else:
