@@ -13,7 +13,7 @@ from r2med_app.views.panels.keylist import keyboard_list
 from r2med_core import Dataset
 from r2med_core.analysis.explore import highlight, query_terms
 from r2med_core.judging.annotations import AnnotationStoreError
-from r2med_core.judging.list_judging import GradeEvent, Row, now_ms, parse_events, save_unit_grades, unit_key
+from r2med_core.judging.list_judging import GradeEvent, Row, parse_events, save_unit_grades, unit_key
 from r2med_core.judging.queue import JudgingQueue, QueueEntry, QueueProgress, Turn
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -53,20 +53,16 @@ def _save_keys(
 
 def _keyboard(entry: QueueEntry, events: list[GradeEvent], key: str) -> None:
     """The keys for the document shown: 0/1/2 grade it, s skips it; the next one follows at once."""
-    ledger = state.save_once()
-    handled = [ledger.outcome(e.event_id) for e in events]
     annotator, reason = auth.grader(auth.acting())
     row = Row(rank=1, doc_id=unit_key(entry.query_id, entry.doc_id), text="", grade=None, revealed=False)
     keyboard_list(
         [{**row.to_args(), "label": entry.doc_id}],
-        acked=[o.event.event_id for o in handled if o is not None],
-        errors={o.event.event_id: o.error for o in handled if o is not None and o.status == "refused"},
+        events=events,
+        ledger=state.save_once(),
         enabled=bool(annotator),
         reason=reason,
-        clock=now_ms(),
         key=key,
         single=True,
-        memory=key,
     )
 
 

@@ -13,7 +13,7 @@ from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list
 from r2med_app.views.panels.labels import TEAM_RULE
 from r2med_core import Dataset
-from r2med_core.judging.list_judging import list_rows, now_ms, parse_events, save_grades
+from r2med_core.judging.list_judging import list_rows, parse_events, save_grades
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20]
@@ -97,16 +97,8 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
         )
     labels = acting.sight.labels(store.list(dataset=dataset.source, task=dataset.name, query_id=qid))
     rows = list_rows(run, qid, k, dataset.corpus, dataset.qrels, labels, annotator)
-    handled = [ledger.outcome(e.event_id) for e in events]
     keyboard_list(
-        [row.to_args() for row in rows],
-        acked=[o.event.event_id for o in handled if o is not None],
-        errors={o.event.event_id: o.error for o in handled if o is not None and o.status == "refused"},
-        enabled=bool(annotator),
-        reason=reason,
-        clock=now_ms(),
-        key=key,
-        memory=key,
+        [row.to_args() for row in rows], events=events, ledger=ledger, enabled=bool(annotator), reason=reason, key=key
     )
     graded = sum(row.grade is not None for row in rows)
     who = f" by {ui.md(annotator)}" if annotator else ""
