@@ -174,14 +174,7 @@ def page(dataset: Dataset) -> None:
     if store is None:
         return
     pooling.queue_notes()
-    if not auth.acting().signed_in_mode and not ui.read_only():
-        st.text_input(
-            "Your name",
-            key=state.bound("annotator"),
-            on_change=state.store("annotator"),
-            placeholder="recorded with every grade",
-            help="Asked once and kept for this session.",
-        )
+    auth.name_field()
     _card(dataset)
     queue = pooling.judging_queue(store)
     try:

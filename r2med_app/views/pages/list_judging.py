@@ -60,15 +60,7 @@ with st.container(border=True):
     st.markdown(f"**Query {ui.md(qid)}**")
     st.markdown(ui.md(dataset.queries[qid]))
 
-acting = auth.acting()
-if not acting.signed_in_mode and not ui.read_only():
-    st.text_input(
-        "Your name",
-        key=state.bound("annotator"),
-        on_change=state.store("annotator"),
-        placeholder="recorded with every grade",
-        help="Asked once and kept for this session.",
-    )
+auth.name_field()
 
 
 @st.fragment

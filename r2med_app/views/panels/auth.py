@@ -111,6 +111,18 @@ def acting() -> Acting:
     return Acting(config, person)
 
 
+def name_field() -> None:
+    """The keyboard pages' "Your name" (without sign-in, outside any form: a key grades at once with it)."""
+    if not acting().signed_in_mode and not ui.read_only():
+        st.text_input(
+            "Your name",
+            key=bound("annotator"),
+            on_change=store("annotator"),
+            placeholder="recorded with every grade",
+            help="Asked once and kept for this session.",
+        )
+
+
 def grader(who: Acting) -> tuple[str, str]:
     """The name a keyboard grade is recorded with, or "" and why nobody may grade now (the keyboard
     pages' rule: a read-only demo, a broken sign-in, no typed name, no right to label)."""
