@@ -84,6 +84,37 @@ GENERIC_INSTRUCTIONS = TaskInstructions(
 )
 
 
+#: What counts as relevant when a person grades a document, per family: shown beside the document on the
+#: Judging page so every annotator grades against the same rule.
+JUDGING_GUIDELINES: dict[Family | None, str] = {
+    Family.QA_REFERENCE: (
+        "The query is a question posted on a Q&A forum. Grade 2 when the document explains the mechanism, "
+        "concept or method the best answer relies on; 1 when it is on the topic and gives part of that "
+        "reasoning; 0 when it only shares words or the topic without helping to answer."
+    ),
+    Family.CLINICAL_EVIDENCE: (
+        "The query is a clinical question (an exam vignette, a diagnosis or a treatment decision). Grade 2 "
+        "when the document states the evidence that leads to the right answer (the diagnosis, the drug, the "
+        "next step); 1 when it supports part of the reasoning; 0 when it concerns another condition or "
+        "decision, however similar the words."
+    ),
+    Family.CLINICAL_CASE: (
+        "The query is a patient's case. Grade 2 when the document is a case with the same diagnosis and a "
+        "comparable presentation; 1 when it shares the diagnosis but differs in presentation or course, or "
+        "clearly helps reach it; 0 when the diagnosis differs, even with similar symptoms."
+    ),
+    None: (
+        "Grade 2 when the document answers the query; 1 when it helps to answer it; 0 when it does not, "
+        "however many words it shares."
+    ),
+}
+
+
+def judging_guideline(family: Family | None) -> str:
+    """What counts as relevant for a task of ``family`` (None: a dataset outside the three families)."""
+    return JUDGING_GUIDELINES.get(family, JUDGING_GUIDELINES[None])
+
+
 def task_instructions(dataset_name: str) -> TaskInstructions:
     """The benchmark's instructions for an R2MED task (exact name), else this app's generic one."""
     return TASK_INSTRUCTIONS.get(dataset_name, GENERIC_INSTRUCTIONS)

@@ -207,7 +207,7 @@ def test_a_schema_3_store_gains_the_adjudications_table_and_keeps_every_label(
         ("q2", None, "rewrite_hallucination", "bob", "proposed", None, False),
     ]
     assert labels[0].reviewer == "rev" and labels[0].reviewed_at == REVIEWED
-    assert _version(target) == SCHEMA_VERSION == 5
+    assert _version(target) == SCHEMA_VERSION == 6
     assert history(store) == []
     made = decide(store, UNIT, "lexical_trap", "carol", grade=0)
     reopened = AnnotationStore(target)  # a second open migrates nothing and loses nothing

@@ -976,3 +976,23 @@ def test_the_blind_flag_is_stored_exported_and_imported(store: AnnotationStore, 
         assert [a.blind for a in fresh.list()] == [True, False]
     with pytest.raises(ValueError, match="blind must be True or False"):
         label(blind="yes")
+
+
+def test_the_time_spent_on_a_label_is_stored_exported_and_imported(tmp_path: Path) -> None:
+    """Issue 28 item 7: a grade keeps how long its document was shown (``time_ms``); a schema-5 store gains
+    the column with its labels kept (no time), and exports carry the time back in."""
+    path = tmp_path / "v5.sqlite"
+    AnnotationStore(path).add(label(query_id="q1", doc_id="d1"))
+    with sqlite3.connect(path) as conn:  # as a schema-5 store was: no time_ms column
+        conn.execute("ALTER TABLE annotations DROP COLUMN time_ms")
+        conn.execute("PRAGMA user_version = 5")
+    store = AnnotationStore(path)
+    assert [(a.doc_id, a.time_ms) for a in store.list()] == [("d1", None)]
+    store.add(label(query_id="q1", doc_id="d2", time_ms=4200))
+    for export, load in ((store.export_jsonl, "import_jsonl"), (store.export_csv, "import_csv")):
+        fresh = AnnotationStore(tmp_path / f"fresh-{load}.sqlite")
+        getattr(fresh, load)(export(tmp_path / f"labels-{load}"))
+        assert sorted((a.doc_id, a.time_ms) for a in fresh.list()) == [("d1", None), ("d2", 4200)]
+    for bad in (-1, 1.5, "4200"):
+        with pytest.raises(ValueError, match="time_ms must be a whole number of 0 or more"):
+            label(time_ms=bad)

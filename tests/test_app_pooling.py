@@ -13,7 +13,7 @@ from r2med_core.judging.adjudication import adjudication_queue, decide, history
 from r2med_core.judging.annotations import AnnotationStore
 from r2med_core.judging.identity import typed_person
 from r2med_core.judging.pooling import compare_with_team, judged_at_k, pool
-from r2med_core.judging.queue import JudgingQueue, default_queue_path
+from r2med_core.judging.queue import JudgingQueue, QueueEntry, default_queue_path
 from r2med_core.judging.team import changes_text, read_team_qrels
 from tests.test_app import by_label, open_app, save_label
 
@@ -248,3 +248,44 @@ def test_the_operator_sets_how_many_annotators_judge_each_document(monkeypatch: 
         at.switch_page("views/pages/judging.py").run()
         assert f"Document {md(shown.doc_id)}" in " ".join(m.value for m in at.markdown), name
         assert any("goes to 1 annotator(s)" in c.value for c in at.caption)
+
+
+def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 7: the keyboard's events (``0``/``1``/``2``, ``s``) grade or skip the document shown and
+    the next one follows; each event is stored once over reruns, as the pool; a skipped document is not
+    judged and stays the annotator's; the task family's guideline is beside the document."""
+    from r2med_app.views.state import scope, widget_key
+    from r2med_app.views.ui import dataset_key
+    from r2med_core.judging.list_judging import now_ms, unit_key
+    from r2med_core.tasks import judging_guideline
+
+    monkeypatch.setenv("R2MED_JUDGES_PER_DOCUMENT", "1")
+    dataset = load_demo(TASK)
+    _queue().send(dataset.source, dataset.name, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    items = _queue().items(dataset.source, dataset.name)[:3]
+    at = open_app("judging", task=TASK, systems=["bm25"])
+    assert any(judging_guideline(dataset.family)[:60] in c.value for c in at.caption)
+    at.text_input(key="w_annotator").set_value("Ann").run()
+    key = widget_key("judge_keys", scope(dataset_key(dataset)))
+
+    def press(*events: tuple[str, QueueEntry, int | None]) -> str:
+        at.session_state[key] = {
+            "events": [
+                {"id": i, "doc": unit_key(e.query_id, e.doc_id), "at": now_ms(), "ms": 2500}
+                | ({"skip": True} if g is None else {"grade": g})
+                for i, e, g in events
+            ]
+        }
+        at.run()
+        assert not at.exception and not at.warning, [w.value for w in at.warning]
+        return " ".join(m.value for m in at.markdown)
+
+    assert f"Document {md(items[1].doc_id)}" in press(("k1", items[0], 2))
+    assert f"Document {md(items[2].doc_id)}" in press(("k1", items[0], 2), ("k2", items[1], None))  # k1 again
+    for _ in range(2):
+        at.run()
+    labels = AnnotationStore().list()
+    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.annotator, a.time_ms) for a in labels] == [
+        (items[0].query_id, items[0].doc_id, "grade_2", "pool@10", "Ann", 2500)
+    ]
+    assert _queue().serve(dataset.source, dataset.name, typed_person("Ann")).entry == items[1]  # skipped: hers

@@ -69,7 +69,7 @@ def test_a_backup_restores_into_a_fresh_store_and_twice_adds_nothing(
     path = write_backup(source, tmp_path / "team.backup.jsonl")
     header = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     assert header["version"] == BACKUP_VERSION and header["counts"] == {"label": 3, "decision": 2, "queue": 2}
-    assert header["schema"] == 5
+    assert header["schema"] == 6
 
     target = AnnotationStore(new_target("target"))
     target.add(label(annotator="dave", query_id="q9", doc_id="d9"))  # the target's own work: ids differ

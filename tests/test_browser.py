@@ -610,6 +610,98 @@ def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(pa
     assert_healthy(page)
 
 
+def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_page_run(
+    page: Page, app_url: str
+) -> None:
+    """Issue 28 item 7: on the Judging page, 2 grades the document shown and s skips the next; each time
+    the next document follows in the same component (no page reload), the grade is stored once as the
+    typed name with the pool as its ranking, and the skipped document is not judged."""
+    from r2med_core.judging.annotations import AnnotationStore
+    from r2med_core.judging.list_judging import unit_key
+    from r2med_core.judging.pooling import pool
+    from r2med_core.judging.queue import JudgingQueue
+
+    task, name = "qa-reference", "Dr. Keys"
+    dataset = load_demo(task)
+    store = AnnotationStore(APP_DATA[app_url] / "annotations.sqlite")
+    queue = JudgingQueue(store)
+    queue.send(dataset.source, task, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    first, second, third = queue.items(dataset.source, task)[:3]
+    page.goto(f"/judging?task={task}&systems=bm25")
+    settle(page, "What counts as relevant")
+    page.get_by_role("textbox", name="Your name").fill(name)
+    page.get_by_role("textbox", name="Your name").press("Enter")
+    frame = page.frame_locator('iframe[title*="list_judge"]')
+    frame.locator("#reason").wait_for(state="hidden")
+    row = frame.locator(".row")
+    assert row.count() == 1 and row.get_attribute("data-doc") == unit_key(first.query_id, first.doc_id)
+    frame.locator("#hint").click()
+    page.evaluate("window.__r2marker = 1")  # gone if the page reloaded
+    page.keyboard.press("2")
+    frame.locator(f".row[data-doc='{unit_key(second.query_id, second.doc_id)}']").wait_for(timeout=30_000)
+    expect(page.get_by_text(f"Document {second.doc_id}")).to_be_visible()
+    page.keyboard.press("s")
+    frame.locator(f".row[data-doc='{unit_key(third.query_id, third.doc_id)}']").wait_for(timeout=30_000)
+    assert page.evaluate("window.__r2marker") == 1
+    assert_healthy(page)
+    labels = store.list(dataset=dataset.source, task=task)
+    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.annotator) for a in labels] == [
+        (first.query_id, first.doc_id, "grade_2", "pool@10", name)
+    ]
+    assert labels[0].time_ms is not None and labels[0].time_ms > 0  # measured in the browser: shown → key
+
+
+def test_a_key_the_server_never_acknowledged_is_kept_in_the_browser_and_saved_after_a_restart(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 28 item 7: a grade pressed while the server is down stays in the browser (localStorage) and,
+    once the server is back and the page is opened again, is sent by itself (once a name is given) and
+    stored once."""
+    from r2med_core.judging.annotations import AnnotationStore
+    from r2med_core.judging.pooling import pool
+    from r2med_core.judging.queue import JudgingQueue
+
+    task, name = "clinical-case", "Dr. Restart"
+    dataset = load_demo(task)
+    store = AnnotationStore(tmp_path / "data" / "annotations.sqlite")
+    JudgingQueue(store).send(dataset.source, task, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "R")
+    first = JudgingQueue(store).items(dataset.source, task)[0]
+    port = _free_port()
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    try:
+        with streamlit_server(tmp_path, {}, port=port) as base:
+            page.goto(f"{base}/judging?task={task}&systems=bm25")
+            settle(page, "What counts as relevant")
+            page.get_by_role("textbox", name="Your name").fill(name)
+            page.get_by_role("textbox", name="Your name").press("Enter")
+            frame = page.frame_locator('iframe[title*="list_judge"]')
+            frame.locator("#reason").wait_for(state="hidden")
+            frame.locator("#hint").click()
+        page.keyboard.press("1")  # nobody answers: the server is gone
+        inner = page.locator('iframe[title*="list_judge"]').element_handle().content_frame()
+        kept = inner.evaluate("Object.keys(localStorage).filter(k => k.startsWith('r2med-keys:')).length")
+        assert kept == 1 and store.list() == []
+        with streamlit_server(tmp_path, {}, port=port):
+            page.reload()  # a new session: the typed name is asked again
+            settle(page, "What counts as relevant")
+            box = page.get_by_role("textbox", name="Your name")
+            box.fill(name)
+            box.press("Enter")
+            deadline = time.monotonic() + 60
+            while not store.list() and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            labels = store.list()
+            assert [(a.doc_id, a.failure_type, a.annotator) for a in labels] == [(first.doc_id, "grade_1", name)]
+            page.wait_for_timeout(3000)  # nothing is sent again once acknowledged
+            assert len(store.list()) == 1
+            inner = page.locator('iframe[title*="list_judge"]').element_handle().content_frame()
+            assert inner.evaluate("Object.keys(localStorage).filter(k => k.startsWith('r2med-keys:')).length") == 0
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("width", [1024, 1280])
 def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[str], width: int) -> None:
     """At 1024 and 1280 px the query table, its filters and the Compare p-value and Δ columns are in view."""

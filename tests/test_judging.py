@@ -105,6 +105,28 @@ def test_each_document_goes_to_two_annotators_unless_the_operator_raises_it(new_
         JudgingQueue(store, judges=0)
 
 
+def test_a_skipped_document_stays_theirs_and_comes_after_the_others(new_target: NewTarget) -> None:
+    """Issue 28 item 7: ``s`` on the Judging page puts a document aside: it is neither judged nor given
+    away (still assigned, still counted as left), and another is served first; once only skipped ones
+    are left, none is served (the page then brings the skipped ones back)."""
+    store = AnnotationStore(new_target("store"))
+    queue = JudgingQueue(store)
+    queue.send(DS, TASK, FIVE, "rev")
+    items = queue.items(DS, TASK)
+    ann = typed_person("Ann")
+    assert queue.serve(DS, TASK, ann).entry == items[0]
+    later = {_pairs(items)[0]}
+    turn = queue.serve(DS, TASK, ann, skipped=later)
+    assert turn.entry == items[1] and (turn.judged, turn.left) == (0, 5)
+    assert queue.serve(DS, TASK, typed_person("Bob")).entry == items[0]  # still one of Ann's two
+    assert queue.serve(DS, TASK, typed_person("Cat")).entry == items[1]  # Ann holds items[0] and items[1] now
+    for entry in items[1:]:
+        _judge(store, "Ann", entry)
+    turn = queue.serve(DS, TASK, ann, skipped=later)
+    assert turn.entry is None and (turn.judged, turn.left) == (4, 1)
+    assert queue.serve(DS, TASK, ann).entry == items[0]
+
+
 def test_a_label_counts_as_a_judge_and_a_models_proposal_does_not(new_target: NewTarget) -> None:
     store = AnnotationStore(new_target("store"))
     queue = JudgingQueue(store)
@@ -179,6 +201,7 @@ def test_a_schema_4_store_gains_the_queue_and_keeps_its_labels(new_target: NewTa
     with store._connection(write=True) as conn:  # as a store of the version before the queue moved in
         conn.execute("DROP TABLE assignments")
         conn.execute("DROP TABLE judging_queue")
+        conn.execute("ALTER TABLE annotations DROP COLUMN time_ms")  # schema 6's
         if store.path is None:
             conn.execute("UPDATE annotations_schema SET version = 4")
     if store.path is not None:
@@ -191,7 +214,7 @@ def test_a_schema_4_store_gains_the_queue_and_keeps_its_labels(new_target: NewTa
             version = conn.execute("SELECT version FROM annotations_schema").fetchone()[0]
         else:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == SCHEMA_VERSION == 5
+    assert version == SCHEMA_VERSION == 6
 
 
 def test_a_judging_queue_table_that_is_not_the_stores_is_reported_and_left_alone(new_target: NewTarget) -> None:

@@ -21,6 +21,8 @@ from r2med_core.judging.list_judging import (
     now_ms,
     parse_events,
     save_grades,
+    save_unit_grades,
+    unit_key,
 )
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -200,6 +202,39 @@ def test_a_value_that_is_not_an_events_list_is_refused() -> None:
     assert parse_events(["d1"], DOCS)[1] == ["the list sent no events list"]
 
 
+def test_a_skip_is_taken_only_where_the_page_offers_it_and_stores_nothing(store: AnnotationStore) -> None:
+    skip = {"events": [{"id": "s1", "doc": "d1", "skip": True, "at": T0}]}
+    events, problems = parse_events(skip, DOCS)  # Judge a list has no skip: refused
+    assert events == [] and "is not 0, 1 or 2" in problems[0]
+    events, problems = parse_events(skip, DOCS, skips=True)
+    assert problems == [] and [e.skip for e in events] == [True]
+    assert [o.status for o in _save(store, SaveOnce(), events)] == ["skipped"] and len(store) == 0
+
+
+def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: AnnotationStore) -> None:
+    """The Judging page names (query, document) units, since the document shown changes with every key: a
+    grade pressed on the previous document and sent again with the next still lands on its own query."""
+    units = {unit_key(q, d): (q, d, Run("pool@10")) for q, d in (("q1", "d1"), ("q2", "d1"))}
+    value = {
+        "events": [
+            {"id": "e1", "doc": unit_key("q1", "d1"), "grade": 2, "at": T0, "ms": 3500},
+            {"id": "e2", "doc": unit_key("q2", "d1"), "skip": True, "at": T0 + 1},
+        ]
+    }
+    events, problems = parse_events(value, units, skips=True)
+    assert problems == [] and parse_events(value, ["d1"], skips=True)[0] == []
+    ledger = SaveOnce()
+    for _rerun in range(3):
+        save_unit_grades(store, ledger, events, units, dataset="demo:t", task="t", annotator="ann", now=NOW)
+    assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.rank, a.time_ms) for a in store.list()] == [
+        ("q1", "d1", "grade_2", "pool@10", None, 3500)  # with the time the document was shown
+    ]
+    for spent in (-1, 2**31, 1.5, "3500", True):
+        wrong = {"events": [{"id": "e3", "doc": unit_key("q1", "d1"), "grade": 1, "at": T0, "ms": spent}]}
+        assert parse_events(wrong, units)[1] == ["an event with an invalid time spent on its document"]
+    assert ledger.outcome("e2").status == "skipped"
+
+
 def test_a_refused_write_is_reported_and_not_retried(store: AnnotationStore) -> None:
     ledger = SaveOnce()
     events, _ = parse_events(_value(("e1", "d1", 2)), DOCS)
@@ -302,7 +337,7 @@ def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
     first, second = [doc for doc, _ in run_system(dataset, "bm25").top(qid, 2)]
     pressed = now_ms()
     at.session_state[key] = {"events": [{"id": "k1", "doc": second, "grade": 2, "at": pressed}]}
-    at.run()  # no name yet: nothing is saved, and the keypress is not kept for later
+    at.run()  # no name yet (a session after a server restart): nothing is saved nor acknowledged
     assert _page_labels(tmp_path) == []
     at.text_input(key="w_annotator").set_value("Dr. Typed").run()
     at.session_state[key] = {
@@ -314,10 +349,12 @@ def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
     for _ in range(3):
         at.run()
     assert not at.exception, [e.value for e in at.exception]
+    # The browser kept k1 (unacknowledged) and sent it again: saved once the name is there.
     assert [(a.doc_id, a.failure_type, a.rank, a.annotator, a.blind) for a in _page_labels(tmp_path)] == [
-        (first, "grade_1", 1, "Dr. Typed", False)
+        (second, "grade_2", 2, "Dr. Typed", False),
+        (first, "grade_1", 1, "Dr. Typed", False),
     ]
-    assert any("1 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
+    assert any("2 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
 
 
 def test_the_read_only_demo_saves_no_grade(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

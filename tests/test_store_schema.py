@@ -87,7 +87,8 @@ def test_both_databases_hold_the_same_tables_columns_rules_and_indexes(
     tmp_path: Path, postgres_urls: Callable[[], str]
 ) -> None:
     """Generated from one table definition: a column, a NULL rule, a default or an index in one database only
-    fails here. A store migrated from schema 4 (before the judging queue) gains the same."""
+    fails here. A store migrated from schema 4 (before the judging queue and the time per label) gains the
+    same."""
     import psycopg
 
     AnnotationStore(tmp_path / "new.sqlite")
@@ -98,7 +99,7 @@ def test_both_databases_hold_the_same_tables_columns_rules_and_indexes(
     old = postgres_urls()
     AnnotationStore(old)
     with psycopg.connect(old, autocommit=True) as conn:
-        conn.execute("DROP TABLE assignments; DROP TABLE judging_queue")
+        conn.execute("DROP TABLE assignments; DROP TABLE judging_queue; ALTER TABLE annotations DROP COLUMN time_ms")
         conn.execute("UPDATE annotations_schema SET version = 4")
     AnnotationStore(old)
     assert postgres_schema(old) == in_postgres
@@ -122,6 +123,8 @@ def test_the_rules_hold_in_both_databases(tmp_path: Path, postgres_urls: Callabl
         "INSERT INTO adjudications (dataset, task, query_id, failure_type, reviewer, decided_at) "
         "VALUES ('d', 't', 'q', 'x', '', 'a')",
         "INSERT INTO judging_queue (dataset, task, query_id, doc_id, depth) VALUES ('d', 't', 'q', 'x', -1)",
+        "INSERT INTO annotations (dataset, task, query_id, failure_type, created_at, annotator, time_ms) "
+        "VALUES ('d', 't', 'q', 'x', 'a', 'n', -1)",
     ]
     with sqlite3.connect(tmp_path / "new.sqlite") as lite, psycopg.connect(url, autocommit=True) as pg:
         for statement in bad:

@@ -298,7 +298,9 @@ class Annotation:
     ``reviewed_at``: accepting a grade above 0 settles its (query, document) (``team``). ``blind``: the
     annotator saved it while its unit — the (query, document), or the whole query — was hidden from them:
     no judgements, others' labels, proposals or scores on it seen yet (``visibility``, with sign-in on);
-    agreement then counts only blind labels.
+    agreement then counts only blind labels. ``time_ms``: how long the annotator had the document in front
+    of them before this grade (the Judging page's keys, measured in the browser from the document shown to
+    the keypress); None where nobody measured it.
     """
 
     id: int | None = None
@@ -316,6 +318,7 @@ class Annotation:
     reviewer: str = ""
     reviewed_at: str | None = None
     blind: bool = False
+    time_ms: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dataset", "task", "query_id", "annotator"):
@@ -337,6 +340,7 @@ class Annotation:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_whole_number("rank", self.rank, 1)
+        check_whole_number("time_ms", self.time_ms, 0)
         get_failure_type(self.failure_type).check_scope(self.doc_id)
         object.__setattr__(self, "created_at", _normalise_time(self.created_at))
         if self.reviewed_at is not None:
@@ -387,12 +391,13 @@ def annotation_from_mapping(obj: Mapping[str, Any]) -> Annotation:
     for name in ("query_id", "doc_id"):
         if isinstance(values.get(name), int) and not isinstance(values[name], bool):
             values[name] = str(values[name])  # ids are strings; integer ids are accepted as in data.py
-    for name in ("system", "note", "reviewer", "reviewed_at", "rank", "blind"):
+    for name in ("system", "note", "reviewer", "reviewed_at", "rank", "blind", "time_ms"):
         if values.get(name) in (None, ""):
             values.pop(name, None)
-    if isinstance(values.get("rank"), str):
-        text = values["rank"].strip()  # a CSV cell; beyond 18 digits it is refused as text, not read
-        values["rank"] = int(text) if text.isdecimal() and len(text) <= 18 else values["rank"]
+    for name in ("rank", "time_ms"):
+        if isinstance(values.get(name), str):
+            text = values[name].strip()  # a CSV cell; beyond 18 digits it is refused as text, not read
+            values[name] = int(text) if text.isdecimal() and len(text) <= 18 else values[name]
     for name in ("accepted", "blind"):
         if name in values:
             values[name] = _as_bool(values[name], name)

@@ -19,6 +19,7 @@ label of theirs on it nor on the whole query (``visibility``: blind per judging 
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
@@ -31,6 +32,7 @@ from r2med_core.judging.annotations import (
     Annotation,
     AnnotationStore,
     AnnotationStoreError,
+    check_whole_number,
     grade_code,
     grade_of,
 )
@@ -54,12 +56,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class GradeEvent:
     """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress, ``at`` when
     it was pressed, in milliseconds since the epoch on the server's clock (``now_ms``, which the page hands
-    the component with every render)."""
+    the component with every render). ``skip``: the key put the document aside for later (the Judging
+    page), no grade; ``grade`` is then 0 and means nothing. ``time_ms``: how long the document was shown
+    before the key, as the browser measured it (the Judging page), stored with the grade."""
 
     event_id: str
     doc_id: str
     grade: int
     at: int
+    skip: bool = False
+    time_ms: int | None = None
 
 
 def now_ms() -> int:
@@ -67,11 +73,15 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeEvent], list[str]]:
+def parse_events(
+    value: object, documents: Collection[str], *, skips: bool = False
+) -> tuple[list[GradeEvent], list[str]]:
     """The grade events in a component value ``{"events": [{"id", "doc", "grade", "at"}, …]}``, and what was
     wrong with the rest. The value comes from the browser, so anything else (a document not in the list
-    shown, a grade outside 0-2, a missing id or time) is refused, never stored. Only the first
-    ``MAX_EVENTS`` are taken, and a problem says so: the component sends the others again with the next."""
+    shown, a grade outside 0-2, a missing id or time) is refused, never stored. ``skips``: the page lets a
+    key skip a document (``{"id", "doc", "skip": true, "at"}``, no grade); elsewhere such an event is
+    refused. Only the first ``MAX_EVENTS`` are taken, and a problem says so: the component sends the
+    others again with the next."""
     if value is None:
         return [], []
     raw = value.get("events") if isinstance(value, Mapping) else None
@@ -89,6 +99,10 @@ def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeE
             problems.append("an event that is not an object")
             continue
         event_id, doc_id, grade, at = item.get("id"), item.get("doc"), item.get("grade"), item.get("at")
+        skip = skips and item.get("skip") is True
+        spent = item.get("ms")
+        if skip:
+            grade = 0
         if not isinstance(event_id, str) or not event_id or len(event_id) > _MAX_ID:
             problems.append("an event without a valid id")
         elif not isinstance(doc_id, str) or doc_id not in documents:
@@ -97,9 +111,20 @@ def parse_events(value: object, documents: Collection[str]) -> tuple[list[GradeE
             problems.append(f"grade {str(grade)[:10]!r} is not 0, 1 or 2")
         elif isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= _MAX_MS:
             problems.append("an event without a valid time")
+        elif not _whole(spent):
+            problems.append("an event with an invalid time spent on its document")
         else:
-            events.append(GradeEvent(event_id, doc_id, grade, at))
+            events.append(GradeEvent(event_id, doc_id, grade, at, skip=skip, time_ms=spent))
     return events, problems
+
+
+def _whole(ms: object) -> bool:
+    """A time spent a store can hold (or none)."""
+    try:
+        check_whole_number("time_ms", ms, 0)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -136,7 +161,7 @@ class SaveOnce:
 class Outcome:
     """What became of one event: ``saved`` (a new label, ``label_id``), ``unchanged`` (the annotator's latest
     grade already), ``stale`` (pressed before the annotator's latest grade on the document, which stands),
-    or ``refused`` with ``error``."""
+    ``skipped`` (a skip: nothing stored), or ``refused`` with ``error``."""
 
     event: GradeEvent
     status: str
@@ -178,8 +203,8 @@ def save_grades(
 
     An event pressed no later than the annotator's latest grade on the document is ``stale``: that grade
     stands. One older than ``MAX_AGE_MINUTES``, or a failed write, is refused with its reason (and
-    remembered: the annotator presses the key again, which is a new event). Nothing but what the events
-    name is stored.
+    remembered: the annotator presses the key again, which is a new event). A skip stores nothing. Nothing
+    but what the events name is stored.
     """
     todo = ledger.fresh(events)
     if not todo:
@@ -190,7 +215,9 @@ def save_grades(
     for event in todo:
         latest = _latest_grade_labels(labels, annotator).get(event.doc_id)
         pressed = _EPOCH + timedelta(milliseconds=min(event.at, now))
-        if latest is not None and grade_of(latest) == event.grade:
+        if event.skip:
+            outcome = Outcome(event, "skipped")
+        elif latest is not None and grade_of(latest) == event.grade:
             outcome = Outcome(event, "unchanged")
         elif latest is not None and pressed <= datetime.fromisoformat(latest.created_at):
             outcome = Outcome(event, "stale")
@@ -212,6 +239,7 @@ def save_grades(
                         annotator=annotator,
                         created_at=pressed.isoformat(),
                         blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
+                        time_ms=event.time_ms,
                     )
                 )
             except (ValueError, AnnotationStoreError) as err:
@@ -221,6 +249,50 @@ def save_grades(
                 outcome = Outcome(event, "saved", label_id=label.id)
         ledger.record(outcome)
         outcomes.append(outcome)
+    return outcomes
+
+
+def unit_key(query_id: str, doc_id: str) -> str:
+    """One (query, document) as the Judging page's keyboard names it: events there carry this as their
+    document, since the document shown (and its query) changes with every grade."""
+    return json.dumps([query_id, doc_id])
+
+
+def save_unit_grades(
+    store: AnnotationStore,
+    ledger: SaveOnce,
+    events: Iterable[GradeEvent],
+    units: Mapping[str, tuple[str, str, Run]],
+    *,
+    dataset: str,
+    task: str,
+    annotator: str,
+    sight: Sight | None = None,
+    now: int | None = None,
+) -> list[Outcome]:
+    """``save_grades`` for events naming (query, document) units (``unit_key``) rather than one query's
+    documents: ``units`` maps each key the page may be sent to its query, document and the ranking the
+    label records. Each event is handled as ``save_grades`` handles it, on its own query; the outcomes
+    carry the real document ids."""
+    groups: dict[tuple[str, str], tuple[Run, list[GradeEvent]]] = {}
+    for event in events:
+        query_id, doc_id, ranking = units[event.doc_id]
+        group = groups.setdefault((query_id, ranking.name), (ranking, []))
+        group[1].append(GradeEvent(event.event_id, doc_id, event.grade, event.at, event.skip, event.time_ms))
+    outcomes = []
+    for (query_id, _), (ranking, grouped) in groups.items():
+        outcomes += save_grades(
+            store,
+            ledger,
+            grouped,
+            dataset=dataset,
+            task=task,
+            query_id=query_id,
+            ranking=ranking,
+            annotator=annotator,
+            sight=sight,
+            now=now,
+        )
     return outcomes
 
 

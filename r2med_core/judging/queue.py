@@ -207,8 +207,11 @@ class _Task:
     def judged_by(self, entry: QueueEntry) -> set[str]:
         return self.labelled.get((entry.query_id, entry.doc_id), set())
 
-    def turn(self, who: str, judges: int, queries: Container[str] | None) -> tuple[Turn, int | None]:
-        """``who``'s turn, and the row id of its document when it still has to be assigned to them."""
+    def turn(
+        self, who: str, judges: int, queries: Container[str] | None, skipped: Container[tuple[str, str]] = ()
+    ) -> tuple[Turn, int | None]:
+        """``who``'s turn, and the row id of its document when it still has to be assigned to them. A
+        ``skipped`` (query, document) still counts as left for them but is not chosen."""
         mine: tuple[int, QueueEntry] | None = None
         first_open: tuple[int, QueueEntry] | None = None
         judged = left = queued = 0
@@ -221,12 +224,13 @@ class _Task:
                 judged += 1
                 continue
             assigned = self.assigned.get(queue_id, set())
+            later = (entry.query_id, entry.doc_id) in skipped
             if who and who in assigned:
                 left += 1
-                mine = mine or (queue_id, entry)
+                mine = mine or (None if later else (queue_id, entry))
             elif len(assigned | labelled) < judges:
                 left += 1
-                first_open = first_open or (queue_id, entry)
+                first_open = first_open or (None if later else (queue_id, entry))
         chosen = mine or first_open
         turn = Turn(chosen[1] if chosen else None, judged, left, queued, judges)
         return turn, (first_open[0] if mine is None and first_open is not None else None)
@@ -317,21 +321,28 @@ class JudgingQueue:
     # ---------------------------------------------------------------- assignment
 
     def serve(
-        self, dataset: str, task: str, person: Person | None, queries: Container[str] | None = None
+        self,
+        dataset: str,
+        task: str,
+        person: Person | None,
+        queries: Container[str] | None = None,
+        skipped: Container[tuple[str, str]] = (),
     ) -> Turn:
         """``person``'s turn on this task: the queued document assigned to them that they have not labelled,
         else the first one fewer than ``judges`` people have (assigned or labelled), now assigned to them.
 
         Someone who may not label (or nobody named) is shown that document without it being assigned.
         ``queries``: the task's query ids, when the queue may hold documents of queries the dataset no
-        longer has (sent on another version of it); those are never served or counted."""
+        longer has (sent on another version of it); those are never served or counted. ``skipped``: the
+        (query, document) pairs this person put aside for later: they stay theirs (assigned, counted as
+        left) but another is served first; once only skipped ones are left, none is served."""
         who = _who(person.name) if person is not None else ""
-        turn, unassigned = self._task(dataset, task).turn(who, self.judges, queries)
+        turn, unassigned = self._task(dataset, task).turn(who, self.judges, queries, skipped)
         if unassigned is None or person is None or not who or not person.may("label"):
             return turn
         with self.store._connection(write=True) as conn:  # read again under the lock: another server may
             found = self._read_task(conn, dataset, task)  # have assigned that document meanwhile
-            turn, unassigned = found.turn(who, self.judges, queries)
+            turn, unassigned = found.turn(who, self.judges, queries, skipped)
             if unassigned is not None:
                 conn.execute(
                     "INSERT INTO assignments (queue_id, annotator, assigned_at) VALUES (?, ?, ?)",

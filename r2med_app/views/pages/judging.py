@@ -9,17 +9,94 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import auth, labels, pooling
+from r2med_app.views.panels.keylist import keyboard_list
 from r2med_core import Dataset
 from r2med_core.analysis.explore import highlight, query_terms
 from r2med_core.judging.annotations import AnnotationStoreError
-from r2med_core.judging.queue import QueueProgress, Turn
+from r2med_core.judging.list_judging import GradeEvent, Row, parse_events, save_unit_grades, unit_key
+from r2med_core.judging.queue import JudgingQueue, QueueEntry, QueueProgress, Turn
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
+from r2med_core.tasks import judging_guideline
 
 
-def _turn(dataset: Dataset, turn: Turn) -> None:
+def _units(queue: JudgingQueue, dataset: Dataset) -> dict[str, tuple[str, str, Run]]:
+    """Every queued (query, document) of the task by its keyboard key, with the ranking its label records:
+    the annotator saw no system's ranking, so the label names the pool."""
+    return {
+        unit_key(e.query_id, e.doc_id): (e.query_id, e.doc_id, Run(f"pool@{e.depth}"))
+        for e in queue.items(dataset.source, dataset.name)
+    }
+
+
+def _save_keys(
+    queue: JudgingQueue,
+    dataset: Dataset,
+    units: dict[str, tuple[str, str, Run]],
+    events: list[GradeEvent],
+    skipped: set[tuple[str, str]],
+) -> None:
+    """Store the grades the keyboard sent (each event once, ``list_judging``) and note its skips in
+    ``skipped``."""
+    ledger = state.save_once()
+    acting = auth.acting()
+    annotator = auth.grader(acting)[0]
+    if not annotator:  # nothing is saved nor acknowledged: the browser keeps the keys until someone may grade
+        return
+    outcomes = save_unit_grades(
+        queue.store, ledger, events, units, dataset=dataset.source, task=dataset.name, annotator=annotator,
+        sight=acting.sight,
+    )  # fmt: skip
+    now_skipped = {o.event.event_id for o in outcomes if o.status == "skipped"}
+    skipped.update(units[e.doc_id][:2] for e in events if e.event_id in now_skipped)
+
+
+def _keyboard(entry: QueueEntry, events: list[GradeEvent], key: str) -> None:
+    """The keys for the document shown: 0/1/2 grade it, s skips it; the next one follows at once."""
+    annotator, reason = auth.grader(auth.acting())
+    row = Row(rank=1, doc_id=unit_key(entry.query_id, entry.doc_id), text="", grade=None, revealed=False)
+    keyboard_list(
+        [{**row.to_args(), "label": entry.doc_id}],
+        events=events,
+        ledger=state.save_once(),
+        enabled=bool(annotator),
+        reason=reason,
+        key=key,
+        single=True,
+    )
+
+
+@st.fragment
+def _card(dataset: Dataset) -> None:
+    """The document to judge and its keys: a grade, a skip or a Save reruns only this part of the page."""
+    store = ui.annotation_store()
+    if store is None:
+        return
+    queue = pooling.judging_queue(store)
+    within = state.scope(ui.dataset_key(dataset))
+    key = state.widget_key("judge_keys", within)
+    skipped: set[tuple[str, str]] = st.session_state.setdefault(state.widget_key("judge_skipped", within), set())
+    units = _units(queue, dataset)
+    events, problems = parse_events(st.session_state.get(key), units, skips=True)
+    _save_keys(queue, dataset, units, events, skipped)
+    person = None if ui.read_only() else auth.acting().person  # the read-only demo assigns nothing
+    try:
+        turn = queue.serve(dataset.source, dataset.name, person, queries=dataset.queries, skipped=skipped)
+        if turn.entry is None and skipped:  # only skipped ones are left: they come back, in queue order
+            st.caption(f"Back to the {len(skipped)} document(s) you skipped.")
+            skipped.clear()
+            turn = queue.serve(dataset.source, dataset.name, person, queries=dataset.queries)
+    except AnnotationStoreError as err:
+        st.error(ui.md(err))
+        return
+    _turn(dataset, turn, key, events)
+    for problem in problems:
+        st.warning(f"Ignored from the keyboard: {ui.md(problem)}.")
+
+
+def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent]) -> None:
     """The document this person judges now, with the query and the document only — no judgements, scores,
-    systems or other people's labels — and how far they got on the task."""
+    systems or other people's labels — the family's guideline, and how far they got on the task."""
     if not turn.queued:
         st.info("Nothing to judge on this task: send a pool from the Metrics page (Pooling and holes).")
         return
@@ -32,15 +109,22 @@ def _turn(dataset: Dataset, turn: Turn) -> None:
     st.progress(turn.judged / (turn.judged + turn.left), text=f"{done}; {turn.left} for you, this one included")
     entry = turn.entry
     text = dataset.corpus.get(entry.doc_id, "")
-    with st.container(border=True):
-        st.markdown(f"**Query {ui.md(entry.query_id)}**")
-        st.html(f"<div class='r2-text'>{highlight(dataset.queries.get(entry.query_id, ''), frozenset())}</div>")
-    with st.container(border=True):
-        st.markdown(f"**Document {ui.md(entry.doc_id)}**")
-        st.html(f"<div class='r2-text'>{highlight(text, query_terms(dataset.queries.get(entry.query_id, '')))}</div>")
+    query = dataset.queries.get(entry.query_id, "")
+    left, right = st.columns([3, 1])
+    with left:
+        with st.container(border=True):
+            st.markdown(f"**Query {ui.md(entry.query_id)}**")
+            st.html(f"<div class='r2-text'>{highlight(query, frozenset())}</div>")
+        with st.container(border=True):
+            st.markdown(f"**Document {ui.md(entry.doc_id)}**")
+            st.html(f"<div class='r2-text'>{highlight(text, query_terms(query))}</div>")
+    with right:
+        st.markdown("**What counts as relevant**")
+        st.caption(judging_guideline(dataset.family))  # our own words, plain text
+    _keyboard(entry, events, key)
     ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
     within = state.scope(ui.dataset_key(dataset), entry.query_id, entry.doc_id)
-    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True)
+    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True, ask_name=False)
 
 
 def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
@@ -90,17 +174,15 @@ def page(dataset: Dataset) -> None:
     if store is None:
         return
     pooling.queue_notes()
+    auth.name_field()
+    _card(dataset)
     queue = pooling.judging_queue(store)
-    acting = auth.acting()
-    person = None if ui.read_only() else acting.person  # the read-only demo assigns nothing
     try:
-        turn = queue.serve(dataset.source, dataset.name, person, queries=dataset.queries)
         found = queue.progress()
     except AnnotationStoreError as err:
         st.error(ui.md(err))
         return
-    _turn(dataset, turn)
-    _progress(found, queue.judges, acting.sight)
+    _progress(found, queue.judges, auth.acting().sight)
 
 
 page(ui.current_dataset())

@@ -13,8 +13,7 @@ from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list
 from r2med_app.views.panels.labels import TEAM_RULE
 from r2med_core import Dataset
-from r2med_core.judging.identity import PermissionDenied, authorize
-from r2med_core.judging.list_judging import Outcome, list_rows, now_ms, parse_events, save_grades
+from r2med_core.judging.list_judging import list_rows, parse_events, save_grades
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20]
@@ -61,29 +60,7 @@ with st.container(border=True):
     st.markdown(f"**Query {ui.md(qid)}**")
     st.markdown(ui.md(dataset.queries[qid]))
 
-acting = auth.acting()
-if not acting.signed_in_mode and not ui.read_only():
-    st.text_input(
-        "Your name",
-        key=state.bound("annotator"),
-        on_change=state.store("annotator"),
-        placeholder="recorded with every grade",
-        help="Asked once and kept for this session.",
-    )
-
-
-def _who(acting: auth.Acting) -> tuple[str, str]:
-    """The annotator's name, or "" and why nobody may grade now."""
-    if ui.read_only():
-        return "", "Grading is off in this read-only demo."
-    if acting.error:
-        return "", f"Sign-in is misconfigured ({acting.error}): nobody can grade until the operator fixes it."
-    if not acting.signed_in_mode and acting.person is None:
-        return "", "Type your name under 'Your name' first: it is recorded with every grade."
-    try:
-        return authorize(acting.person, "label", config=acting.config).name, ""
-    except PermissionDenied as err:
-        return "", f"{err}."
+auth.name_field()
 
 
 @st.fragment
@@ -97,8 +74,8 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     events, problems = parse_events(st.session_state.get(key), documents)
     ledger = state.save_once()
     acting = auth.acting()
-    annotator, reason = _who(acting)
-    if annotator:
+    annotator, reason = auth.grader(acting)
+    if annotator:  # else nothing is saved nor acknowledged: the browser keeps the keys until someone may grade
         save_grades(
             store,
             ledger,
@@ -110,20 +87,10 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
             annotator=annotator,
             sight=acting.sight,
         )
-    else:
-        for event in ledger.fresh(events):  # nothing is saved; the row says why, the next key is a new event
-            ledger.record(Outcome(event, "refused", error=reason))
     labels = acting.sight.labels(store.list(dataset=dataset.source, task=dataset.name, query_id=qid))
     rows = list_rows(run, qid, k, dataset.corpus, dataset.qrels, labels, annotator)
-    handled = [ledger.outcome(e.event_id) for e in events]
     keyboard_list(
-        [row.to_args() for row in rows],
-        acked=[o.event.event_id for o in handled if o is not None],
-        errors={o.event.event_id: o.error for o in handled if o is not None and o.status == "refused"},
-        enabled=bool(annotator),
-        reason=reason,
-        clock=now_ms(),
-        key=key,
+        [row.to_args() for row in rows], events=events, ledger=ledger, enabled=bool(annotator), reason=reason, key=key
     )
     graded = sum(row.grade is not None for row in rows)
     who = f" by {ui.md(annotator)}" if annotator else ""

@@ -16,8 +16,10 @@ from r2med_core.judging.identity import (
     LOOPBACK,
     AuthConfig,
     IdentityError,
+    PermissionDenied,
     Person,
     RoleTable,
+    authorize,
     load_auth_config,
     load_roles,
     resolve_identity,
@@ -107,6 +109,33 @@ def acting() -> Acting:
     pairs = [(name, value) for name in headers for value in headers.get_all(name)]
     person = resolve_identity(config, headers=pairs, peer=_peer(), user=_user(), roles=roles)
     return Acting(config, person)
+
+
+def name_field() -> None:
+    """The keyboard pages' "Your name" (without sign-in, outside any form: a key grades at once with it)."""
+    if not acting().signed_in_mode and not ui.read_only():
+        st.text_input(
+            "Your name",
+            key=bound("annotator"),
+            on_change=store("annotator"),
+            placeholder="recorded with every grade",
+            help="Asked once and kept for this session.",
+        )
+
+
+def grader(who: Acting) -> tuple[str, str]:
+    """The name a keyboard grade is recorded with, or "" and why nobody may grade now (the keyboard
+    pages' rule: a read-only demo, a broken sign-in, no typed name, no right to label)."""
+    if ui.read_only():
+        return "", "Grading is off in this read-only demo."
+    if who.error:
+        return "", f"Sign-in is misconfigured ({who.error}): nobody can grade until the operator fixes it."
+    if not who.signed_in_mode and who.person is None:
+        return "", "Type your name under 'Your name' first: it is recorded with every grade."
+    try:
+        return authorize(who.person, "label", config=who.config).name, ""
+    except PermissionDenied as err:
+        return "", f"{err}."
 
 
 #: Prefix of the uploader recorded for a browser session when sign-in is off (a typed name proves nothing).

@@ -35,11 +35,19 @@ def grade_label(grade: int) -> str:
 
 
 def label_form(
-    dataset: Dataset, query_id: str, ranking: Run, documents: list[str], within: str, *, grade_only: bool = False
+    dataset: Dataset,
+    query_id: str,
+    ranking: Run,
+    documents: list[str],
+    within: str,
+    *,
+    grade_only: bool = False,
+    ask_name: bool = True,
 ) -> None:
     """Judge a document's relevance with a grade 0-2, and say why a system failed on it (or on the whole
     query) with a failure type: one label each, both in one save. ``grade_only`` (the Judging page): a
-    grade for ``documents[0]`` and nothing else.
+    grade for ``documents[0]`` and nothing else. ``ask_name`` False: the page asks the typed name itself
+    (outside the form, so its keyboard grades have it too).
 
     The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
     saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
@@ -82,7 +90,8 @@ def label_form(
         st.text_area("Note", placeholder="Why? (free text)", key=keys["note"])
         acting = auth.acting()
         if not acting.signed_in_mode:
-            st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
+            if ask_name:
+                st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
         elif acting.person is not None:
             st.caption(f"Saved as **{ui.md(acting.person.name)}** (signed in).")
         else:

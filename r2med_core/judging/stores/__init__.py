@@ -29,7 +29,8 @@ from r2med_core.judging.stores.schema import ADJUDICATIONS, ANNOTATIONS
 URL_ENV = "R2MED_ANNOTATIONS_URL"
 #: Schema version (SQLite: ``PRAGMA user_version``; PostgreSQL: the ``annotations_schema`` table); a newer
 #: store is refused rather than misread.
-SCHEMA_VERSION = 5  # 2: rank, reviewer, reviewed_at; 3: blind; 4: the adjudications table; 5: the judging queue
+#: 2: rank, reviewer, reviewed_at; 3: blind; 4: the adjudications table; 5: the judging queue; 6: time_ms.
+SCHEMA_VERSION = 6
 #: The columns of the labels and of the adjudication decisions, in the order ``Annotation`` and
 #: ``adjudication.Decision`` list their fields (every table is in ``schema``).
 COLUMNS: tuple[str, ...] = ANNOTATIONS.names

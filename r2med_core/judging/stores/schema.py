@@ -116,6 +116,7 @@ ANNOTATIONS = Table(
         _text("reviewer", default="''", since=2),
         _text("reviewed_at", null=True, since=2),
         Column("blind", "flag", default="0", since=3),
+        Column("time_ms", "integer", null=True, check="time_ms IS NULL OR time_ms >= 0", since=6),
     ),
     {
         "annotations_by_query": ("dataset", "task", "query_id"),
