@@ -196,6 +196,8 @@ def test_a_judging_round_across_two_servers_shows_each_role_only_its_share(
     assert not _buttons(alice) & {*STORE_WIDE, TEAM_QRELS}
     # … and she disagrees with Bob on the second. Her progress is hers alone: no team figures, nobody else's.
     _grade(alice, second, "Grade 0: not relevant")
+    alice.reload()  # the Progress table is as of opening the page (a grade redraws only the document)
+    settle(alice, "Progress")
     progress = _grid_rows(alice, "Progress")
     assert [(row["annotator"], row["judged"]) for row in progress] == [(ALICE, "2")], progress
     alice.goto(f"/adjudication?task={TASK}")

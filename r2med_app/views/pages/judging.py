@@ -135,7 +135,8 @@ def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
     st.subheader("Progress")
     st.caption(
         f"Each queued document goes to {judges} annotator(s) (the operator's R2MED_JUDGES_PER_DOCUMENT); it "
-        "counts as judged by someone once they saved a label on it."
+        "counts as judged by someone once they saved a label on it. As of opening this page (grading by key "
+        "redraws only the document above, whose bar counts yours as you go)."
     )
     if sight.reviews:
         team = [
