@@ -220,3 +220,35 @@ def test_compute_right_after_cancel_starts_a_new_job_that_runs_to_the_end() -> N
     assert first.wait(5) and first.state == "cancelled"
     assert second.wait(5) and second.state == "done" and second.result == "finished"
     assert REGISTRY.get(key) is second
+
+
+def test_a_page_shows_a_running_job_instead_of_computing_the_same_run_again(_isolated_cache: Path) -> None:
+    """A cheap system whose job is still running (its index built, its queries not yet searched) used to
+    be computed a second time by every page opened meanwhile: at 357k documents, seconds of duplicate
+    work on the page's thread. The page shows the job's progress instead."""
+    _fresh_server()
+    dataset = load_demo(TASK)
+    assert estimate_seconds(dataset, "bm25") <= 60  # cheap: a page would compute it by itself
+    started, release = threading.Event(), threading.Event()
+
+    def slow(job):  # type: ignore[no-untyped-def]
+        started.set()
+        while not release.wait(0.01):
+            job.progress(0.5, "Searching")
+
+    key = run_job_key(dataset, "bm25")
+    REGISTRY.start(key, "BM25", slow)
+    try:
+        assert started.wait(5)
+        at = AppTest.from_file(APP, default_timeout=300)
+        at.query_params["task"] = TASK
+        at.query_params["systems"] = ["bm25"]
+        at.run()
+        at.switch_page("views/pages/metrics.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not is_computed(dataset, "bm25")  # the page did not run it itself
+        assert any(b.label == "Cancel" for b in at.button)  # it shows the running job
+    finally:
+        release.set()
+        REGISTRY.get(key).wait(5)  # type: ignore[union-attr]
+        REGISTRY.forget(key)

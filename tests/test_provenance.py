@@ -163,3 +163,24 @@ def test_a_run_on_live_rewrites_and_an_llm_rerank_reports_what_both_cost() -> No
     assert again.llm_usage == (by_use["hyde rewriting (live)"],)
     precomputed = run_provenance(demo, "bm25+hyde:demo-writer")  # a rewrite file: its cost is unknown
     assert precomputed.llm_usage == () and precomputed.tokens is None
+
+
+def test_the_machine_is_named_without_starting_a_process() -> None:
+    """A run's provenance names the CPU without forking (``platform.processor()`` runs ``uname -p``: a
+    copy of a process that may hold a whole corpus, on every run), in a fresh interpreter so no cached
+    answer hides a fork."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, subprocess\n"
+        "def refuse(*a, **k):\n"
+        "    raise AssertionError('a process was started')\n"
+        "subprocess.Popen = os.fork = refuse\n"
+        "from r2med_core.reporting.provenance import hardware_info\n"
+        "print(hardware_info('cpu')['cpu'])\n"
+    )
+    root = Path(__file__).parent.parent
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() and done.stdout.strip() != "unknown"

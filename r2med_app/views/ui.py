@@ -272,12 +272,17 @@ def _in_memory(dataset: Dataset, system: str) -> bool:
 
 
 def is_ready(dataset: Dataset, system: str) -> bool:
-    """True when the run can be shown now: in memory, on disk, or cheap (under the operator's threshold).
+    """True when the run can be shown now: in memory, on disk, or cheap (under the operator's threshold)
+    and not already being computed by a background job (whose progress the page shows instead of doing
+    the same work a second time: a cached BM25 index makes the rest of a 357k run look cheap).
 
     A URL may select only such systems; anything longer waits for a click on "Compute".
     """
     if _in_memory(dataset, system):
         return True
+    job = REGISTRY.get(run_job_key(dataset, system))
+    if job is not None and job.state == "running" and not job.cancelling:
+        return False
     if needs_click(dataset, system):  # LLM requests cost the operator money: never without a click
         return False
     return estimate_seconds(dataset, system) <= load_settings().compute_seconds

@@ -220,6 +220,22 @@ def project_version() -> dict[str, str]:
     return out
 
 
+def _cpu_name() -> str:
+    """The CPU's model (Linux: ``/proc/cpuinfo``), else the machine's architecture.
+
+    Not ``platform.processor()``: outside Windows it forks ``uname -p`` (a copy of a process that may
+    hold a whole corpus, in every run's provenance) and on Linux that says only "unknown".
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip() or platform.machine()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def hardware_info(device: str | None = None) -> dict[str, Any]:
     """The device that encodes (``auto`` resolved), the GPU's name where there is one, the CPU."""
     from r2med_core.retrieval.hardware import resolve_device
@@ -227,7 +243,7 @@ def hardware_info(device: str | None = None) -> dict[str, Any]:
     resolved = resolve_device(device or os.environ.get("R2MED_DEVICE") or "auto")
     info: dict[str, Any] = {
         "device": resolved,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_name(),
         "cores": os.cpu_count() or 1,
         "python": platform.python_version(),
         "os": platform.system(),
