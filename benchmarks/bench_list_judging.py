@@ -49,7 +49,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(work: Path) -> tuple[subprocess.Popen, str]:
+def _start(work: Path, settings: dict[str, str | None] | None = None) -> tuple[subprocess.Popen, str]:
+    """``streamlit run`` on a fresh cache and store in ``work``; ``settings`` add environment variables
+    (None removes one: ``{"R2MED_COMPUTE_SECONDS": None}`` keeps the operator's default threshold)."""
     port = _free_port()
     env = {
         **os.environ,
@@ -58,6 +60,11 @@ def _start(work: Path) -> tuple[subprocess.Popen, str]:
         "HF_HUB_OFFLINE": "1",
         "R2MED_COMPUTE_SECONDS": "100000",
     }
+    for name, value in (settings or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     command = [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.address", "127.0.0.1"]
     command += ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     command += ["--server.fileWatcherType", "none"]

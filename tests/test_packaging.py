@@ -182,3 +182,19 @@ def test_r2med_app_serves_the_installed_app_outside_the_checkout(
     assert proc.joinpath("cwd").resolve() == tmp_path.resolve()
     environ = proc.joinpath("environ").read_bytes().split(b"\0")
     assert not any(entry.startswith(b"PYTHONPATH=") for entry in environ)
+
+
+def test_the_app_server_does_not_collect_every_object_after_each_rerun(tmp_path: Path) -> None:
+    """Streamlit's default is a full ``gc.collect(2)`` after every script run: with 357k documents in
+    memory that is over a second a rerun, and a page showing a job's progress reruns every second (most
+    of the server's CPU while computing; ``benchmarks/bench_compare.py``). The app's own config turns it
+    off, read as Streamlit reads it for the router, from a folder with no config of its own."""
+    code = (
+        "import streamlit.config as config\n"
+        f"config._main_script_path = {str(ROOT / 'r2med_app' / 'streamlit_app.py')!r}\n"
+        "config.get_config_options(force_reparse=True)\n"
+        "print(config.get_option('runner.postScriptGC'), config.get_option('browser.gatherUsageStats'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
