@@ -35,7 +35,7 @@ def keyboard_list(
     acknowledged, so a server restart or a reload loses no keypress. The component gets the server's
     clock (``list_judging.now_ms``): each event carries its keypress's time on it, and a token of this
     server session: a new one (a restarted server) gets the pending keys at once. ``single`` (the Judging
-    page): one row, the document shown, which ``s`` skips."""
+    page): one row, the document shown, which ``u`` says unsure of and ``s`` skips."""
     handled = [o for o in (ledger.outcome(e.event_id) for e in events) if o is not None]
     return _component(
         rows=rows,
