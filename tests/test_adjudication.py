@@ -27,7 +27,7 @@ from r2med_core.judging.adjudication import (
     decisions_csv,
     history,
 )
-from r2med_core.judging.agreement import agreement_report, report_csv, with_decisions
+from r2med_core.judging.agreement import agreement, agreement_report, report_csv, with_decisions
 from r2med_core.judging.annotations import Annotation, AnnotationStore
 from r2med_core.judging.stores import SCHEMA_VERSION, is_postgres_url
 from r2med_core.judging.team import changes_csv, changes_text, review_queue, team_qrels
@@ -404,3 +404,19 @@ def test_the_report_is_per_task_counts_blind_labels_and_leaves_undefined_kappa_e
     assert list(csv.DictReader(io.StringIO(report_csv(rows))))[1]["kappa_before"] == ""
     counted = agreement_report(labels + seen, [])  # counting every label brings carol's pairs in
     assert len([r for r in counted if r.measure == "Cohen's kappa"]) == 3
+
+
+def test_an_unsure_annotator_counts_in_no_agreement_before_or_after() -> None:
+    """Issue 28 item 7: on a document where an annotator's latest judgement is unsure, they gave no grade
+    (their earlier grade is withdrawn): agreement counts the other documents only, before and after the
+    reviewer's decision on it."""
+    both = {"alice": ["grade_1", "grade_0", "grade_2", "grade_2"], "bob": ["grade_1", "grade_0", "grade_1", "grade_0"]}
+    grades = _rated(both)
+    later = replace(grades[-1], id=999, failure_type="unsure", created_at="2025-01-02T00:00:00Z")  # bob, d3
+    labels = [*grades, later]
+    (pair,) = agreement(labels, "grade").pairs
+    assert (pair.units, pair.agreed) == (3, 2)  # d0-d2; d3 left out, bob's grade 0 on it too
+    (row,) = agreement_report(labels, [_decision("d3", "grade_2", None, id=1)])
+    assert (row.units, row.adjudicated, row.agreed_before, row.agreed_after) == (3, 0, 2, 2)
+    kappa = cohen_kappa_score(["grade_1", "grade_0", "grade_2"], ["grade_1", "grade_0", "grade_1"])
+    assert row.kappa_before == pytest.approx(kappa) and row.kappa_after == pytest.approx(kappa)

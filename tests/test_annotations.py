@@ -332,6 +332,7 @@ def test_filters_and_counts(store: AnnotationStore) -> None:
         "grade_0": 0,  # list judging's relevance grades are registered types too
         "grade_1": 0,
         "grade_2": 0,
+        "unsure": 0,  # the Judging page's "unsure" (no grade) too
     }
     assert store.counts_by_type(annotator="carol")["wrong_aspect"] == 1
     with pytest.raises(TypeError, match="unknown filter"):

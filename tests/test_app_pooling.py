@@ -289,3 +289,67 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
         (items[0].query_id, items[0].doc_id, "grade_2", "pool@10", "Ann", 2500)
     ]
     assert _queue().serve(dataset.source, dataset.name, typed_person("Ann")).entry == items[1]  # skipped: hers
+
+
+def test_u_says_unsure_on_the_judging_page_and_sends_the_document_to_a_reviewer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28 item 7: the keyboard's ``u`` records "unsure" (with its time) on the document shown and the
+    next one follows; the document is off the annotator's queue, waits for adjudication and is no grade in
+    the team's qrels. The form offers Unsure too, for the mouse."""
+    from r2med_app.views.state import scope, widget_key
+    from r2med_app.views.ui import dataset_key
+    from r2med_core.judging.list_judging import now_ms, unit_key
+
+    monkeypatch.setenv("R2MED_JUDGES_PER_DOCUMENT", "1")
+    dataset = load_demo(TASK)
+    _queue().send(dataset.source, dataset.name, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    items = _queue().items(dataset.source, dataset.name)[:3]
+    at = open_app("judging", task=TASK, systems=["bm25"])
+    at.text_input(key="w_annotator").set_value("Ann").run()
+    unit = unit_key(items[0].query_id, items[0].doc_id)
+    at.session_state[widget_key("judge_keys", scope(dataset_key(dataset)))] = {
+        "events": [{"id": "k1", "doc": unit, "unsure": True, "at": now_ms(), "ms": 4200}]
+    }
+    at.run()
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert f"Document {md(items[1].doc_id)}" in " ".join(m.value for m in at.markdown)
+    by_label(at.selectbox, "Relevance grade").set_value("unsure")  # the mouse: the form's Unsure
+    save_label(at)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    labels = AnnotationStore().list()
+    assert [(a.doc_id, a.failure_type, a.annotator) for a in labels] == [
+        (items[0].doc_id, "unsure", "Ann"),
+        (items[1].doc_id, "unsure", "Ann"),
+    ]
+    assert labels[0].time_ms == 4200
+    assert f"Document {md(items[2].doc_id)}" in " ".join(m.value for m in at.markdown)
+    assert [i.unit[3] for i in adjudication_queue(labels, [])] == [items[0].doc_id, items[1].doc_id]
+    assert read_team_qrels(AnnotationStore(), dataset).changes == ()
+
+
+def test_a_mouse_save_on_the_judging_page_records_the_time_since_the_document_was_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28 item 7: a grade saved with the form (the mouse) records the time spent on the document, as a
+    key does: from when the page showed it to the Save, each document's time starting when it is shown."""
+    import time
+
+    monkeypatch.setenv("R2MED_JUDGES_PER_DOCUMENT", "1")
+    dataset = load_demo(TASK)
+    _queue().send(dataset.source, dataset.name, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    at = open_app("judging", task=TASK, systems=["bm25"])
+    started = time.monotonic()
+    at.text_input(key="w_annotator").set_value("Ann").run()
+    time.sleep(1.5)  # reading the first document
+    by_label(at.selectbox, "Relevance grade").set_value(2)
+    save_label(at)
+    first = (time.monotonic() - started) * 1000
+    by_label(at.selectbox, "Relevance grade").set_value(0)  # the next one, graded at once
+    save_label(at)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    slow, quick = AnnotationStore().list()
+    assert (slow.failure_type, quick.failure_type) == ("grade_2", "grade_0")
+    assert slow.time_ms is not None and quick.time_ms is not None
+    assert 1500 <= slow.time_ms <= first + 1000  # from the document shown (just before `started`) to the Save
+    assert quick.time_ms < slow.time_ms - 1000  # its own time, not the first document's

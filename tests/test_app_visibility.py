@@ -178,6 +178,31 @@ def test_adjudication_reviewers_see_the_queue_and_only_an_admin_downloads_the_ra
     assert _downloads(_open("adjudication", "adm@example.org")) == reviewer_downloads | {"Raw labels (CSV)"}
 
 
+@pytest.mark.parametrize("email", [None, "nobody@example.org", "ann@example.org", "rev@example.org"])
+def test_hard_items_are_ranked_for_reviewers_only(email: str | None) -> None:
+    """Issue 28 item 7: the Adjudication page ranks the documents annotators took long on and disagreed
+    about, says what "hard" means, and shows it to reviewers only (``Sight``)."""
+    dataset = load_demo(TASK)
+    qid = next(iter(dataset.queries))
+    quick, slow = [d for d in dataset.corpus if d not in dataset.qrels.get(qid, {})][:2]
+    store = AnnotationStore()
+    for doc, seconds in ((quick, 4), (slow, 90)):
+        for who, code in (("carol@example.org", "grade_2"), ("dan@example.org", "grade_0")):
+            common = {"dataset": dataset.source, "task": TASK, "query_id": qid, "system": "pool@10", "blind": True}
+            store.add(Annotation(**common, doc_id=doc, failure_type=code, annotator=who, time_ms=seconds * 1000))
+    at = _open("adjudication", email)
+    assert not at.exception and not at.error
+    shown = _shown(at)
+    if email != "rev@example.org":
+        assert "Hard items" not in shown and slow not in shown
+        return
+    assert any(s.value == "Hard items (2)" for s in at.subheader)
+    assert "took annotators longest and on which they disagreed" in shown
+    (table,) = [df.value for df in at.dataframe if "hardness" in df.value.columns]
+    assert list(table["document"]) == [slow, quick]  # the longest read of a disagreement first
+    assert list(table["median time (s)"]) == [90, 4]
+
+
 # --------------------------------------------------------------------------- the Query explorer
 
 

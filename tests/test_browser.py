@@ -613,9 +613,10 @@ def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(pa
 def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_page_run(
     page: Page, app_url: str
 ) -> None:
-    """Issue 28 item 7: on the Judging page, 2 grades the document shown and s skips the next; each time
-    the next document follows in the same component (no page reload), the grade is stored once as the
-    typed name with the pool as its ranking, and the skipped document is not judged."""
+    """Issue 28 item 7: on the Judging page, 2 grades the document shown, s skips the next and u says unsure
+    of the third (the legend names each key); each time the next document follows in the same component
+    (no page reload), the judgement is stored once as the typed name with the pool as its ranking, and the
+    skipped document is not judged."""
     from r2med_core.judging.annotations import AnnotationStore
     from r2med_core.judging.list_judging import unit_key
     from r2med_core.judging.pooling import pool
@@ -626,7 +627,7 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     store = AnnotationStore(APP_DATA[app_url] / "annotations.sqlite")
     queue = JudgingQueue(store)
     queue.send(dataset.source, task, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
-    first, second, third = queue.items(dataset.source, task)[:3]
+    first, second, third, fourth = queue.items(dataset.source, task)[:4]
     page.goto(f"/judging?task={task}&systems=bm25")
     settle(page, "What counts as relevant")
     page.get_by_role("textbox", name="Your name").fill(name)
@@ -635,6 +636,7 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     frame.locator("#reason").wait_for(state="hidden")
     row = frame.locator(".row")
     assert row.count() == 1 and row.get_attribute("data-doc") == unit_key(first.query_id, first.doc_id)
+    assert "u unsure" in frame.locator("#hint").inner_text()
     frame.locator("#hint").click()
     page.evaluate("window.__r2marker = 1")  # gone if the page reloaded
     page.keyboard.press("2")
@@ -642,35 +644,36 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     expect(page.get_by_text(f"Document {second.doc_id}")).to_be_visible()
     page.keyboard.press("s")
     frame.locator(f".row[data-doc='{unit_key(third.query_id, third.doc_id)}']").wait_for(timeout=30_000)
+    page.keyboard.press("u")
+    frame.locator(f".row[data-doc='{unit_key(fourth.query_id, fourth.doc_id)}']").wait_for(timeout=30_000)
     assert page.evaluate("window.__r2marker") == 1
     assert_healthy(page)
     labels = store.list(dataset=dataset.source, task=task)
     assert [(a.query_id, a.doc_id, a.failure_type, a.system, a.annotator) for a in labels] == [
-        (first.query_id, first.doc_id, "grade_2", "pool@10", name)
+        (first.query_id, first.doc_id, "grade_2", "pool@10", name),
+        (third.query_id, third.doc_id, "unsure", "pool@10", name),
     ]
     assert labels[0].time_ms is not None and labels[0].time_ms > 0  # measured in the browser: shown → key
 
 
-def test_a_key_the_server_never_acknowledged_is_kept_in_the_browser_and_saved_after_a_restart(
-    browser: Browser, tmp_path: Path
-) -> None:
-    """Issue 28 item 7: a grade pressed while the server is down stays in the browser (localStorage) and,
-    once the server is back and the page is opened again, is sent by itself (once a name is given) and
-    stored once."""
+@contextmanager
+def _pressed_while_the_server_is_down(browser: Browser, tmp_path: Path, name: str) -> Iterator[tuple]:
+    """A Judging tab on ``clinical-case``'s BM25 pool, on a server of its own that stopped right after
+    ``name`` was typed; then the key 1 pressed on the first document, which nobody answers. Yields the
+    page (marked ``window.__r2marker``: gone if it reloads), the store, the queued documents and the port."""
     from r2med_core.judging.annotations import AnnotationStore
     from r2med_core.judging.pooling import pool
     from r2med_core.judging.queue import JudgingQueue
 
-    task, name = "clinical-case", "Dr. Restart"
+    task = "clinical-case"
     dataset = load_demo(task)
     store = AnnotationStore(tmp_path / "data" / "annotations.sqlite")
     JudgingQueue(store).send(dataset.source, task, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "R")
-    first = JudgingQueue(store).items(dataset.source, task)[0]
     port = _free_port()
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(60_000)
-    page = context.new_page()
     try:
+        page = context.new_page()
         with streamlit_server(tmp_path, {}, port=port) as base:
             page.goto(f"{base}/judging?task={task}&systems=bm25")
             settle(page, "What counts as relevant")
@@ -679,27 +682,79 @@ def test_a_key_the_server_never_acknowledged_is_kept_in_the_browser_and_saved_af
             frame = page.frame_locator('iframe[title*="list_judge"]')
             frame.locator("#reason").wait_for(state="hidden")
             frame.locator("#hint").click()
+            page.evaluate("window.__r2marker = 1")
         page.keyboard.press("1")  # nobody answers: the server is gone
-        inner = page.locator('iframe[title*="list_judge"]').element_handle().content_frame()
-        kept = inner.evaluate("Object.keys(localStorage).filter(k => k.startsWith('r2med-keys:')).length")
-        assert kept == 1 and store.list() == []
+        yield page, store, JudgingQueue(store).items(dataset.source, task), port
+    finally:
+        context.close()
+
+
+def _kept_keys(page: Page) -> int:
+    """How many keyboard components keep unacknowledged keys in this browser's localStorage."""
+    inner = page.locator('iframe[title*="list_judge"]').element_handle().content_frame()
+    return inner.evaluate("Object.keys(localStorage).filter(k => k.startsWith('r2med-keys:')).length")
+
+
+def _wait_for_labels(store, seconds: float) -> list:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not store.list() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return store.list()
+
+
+def test_a_key_the_server_never_acknowledged_is_kept_in_the_browser_and_saved_after_a_restart(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 28 item 7: a grade pressed while the server is down stays in the browser (localStorage) and,
+    once the server is back and the page is opened again, is sent by itself (once a name is given) and
+    stored once."""
+    name = "Dr. Restart"
+    with _pressed_while_the_server_is_down(browser, tmp_path, name) as (page, store, queued, port):
+        assert _kept_keys(page) == 1 and store.list() == []
         with streamlit_server(tmp_path, {}, port=port):
             page.reload()  # a new session: the typed name is asked again
             settle(page, "What counts as relevant")
             box = page.get_by_role("textbox", name="Your name")
             box.fill(name)
             box.press("Enter")
-            deadline = time.monotonic() + 60
-            while not store.list() and time.monotonic() < deadline:
-                page.wait_for_timeout(500)
-            labels = store.list()
-            assert [(a.doc_id, a.failure_type, a.annotator) for a in labels] == [(first.doc_id, "grade_1", name)]
+            labels = _wait_for_labels(store, 60)
+            assert [(a.doc_id, a.failure_type, a.annotator) for a in labels] == [(queued[0].doc_id, "grade_1", name)]
             page.wait_for_timeout(3000)  # nothing is sent again once acknowledged
             assert len(store.list()) == 1
-            inner = page.locator('iframe[title*="list_judge"]').element_handle().content_frame()
-            assert inner.evaluate("Object.keys(localStorage).filter(k => k.startsWith('r2med-keys:')).length") == 0
-    finally:
-        context.close()
+            assert _kept_keys(page) == 0
+
+
+def test_a_tab_reconnected_in_place_to_a_restarted_server_sends_its_kept_key_and_grades_on(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 28 item 7: a grade pressed while the server is down is saved once the same tab — not reloaded —
+    reconnects to the restarted server, under the name its box still shows; the tab is live again (the
+    next key grades the next document).
+
+    The cause this guards: the keyboard lives in a fragment, the restarted server's new session knows no
+    fragment until the whole page ran, and Streamlit reruns the whole page on a reconnect only when the
+    page has a self-rerunning fragment (``keylist.rerun_after_reconnect``) or the last run was a fragment's."""
+    from r2med_core.judging.list_judging import unit_key
+
+    name = "Dr. Reconnect"
+    with _pressed_while_the_server_is_down(browser, tmp_path, name) as (page, store, queued, port):
+        first, second, third = queued[:3]
+        assert store.list() == []
+        with streamlit_server(tmp_path, {}, port=port):
+            labels = _wait_for_labels(store, 45)
+            assert [(a.doc_id, a.failure_type, a.annotator) for a in labels] == [(first.doc_id, "grade_1", name)]
+            assert page.evaluate("window.__r2marker") == 1  # the same tab, never reloaded
+            frame = page.frame_locator('iframe[title*="list_judge"]')
+            frame.locator(f".row[data-doc='{unit_key(second.query_id, second.doc_id)}']").wait_for(timeout=30_000)
+            frame.locator("#hint").click()
+            page.keyboard.press("2")  # the tab grades on: the next document follows
+            frame.locator(f".row[data-doc='{unit_key(third.query_id, third.doc_id)}']").wait_for(timeout=30_000)
+            assert [(a.doc_id, a.failure_type) for a in store.list()] == [
+                (first.doc_id, "grade_1"),
+                (second.doc_id, "grade_2"),
+            ]
+            assert_healthy(page)
+            assert _kept_keys(page) == 0
 
 
 @pytest.mark.parametrize("width", [1024, 1280])

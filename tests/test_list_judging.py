@@ -211,6 +211,29 @@ def test_a_skip_is_taken_only_where_the_page_offers_it_and_stores_nothing(store:
     assert [o.status for o in _save(store, SaveOnce(), events)] == ["skipped"] and len(store) == 0
 
 
+def test_unsure_is_taken_only_where_the_page_offers_it_and_stored_once_as_unsure(store: AnnotationStore) -> None:
+    """Issue 28 item 7: the Judging page's ``u`` stores an "unsure" label (with its time) once over reruns; it
+    replaces the annotator's earlier grade and is replaced by a later one; elsewhere it is refused."""
+    value = {"events": [{"id": "e2", "doc": "d1", "unsure": True, "at": T0 + 2000, "ms": 9000}]}
+    events, problems = parse_events(value, DOCS)  # Judge a list has no unsure: refused
+    assert events == [] and "is not 0, 1 or 2" in problems[0]
+    events, problems = parse_events(value, DOCS, unsure=True)
+    assert problems == [] and [(e.unsure, e.time_ms) for e in events] == [(True, 9000)]
+    ledger = SaveOnce()
+    _save(store, ledger, parse_events(_value(("e1", "d1", 2)), DOCS)[0])
+    for _rerun in range(3):
+        _save(store, ledger, events)
+    again = parse_events({"events": [{"id": "e3", "doc": "d1", "unsure": True, "at": T0 + 3000}]}, DOCS, unsure=True)
+    assert [o.status for o in _save(store, ledger, again[0])] == ["unchanged"]  # unsure already
+    assert [(a.doc_id, a.failure_type, a.time_ms) for a in store.list()] == [
+        ("d1", "grade_2", None),
+        ("d1", "unsure", 9000),
+    ]
+    assert latest_grades(store.list(), "ann") == {}  # unsure is no grade: the earlier 2 no longer stands
+    _save(store, ledger, parse_events(_value(("e4", "d1", 1)), DOCS)[0])
+    assert latest_grades(store.list(), "ann") == {"d1": 1}
+
+
 def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: AnnotationStore) -> None:
     """The Judging page names (query, document) units, since the document shown changes with every key: a
     grade pressed on the previous document and sent again with the next still lands on its own query."""

@@ -79,7 +79,7 @@ def test_the_teams_qrels_are_the_original_then_agreed_and_accepted_then_adjudica
     assert team.caption() == (
         "3 agreed grade(s), 1 accepted proposal(s), 1 judged not relevant by one annotator, 1 adjudicated "
         "grade(s): 4 addition(s) and 2 correction(s) to the original qrels. Not used: 2 proposal(s) awaiting "
-        "review, 1 disagreement(s) awaiting adjudication."
+        "review, 1 disagreement(s) or unsure judgement(s) awaiting adjudication."
     )
     assert ORIGINAL["q1"] == {"gold": 2, "weak": 1, "zero": 0}  # nothing given is changed
     # The store's reading is the same function on the same labels and decisions.
@@ -181,3 +181,30 @@ def test_the_team_qrels_file_reads_back_as_the_tasks_qrels(tiny_r2med: Path, tmp
     assert dataset.qrels["q2"] == {"mi_0": 1}  # the dataset's own qrels are untouched
     with pytest.raises(DataError, match="an id a TREC line cannot hold"):
         qrels_text({"q1": {"a doc": 1}}, "team qrels")
+
+
+def test_unsure_is_no_grade_it_waits_for_a_reviewer_who_gives_the_grade(new_target: Callable[[str], Target]) -> None:
+    """Issue 28 item 7: "unsure" (the Judging page's ``u``) never becomes a team judgement — not beside
+    agreeing grades, not as a lone 0 — it withdraws its annotator's earlier grade, and the pair waits for
+    adjudication until a reviewer's decision gives it its grade."""
+    store = AnnotationStore(new_target("unsure"))
+    _add(store, "alice", "u1", "grade_1")
+    _add(store, "bob", "u1", "grade_1")
+    _add(store, "carol", "u1", "unsure")  # two agree, a third is unsure: not agreed
+    _add(store, "dan", "u2", "grade_2")
+    _add(store, "dan", "u2", "unsure")  # dan's later unsure withdraws his grade: no proposal left
+    _add(store, "erin", "u3", "unsure")
+    _add(store, "fay", "u3", "unsure")  # two unsure "agree" on nothing: no grade 0 for the team
+    team = _team(store)
+    assert team.qrels == ORIGINAL and team.changes == ()
+    assert (team.proposed, team.disputed) == (0, 3)
+    assert review_queue(store.list(), []) == []
+    waiting = adjudication_queue(store.list(), [])
+    assert [(i.unit[3], i.unsure, i.vocabulary) for i in waiting] == [("u1", True, "grade"), ("u2", True, "grade"),
+                                                                        ("u3", True, "grade")]  # fmt: skip
+    decide(store, (DATASET, TASK, "q1", "u2"), "grade_2", "rev", reason="answers the question")
+    team = _team(store)
+    assert [(c.doc_id, c.grade, c.source) for c in team.changes] == [("u2", 2, "adjudicated")]
+    assert [i.unit[3] for i in adjudication_queue(store.list(), history(store))] == ["u1", "u3"]
+    with pytest.raises(ValueError, match="'unsure' is what it settles"):
+        decide(store, (DATASET, TASK, "q1", "u1"), "unsure", "rev")

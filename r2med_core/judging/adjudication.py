@@ -1,7 +1,9 @@
 """Adjudication: a reviewer settles a unit whose annotators disagree, without touching their labels.
 
 Annotators disagree in one of two vocabularies (``annotations.Vocabulary``): on a document's relevance
-grade, or on the failure type of a unit (a whole query, or a (query, document) pair). A *decision*
+grade, or on the failure type of a unit (a whole query, or a (query, document) pair). An annotator who
+was *unsure* of a document (``annotations.UNSURE``) sends it here too, even alone: a reviewer gives it
+its grade. A *decision*
 settles one of them: a grade (stored as its ``grade_<n>`` code with that grade), or the adjudicated
 failure type and, for a document, optionally the judgement grade it deserves. Decisions live in their
 own table (``adjudications``, schema 4), one row each: a later decision on a unit in the same
@@ -36,6 +38,7 @@ from r2med_core.judging.annotations import (
     get_failure_type,
     grade_code,
     grade_of,
+    is_unsure,
     rating_of,
     utc_now,
     vocabulary_of,
@@ -95,6 +98,8 @@ class Decision:
         if self.doc_id is not None and not isinstance(self.doc_id, str):
             raise ValueError(f"doc_id must be a string or None, got {self.doc_id!r}"[:200])
         get_failure_type(self.failure_type).check_scope(self.doc_id)
+        if is_unsure(self.failure_type):
+            raise ValueError("a decision gives the document its grade: 'unsure' is what it settles, not a decision")
         check_whole_number("grade", self.grade, 0)
         if self.grade is not None and self.doc_id is None:
             raise ValueError("a grade judges a (query, document) pair: a decision on a whole query has none")
@@ -279,11 +284,22 @@ def latest_ratings(labels: Iterable[Annotation]) -> dict[Item, dict[str, Annotat
     return out
 
 
+def without_unsure(labels: Iterable[Annotation]) -> list[Annotation]:
+    """``labels`` without any of an annotator's on a unit where their latest judgement is unsure: there
+    they gave no grade (their earlier grades are withdrawn too), so agreement leaves them out."""
+    labels = list(labels)
+    unsure = {
+        (item, who) for item, rated in latest_ratings(labels).items() for who, a in rated.items() if is_unsure(a)
+    }
+    return [a for a in labels if (item_of(a), a.annotator) not in unsure]
+
+
 @dataclass(frozen=True)
 class AdjudicationItem:
     """A unit whose annotators disagree in one vocabulary (``vocabulary``: on the grade, or on the failure
     type), with those labels and its standing decision in that vocabulary (None: undecided).
 
+    ``unsure``: an annotator's latest judgement on the document is unsure (alone, or beside others' grades).
     ``reopened``: labels arrived after the decision (they were not among those the reviewer saw).
     ``suggestions``: a model's proposals on the unit, shown to the reviewer; they are not labels here,
     so they neither make a disagreement nor reopen a decision."""
@@ -299,6 +315,10 @@ class AdjudicationItem:
         return tuple(a.annotator for a in self.labels)
 
     @property
+    def unsure(self) -> bool:
+        return any(is_unsure(a) for a in self.labels)
+
+    @property
     def reopened(self) -> bool:
         return self.decision is not None and any(a.id not in self.decision.label_ids for a in self.labels)
 
@@ -312,10 +332,10 @@ def adjudication_items(
     labels: Iterable[Annotation], decisions: Iterable[Decision], *, task: str | None = None
 ) -> list[AdjudicationItem]:
     """Every unit where two or more annotators said different things in one vocabulary — different grades
-    (whichever page they were given on: ``annotations.rating_of``), or different failure types — oldest
-    first. All people's labels count, blind or not: any disagreement needs settling. Each comes with its
-    standing decision and the model's proposals on it as suggestions (a model is not an annotator:
-    ``Annotation.by_model``)."""
+    (whichever page they were given on: ``annotations.rating_of``), or different failure types — and every
+    document on which an annotator's latest judgement is unsure, oldest first. All people's labels count,
+    blind or not: any disagreement needs settling. Each comes with its standing decision and the model's
+    proposals on it as suggestions (a model is not an annotator: ``Annotation.by_model``)."""
     labels = list(labels)
     standing = current(decisions)
     suggested = latest_ratings(a for a in labels if a.by_model)
@@ -323,7 +343,8 @@ def adjudication_items(
     for (unit, vocabulary), rated in latest_ratings(a for a in labels if not a.by_model).items():
         if task is not None and unit[1] != task:
             continue
-        if len(rated) < 2 or len({rating_of(a) for a in rated.values()}) < 2:
+        unsure = any(is_unsure(a) for a in rated.values())
+        if not unsure and (len(rated) < 2 or len({rating_of(a) for a in rated.values()}) < 2):
             continue
         hints = tuple(suggested.get((unit, vocabulary), {}).values())
         decision = standing.get((unit, vocabulary))

@@ -7,7 +7,9 @@ annotator's latest grade on a document and their latest failure type on it both 
 compared as the grade it stands for, whichever page gave it (``annotations.rating_of``). When two or
 more annotators rated the same items: Cohen's kappa (scikit-learn) for each pair of annotators over the
 items both rated, and Fleiss' kappa (statsmodels) when three or more rated the same items. An LLM
-judge's proposals (``Annotation.by_model``) are suggestions, not an annotator: they never count here.
+judge's proposals (``Annotation.by_model``) are suggestions, not an annotator: they never count here,
+and neither does an annotator on a document where their latest judgement is *unsure* (no grade:
+``adjudication.without_unsure``).
 ``agreement_report`` gives both kappas per task and vocabulary before and after adjudication
 (``with_decisions`` says precisely what "after" means). Disagreements are settled on the Adjudication
 page (``adjudication.adjudication_items``); proposals wait in the review queue (``team.review_queue``).
@@ -30,7 +32,7 @@ import pandas as pd
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import fleiss_kappa
 
-from r2med_core.judging.adjudication import Decision, current, item_of, latest_ratings
+from r2med_core.judging.adjudication import Decision, current, item_of, latest_ratings, without_unsure
 from r2med_core.judging.annotations import Annotation, Vocabulary, rating_of, vocabulary_of
 
 #: Both vocabularies, in the order the pages show them.
@@ -92,9 +94,10 @@ def agreement(labels: Iterable[Annotation], vocabulary: Vocabulary, *, blind_onl
 
     ``blind_only``: count only labels made blind (before the annotator saw the judgements or others'
     labels), so agreement is not inflated by people copying what they were shown. A model's proposals
-    never count: agreement is between people.
+    never count: agreement is between people; nor does an annotator who is unsure of a document.
     """
-    labels = [a for a in labels if not a.by_model and (a.blind or not blind_only) and vocabulary_of(a) == vocabulary]
+    people = without_unsure(a for a in labels if not a.by_model)
+    labels = [a for a in people if (a.blind or not blind_only) and vocabulary_of(a) == vocabulary]
     by_item = {item: rated for item, rated in latest_ratings(labels).items() if len(rated) >= 2}
     annotators = sorted({name for rated in by_item.values() for name in rated})
     pairs = []
@@ -181,9 +184,9 @@ def agreement_report(
     them with sign-in on). *After*: the same, on ``with_decisions(labels)``: every counted label on a
     decided item says what the decision says. Which labels and items count is decided before the
     replacement, so both columns measure the same items and pairs; only the ratings differ. A model's
-    proposals never count.
+    proposals never count, nor an annotator unsure of a document (decided or not).
     """
-    labels = [a for a in labels if not a.by_model and (a.blind or not blind_only)]
+    labels = [a for a in without_unsure(a for a in labels if not a.by_model) if a.blind or not blind_only]
     decisions = list(decisions)
     standing = current(decisions)
     rows: list[ReportRow] = []

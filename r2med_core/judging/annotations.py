@@ -2,7 +2,10 @@
 
 Two vocabularies, never mixed. A *relevance judgement* is a grade 0-2 wherever it is made (the Judging
 page, Judge a list, the explorer); ``grade_of`` is the one place a stored code becomes a grade, so the
-codes older versions wrote ("relevant but unjudged", "judged not relevant") read as grades 1 and 0. A
+codes older versions wrote ("relevant but unjudged", "judged not relevant") read as grades 1 and 0. On
+the Judging page an annotator may also say they are *unsure* (``UNSURE``): a judgement in the grade
+vocabulary that is no grade — it never counts in the team's qrels nor in agreement, and it sends the
+document to a reviewer (``adjudication``, ``team``). A
 *failure type* (a questionable gold document, a lexical trap, a HyDE rewrite that asserted something
 wrong …) says why a system failed, for error analysis. What the team's grades make of a task's qrels —
 agreed grades, accepted proposals, adjudicated corrections — is defined once, in ``team``.
@@ -96,6 +99,13 @@ _DEFAULT_TYPES: tuple[FailureType, ...] = (
     FailureType("grade_0", "Grade 0: not relevant", "The document does not help answer the query.", "document"),
     FailureType("grade_1", "Grade 1: relevant", "The document helps answer the query.", "document"),
     FailureType("grade_2", "Grade 2: highly relevant", "The document answers the query directly.", "document"),
+    # Unsure (``UNSURE``): the annotator looked and could not decide; no grade, a reviewer decides.
+    FailureType(
+        "unsure",
+        "Unsure",
+        "The annotator could not decide the document's relevance: no grade; a reviewer decides it (adjudication).",
+        "document",
+    ),
     # The codes the Judging page wrote before it gave grades (and the LLM judge's grade-1 proposals still
     # are): kept so stored labels read, shown and counted as the grades they stand for.
     FailureType(
@@ -152,7 +162,11 @@ GRADES: tuple[int, ...] = (0, 1, 2)
 #: one place a stored code becomes a grade (``grade_of``); every other code is a failure type.
 RELEVANCE_CODES: dict[str, int] = {"grade_0": 0, "grade_1": 1, "grade_2": 2, "relevant_unjudged": 1, "not_relevant": 0}
 
-#: What a label rates: a document's relevance (a grade) or why a system failed (a failure type).
+#: The judgement "unsure": in the grade vocabulary (it replaces the annotator's earlier grade on the
+#: document), but no grade: not in the team's qrels nor in agreement; the document goes to adjudication.
+UNSURE = "unsure"
+
+#: What a label rates: a document's relevance (a grade, or unsure) or why a system failed (a failure type).
 Vocabulary = Literal["grade", "failure type"]
 
 #: Every label code (the grades, then the failure types), in display order. Extend with ``register_failure_type``.
@@ -195,21 +209,28 @@ def grade_of(label: Annotation | str) -> int | None:
     return RELEVANCE_CODES.get(code) if isinstance(code, str) else None
 
 
+def is_unsure(label: Annotation | str) -> bool:
+    """Whether a label (or a code) says its annotator was unsure of the document's relevance."""
+    return (label if isinstance(label, str) else label.failure_type) == UNSURE
+
+
 def vocabulary_of(label: Annotation | str) -> Vocabulary:
-    """Whether a label (or a code) is a relevance grade or a failure type."""
-    return "grade" if grade_of(label) is not None else "failure type"
+    """Whether a label (or a code) is a relevance judgement (a grade, or unsure) or a failure type."""
+    return "grade" if grade_of(label) is not None or is_unsure(label) else "failure type"
 
 
 def rating_of(label: Annotation) -> str:
     """What a label says, comparable between annotators: a grade as ``grade_<n>`` (whichever code stored
-    it, so a grade given on the Judging page equals the same grade given on Judge a list), else the failure type."""
+    it, so a grade given on the Judging page equals the same grade given on Judge a list), else its code
+    (``UNSURE``, or the failure type)."""
     grade = grade_of(label)
     return label.failure_type if grade is None else grade_code(grade)
 
 
 def failure_types() -> list[str]:
-    """The registered failure types (why a system failed), in display order: every code but the grades."""
-    return [code for code in TAXONOMY if code not in RELEVANCE_CODES]
+    """The registered failure types (why a system failed), in display order: every code but the grades and
+    ``UNSURE``."""
+    return [code for code in TAXONOMY if code not in RELEVANCE_CODES and code != UNSURE]
 
 
 def get_failure_type(code: str) -> FailureType:
@@ -299,8 +320,9 @@ class Annotation:
     annotator saved it while its unit — the (query, document), or the whole query — was hidden from them:
     no judgements, others' labels, proposals or scores on it seen yet (``visibility``, with sign-in on);
     agreement then counts only blind labels. ``time_ms``: how long the annotator had the document in front
-    of them before this grade (the Judging page's keys, measured in the browser from the document shown to
-    the keypress); None where nobody measured it.
+    of them before this grade (the Judging page: for a key, measured in the browser from the document shown
+    to the keypress; for a Save, on the server from the document sent to the Save); None where nobody
+    measured it.
     """
 
     id: int | None = None

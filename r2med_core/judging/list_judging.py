@@ -12,6 +12,11 @@ events, each a store write; the rest wait for the next one. A grade is stored as
 (a grade given on the Judging page or in the explorer is the annotator's grade here too), and it counts
 for the team as ``team`` says — agreeing grades without a review, a lone grade above 0 once accepted.
 
+On the Judging page a key may also say *unsure* (``annotations.UNSURE``): stored as an unsure label, as
+a grade is (once per event, never replacing a later judgement), it takes the document off the annotator's
+queue and sends it to a reviewer (``adjudication``); it is no grade (``team``, ``agreement``). A skip
+stores nothing.
+
 Blind first: a row shows the qrels grade and others' labels only once the annotator graded it; a grade
 is recorded ``blind`` (with sign-in on) when the document was still hidden from its annotator — no earlier
 label of theirs on it nor on the whole query (``visibility``: blind per judging unit).
@@ -23,18 +28,21 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from r2med_core.judging.annotations import (
     GRADES,
     TAXONOMY,
+    UNSURE,
     Annotation,
     AnnotationStore,
     AnnotationStoreError,
     check_whole_number,
     grade_code,
     grade_of,
+    is_unsure,
+    rating_of,
 )
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -57,8 +65,9 @@ class GradeEvent:
     """One keypress: grade ``grade`` given to ``doc_id``; ``event_id`` is unique per keypress, ``at`` when
     it was pressed, in milliseconds since the epoch on the server's clock (``now_ms``, which the page hands
     the component with every render). ``skip``: the key put the document aside for later (the Judging
-    page), no grade; ``grade`` is then 0 and means nothing. ``time_ms``: how long the document was shown
-    before the key, as the browser measured it (the Judging page), stored with the grade."""
+    page), no grade; ``unsure``: the key said the annotator could not decide (the Judging page), stored
+    as unsure; ``grade`` is 0 and means nothing with either. ``time_ms``: how long the document was shown
+    before the key, as the browser measured it (the Judging page), stored with the judgement."""
 
     event_id: str
     doc_id: str
@@ -66,6 +75,12 @@ class GradeEvent:
     at: int
     skip: bool = False
     time_ms: int | None = None
+    unsure: bool = False
+
+    @property
+    def rating(self) -> str:
+        """What the key says, as ``annotations.rating_of`` says it of a stored label."""
+        return UNSURE if self.unsure else grade_code(self.grade)
 
 
 def now_ms() -> int:
@@ -73,15 +88,23 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def spent_ms(shown_at: int, now: int | None = None) -> int:
+    """The time a document was in front of its annotator, in milliseconds: from ``shown_at`` (``now_ms()``
+    when the page sent it) to ``now``. A Save made with the mouse records it as a key records the time the
+    browser measured (``GradeEvent.time_ms``)."""
+    return max(0, (now_ms() if now is None else now) - shown_at)
+
+
 def parse_events(
-    value: object, documents: Collection[str], *, skips: bool = False
+    value: object, documents: Collection[str], *, skips: bool = False, unsure: bool = False
 ) -> tuple[list[GradeEvent], list[str]]:
     """The grade events in a component value ``{"events": [{"id", "doc", "grade", "at"}, …]}``, and what was
     wrong with the rest. The value comes from the browser, so anything else (a document not in the list
     shown, a grade outside 0-2, a missing id or time) is refused, never stored. ``skips``: the page lets a
-    key skip a document (``{"id", "doc", "skip": true, "at"}``, no grade); elsewhere such an event is
-    refused. Only the first ``MAX_EVENTS`` are taken, and a problem says so: the component sends the
-    others again with the next."""
+    key skip a document (``{"id", "doc", "skip": true, "at"}``, no grade); ``unsure``: the page lets a key
+    say unsure (``{"id", "doc", "unsure": true, "at"}``, no grade); elsewhere such events are refused.
+    Only the first ``MAX_EVENTS`` are taken, and a problem says so: the component sends the others again
+    with the next."""
     if value is None:
         return [], []
     raw = value.get("events") if isinstance(value, Mapping) else None
@@ -100,8 +123,9 @@ def parse_events(
             continue
         event_id, doc_id, grade, at = item.get("id"), item.get("doc"), item.get("grade"), item.get("at")
         skip = skips and item.get("skip") is True
+        doubt = unsure and not skip and item.get("unsure") is True
         spent = item.get("ms")
-        if skip:
+        if skip or doubt:
             grade = 0
         if not isinstance(event_id, str) or not event_id or len(event_id) > _MAX_ID:
             problems.append("an event without a valid id")
@@ -114,7 +138,7 @@ def parse_events(
         elif not _whole(spent):
             problems.append("an event with an invalid time spent on its document")
         else:
-            events.append(GradeEvent(event_id, doc_id, grade, at, skip=skip, time_ms=spent))
+            events.append(GradeEvent(event_id, doc_id, grade, at, skip=skip, time_ms=spent, unsure=doubt))
     return events, problems
 
 
@@ -160,8 +184,8 @@ class SaveOnce:
 @dataclass(frozen=True)
 class Outcome:
     """What became of one event: ``saved`` (a new label, ``label_id``), ``unchanged`` (the annotator's latest
-    grade already), ``stale`` (pressed before the annotator's latest grade on the document, which stands),
-    ``skipped`` (a skip: nothing stored), or ``refused`` with ``error``."""
+    judgement already), ``stale`` (pressed before the annotator's latest judgement on the document, which
+    stands), ``skipped`` (a skip: nothing stored), or ``refused`` with ``error``."""
 
     event: GradeEvent
     status: str
@@ -170,15 +194,19 @@ class Outcome:
 
 
 def latest_grades(labels: Iterable[Annotation], annotator: str) -> dict[str, int]:
-    """The annotator's latest grade per document, whichever page gave it (names compare case-insensitively)."""
-    return {doc: grade_of(label) or 0 for doc, label in _latest_grade_labels(labels, annotator).items()}
+    """The annotator's latest grade per document, whichever page gave it (names compare case-insensitively);
+    a document whose latest judgement is unsure has none."""
+    latest = _latest_judgements(labels, annotator).items()
+    return {doc: grade for doc, label in latest if (grade := grade_of(label)) is not None}
 
 
-def _latest_grade_labels(labels: Iterable[Annotation], annotator: str) -> dict[str, Annotation]:
+def _latest_judgements(labels: Iterable[Annotation], annotator: str) -> dict[str, Annotation]:
+    """The annotator's latest grade or unsure label per document."""
     mine = annotator.strip().lower()
     out: dict[str, Annotation] = {}
     for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
-        if label.doc_id is not None and grade_of(label) is not None and label.annotator.strip().lower() == mine:
+        judged = grade_of(label) is not None or is_unsure(label)
+        if label.doc_id is not None and judged and label.annotator.strip().lower() == mine:
             out[label.doc_id] = label
     return out
 
@@ -196,12 +224,12 @@ def save_grades(
     sight: Sight | None = None,
     now: int | None = None,
 ) -> list[Outcome]:
-    """Store every event ``ledger`` has not handled, each as one grade label by ``annotator`` recording the
-    ranking shown (``ranking.name``) and the document's rank in it, made at the event's time (never later
-    than ``now``, ``now_ms()`` by default); return their outcomes. A grade is recorded blind when ``sight``
+    """Store every event ``ledger`` has not handled, each as one grade (or unsure) label by ``annotator``
+    recording the ranking shown (``ranking.name``) and the document's rank in it, made at the event's time
+    (never later than ``now``, ``now_ms()`` by default); return their outcomes. A grade is recorded blind when ``sight``
     (what ``annotator`` may see) still hid its document from them; without ``sight``, never.
 
-    An event pressed no later than the annotator's latest grade on the document is ``stale``: that grade
+    An event pressed no later than the annotator's latest judgement on the document is ``stale``: that one
     stands. One older than ``MAX_AGE_MINUTES``, or a failed write, is refused with its reason (and
     remembered: the annotator presses the key again, which is a new event). A skip stores nothing. Nothing
     but what the events name is stored.
@@ -213,11 +241,11 @@ def save_grades(
     labels = store.list(dataset=dataset, task=task, query_id=query_id)
     outcomes = []
     for event in todo:
-        latest = _latest_grade_labels(labels, annotator).get(event.doc_id)
+        latest = _latest_judgements(labels, annotator).get(event.doc_id)
         pressed = _EPOCH + timedelta(milliseconds=min(event.at, now))
         if event.skip:
             outcome = Outcome(event, "skipped")
-        elif latest is not None and grade_of(latest) == event.grade:
+        elif latest is not None and rating_of(latest) == event.rating:
             outcome = Outcome(event, "unchanged")
         elif latest is not None and pressed <= datetime.fromisoformat(latest.created_at):
             outcome = Outcome(event, "stale")
@@ -235,7 +263,7 @@ def save_grades(
                         doc_id=event.doc_id,
                         system=ranking.name,
                         rank=ranking.rank_of(query_id, event.doc_id),
-                        failure_type=grade_code(event.grade),
+                        failure_type=event.rating,
                         annotator=annotator,
                         created_at=pressed.isoformat(),
                         blind=sight is not None and sight.hidden(labels, (dataset, task, query_id, event.doc_id)),
@@ -278,7 +306,7 @@ def save_unit_grades(
     for event in events:
         query_id, doc_id, ranking = units[event.doc_id]
         group = groups.setdefault((query_id, ranking.name), (ranking, []))
-        group[1].append(GradeEvent(event.event_id, doc_id, event.grade, event.at, event.skip, event.time_ms))
+        group[1].append(replace(event, doc_id=doc_id))
     outcomes = []
     for (query_id, _), (ranking, grouped) in groups.items():
         outcomes += save_grades(

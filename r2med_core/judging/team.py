@@ -12,9 +12,10 @@ suggestions, never a judge:
   without a review;
 * **not relevant** — one person's grade 0 on a pair the qrels do not judge: counted without a review
   (it changes no metric; it tells Judged@k somebody looked, and keeps the pair out of later pools);
-* people who disagree wait for adjudication (``adjudication``), and a lone grade above 0 or a model's
-  waits for a reviewer (``review_queue``): neither counts meanwhile. A reviewer's rejection takes
-  that grade out.
+* people who disagree wait for adjudication (``adjudication``), and so does a pair on which someone's
+  latest judgement is *unsure* (``annotations.UNSURE``: no grade, however many others agree), and a
+  lone grade above 0 or a model's waits for a reviewer (``review_queue``): none counts meanwhile. A
+  reviewer's rejection takes that grade out.
 
 ``team_qrels`` is the team's qrels: the original, then the agreed grades and accepted proposals, then
 the standing adjudicated grades (additions and corrections: a decision replaces whatever the labels
@@ -35,7 +36,7 @@ from typing import Literal
 
 from r2med_core.data import DataError, Dataset, Problem
 from r2med_core.judging.adjudication import Decision, current, history
-from r2med_core.judging.annotations import Annotation, AnnotationStore, Qrels, grade_of
+from r2med_core.judging.annotations import Annotation, AnnotationStore, Qrels, grade_of, is_unsure
 
 Pair = tuple[str, str, str, str]  # (dataset, task, query_id, doc_id)
 #: Where a team judgement comes from.
@@ -47,9 +48,9 @@ Source = Literal["agreed", "accepted", "not relevant", "adjudicated"]
 
 @dataclass(frozen=True)
 class PairGrades:
-    """The grades given on one (query, document): each person's latest (keyed by the name as compared,
-    stripped and lower-case), each model's latest, the latest accepted label and the grades a reviewer
-    rejected on it."""
+    """The grades given on one (query, document): each person's latest judgement (a grade, or unsure; keyed
+    by the name as compared, stripped and lower-case), each model's latest, the latest accepted label and
+    the grades a reviewer rejected on it."""
 
     pair: Pair
     people: Mapping[str, Annotation]
@@ -58,9 +59,14 @@ class PairGrades:
     rejected: frozenset[int]
 
     @property
+    def unsure(self) -> bool:
+        """Someone's latest judgement on the pair is unsure: no grade of theirs counts, a reviewer decides."""
+        return any(is_unsure(a) for a in self.people.values())
+
+    @property
     def disputed(self) -> bool:
-        """Two or more people gave different grades: a reviewer adjudicates."""
-        return len({grade_of(a) for a in self.people.values()}) >= 2
+        """Two or more people gave different grades, or someone is unsure: a reviewer adjudicates."""
+        return self.unsure or len({grade_of(a) for a in self.people.values()}) >= 2
 
     def _standing(self) -> list[Annotation]:
         return [a for a in self.people.values() if a.status != "rejected"]
@@ -96,14 +102,15 @@ class PairGrades:
 
 def pair_grades(labels: Iterable[Annotation]) -> dict[Pair, PairGrades]:
     """The grades on every (query, document) among ``labels`` (failure types and whole-query labels are
-    not grades and are left out), pairs in the order first graded."""
+    not grades and are left out; an unsure stands for its annotator as their latest judgement), pairs in
+    the order first graded."""
     people: dict[Pair, dict[str, Annotation]] = {}
     models: dict[Pair, dict[str, Annotation]] = {}
     accepted: dict[Pair, Annotation] = {}
     rejected: dict[Pair, set[int]] = {}
     for label in sorted(labels, key=lambda a: (a.created_at, a.id or 0)):
         grade = grade_of(label)
-        if grade is None or label.doc_id is None:
+        if (grade is None and not is_unsure(label)) or label.doc_id is None:
             continue
         pair = (label.dataset, label.task, label.query_id, label.doc_id)
         people.setdefault(pair, {})
@@ -111,7 +118,7 @@ def pair_grades(labels: Iterable[Annotation]) -> dict[Pair, PairGrades]:
         (models if label.by_model else people)[pair][label.annotator.strip().lower()] = label
         if label.accepted:
             accepted[pair] = label
-        elif label.reviewer:
+        elif label.reviewer and grade is not None:
             rejected.setdefault(pair, set()).add(grade)
     return {
         pair: PairGrades(pair, people[pair], models[pair], accepted.get(pair), frozenset(rejected.get(pair, ())))
@@ -163,7 +170,8 @@ class TeamChange:
 @dataclass(frozen=True)
 class TeamQrels:
     """A task's qrels with the team's judgements applied, what changed and where from, and what waits:
-    ``proposed`` pairs wait for a reviewer, ``disputed`` pairs for adjudication (neither is used)."""
+    ``proposed`` pairs wait for a reviewer, ``disputed`` pairs (grades differ, or someone is unsure) for
+    adjudication (neither is used)."""
 
     qrels: Qrels
     changes: tuple[TeamChange, ...]
@@ -182,7 +190,7 @@ class TeamQrels:
             f"{self.count('not relevant')} judged not relevant by one annotator, {self.count('adjudicated')} "
             f"adjudicated grade(s): {additions} addition(s) and {len(self.changes) - additions} correction(s) "
             f"to the original qrels. Not used: {self.proposed} proposal(s) awaiting review, {self.disputed} "
-            "disagreement(s) awaiting adjudication."
+            "disagreement(s) or unsure judgement(s) awaiting adjudication."
         )
 
 

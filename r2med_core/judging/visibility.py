@@ -14,7 +14,8 @@ backups included. With sign-in configured — or configured but broken, when nob
 | reviewer | every label | yes | no |
 | admin | every label | yes | yes |
 
-*Review work* is what a reviewer reviews: agreement figures, adjudication and its decisions, the LLM
+*Review work* is what a reviewer reviews: agreement figures, adjudication and its decisions (and the
+hard items, ``hard``), the LLM
 judge's proposals panel, the task-level qrels exports, and the team's judging progress (every
 annotator's, and per task); an annotator sees their own progress only. *Store-wide exports* are every label (CSV,
 JSONL) and the full backup.

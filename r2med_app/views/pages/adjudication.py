@@ -25,6 +25,7 @@ from r2med_core.judging.adjudication import (
 )
 from r2med_core.judging.agreement import agreement_report, report_csv
 from r2med_core.judging.annotations import GRADES, TAXONOMY, Annotation, AnnotationStoreError, failure_types, grade_code
+from r2med_core.judging.hard import SHOWN, HardItem, hard_items
 from r2med_core.judging.identity import PermissionDenied, Person, authorize
 from r2med_core.judging.team import changes_csv, changes_text
 
@@ -111,6 +112,10 @@ def _label_line(a: Annotation) -> str:
     return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{blind}{note}")
 
 
+def _said(item: HardItem) -> str:
+    return ", ".join(_type_label(code) for code in item.said)
+
+
 def _decision_line(d: Decision) -> str:
     grade = "" if d.grade is None else f" · grade {d.grade}"
     reason = f" — “{shorten(d.reason, 200)}”" if d.reason else ""
@@ -121,7 +126,8 @@ def _item(item: AdjudicationItem) -> None:
     _, task, query_id, doc_id = item.unit
     with st.container(border=True):
         target = f"document {doc_id}" if doc_id is not None else "the whole query"
-        st.markdown(f"**{ui.md(task)}** · query {ui.md(query_id)} · {ui.md(target)} · {item.vocabulary}s differ")
+        why = "an annotator is unsure" if item.unsure else f"{item.vocabulary}s differ"
+        st.markdown(f"**{ui.md(task)}** · query {ui.md(query_id)} · {ui.md(target)} · {why}")
         if task == dataset.name and query_id in dataset.queries:
             st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
         for label in item.labels:
@@ -183,10 +189,10 @@ st.title("Adjudication")
 if store is None:
     st.stop()
 st.caption(
-    "Where annotators give a document different grades, or label a query or a (query, document) with "
-    "different failure types, a reviewer records the decision: the grade, or the failure type (for a document "
-    "optionally with the judgement grade), and why. Decisions are kept with their history (a later one "
-    "supersedes, never overwrites); every label stays as it was saved."
+    "Where annotators give a document different grades, or an annotator is unsure of one, or label a query "
+    "or a (query, document) with different failure types, a reviewer records the decision: the grade, or the "
+    "failure type (for a document optionally with the judgement grade), and why. Decisions are kept with their "
+    "history (a later one supersedes, never overwrites); every label stays as it was saved."
 )
 state.show_flash()
 acting = auth.acting()
@@ -228,6 +234,36 @@ if decided:
             if earlier:
                 st.caption("Superseded: " + "; ".join(_decision_line(d) for d in earlier))
             _item(item)
+
+# ------------------------------------------------------------------ hard items (review work: past the Sight check)
+hard = hard_items(labels, task=None if task_filter == ALL else task_filter)
+st.subheader(f"Hard items ({len(hard)})")
+st.caption(
+    "The documents that took annotators longest and on which they disagreed: the median time they spent on "
+    "a document times the share of pairs of them who gave different grades (an unsure agrees with nobody). "
+    "Worth a second look, and where the guideline may need sharpening. Only documents graded by two or more "
+    f"people with a time recorded (the Judging page records it) and not all agreed on; the hardest {SHOWN} first."
+)
+if hard:
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "task": h.unit[1],
+                    "query": h.unit[2],
+                    "document": h.unit[3],
+                    "judgements": _said(h),
+                    "median time (s)": round(h.seconds, 1),
+                    "same grade (pairs)": f"{h.agreement:.0%}",
+                    "hardness": round(h.score, 1),
+                }
+                for h in hard
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        column_config={"hardness": st.column_config.NumberColumn(help="Median seconds × share of pairs who differ.")},
+    )
 
 # ------------------------------------------------------------------ agreement before / after
 st.subheader("Agreement before and after adjudication")

@@ -9,11 +9,11 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import auth, labels, pooling
-from r2med_app.views.panels.keylist import keyboard_list
+from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
 from r2med_core import Dataset
 from r2med_core.analysis.explore import highlight, query_terms
 from r2med_core.judging.annotations import AnnotationStoreError
-from r2med_core.judging.list_judging import GradeEvent, Row, parse_events, save_unit_grades, unit_key
+from r2med_core.judging.list_judging import GradeEvent, Row, now_ms, parse_events, save_unit_grades, unit_key
 from r2med_core.judging.queue import JudgingQueue, QueueEntry, QueueProgress, Turn
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -52,7 +52,7 @@ def _save_keys(
 
 
 def _keyboard(entry: QueueEntry, events: list[GradeEvent], key: str) -> None:
-    """The keys for the document shown: 0/1/2 grade it, s skips it; the next one follows at once."""
+    """The keys for the document shown: 0/1/2 grade it, u says unsure, s skips it; the next one follows at once."""
     annotator, reason = auth.grader(auth.acting())
     row = Row(rank=1, doc_id=unit_key(entry.query_id, entry.doc_id), text="", grade=None, revealed=False)
     keyboard_list(
@@ -77,7 +77,7 @@ def _card(dataset: Dataset) -> None:
     key = state.widget_key("judge_keys", within)
     skipped: set[tuple[str, str]] = st.session_state.setdefault(state.widget_key("judge_skipped", within), set())
     units = _units(queue, dataset)
-    events, problems = parse_events(st.session_state.get(key), units, skips=True)
+    events, problems = parse_events(st.session_state.get(key), units, skips=True, unsure=True)
     _save_keys(queue, dataset, units, events, skipped)
     person = None if ui.read_only() else auth.acting().person  # the read-only demo assigns nothing
     try:
@@ -89,14 +89,15 @@ def _card(dataset: Dataset) -> None:
     except AnnotationStoreError as err:
         st.error(ui.md(err))
         return
-    _turn(dataset, turn, key, events)
+    _turn(dataset, turn, key, events, st.session_state.setdefault(state.widget_key("judge_shown", within), {}))
     for problem in problems:
         st.warning(f"Ignored from the keyboard: {ui.md(problem)}.")
 
 
-def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent]) -> None:
+def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent], shown: dict[str, int]) -> None:
     """The document this person judges now, with the query and the document only — no judgements, scores,
-    systems or other people's labels — the family's guideline, and how far they got on the task."""
+    systems or other people's labels — the family's guideline, and how far they got on the task. ``shown``
+    keeps when this session was first sent the document, for the time a Save records."""
     if not turn.queued:
         st.info("Nothing to judge on this task: send a pool from the Metrics page (Pooling and holes).")
         return
@@ -108,6 +109,10 @@ def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent]) -> N
         return
     st.progress(turn.judged / (turn.judged + turn.left), text=f"{done}; {turn.left} for you, this one included")
     entry = turn.entry
+    unit = unit_key(entry.query_id, entry.doc_id)
+    if unit not in shown:  # a new document: its time starts now (as the keys' does in the browser)
+        shown.clear()
+        shown[unit] = now_ms()
     text = dataset.corpus.get(entry.doc_id, "")
     query = dataset.queries.get(entry.query_id, "")
     left, right = st.columns([3, 1])
@@ -124,7 +129,9 @@ def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent]) -> N
     _keyboard(entry, events, key)
     ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
     within = state.scope(ui.dataset_key(dataset), entry.query_id, entry.doc_id)
-    labels.label_form(dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True, ask_name=False)
+    labels.label_form(
+        dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True, ask_name=False, shown_at=shown[unit]
+    )
 
 
 def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
@@ -168,7 +175,8 @@ def page(dataset: Dataset) -> None:
     st.title("Judging")
     st.caption(
         "Documents pooled from the systems' top k that nobody judged. Grade each from the query and the "
-        "document alone (0 not relevant, 1 relevant, 2 highly relevant); a grade takes it off your queue. "
+        "document alone (0 not relevant, 1 relevant, 2 highly relevant), or say you are unsure (a reviewer then "
+        "decides it); either takes it off your queue, with the time you spent on it. "
         + labels.TEAM_RULE
     )
     store = ui.annotation_store()
@@ -177,6 +185,7 @@ def page(dataset: Dataset) -> None:
     pooling.queue_notes()
     auth.name_field()
     _card(dataset)
+    rerun_after_reconnect()
     queue = pooling.judging_queue(store)
     try:
         found = queue.progress()

@@ -10,7 +10,7 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import auth
-from r2med_app.views.panels.keylist import keyboard_list
+from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
 from r2med_app.views.panels.labels import TEAM_RULE
 from r2med_core import Dataset
 from r2med_core.judging.list_judging import list_rows, parse_events, save_grades
@@ -103,3 +103,4 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
 
 
 judging(dataset, run, qid, k)
+rerun_after_reconnect()

@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from r2med_app.views import ui
-from r2med_app.views.state import bound, store, view
+from r2med_app.views.state import bound, store, view, widget_key
 from r2med_core.judging.identity import (
     LOOPBACK,
     AuthConfig,
@@ -112,15 +112,22 @@ def acting() -> Acting:
 
 
 def name_field() -> None:
-    """The keyboard pages' "Your name" (without sign-in, outside any form: a key grades at once with it)."""
+    """The keyboard pages' "Your name" (without sign-in, outside any form: a key grades at once with it).
+
+    Seeded from the session only when it holds a name: a tab that reconnects in place to a restarted
+    server (a new session, no name) keeps the name its box still shows, and its kept keys are saved
+    with it (``keylist``)."""
     if not acting().signed_in_mode and not ui.read_only():
-        st.text_input(
+        v = view()
+        typed = st.text_input(
             "Your name",
-            key=bound("annotator"),
+            key=bound("annotator") if v.annotator else widget_key("annotator"),
             on_change=store("annotator"),
             placeholder="recorded with every grade",
             help="Asked once and kept for this session.",
         )
+        if not v.annotator:
+            v.annotator = typed
 
 
 def grader(who: Acting) -> tuple[str, str]:

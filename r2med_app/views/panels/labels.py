@@ -14,12 +14,14 @@ from r2med_core import Dataset
 from r2med_core.judging.annotations import (
     GRADES,
     TAXONOMY,
+    UNSURE,
     Annotation,
     AnnotationStoreError,
     failure_types,
     grade_code,
 )
 from r2med_core.judging.identity import PermissionDenied, authorize
+from r2med_core.judging.list_judging import spent_ms
 from r2med_core.runs import Run
 
 WHOLE_QUERY = "(the whole query)"
@@ -29,9 +31,9 @@ TEAM_RULE = (
 )
 
 
-def grade_label(grade: int) -> str:
-    """A grade as every page shows it ("Grade 1: relevant")."""
-    return TAXONOMY[grade_code(grade)].label
+def grade_label(grade: int | str) -> str:
+    """A grade as every page shows it ("Grade 1: relevant"), and ``UNSURE`` as "Unsure"."""
+    return TAXONOMY[UNSURE if grade == UNSURE else grade_code(int(grade))].label
 
 
 def label_form(
@@ -43,11 +45,13 @@ def label_form(
     *,
     grade_only: bool = False,
     ask_name: bool = True,
+    shown_at: int | None = None,
 ) -> None:
     """Judge a document's relevance with a grade 0-2, and say why a system failed on it (or on the whole
     query) with a failure type: one label each, both in one save. ``grade_only`` (the Judging page): a
-    grade for ``documents[0]`` and nothing else. ``ask_name`` False: the page asks the typed name itself
-    (outside the form, so its keyboard grades have it too).
+    grade for ``documents[0]``, or unsure, and nothing else. ``ask_name`` False: the page asks the typed
+    name itself (outside the form, so its keyboard grades have it too). ``shown_at``: when the page sent
+    the document (``list_judging.now_ms``); the grade records the time from then to the Save.
 
     The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
     saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
@@ -69,11 +73,12 @@ def label_form(
         c1, c2, c3 = st.columns(3)
         c1.selectbox(
             "Relevance grade",
-            GRADES,
+            [*GRADES, UNSURE] if grade_only else GRADES,
             index=None,
             placeholder="Not graded",
             format_func=grade_label,
-            help="How well the document answers the query: the same grades on every page.",
+            help="How well the document answers the query: the same grades on every page"
+            + (" (Unsure: no grade; a reviewer decides it)." if grade_only else "."),
             key=keys["grade"],
         )
         if not grade_only:
@@ -99,12 +104,16 @@ def label_form(
         shown = "" if grade_only else f"Recorded with the ranking shown: {ui.md(ui.system_label(ranking.name))}. "
         st.caption(shown + TEAM_RULE)
         fixed = documents[0] if grade_only else None
-        st.form_submit_button("Save label", on_click=_save, args=(dataset, query_id, ranking, keys, fixed))
+        st.form_submit_button(
+            "Save label", on_click=_save, args=(dataset, query_id, ranking, keys, fixed, shown_at)
+        )
 
 
-def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], fixed: str | None) -> None:
+def _save(
+    dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], fixed: str | None, shown_at: int | None
+) -> None:
     """The form's submit callback (it runs before the page): validate, store, and say what happened.
-    ``fixed``: the only document the form grades (the Judging page)."""
+    ``fixed``: the only document the form grades (the Judging page); ``shown_at``: when it was sent."""
     v = view()
     values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
     acting = auth.acting()
@@ -137,7 +146,9 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], f
     # Blind when the unit was still hidden from them (read now: another tab may have saved meanwhile).
     earlier = store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)
     blind = acting.sight.hidden(earlier, (dataset.source, dataset.name, query_id, doc_id))
-    codes = [c for c in (None if grade is None else grade_code(grade), code) if c is not None]
+    judged = None if grade is None else UNSURE if grade == UNSURE else grade_code(grade)
+    spent = None if shown_at is None else spent_ms(shown_at)  # the judgement's time, as a key's
+    codes = [c for c in (judged, code) if c is not None]
     saved = []
     try:
         for made in codes:
@@ -152,6 +163,7 @@ def _save(dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], f
                 note=str(values["note"] or ""),
                 annotator=person.name,
                 blind=blind,
+                time_ms=spent if made == judged else None,
             )
             store.add(label)
             saved.append(TAXONOMY[made].label)
