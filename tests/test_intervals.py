@@ -78,11 +78,12 @@ def test_metrics_and_compare_pages_show_each_means_interval(monkeypatch: pytest.
 
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")  # the pages may compute MiniLM themselves
     at = open_app("metrics", task="clinical-evidence", systems=["bm25", "minilm"])
-    table = frame(at, "setting")
-    assert list(table.columns[1:5]) == ["nDCG@10", "nDCG@10 95% CI", "MAP@10", "MAP@10 95% CI"]
-    for value, text in zip(table["nDCG@10"], table["nDCG@10 95% CI"]):
+    table = at.table[0].value  # one row per metric, one column per system: "mean [low, high]"
+    assert list(table.index[:2]) == ["nDCG@10", "MAP@10"] and len(table.columns) == 3  # meaning and 2 systems
+    for cell in table.loc["nDCG@10"].iloc[1:]:
+        value, text = cell.split(" ", 1)
         low, high = map(float, text.strip("[]").split(", "))
-        assert low - 0.005 <= value <= high + 0.005 and low < high
+        assert low - 0.005 <= float(value) <= high + 0.005 and low < high
     assert any("95% bootstrap confidence interval" in c.value for c in at.caption)
     bars = at.get("plotly_chart")[0]
     assert '"error_y"' in bars.proto.spec  # the bars carry their intervals

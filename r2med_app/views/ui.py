@@ -18,6 +18,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitDuplicateElementId, StreamlitDuplicateElementKey
 
 from r2med_app.views.state import view
@@ -288,13 +289,15 @@ def is_ready(dataset: Dataset, system: str) -> bool:
     return estimate_seconds(dataset, system) <= load_settings().compute_seconds
 
 
-def safe_results(dataset: Dataset, system: str) -> tuple[Run, Results] | None:
+def safe_results(dataset: Dataset, system: str, slot: DeltaGenerator | None = None) -> tuple[Run, Results] | None:
     """Run and evaluate, or return None after showing why not: a "Compute (≈ time)" button or the
     progress of the background job for work that is not cached, or what went wrong.
 
     A system not in memory says so at once: deciding whether it is cheap may load a model for seconds,
-    and meanwhile the page would show the previous system's numbers."""
-    waiting = st.empty()
+    and meanwhile the page would show the previous system's numbers. Given ``slot`` (an ``st.empty()``
+    that the page then draws its body into), the message goes there: Streamlit replaces by position, so
+    it takes the old body's place at once instead of sitting above it, greyed, until the run ends."""
+    waiting = slot if slot is not None else st.empty()
     if not _in_memory(dataset, system):
         waiting.info(f"Getting {md(system_label(system))} ready on this task …")
     try:
@@ -611,11 +614,12 @@ _STYLE = f"""<style>
   [class*="st-key-r2-stack"] [data-testid="stColumn"] {{ min-width: 100%; }}
 }}
 </style>"""
-# Streamlit keeps its 300 px sidebar open at any width over 768 px; under NARROW_PX it is folded once per
-# browser tab (the visitor can open it again). A fixed script: nothing from a dataset or a visitor in it.
+# Streamlit keeps its 300 px sidebar open at any width over 768 px; at NARROW_PX and under (where the CSS
+# above stacks the panels: `max-width` includes it) it is folded once per browser tab (the visitor can open
+# it again), so a 1000 px window has a table's room. A fixed script: nothing from a dataset or a visitor in it.
 _NARROW_SCRIPT = f"""<script>
 (() => {{
-  if (window.innerWidth >= {NARROW_PX} || sessionStorage.getItem("r2-sidebar-folded")) return;
+  if (window.innerWidth > {NARROW_PX} || sessionStorage.getItem("r2-sidebar-folded")) return;
   const fold = (tries) => {{
     const button = document.querySelector('[data-testid="stSidebarCollapseButton"] button');
     if (button && button.getAttribute("aria-expanded") === "true") {{

@@ -27,6 +27,8 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
+from r2med_core.tasks import TASKS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -41,6 +43,7 @@ __all__ = [
     "RETRIEVER_NAMES",
     "SETTING_KINDS",
     "SYSTEM_KINDS",
+    "TASK_HEADERS",
     "PostPaperResult",
     "Setting",
     "gains_over",
@@ -53,6 +56,7 @@ __all__ = [
     "published_key_for",
     "published_score",
     "published_settings",
+    "task_help",
 ]
 
 SettingKind = Literal["retriever", "rewrite", "reranker"]
@@ -90,6 +94,26 @@ METRICS: tuple[str, ...] = (
     *(f"{family}_at_{k}" for family in _FAMILIES for k in _CUTOFFS),
     "mrr",
 )
+
+#: Each task's column header in a table of all eight beside the settings' names (the full name and what the
+#: task is are its tooltip, :func:`task_help`): the eight then fit a 1000 px window.
+TASK_HEADERS: dict[str, str] = {
+    "Biology": "Biology",
+    "Bioinformatics": "Bioinf.",
+    "Medical-Sciences": "Med-Sci.",
+    "MedXpertQA-Exam": "MedXpert",
+    "MedQA-Diag": "MedQA",
+    "PMC-Treatment": "PMC-Treat.",
+    "PMC-Clinical": "PMC-Clin.",
+    "IIYi-Clinical": "IIYi",
+}
+
+
+def task_help(task: str) -> str:
+    """A task column's tooltip: "PMC-Treatment: PubMed Central case reports, 13 queries" (the header is short)."""
+    info = TASKS[task]
+    return f"{task}: {info.source}, {info.n_queries} queries, {info.n_documents:,} documents."
+
 
 ATTRIBUTION: str = (
     'Published results from "R2MED: A Benchmark for Reasoning-Driven Medical Retrieval" '

@@ -48,331 +48,343 @@ depth = top[1].select_slider(
     "Show top", options=DEPTHS, key=state.bound("depth", DEPTHS, 10), on_change=state.store("depth")
 )
 
-computed = ui.safe_results(dataset, v.system)
+# The page below the pickers is one slot: while another system loads, its "Getting ready" message takes
+# the slot's place at once, so the previous system's numbers never stay on screen under the new name.
+body = st.empty()
+computed = ui.safe_results(dataset, v.system, slot=body)
 if computed is None:
     st.stop()
-run, results = computed
-for note in [*dense_instruction_notes(dataset, v.system), *results.notes]:
-    st.caption(ui.md(note))
-rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
-rewritten = None
-rewritten_system = rewritten_name(v.system, v.rewrite)
-if rewrite and rewritten_system != v.system:  # an imported run has no variant on the rewrite
-    computed_rw = ui.safe_results(dataset, rewritten_system)
-    rewritten = computed_rw[0] if computed_rw else None
-    rewritten_results = computed_rw[1] if computed_rw else None
-    if left_out := queries_left_out(dataset, rewrite):
-        st.caption(
-            f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(v.rewrite)} rewrite file: "
-            "with the rewrite they are not retrieved, so not evaluated (as in the benchmark)."
-        )
-
-# ------------------------------------------------------------------ the query table
-acting = auth.acting()
-table = ui.get_query_table(dataset, v.system, results, run)
-blind_ids = labels.blind_queries(dataset, acting, list(table["query_id"]))
-table = mask_blind(table, blind_ids)
-picker_key = state.widget_key("q", within)
-table_key = state.widget_key("all_queries", within)
-# Open when the session starts without a chosen query; after that it stays as the user left it (a filter
-# change or a picked query never closes it).
-with st.expander(
-    f"All queries · mean nDCG@10 {results.means['ndcg_at_10']:.3f} · recall@100 {results.means['recall_at_100']:.3f}",
-    expanded=bool(st.session_state.get(table_key, not v.q)),
-    key=table_key,
-    on_change="rerun",
-):
-    f1, f2, f3 = st.columns([1.4, 1.2, 2])
-    f1.checkbox(
-        "Failures only",
-        key=state.bound("fail"),
-        on_change=state.store("fail"),
-        help="Only the questions with no relevant (gold) document in the top 10, i.e. nDCG@10 = 0.",
-    )
-    f2.checkbox(
-        "Gold missed",
-        key=state.bound("missed"),
-        on_change=state.store("missed"),
-        help="Only queries with a gold document outside the top 100 (not retrieved at all).",
-    )
-    f3.text_input(
-        "Search query text",
-        key=state.bound("search"),
-        on_change=state.store("search"),
-        placeholder="e.g. troponin, or a query id",
-    )
-    table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
-    table = mask_blind(table, blind_ids)  # a query's failure class tells whether it failed: hidden too
-    shown = diagnosis.filter_classes(filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search))
-    st.caption(
-        f"{len(shown)} of {len(table)} judged queries · click a row to open its query · "
-        "Next/Previous follow the filters"
-    )
-    if blind_ids:
-        st.caption(
-            f"Blind first: the {len(blind_ids)} queries you have not labelled as a whole yet show no scores, and "
-            "the score filters leave them out, until you save your own label on each whole query."
-        )
-    shown_ids = list(shown["query_id"])
-
-    def _picked() -> None:
-        """Open the query whose row was clicked, anywhere on the row (ids as shown when the click
-        happened), and fold the table so the opened query is in view."""
-        selection = st.session_state[state.widget_key("table", within)].selection
-        rows = list(selection.rows) or [cell[0] for cell in selection.cells]
-        if rows:
-            v.q = shown_ids[rows[0]]
-            st.session_state[picker_key] = v.q
-            st.session_state[table_key] = False
-
-    st.dataframe(
-        shown,
-        hide_index=True,
-        width="stretch",
-        on_select=_picked,
-        selection_mode=["single-row", "single-cell"],  # a click on any cell opens its row's query
-        key=state.widget_key("table", within),
-        # The scores first and the query text last, so the numbers stay in view on a narrow screen.
-        column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]
-        + ["failure_class"] * classed
-        + ["query"],
-        column_config={
-            "query_id": st.column_config.TextColumn("id", width=60),
-            "query": st.column_config.TextColumn("query"),
-            "ndcg_at_10": st.column_config.ProgressColumn(
-                "nDCG@10", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["nDCG@10"]
-            ),
-            "recall_at_100": st.column_config.ProgressColumn(
-                "recall@100", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["Recall@100"]
-            ),
-            "gold": st.column_config.NumberColumn("gold", width=50, help=GLOSSARY["gold"]),
-            "gold_missed": st.column_config.NumberColumn("missed", width=60, help="Gold documents not in the top 100."),
-            "best_gold_rank": st.column_config.NumberColumn(
-                "best rank", width=75, help="Rank of the best-placed gold document."
-            ),
-            "failure_class": st.column_config.TextColumn("failure class", help="A diagnostic, not a benchmark metric."),
-        },
-    )
-    st.download_button(
-        "Download these queries (CSV)",
-        shown.to_csv(index=False),
-        file_name=f"{dataset.name}_queries.csv",
-        mime="text/csv",
-        key="w_queries_csv",
-    )
-# ------------------------------------------------------------------ the selected query
-query_ids = list(table["query_id"]) if len(table) else list(dataset.queries)
-if not query_ids:
-    st.warning("This dataset has no judged queries to explore.")
-    st.stop()
-if v.q not in query_ids:
-    v.q = query_ids[0]
-filtered = bool(v.fail or v.missed or v.search.strip() or (classed and v.diag))
-walk = [q for q in shown_ids if q in query_ids] if filtered else query_ids  # what Next/Previous step through
-
-
-def _step(offset: int) -> None:
-    target = step(walk, v.q, offset)
-    if target is not None:
-        v.q = target
-        st.session_state[picker_key] = v.q
-
-
-nav = st.columns([1.4, 5, 1.4])  # room for "◀ Previous K" on a narrow window
-nav[0].button("◀ Previous", on_click=_step, args=(-1,), width="stretch", shortcut="K", disabled=not walk, key="w_prev")
-nav[1].selectbox(
-    "Query",
-    query_ids,
-    key=state.bound("q", query_ids, within=within),
-    on_change=state.store("q", within),
-    label_visibility="collapsed",
-    format_func=ui.query_labels(dataset).__getitem__,
-)
-nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch", shortcut="J", disabled=not walk, key="w_next")
-qid = v.q = st.session_state[picker_key]
-if filtered:
-    where = f"{walk.index(qid) + 1} of {len(walk)}" if qid in walk else f"not among the {len(walk)}"
-    st.caption(f"Filtered: this query is {where} filtered queries; Next (J) and Previous (K) step through them.")
-
-terms = query_terms(dataset.queries[qid])
-stored = labels.labels_for(dataset, qid)
-query_labels = acting.sight.labels(stored)  # the labels this visitor may see (r2med_core.judging.visibility)
-# Blind per unit (sign-in on): until this person saves their own label on the whole query they see the
-# query and the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
-blind = acting.sight.hidden(stored, (dataset.source, dataset.name, qid, None))
-bridge = frozenset() if blind else shared_with_gold(dataset, qid)
-with st.container(border=True):
-    st.markdown(f"**Query {ui.md(qid)}**")
-    st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], bridge)}</div>")
-    if blind:
-        st.info(
-            "**Blind first.** Label this query from the query and the documents alone: the judgements, "
-            "other people's labels and the systems' scores appear once you have saved your own label on the "
-            "whole query (a label on one document shows the others' on that document, on the Annotations page).",
-            icon=":material/visibility_off:",
-        )
-    else:
-        st.caption(
-            "Highlighted: the query's words that also occur in a gold document"
-            + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
-            + " In documents below, every word shared with the query is highlighted."
-        )
-    if not blind and labels.label_tags(query_labels, None):
-        st.caption("Labels on this query: " + labels.label_tags(query_labels, None))
-    for name, value in ({} if blind else dataset.query_meta.get(qid, {})).items():
-        if name in ("doc_id",) or value in ("", None, []):
-            continue
-        with st.expander(ui.md(name.replace("_", " "))):
-            st.text(str(value))
-if not blind:  # the verdict tells whether the query failed: not before the person's own label
-    failures.verdict_box(dataset, v.system, run, qid, picker_key)
-    failures.contrast_box(dataset, run, qid, v.system)
-
-per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
-with_rewrite = (
-    rewritten_results.per_query.loc[qid] if rewritten is not None and qid in rewritten_results.per_query.index else None
-)
-if with_rewrite is not None:
-    st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite))}.")
-m = st.columns(4)
-TILES = () if blind else QUERY_METRICS
-for col, metric in zip(m, TILES):
-    value = float(per_query[metric]) if per_query is not None else 0.0
-    help_text = GLOSSARY[metric_label(metric)]
-    if with_rewrite is None:
-        col.metric(metric_label(metric), f"{value:.3f}", help=help_text)
-        continue
-    after = float(with_rewrite[metric])
-    change = after - value
-    col.metric(
-        metric_label(metric),
-        f"{value:.3f} → {after:.3f}",  # without → with the rewrite, both shown plainly
-        delta=f"{change:+.3f}" if abs(change) > 5e-4 else None,
-        help=help_text,
-    )
-if TILES:
-    st.caption(ui.md("; ".join(metric_explained(metric) for metric in TILES) + "."))
-
-if rewritten is not None and not blind:
-    method, llm = rewrite
-    hy_doc = dataset.rewrites[rewrite].get(qid)
-    with st.container(border=True):
-        st.markdown(f"**Hypothetical document** · {ui.md(method)} by {ui.md(llm)} (precomputed)")
-        if hy_doc:
-            gold_words = shared_with_gold(dataset, qid, hy_doc)
-            st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")
-            st.caption("Highlighted: words of the hypothetical document that also occur in a gold document.")
-        else:
-            st.caption("No hypothetical document for this query: it is not retrieved with this rewrite.")
-
-# ------------------------------------------------------------------ gold | retrieved
-
-
-def _blind_documents() -> list[str]:
-    """The blind view: the retrieved documents to judge, in the system's order, without scores or marks."""
-    st.subheader(f"Documents to judge ({depth})")
-    shown = [doc for doc, _ in run.top(qid, depth)]
-    for doc in shown:
-        text = dataset.corpus.get(doc, "")
-        with st.expander(ui.md(doc)):
-            st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
-        st.caption(ui.md(preview(text)))
-    return shown
-
-
-if blind:
-    documents = _blind_documents()
-    st.divider()
-    labels.label_form(dataset, qid, run, documents, state.scope(within, qid))
-    st.stop()
-reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
-gold = gold_rows(dataset, run, qid, rewritten, reranked)
-left, right = st.container(key="r2-stack-gold").columns(2)  # stacked on a narrow window (ui.NARROW_PX)
-with left:
-    st.subheader(f"Gold documents ({len(gold)})")
-    st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
-    st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
-    for row in gold:
-        label = f"{row.doc_id} · {grade_words(row.grade)} · {rank_text(row.rank)}"
-        if rewritten is not None:
-            label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
-        tags = labels.label_tags(query_labels, row.doc_id)
-        text = dataset.corpus.get(row.doc_id)
-        with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
-            if text is None:
-                st.caption("Not in the corpus: the qrels name this document, but no system can retrieve it.")
-                continue
-            st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
-            st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
-            judge.why_relevant(dataset, qid, row.doc_id, within)
-        st.caption(ui.md(preview(text)))
-with right:
-    rankings = {"original query": run}
-    if rewritten is not None:
-        rankings["rewritten query"] = rewritten
-    if reranked is not None:
-        rankings[f"reranked top {v.rerank_k}"] = reranked
-    which = "original query"
-    if len(rankings) > 1:
-        which = st.radio("Ranking", list(rankings), horizontal=True, key="w_ranking")
-        st.subheader(f"Retrieved top {depth} ({which})")
-    else:
-        st.subheader(f"Retrieved top {depth}")
-    shown_run = rankings[which]
-    shown_system = {"original query": v.system, "rewritten query": rewritten_system}.get(which)
-    reasons = ui.explanations(dataset, shown_system, qid) if shown_system else None
-    if reasons is not None:
-        st.caption(f"Under each document: {ui.md(reasons.note)}, by {ui.md(reasons.by)}.")
-    st.dataframe(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, width="stretch")
-    for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
-        grade = dataset.positives(qid).get(doc)
-        mark = f" · ✓ gold, {ui.md(grade_words(grade))}" if grade else ""
-        tags = labels.label_tags(query_labels, doc)
-        text = dataset.corpus.get(doc, "")
-        with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
-            st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
-            st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
-        st.caption(ui.md(preview(text)))
-        if reasons is not None and doc in reasons.texts:
-            with st.container(border=True):
-                st.markdown(f"**Why, says {ui.md(reasons.by)}:** {ui.md(reasons.texts[doc])}")
-                st.caption(ui.md(reasons.details[doc]))
-
-# ------------------------------------------------------------------ two systems side by side
-others = [s for s in systems if s != v.system]
-if others:
-    with st.expander("Side by side with another system"):
-        other = st.selectbox("Other system", others, format_func=ui.system_label, key="w_side_system")
-        # Nothing runs until asked: an expander's body runs even while folded, and the other system may
-        # need minutes (or the operator's LLM).
-        shown = st.toggle("Show its top documents next to these", key="w_side_show")
-        computed_other = ui.safe_results(dataset, other) if shown else None  # a Compute button when not ready
-        if computed_other is not None:
-            table = side_by_side(
-                dataset, {ui.system_label(v.system): run, ui.system_label(other): computed_other[0]}, qid, depth
+with body.container():
+    run, results = computed
+    for note in [*dense_instruction_notes(dataset, v.system), *results.notes]:
+        st.caption(ui.md(note))
+    rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
+    rewritten = None
+    rewritten_system = rewritten_name(v.system, v.rewrite)
+    if rewrite and rewritten_system != v.system:  # an imported run has no variant on the rewrite
+        computed_rw = ui.safe_results(dataset, rewritten_system)
+        rewritten = computed_rw[0] if computed_rw else None
+        rewritten_results = computed_rw[1] if computed_rw else None
+        if left_out := queries_left_out(dataset, rewrite):
+            st.caption(
+                f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(v.rewrite)} rewrite file: "
+                "with the rewrite they are not retrieved, so not evaluated (as in the benchmark)."
             )
-            st.dataframe(table, hide_index=True, width="stretch")
-            st.caption("✓: a gold document (its grade). Each column is that system's top " + str(depth) + ".")
 
-# ------------------------------------------------------------------ labelling
-st.divider()
-documents = list(dict.fromkeys([*(row.doc_id for row in gold), *(d for d, _ in shown_run.top(qid, depth))]))
-labels.label_form(dataset, qid, shown_run, documents, state.scope(within, qid))
-if query_labels:
-    st.dataframe(
-        [
-            {
-                "document": a.doc_id or "(query)",
-                "failure": TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type,
-                "status": labels.status_of(a),
-                "note": a.note,
-                "by": a.annotator,
-                "system": a.system,
-                "rank": a.rank,
-                "when": a.created_at[:16],
-            }
-            for a in query_labels
-        ],
-        hide_index=True,
-        width="stretch",
+    # ------------------------------------------------------------------ the query table
+    acting = auth.acting()
+    table = ui.get_query_table(dataset, v.system, results, run)
+    blind_ids = labels.blind_queries(dataset, acting, list(table["query_id"]))
+    table = mask_blind(table, blind_ids)
+    picker_key = state.widget_key("q", within)
+    table_key = state.widget_key("all_queries", within)
+    # Open when the session starts without a chosen query; after that it stays as the user left it (a filter
+    # change or a picked query never closes it).
+    with st.expander(
+        f"All queries · mean nDCG@10 {results.means['ndcg_at_10']:.3f}"
+        f" · recall@100 {results.means['recall_at_100']:.3f}",
+        expanded=bool(st.session_state.get(table_key, not v.q)),
+        key=table_key,
+        on_change="rerun",
+    ):
+        f1, f2, f3 = st.columns([1.4, 1.2, 2])
+        f1.checkbox(
+            "Failures only",
+            key=state.bound("fail"),
+            on_change=state.store("fail"),
+            help="Only the questions with no relevant (gold) document in the top 10, i.e. nDCG@10 = 0.",
+        )
+        f2.checkbox(
+            "Gold missed",
+            key=state.bound("missed"),
+            on_change=state.store("missed"),
+            help="Only queries with a gold document outside the top 100 (not retrieved at all).",
+        )
+        f3.text_input(
+            "Search query text",
+            key=state.bound("search"),
+            on_change=state.store("search"),
+            placeholder="e.g. troponin, or a query id",
+        )
+        table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
+        table = mask_blind(table, blind_ids)  # a query's failure class tells whether it failed: hidden too
+        shown = diagnosis.filter_classes(
+            filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search)
+        )
+        st.caption(
+            f"{len(shown)} of {len(table)} judged queries · click a row to open its query · "
+            "Next/Previous follow the filters"
+        )
+        if blind_ids:
+            st.caption(
+                f"Blind first: the {len(blind_ids)} queries you have not labelled as a whole yet show no scores, and "
+                "the score filters leave them out, until you save your own label on each whole query."
+            )
+        shown_ids = list(shown["query_id"])
+
+        def _picked() -> None:
+            """Open the query whose row was clicked, anywhere on the row (ids as shown when the click
+            happened), and fold the table so the opened query is in view."""
+            selection = st.session_state[state.widget_key("table", within)].selection
+            rows = list(selection.rows) or [cell[0] for cell in selection.cells]
+            if rows:
+                v.q = shown_ids[rows[0]]
+                st.session_state[picker_key] = v.q
+                st.session_state[table_key] = False
+
+        st.dataframe(
+            shown,
+            hide_index=True,
+            width="stretch",
+            on_select=_picked,
+            selection_mode=["single-row", "single-cell"],  # a click on any cell opens its row's query
+            key=state.widget_key("table", within),
+            # The scores first and the query text last, so the numbers stay in view on a narrow screen.
+            column_order=["query_id", "ndcg_at_10", "recall_at_100", "gold", "gold_missed", "best_gold_rank"]
+            + ["failure_class"] * classed
+            + ["query"],
+            column_config={
+                "query_id": st.column_config.TextColumn("id", width=60),
+                "query": st.column_config.TextColumn("query"),
+                "ndcg_at_10": st.column_config.ProgressColumn(
+                    "nDCG@10", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["nDCG@10"]
+                ),
+                "recall_at_100": st.column_config.ProgressColumn(
+                    "recall@100", min_value=0.0, max_value=1.0, format="%.3f", width=90, help=GLOSSARY["Recall@100"]
+                ),
+                "gold": st.column_config.NumberColumn("gold", width=50, help=GLOSSARY["gold"]),
+                "gold_missed": st.column_config.NumberColumn(
+                    "missed", width=60, help="Gold documents not in the top 100."
+                ),
+                "best_gold_rank": st.column_config.NumberColumn(
+                    "best rank", width=75, help="Rank of the best-placed gold document."
+                ),
+                "failure_class": st.column_config.TextColumn(
+                    "failure class", help="A diagnostic, not a benchmark metric."
+                ),
+            },
+        )
+        st.download_button(
+            "Download these queries (CSV)",
+            shown.to_csv(index=False),
+            file_name=f"{dataset.name}_queries.csv",
+            mime="text/csv",
+            key="w_queries_csv",
+        )
+    # ------------------------------------------------------------------ the selected query
+    query_ids = list(table["query_id"]) if len(table) else list(dataset.queries)
+    if not query_ids:
+        st.warning("This dataset has no judged queries to explore.")
+        st.stop()
+    if v.q not in query_ids:
+        v.q = query_ids[0]
+    filtered = bool(v.fail or v.missed or v.search.strip() or (classed and v.diag))
+    walk = [q for q in shown_ids if q in query_ids] if filtered else query_ids  # what Next/Previous step through
+
+    def _step(offset: int) -> None:
+        target = step(walk, v.q, offset)
+        if target is not None:
+            v.q = target
+            st.session_state[picker_key] = v.q
+
+    nav = st.columns([1.4, 5, 1.4])  # room for "◀ Previous K" on a narrow window
+    nav[0].button(
+        "◀ Previous", on_click=_step, args=(-1,), width="stretch", shortcut="K", disabled=not walk, key="w_prev"
     )
+    nav[1].selectbox(
+        "Query",
+        query_ids,
+        key=state.bound("q", query_ids, within=within),
+        on_change=state.store("q", within),
+        label_visibility="collapsed",
+        format_func=ui.query_labels(dataset).__getitem__,
+    )
+    nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch", shortcut="J", disabled=not walk, key="w_next")
+    qid = v.q = st.session_state[picker_key]
+    if filtered:
+        where = f"{walk.index(qid) + 1} of {len(walk)}" if qid in walk else f"not among the {len(walk)}"
+        st.caption(f"Filtered: this query is {where} filtered queries; Next (J) and Previous (K) step through them.")
+
+    terms = query_terms(dataset.queries[qid])
+    stored = labels.labels_for(dataset, qid)
+    query_labels = acting.sight.labels(stored)  # the labels this visitor may see (r2med_core.judging.visibility)
+    # Blind per unit (sign-in on): until this person saves their own label on the whole query they see the
+    # query and the retrieved documents only: no judgements, others' labels, scores or LLM rewrite.
+    blind = acting.sight.hidden(stored, (dataset.source, dataset.name, qid, None))
+    bridge = frozenset() if blind else shared_with_gold(dataset, qid)
+    with st.container(border=True):
+        st.markdown(f"**Query {ui.md(qid)}**")
+        st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], bridge)}</div>")
+        if blind:
+            st.info(
+                "**Blind first.** Label this query from the query and the documents alone: the judgements, "
+                "other people's labels and the systems' scores appear once you have saved your own label on the "
+                "whole query (a label on one document shows the others' on that document, on the Annotations page).",
+                icon=":material/visibility_off:",
+            )
+        else:
+            st.caption(
+                "Highlighted: the query's words that also occur in a gold document"
+                + (" — none: the link is a reasoning step, not a shared word." if not bridge else ".")
+                + " In documents below, every word shared with the query is highlighted."
+            )
+        if not blind and labels.label_tags(query_labels, None):
+            st.caption("Labels on this query: " + labels.label_tags(query_labels, None))
+        for name, value in ({} if blind else dataset.query_meta.get(qid, {})).items():
+            if name in ("doc_id",) or value in ("", None, []):
+                continue
+            with st.expander(ui.md(name.replace("_", " "))):
+                st.text(str(value))
+    if not blind:  # the verdict tells whether the query failed: not before the person's own label
+        failures.verdict_box(dataset, v.system, run, qid, picker_key)
+        failures.contrast_box(dataset, run, qid, v.system)
+
+    per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
+    with_rewrite = (
+        rewritten_results.per_query.loc[qid]
+        if rewritten is not None and qid in rewritten_results.per_query.index
+        else None
+    )
+    if with_rewrite is not None:
+        st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite))}.")
+    m = st.columns(4)
+    TILES = () if blind else QUERY_METRICS
+    for col, metric in zip(m, TILES):
+        value = float(per_query[metric]) if per_query is not None else 0.0
+        help_text = GLOSSARY[metric_label(metric)]
+        if with_rewrite is None:
+            col.metric(metric_label(metric), f"{value:.3f}", help=help_text)
+            continue
+        after = float(with_rewrite[metric])
+        change = after - value
+        col.metric(
+            metric_label(metric),
+            f"{value:.3f} → {after:.3f}",  # without → with the rewrite, both shown plainly
+            delta=f"{change:+.3f}" if abs(change) > 5e-4 else None,
+            help=help_text,
+        )
+    if TILES:
+        st.caption(ui.md("; ".join(metric_explained(metric) for metric in TILES) + "."))
+
+    if rewritten is not None and not blind:
+        method, llm = rewrite
+        hy_doc = dataset.rewrites[rewrite].get(qid)
+        with st.container(border=True):
+            st.markdown(f"**Hypothetical document** · {ui.md(method)} by {ui.md(llm)} (precomputed)")
+            if hy_doc:
+                gold_words = shared_with_gold(dataset, qid, hy_doc)
+                st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")
+                st.caption("Highlighted: words of the hypothetical document that also occur in a gold document.")
+            else:
+                st.caption("No hypothetical document for this query: it is not retrieved with this rewrite.")
+
+    # ------------------------------------------------------------------ gold | retrieved
+
+    def _blind_documents() -> list[str]:
+        """The blind view: the retrieved documents to judge, in the system's order, without scores or marks."""
+        st.subheader(f"Documents to judge ({depth})")
+        shown = [doc for doc, _ in run.top(qid, depth)]
+        for doc in shown:
+            text = dataset.corpus.get(doc, "")
+            with st.expander(ui.md(doc)):
+                st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+            st.caption(ui.md(preview(text)))
+        return shown
+
+    if blind:
+        documents = _blind_documents()
+        st.divider()
+        labels.label_form(dataset, qid, run, documents, state.scope(within, qid))
+        st.stop()
+    reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
+    gold = gold_rows(dataset, run, qid, rewritten, reranked)
+    left, right = st.container(key="r2-stack-gold").columns(2)  # stacked on a narrow window (ui.NARROW_PX)
+    with left:
+        st.subheader(f"Gold documents ({len(gold)})")
+        st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
+        st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
+        for row in gold:
+            label = f"{row.doc_id} · {grade_words(row.grade)} · {rank_text(row.rank)}"
+            if rewritten is not None:
+                label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
+            tags = labels.label_tags(query_labels, row.doc_id)
+            text = dataset.corpus.get(row.doc_id)
+            with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
+                if text is None:
+                    st.caption("Not in the corpus: the qrels name this document, but no system can retrieve it.")
+                    continue
+                st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
+                st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+                judge.why_relevant(dataset, qid, row.doc_id, within)
+            st.caption(ui.md(preview(text)))
+    with right:
+        rankings = {"original query": run}
+        if rewritten is not None:
+            rankings["rewritten query"] = rewritten
+        if reranked is not None:
+            rankings[f"reranked top {v.rerank_k}"] = reranked
+        which = "original query"
+        if len(rankings) > 1:
+            which = st.radio("Ranking", list(rankings), horizontal=True, key="w_ranking")
+            st.subheader(f"Retrieved top {depth} ({which})")
+        else:
+            st.subheader(f"Retrieved top {depth}")
+        shown_run = rankings[which]
+        shown_system = {"original query": v.system, "rewritten query": rewritten_system}.get(which)
+        reasons = ui.explanations(dataset, shown_system, qid) if shown_system else None
+        if reasons is not None:
+            st.caption(f"Under each document: {ui.md(reasons.note)}, by {ui.md(reasons.by)}.")
+        # A table whose preview wraps in its cell (a data grid cut it to a few words in a half-width column).
+        st.table(retrieved_frame(dataset, shown_run, qid, depth).style.format({"score": "{:.3f}"}), hide_index=True)
+        for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
+            grade = dataset.positives(qid).get(doc)
+            mark = f" · ✓ gold, {ui.md(grade_words(grade))}" if grade else ""
+            tags = labels.label_tags(query_labels, doc)
+            text = dataset.corpus.get(doc, "")
+            with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
+                st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
+                st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
+            st.caption(ui.md(preview(text)))
+            if reasons is not None and doc in reasons.texts:
+                with st.container(border=True):
+                    st.markdown(f"**Why, says {ui.md(reasons.by)}:** {ui.md(reasons.texts[doc])}")
+                    st.caption(ui.md(reasons.details[doc]))
+
+    # ------------------------------------------------------------------ two systems side by side
+    others = [s for s in systems if s != v.system]
+    if others:
+        with st.expander("Side by side with another system"):
+            other = st.selectbox("Other system", others, format_func=ui.system_label, key="w_side_system")
+            # Nothing runs until asked: an expander's body runs even while folded, and the other system may
+            # need minutes (or the operator's LLM).
+            shown = st.toggle("Show its top documents next to these", key="w_side_show")
+            computed_other = ui.safe_results(dataset, other) if shown else None  # a Compute button when not ready
+            if computed_other is not None:
+                table = side_by_side(
+                    dataset, {ui.system_label(v.system): run, ui.system_label(other): computed_other[0]}, qid, depth
+                )
+                st.dataframe(table, hide_index=True, width="stretch")
+                st.caption("✓: a gold document (its grade). Each column is that system's top " + str(depth) + ".")
+
+    # ------------------------------------------------------------------ labelling
+    st.divider()
+    documents = list(dict.fromkeys([*(row.doc_id for row in gold), *(d for d, _ in shown_run.top(qid, depth))]))
+    labels.label_form(dataset, qid, shown_run, documents, state.scope(within, qid))
+    if query_labels:
+        st.dataframe(
+            [
+                {
+                    "document": a.doc_id or "(query)",
+                    "failure": TAXONOMY[a.failure_type].label if a.failure_type in TAXONOMY else a.failure_type,
+                    "status": labels.status_of(a),
+                    "note": a.note,
+                    "by": a.annotator,
+                    "system": a.system,
+                    "rank": a.rank,
+                    "when": a.created_at[:16],
+                }
+                for a in query_labels
+            ],
+            hide_index=True,
+            width="stretch",
+        )

@@ -17,9 +17,11 @@ from r2med_core.analysis.published import (
     PUBLISHED_TASKS,
     SETTING_KINDS,
     SYSTEM_KINDS,
+    TASK_HEADERS,
     gains_over,
     leaderboard,
     post_paper_board,
+    task_help,
 )
 from r2med_core.compute.sweep import read_grid, sweep_table
 from r2med_core.evaluation import Results, published_metrics_note
@@ -39,13 +41,21 @@ kinds = {
 }
 kind = c2.selectbox("Settings", SETTING_KINDS, format_func=kinds.get, key="w_lb_kind")
 table = leaderboard(metric, kind, points=True)
-# Where the files are found only where it differs, and first: a last column is cut off at 1440 px.
+# Every table here fits a 1000 px window: the tasks under short headers (the full name is the tooltip), where
+# the files are found only where it differs, and the sources' long words in a list below, not in columns.
+SCORES = {
+    "Avg": st.column_config.NumberColumn("Avg", format="%.2f", help="The mean over the 8 tasks."),
+    **{t: st.column_config.NumberColumn(TASK_HEADERS[t], format="%.2f", help=task_help(t)) for t in PUBLISHED_TASKS},
+}
 origin = ["origin"] if table["origin"].nunique() > 1 else []
 st.dataframe(
     table[[*origin, "Avg", *PUBLISHED_TASKS]],
     width="stretch",
     height=min(36 * (len(table) + 1) + 3, 900),
-    column_config={t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
+    column_config={
+        **SCORES,
+        "origin": st.column_config.TextColumn("origin", help="Where the setting's files are: *first commit* below."),
+    },
 )
 st.caption(
     f"{ui.md(metric_explained(metric))} × 100, as the paper prints it. Avg is the mean over the 8 tasks, "
@@ -59,19 +69,25 @@ for system_kind in SYSTEM_KINDS[kind]:
 
 st.subheader("Published after the paper")
 later = post_paper_board()
-st.dataframe(
-    later[["Avg", *PUBLISHED_TASKS, "evaluation", "setting", "first stage", "depth", "paper", "table", "url", "note"]],
-    width="stretch",
-    column_config={
-        **{t: st.column_config.NumberColumn(t, format="%.2f") for t in [*PUBLISHED_TASKS, "Avg"]},
-        "url": st.column_config.LinkColumn("source"),
-    },
-)
+st.dataframe(later[["Avg", *PUBLISHED_TASKS]], width="stretch", column_config=SCORES, placeholder="")
+quoted = later.index[later["evaluation"] == "benchmark's own"]
 st.caption(
-    "nDCG@10 × 100 as each paper prints it, transcribed with its source. *authors' re-run*: the later "
-    "paper's authors ran it with their own code, not the benchmark's evaluation; *benchmark's own*: "
-    "the R2MED paper's number, quoted. Blank tasks: the source gives only the average."
+    "nDCG@10 × 100 as each paper prints it, transcribed with its source (below). Each is the later paper's "
+    "authors' re-run, with their own code, not the benchmark's evaluation"
+    + (f", except {ui.md(', '.join(quoted))}: the R2MED paper's numbers, quoted" if len(quoted) else "")
+    + ". Blank tasks: the source gives only the average."
 )
+with st.expander("What each row ran, and its source"):
+    for model, row in later.iterrows():
+        stage = f" First stage: {ui.md(row['first stage'])}" + (
+            f", top {row['depth']}." if pd.notna(row["depth"]) else "."
+        )
+        st.markdown(
+            f"- **{ui.md(model)}** ({ui.md(row['evaluation'])}): {ui.md(row['setting'])}."
+            f"{stage if row['first stage'] else ''} "
+            f"[{ui.md(row['paper'])}]({row['url']}), {ui.md(row['table'])}."
+            + (f" *{ui.md(row['note'])}*" if row["note"] else "")
+        )
 per_task = later.dropna(subset=list(PUBLISHED_TASKS)).index.tolist()
 reference = st.selectbox(
     "Gain per task over",
@@ -86,6 +102,8 @@ st.dataframe(
         lambda v: "" if pd.isna(v) or v == 0 else f"color: {'#1a7f37' if v > 0 else '#cf222e'}"
     ),
     width="stretch",
+    column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
+    placeholder="",
 )
 st.caption(f"nDCG@10 × 100 minus {ui.md(reference)}'s, per task and on the average; green: higher, red: lower.")
 

@@ -13,7 +13,12 @@ from r2med_app.views.panels.pooling import section as pooling_section
 from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
 from r2med_core.reporting.figures import curves_figure, means_figure, per_query_figure
-from r2med_core.reporting.tables import means_table, metric_explained, metric_label, per_query_long
+from r2med_core.reporting.tables import (
+    means_by_metric,
+    means_table,
+    metric_label,
+    per_query_long,
+)
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
 
@@ -46,23 +51,14 @@ intervals = {name: ui.get_intervals(dataset, result, shown) for name, result in 
 st.plotly_chart(
     means_figure(list(results.values()), labels, shown, intervals), width="stretch", key="metric_bars"
 )
-table = means.set_index("system")[shown].rename(columns=metric_label)
-for position, metric in enumerate(shown):  # each mean followed by its interval
-    table.insert(
-        2 * position + 1,
-        f"{metric_label(metric)} 95% CI",
-        [interval.text() if (interval := intervals[name][metric]) else "–" for name in results],
-    )
-table.insert(0, "setting", [ui.fidelity_badge(dataset, name) or "benchmark's" for name in results])
-st.dataframe(
-    table,
-    width="stretch",
-    column_config={metric_label(m): st.column_config.NumberColumn(format="%.4f") for m in shown},
-)
-if shown:
-    st.caption(ui.md("What each number says: " + "; ".join(metric_explained(m) for m in shown) + "."))
+# One row per metric and one column per system (mean and interval in one cell, meanings in words): the
+# whole table fits from 800 px up, where a column per metric and per interval was cut at the edge.
+st.table(means_by_metric(list(results.values()), labels, shown, intervals))
+for name in results:
+    if setting := ui.fidelity_badge(dataset, name):
+        st.caption(f"{ui.md(labels[name])}: {ui.md(setting)}")
 st.caption(
-    f"Error bars and the CI columns: the {DESCRIPTION}. With a few dozen queries, means whose intervals "
+    f"Error bars and the intervals in brackets: the {DESCRIPTION}. With a few dozen queries, means whose intervals "
     "overlap widely may not differ: the Compare page tests the difference itself."
 )
 st.download_button(

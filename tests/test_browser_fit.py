@@ -1,0 +1,189 @@
+"""Issue 25, measured in headless Chromium on a real ``streamlit run`` server: tables that fit their
+column (no last column on the edge), a readable document preview, sidebar clicks that all count while a
+job's progress redraws, and no previous system's numbers left on screen while the next one loads.
+
+The widths are the browser's own: a data grid's scroller ``scrollWidth`` (the sum of its columns) against
+its ``clientWidth``, and an HTML table's cells against the main column.
+
+    python -m pytest tests/test_browser_fit.py -q
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+from r2med_core import load_demo, run_system
+from r2med_core.analysis.explore import retrieved_frame
+from tests.test_browser import SCREENSHOTS, _choose, browser, chromium, settle, streamlit_server
+
+__all__ = ["browser", "chromium"]  # the fixtures, shared with test_browser.py
+
+pytestmark = pytest.mark.browser
+
+TASK = "clinical-case"
+#: How far the first table after "Official metrics" (a data grid, or an HTML table) reaches past its column.
+_METRICS_TABLE_OVERFLOW_JS = """() => {
+  const table = document.querySelector('[data-testid="stDataFrame"], [data-testid="stTable"]');
+  const main = document.querySelector('[data-testid="stMainBlockContainer"]').getBoundingClientRect();
+  const scroller = table.querySelector('.dvn-scroller') || table.querySelector('table').parentElement;
+  const cells = [...table.querySelectorAll('td, th')].map(c => c.getBoundingClientRect().right);
+  return {columns: scroller.scrollWidth - scroller.clientWidth, cells: Math.max(...cells) - main.right,
+          kind: table.dataset.testid, text: table.innerText};
+}"""
+#: Every data grid on the page whose columns are wider than the grid (a cut last column), with its headers.
+_CUT_GRIDS_JS = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].flatMap(grid => {
+  const scroller = grid.querySelector('.dvn-scroller');
+  if (!scroller || scroller.scrollWidth <= scroller.clientWidth + 1) return [];
+  const heads = [...grid.querySelectorAll('th')].map(th => th.innerText).join(' | ');
+  return [`${heads}: ${scroller.scrollWidth} px of columns in ${scroller.clientWidth} px`];
+})"""
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with streamlit_server(tmp_path_factory.mktemp("fit-app"), {}) as base:
+        yield base
+
+
+def _page(browser: Browser, base: str, width: int) -> Page:
+    context = browser.new_context(viewport={"width": width, "height": 1000}, base_url=base)
+    context.set_default_timeout(60_000)
+    return context.new_page()
+
+
+@pytest.mark.parametrize("width", [1000, 1440])
+def test_every_leaderboard_table_fits_its_column(browser: Browser, app_url: str, width: int) -> None:
+    """Issue 25 item 7: at 1000 and 1440 px no Leaderboard table is wider than the page's column, for
+    each of the paper's three kinds of setting (the rewriting table was 85 px too wide at 1440 px)."""
+    page = _page(browser, app_url, width)
+    try:
+        page.goto(f"/leaderboard?task={TASK}&systems=bm25")
+        settle(page, "Your runs on")
+        kinds = (
+            "Retrievers (15)", "Query rewriting × LLM × retriever",
+            "Rerankers over NV-Embed-v2 top 10 and top 100",
+        )
+        for kind in kinds:
+            _choose(page, "Settings", kind)
+            settle(page, "Your runs on")
+            page.wait_for_timeout(500)  # the grids size their columns after drawing
+            assert page.evaluate(_CUT_GRIDS_JS) == [], f"{kind} at {width} px"
+        page.screenshot(path=str(SCREENSHOTS / f"leaderboard-fit-{width}.png"), full_page=True)
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1600])
+def test_the_metrics_table_shows_every_metric_and_interval_in_its_column(
+    browser: Browser, app_url: str, width: int
+) -> None:
+    """Issue 25: at 800 and 1600 px the official metrics table is whole: every mean and its interval
+    (P@10's and MRR's were cut at the edge), with what each metric says, for both systems."""
+    page = _page(browser, app_url, width)
+    try:
+        page.goto(f"/metrics?task={TASK}&systems=bm25&systems=minilm")
+        settle(page, "Results files and runs")
+        page.wait_for_timeout(500)
+        found = page.evaluate(_METRICS_TABLE_OVERFLOW_JS)
+        assert found["columns"] <= 1 and found["cells"] <= 1, f"cut by {found} at {width} px"
+        assert found["kind"] == "stTable"  # real text in the page, wrapped, not drawn on a canvas
+        for words in ("P@10", "MRR", "how high the first relevant document ranks", "BM25 (R2MED official)", "MiniLM"):
+            assert words in found["text"], words
+        assert len(re.findall(r"\d\.\d{4} \[\d\.\d\d, \d\.\d\d\]", found["text"])) == 2 * 6  # 6 metrics × 2
+        page.screenshot(path=str(SCREENSHOTS / f"metrics-fit-{width}.png"), full_page=True)
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1440])
+def test_the_retrieved_documents_preview_reads_whole(browser: Browser, app_url: str, width: int) -> None:
+    """Issue 25: the explorer's retrieved table shows each document's preview whole, wrapped in its cell
+    inside the page's column, at 1440 px (retrieved beside gold) and at 800 px (stacked)."""
+    dataset = load_demo(TASK)
+    previews = list(retrieved_frame(dataset, run_system(dataset, "bm25"), "3", 10)["preview"])
+    page = _page(browser, app_url, width)
+    try:
+        page.goto(f"/explorer?task={TASK}&systems=bm25&system=bm25&q=3")
+        settle(page, "Retrieved top 10")
+        main = page.locator('[data-testid="stMainBlockContainer"]').bounding_box()
+        assert main is not None
+        for text in previews[:3]:
+            cell = page.get_by_role("cell", name=text, exact=True).first
+            assert cell.is_visible(), f"{text!r} is not shown whole at {width} px"
+            box = cell.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= main["x"] + main["width"] + 1
+            assert cell.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), f"{text!r} is cut at {width} px"
+        page.screenshot(path=str(SCREENSHOTS / f"explorer-preview-{width}.png"), full_page=True)
+    finally:
+        page.context.close()
+
+
+def test_choosing_an_unloaded_system_clears_the_previous_ones_numbers_at_once(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 25: choosing a system that is not loaded shows "Getting … ready" where the page was, and
+    within a second nothing of the previous system's (its mean, its query table, its documents) remains."""
+    dataset = load_demo(TASK)
+    from r2med_core import evaluate
+
+    mean = evaluate(run_system(dataset, "bm25"), dataset.qrels).means["ndcg_at_10"]
+    with streamlit_server(tmp_path_factory.mktemp("stale"), {}) as base:  # MiniLM is not encoded there yet
+        page = _page(browser, base, 1400)
+        try:
+            page.goto(f"/explorer?task={TASK}&systems=bm25&systems=minilm&system=bm25")
+            settle(page, "Retrieved top 10")
+            old = page.get_by_text(f"All queries · mean nDCG@10 {mean:.3f}")
+            assert old.first.is_visible()
+            page.get_by_role("combobox", name="System", exact=True).click()
+            page.get_by_role("option", name="MiniLM-L6-v2 (offline; not a paper model)").click()
+            page.get_by_text("Getting MiniLM-L6-v2 (offline; not a paper model) ready").wait_for(timeout=5_000)
+            started = time.monotonic()
+            page.wait_for_timeout(1000)
+            assert page.get_by_text("Getting MiniLM").first.is_visible(), "MiniLM was ready too soon to tell"
+            assert old.count() == 0, "the previous system's query table is still on screen"
+            assert page.get_by_text("Retrieved top 10").count() == 0
+            assert time.monotonic() - started < 5
+            settle(page, "Retrieved top 10")
+            assert old.count() == 0  # MiniLM's own numbers now
+        finally:
+            page.context.close()
+
+
+def test_every_sidebar_click_counts_while_a_jobs_progress_redraws(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 25: while a Compute job's progress box redraws every second, 9 changes of a sidebar select
+    in a row each take effect (the page runs with it: the link follows), and the job is still running."""
+    with streamlit_server(tmp_path_factory.mktemp("clicks"), {"R2MED_COMPUTE_SECONDS": "0.001"}) as base:
+        page = _page(browser, base, 1400)
+        try:
+            page.goto(f"/metrics?task={TASK}&systems=minilm")
+            box = page.get_by_role("combobox", name="Cross-encoder over the top k")
+            compute = page.get_by_role("button", name=re.compile(r"^Compute \("))
+            compute.wait_for()
+            box.click()  # the sidebar's first click only focuses the select (with or without a job): not counted
+            page.keyboard.press("Escape")
+            compute.click()
+            progress = page.get_by_text(re.compile(r"\d+ s elapsed")).first
+            progress.wait_for()
+            counted = []
+            for i in range(9):
+                want = ["bge-reranker", "none"][i % 2]
+                box.click()
+                page.get_by_role("option", name=want, exact=True).click(timeout=5_000)
+                deadline = time.monotonic() + 5
+                while parse_qs(urlparse(page.url).query).get("rerank", ["none"])[0] != want:
+                    if time.monotonic() > deadline:
+                        break
+                    page.wait_for_timeout(100)
+                counted.append(parse_qs(urlparse(page.url).query).get("rerank", ["none"])[0] == want)
+            assert counted == [True] * 9, counted
+            assert progress.is_visible(), "the job ended before the clicks: nothing was redrawing"
+        finally:
+            page.context.close()
