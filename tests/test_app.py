@@ -99,7 +99,7 @@ def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:
     assert list(gold["document"]) == list(dataset.positives(qid))
     expected = [str(run.rank_of(qid, d)) if run.rank_of(qid, d) else "not in top 100" for d in gold["document"]]
     assert list(gold["rank"]) == expected
-    retrieved = frame(at, "rank")
+    retrieved = retrieved_table(at)
     assert list(retrieved["document"]) == [d for d, _ in run.top(qid, 10)]
     positives = dataset.positives(qid)
     assert list(retrieved["gold"]) == [
@@ -141,7 +141,17 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
     assert "Retrieved top 10 (original query)" in [h.value for h in at.subheader]
     at.radio(key="w_ranking").set_value("rewritten query").run()
     qid = picker(at).value
-    assert list(frame(at, "rank")["document"]) == [d for d, _ in hyde_run.top(qid, 10)]
+    assert list(retrieved_table(at)["document"]) == [d for d, _ in hyde_run.top(qid, 10)]
+
+
+def retrieved_table(at: AppTest):  # type: ignore[no-untyped-def]
+    """The explorer's retrieved top k (an HTML table, so each preview wraps whole)."""
+    return next(t.value for t in at.table if list(t.value.columns[:2]) == ["rank", "document"])
+
+
+def _means(at: AppTest):  # type: ignore[no-untyped-def]
+    """The Metrics page's table: one row per metric, "what it says", then one column per system."""
+    return next(t.value for t in at.table if "what it says" in t.value.columns)
 
 
 def test_compare_and_metrics_render_their_charts() -> None:
@@ -151,10 +161,11 @@ def test_compare_and_metrics_render_their_charts() -> None:
     assert {"t-test p", "randomization p", "wins / ties / losses"} <= set(significance.columns)
     at = open_app("metrics", systems=["bm25", "minilm"])
     assert _charts(at) >= 3
-    means = frame(at, "setting")
-    assert len(means) == 2 and "nDCG@10" in means.columns
-    # a badge next to local numbers whose setting is not the benchmark's
-    assert list(means["setting"]) == ["benchmark's", "≠ benchmark: MiniLM is the offline default, not a paper model"]
+    means = _means(at)
+    assert len(means.columns) == 1 + 2 and "nDCG@10" in means.index  # "what it says", then one per system
+    # a badge under local numbers whose setting is not the benchmark's, and none for the benchmark's
+    badges = [c.value for c in at.caption if "≠ benchmark" in c.value]
+    assert len(badges) == 1 and "MiniLM is the offline default, not a paper model" in badges[0]
 
 
 def test_deep_link_restores_the_selection() -> None:
@@ -216,9 +227,8 @@ def test_adding_a_model_and_a_fusion_from_the_sidebar(monkeypatch: pytest.Monkey
     assert "dense:/no/such/model" in at.multiselect(key="w_systems").value
     # The unusable model is reported on the page; the other systems still render.
     assert any("could not run" in e.value for e in at.error)
-    means = frame(at, "setting")
-    assert len(means) == 3
-    assert means["setting"].iloc[2].startswith("≠ benchmark: reciprocal-rank fusion")
+    assert len(_means(at).columns) == 1 + 3
+    assert any("reciprocal\\-rank fusion" in c.value for c in at.caption if "≠ benchmark" in c.value)
     assert "rrf(bm25,bm25s)" in at.query_params["systems"]  # the URL carries the new system
 
 
@@ -540,7 +550,7 @@ def test_reranked_ranks_in_the_explorer(tmp_path: Path, monkeypatch: pytest.Monk
     gold = frame(at, "document")
     assert list(gold["after rerank"]) == [str(expected.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
     at.radio(key="w_ranking").set_value("reranked top 10").run()
-    assert list(frame(at, "rank")["document"]) == [d for d, _ in expected.top(qid, 10)]
+    assert list(retrieved_table(at)["document"]) == [d for d, _ in expected.top(qid, 10)]
 
 
 def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -657,19 +667,19 @@ def test_leaderboard_shows_the_papers_best_figure_and_the_results_published_afte
     best = paper.loc["HyDE (o3-mini) + NV-Embed-v2"]
     assert f"{best['Avg']:.2f}" == "41.35" and best["origin"] == "first commit"  # × 100, as the paper prints
 
-    later = next(df.value for df in at.dataframe if "evaluation" in df.value.columns)
+    with_later = [df.value for df in at.dataframe if "InsertRank (DeepSeek-R1)" in df.value.index]
+    later = with_later[0]  # the scores, then each row minus a reference row
     assert {"ReasonEmbed-Qwen3-8B", "RaDeR-gte-Qwen2-7B", "NV-Embed-v2", "InsertRank (DeepSeek-R1)"} <= set(later.index)
     assert later.index[0] == "InsertRank (DeepSeek-R1)" and later.loc["InsertRank (DeepSeek-R1)", "Avg"] == 51.1
-    assert later["url"].str.startswith("https://").all() and later["setting"].str.len().gt(0).all()
-    assert set(later["evaluation"]) == {"benchmark's own", "authors' re-run"}
-    assert later.loc["ReasonEmbed-Qwen3-8B", "evaluation"] == "authors' re-run"
+    # What each row ran and where it was published: one line per row, with its link and evaluation.
+    sources = [m.value for m in at.markdown if m.value.startswith("- **")]
+    assert len(sources) == len(later) and all("](https://" in line for line in sources)
+    reason_embed = next(line for line in sources if line.startswith("- **ReasonEmbed\\-Qwen3\\-8B**"))
+    assert "(authors' re\\-run)" in reason_embed
+    assert any("(benchmark's own)" in line for line in sources)
 
     def gains():  # type: ignore[no-untyped-def]
-        return next(
-            df.value
-            for df in at.dataframe
-            if "ReasonEmbed-Qwen3-8B" in df.value.index and "evaluation" not in df.value.columns
-        )
+        return [df.value for df in at.dataframe if "ReasonEmbed-Qwen3-8B" in df.value.index][1]
 
     over_nv = gains().loc["ReasonEmbed-Qwen3-8B"]
     assert over_nv["Biology"] == pytest.approx(54.01 - 27.15) and over_nv["PMC-Clinical"] < 0
