@@ -252,3 +252,46 @@ def test_a_page_shows_a_running_job_instead_of_computing_the_same_run_again(_iso
         release.set()
         REGISTRY.get(key).wait(5)  # type: ignore[union-attr]
         REGISTRY.forget(key)
+
+
+def test_bm25_jobs_take_turns_and_a_waiting_one_can_be_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two BM25 runs computed in two threads of one server cost 1.13x the CPU and wall time of one after
+    the other (they only contend for the GIL; benchmarks/bench_compare.py), so BM25 jobs take turns; a
+    job that does not hold the GIL (a dense encoding) does not wait, and a waiting job still cancels."""
+    import r2med_core.systems
+
+    dataset = load_demo(TASK)
+    spans: dict[str, list[float]] = {}
+    release = threading.Event()
+
+    def fake_run_system(dataset, spec, k=100, progress=None):  # type: ignore[no-untyped-def]
+        spans[spec.name] = [time.monotonic()]
+        if spec.name == "bm25":
+            assert release.wait(10)
+        else:
+            time.sleep(0.2)
+        spans[spec.name].append(time.monotonic())
+
+    monkeypatch.setattr(r2med_core.systems, "run_system", fake_run_system)
+    names = ("bm25", "bm25s", "bm25-okapi", "minilm")
+    for name in names:
+        REGISTRY.forget(run_job_key(dataset, name))
+    first = start_run(dataset, "bm25")
+    second = start_run(dataset, "bm25s")
+    third = start_run(dataset, "bm25-okapi")
+    dense = start_run(dataset, "minilm")
+    try:
+        assert dense.wait(5) and dense.state == "done"  # ran while the first BM25 job held the turn
+        time.sleep(0.3)
+        assert "bm25s" not in spans and second.state == "running" and second.message.startswith("Waiting")
+        REGISTRY.cancel(third.key)
+        assert third.wait(5) and third.state == "cancelled" and "bm25-okapi" not in spans
+        release.set()
+        assert first.wait(5) and second.wait(5) and second.state == "done"
+        assert spans["bm25s"][0] >= spans["bm25"][1]  # one after the other
+    finally:
+        release.set()
+        for job in (first, second, third, dense):
+            job.wait(5)
+        for name in names:
+            REGISTRY.forget(run_job_key(dataset, name))

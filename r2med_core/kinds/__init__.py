@@ -30,6 +30,8 @@ How to add a kind
    the benchmark), ``estimate_seconds``, ``link_refusal``, ``check`` (fail fast on a dataset that
    cannot run it), ``stores_run = False`` when your run is cheap to rebuild from cached parts,
    ``asks_llm`` (True when computing sends paid LLM requests: the app then waits for a click),
+   ``holds_gil`` (True when computing is mostly Python, like tokenizing: background jobs of such kinds
+   take turns on a server),
    ``cost_notes`` (requests and tokens shown before that click) and ``explanations`` (per-document
    reasons the explorer shows, e.g. a point-wise LLM judge's).
 

@@ -130,6 +130,9 @@ class SystemKind(ABC):
     stores_run: ClassVar[bool] = True
     #: Whether it can rank typed text (``search``); combined kinds also need every member to.
     typed_text: ClassVar[bool] = False
+    #: Whether computing it holds the GIL for most of its time (Python tokenizing): the server's background
+    #: jobs of such kinds take turns (``compute.jobs``), since two sharing one process's GIL cost more.
+    holds_gil: ClassVar[bool] = False
     #: The disk-cache kinds it makes itself (a BM25 index), besides the stored run and its models'
     #: entries (their roles say): they may travel between machines (``server.portable``).
     cache_kinds: ClassVar[tuple[str, ...]] = ()

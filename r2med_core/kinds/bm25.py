@@ -90,6 +90,7 @@ class BM25Kind(SystemKind):
     priority = 90
     typed_text = True
     cache_kinds = ("bm25",)  # its index (``bm25_retriever``)
+    holds_gil = True  # the Lucene analyzer and bm25s's tokenizer are Python
     #: What ``|q|`` counts in the official engine's query weight (``retrieval.bm25.QUERY_LENGTHS``).
     query_length: ClassVar[str] = "vocabulary"
 

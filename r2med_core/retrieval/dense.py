@@ -26,7 +26,6 @@ import numpy as np
 
 from r2med_core.cache import cached, entry_path, is_intact
 from r2med_core.hub import ModelUnavailable, check_model_reachable
-from r2med_core.llm.client import OPENAI_DEFAULT_URL, base_url_refusal
 from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.encoding import CHARS_PER_TOKEN, discard_chunks, encode_corpus, record_throughput
 from r2med_core.retrieval.hardware import AUTO_CPU_BACKEND, accelerable, detect, resolve_backend
@@ -524,6 +523,8 @@ class _NVEmbedEncoder:
 def openai_endpoint() -> str:
     """The embeddings server: the operator's ``OPENAI_BASE_URL``, else OpenAI's (never a visitor's).
     It goes into messages and cache manifests, so one that may carry a secret is refused."""
+    from r2med_core.llm.client import OPENAI_DEFAULT_URL, base_url_refusal  # only here: reopening an index skips it
+
     url = (os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL).rstrip("/")
     refusal = base_url_refusal(url)
     if refusal:
