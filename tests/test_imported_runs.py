@@ -22,7 +22,7 @@ from r2med_core.server.imported_runs import (
 )
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
-from tests.test_app import frame, open_app, picker
+from tests.test_app import frame, open_app, picker, retrieved_table
 
 TASK = "clinical-evidence"
 
@@ -216,7 +216,7 @@ def test_uploaded_run_is_a_system_in_the_explorer_and_compare(dataset) -> None: 
     assert not at.exception and not at.error, [e.value for e in at.error]
     gold = frame(at, "document")
     assert list(gold["rank"]) == [str(i) for i in range(1, len(dataset.positives(qid)) + 1)]
-    assert list(frame(at, "rank")["document"]) == [d for d, _ in run.top(qid, 10)]
+    assert list(retrieved_table(at)["document"]) == [d for d, _ in run.top(qid, 10)]
 
     at.switch_page("views/pages/compare.py").run()
     at.multiselect(key="w_compare").set_value(["bm25", "run:gpu-model"]).run()
