@@ -144,6 +144,19 @@ def test_parallel_tokenization_is_identical_to_one_process(reference: list[tuple
     assert seen[-1] == 1.0 and seen == sorted(seen) and len(seen) > 3  # one report per chunk
 
 
+def test_ids_stay_first_seen_across_pieces_and_dropped_memos(
+    monkeypatch: pytest.MonkeyPatch, reference: list[tuple[str, str, list[str]]]
+) -> None:
+    """A big corpus goes in pieces, and the chunk memos are dropped when they grow: neither may change
+    an id, a token or the first-occurrence order of the vocabulary."""
+    monkeypatch.setattr(tokenize_module, "_MAX_CHUNK", 7)
+    monkeypatch.setattr(tokenize_module, "_CACHE_LIMIT", 50)
+    clear_cache()
+    tokens = tokenize_to_ids([text for _, text, _ in reference], workers=1)
+    assert [tokens.tokens(i) for i in range(len(tokens))] == [want for _, _, want in reference]
+    assert tokens.terms == list(dict.fromkeys(term for _, _, want in reference for term in want))
+
+
 class _DiesInAWorker(list):
     """A chunk of texts that kills the worker process unpickling it (as a crashed worker would)."""
 
@@ -279,6 +292,12 @@ def _words_where_the_stemmers_part() -> set[str]:
         stem = "".join(rng.choice(alphabet, size=int(rng.integers(0, 7))))
         words.add(stem + "".join(rng.choice(endings, size=int(rng.integers(1, 4)))))
     words.update("".join(rng.choice(alphabet, size=int(rng.integers(1, 4)))) for _ in range(3_000))
+    # Every ending step 1 can strip from after a BL, a LOG or a doubled letter (up to "yings", five
+    # letters), so the routing's "near the end" limits are each reached and passed.
+    tails = "i y s is ys ies ied ieds yed yeds ying yings iing iings ed eds ing ings e es".split()
+    for stem in ("possi", "ana", "x", "no", "te"):
+        for middle in ("bl", "log", *(c + c for c in "chjkqvwxy019_")):
+            words.update(stem + middle + tail for tail in ["", *tails])
     return words
 
 

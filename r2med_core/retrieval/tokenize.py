@@ -15,8 +15,9 @@ than 255 UTF-16 units is chopped into pieces of at most 255, not dropped.
 
 Speed: text is first split on whitespace (which always ends a token), and each distinct chunk —
 and each distinct raw token inside it — is analysed once and memoised, so tokenizing a corpus is
-mostly ``str.split`` plus dictionary look-ups done in C; chunks that are pure ASCII (nearly all)
-use the same grammar cut down to ASCII, which compiles in milliseconds. Stems are those of NLTK's
+mostly ``str.split`` plus a dictionary look-up per word done in C, which numbers the chunk; numpy
+then expands chunk numbers into term ids. Chunks that are ASCII letters and digits are one raw
+token; other ASCII chunks use the grammar cut down to ASCII, which compiles in milliseconds. Stems are those of NLTK's
 Porter stemmer in ``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems: PyStemmer's C "porter"
 stems every word on which the two cannot differ, a copy of NLTK's module
 (:mod:`r2med_core.retrieval._vendor.porter`; importing NLTK itself takes about a second) the rest.
@@ -299,9 +300,13 @@ def _analyze_piece(raw: str) -> str:
 # Where Snowball's frozen Porter (PyStemmer's "porter") can stem differently from Lucene's Porter
 # (NLTK's MARTIN_EXTENSIONS): the latter's BLI -> BLE (for ABLI -> ABLE) and LOGI -> LOG rules of
 # step 2, and a doubled letter step 1b undoubles that Snowball does not count as a double consonant
-# (Snowball's doubles are bb dd ff gg mm nn pp rr tt; ll ss zz stay doubled in both). Words of one
-# or two characters, which only Lucene's leaves alone, are checked by length.
-_SNOWBALL_MAY_DIFFER = re.compile(r"bl|log|([^abdefgilmnoprstuz])\1")
+# (Snowball's doubles are bb dd ff gg mm nn pp rr tt; ll ss zz stay doubled in both). Each can only
+# act near the end of a word: step 2 sees the word after step 1, which removes at most five
+# letters ("ings" and an undoubled letter), so a BL or LOG that decides anything is followed by at
+# most six letters; step 1b undoubles only right before a removed "ed"/"ing" (step 1a having removed
+# an "s" after it). Words of one or two characters, which only Lucene's leaves alone, are checked
+# by length.
+_SNOWBALL_MAY_DIFFER = re.compile(r"(?:bl|log).{0,6}$|([^abdefgilmnoprstuz])\1(?:ed|ing)s?$")
 
 
 @functools.cache
@@ -350,6 +355,9 @@ class _ChunkCache(dict[str, tuple[str, ...]]):
     """whitespace-free chunk (e.g. ``"(IL-6,"``) -> its terms, filled on first sight."""
 
     def __missing__(self, chunk: str) -> tuple[str, ...]:
+        if chunk.isascii() and chunk.isalnum():  # ASCII letters and digits all join: one raw token
+            terms = self[chunk] = _TOKENS[chunk]
+            return terms
         pattern = _token_pattern(ascii_only=chunk.isascii())
         terms = self[chunk] = tuple(chain.from_iterable(map(_TOKENS.__getitem__, pattern.findall(chunk))))
         return terms
@@ -586,41 +594,62 @@ def _tokenize_chunk(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.nda
     return list(numbering.terms), ids, lengths
 
 
-class _ChunkIds(dict[str, tuple[int, ...]]):
-    """whitespace-free chunk -> the ids of its terms in one :class:`_Numbering`, filled on first sight."""
+class _ChunkNumbers(dict[str, int]):
+    """whitespace-free chunk -> its number, in order of first sight; new chunks are also listed in ``fresh``."""
 
-    def __init__(self, terms: dict[str, int]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.terms = terms
+        self.fresh: list[str] = []
 
-    def __missing__(self, chunk: str) -> tuple[int, ...]:
-        terms = self.terms
-        ids = self[chunk] = tuple(terms.setdefault(term, len(terms)) for term in _CHUNKS[chunk])
-        return ids
+    def __missing__(self, chunk: str) -> int:
+        number = self[chunk] = len(self)
+        self.fresh.append(chunk)
+        return number
 
 
 class _Numbering:
     """Term ids for texts, numbered in order of first occurrence across every call to :meth:`ids`.
 
-    Chunks already seen map straight to their ids (a dict look-up in C), so a corpus costs one
-    Python call per distinct chunk, not one per distinct chunk per piece.
+    The per-word work is one C loop: ``str.split``, then each chunk's number by a dict look-up (a
+    Python call only for a chunk never seen). The chunks' terms are analysed afterwards, once per
+    distinct chunk, and numpy expands chunk numbers into term ids. Numbering the terms while going
+    through the chunks in order of first sight gives each term the id of its first occurrence in
+    the texts (a term first occurs in the earliest chunk that holds it).
     """
 
     def __init__(self) -> None:
         self.terms: dict[str, int] = {}
-        self._chunk_ids = _ChunkIds(self.terms)
+        self._chunks = _ChunkNumbers()
+        self._counts = array("q")  # chunk number -> how many terms it has
+        self._term_ids = array("i")  # the chunks' term ids, one chunk after the other
 
     def ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(token ids of every text, in order; tokens per text)."""
-        flat = array("i")
-        ends = array("q")
-        extend, append, flatten = flat.extend, ends.append, chain.from_iterable
-        for i, text in enumerate(texts):
-            if i % 1000 == 0:
-                _check_cache_size()
-                if len(self._chunk_ids) > _CACHE_LIMIT:  # a memo only: the ids live in self.terms
-                    self._chunk_ids.clear()
-            extend(flatten(map(self._chunk_ids.__getitem__, _chunks(text))))
-            append(len(flat))
-        lengths = np.diff(np.frombuffer(ends, dtype=np.int64), prepend=0)
-        return np.frombuffer(flat, dtype=np.int32), lengths
+        _check_cache_size()
+        if len(self._chunks) > _CACHE_LIMIT:  # a memo only: the ids live in self.terms
+            self._chunks = _ChunkNumbers()
+            self._counts, self._term_ids = array("q"), array("i")
+        numbers, ends = array("i"), array("q")
+        extend, append, number = numbers.extend, ends.append, self._chunks.__getitem__
+        for text in texts:
+            extend(map(number, _chunks(text)))
+            append(len(numbers))
+        self._number_fresh_terms()
+        counts_by_chunk = np.array(self._counts, dtype=np.int64)
+        starts_by_chunk = np.cumsum(counts_by_chunk) - counts_by_chunk
+        words = np.frombuffer(numbers, dtype=np.int32)
+        counts = counts_by_chunk[words]
+        done = np.cumsum(counts)  # tokens up to and including each word
+        firsts = np.repeat(starts_by_chunk[words] - (done - counts), counts)
+        token_ids = np.array(self._term_ids, dtype=np.int32)[firsts + np.arange(len(firsts))]
+        text_ends = np.concatenate(([0], done))[np.frombuffer(ends, dtype=np.int64)]
+        return token_ids, np.diff(text_ends, prepend=0)
+
+    def _number_fresh_terms(self) -> None:
+        """Analyse the chunks first seen in the last call, numbering their new terms."""
+        terms, fresh = self.terms, self._chunks.fresh
+        number = terms.setdefault
+        analysed = list(map(_CHUNKS.__getitem__, fresh))
+        self._counts.extend(map(len, analysed))
+        self._term_ids.extend([number(term, len(terms)) for term in chain.from_iterable(analysed)])
+        fresh.clear()
