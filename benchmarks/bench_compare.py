@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from benchmarks.bench_list_judging import CHROMIUM, CHROMIUM_ARGS, _start
-from benchmarks.procs import Measurement, Pairs, TreePeak, _children, compile_as_installed, gib, load_average, measure
+from benchmarks.procs import Measurement, Pairs, TreePeak, compile_as_installed, gib, load_average, measure, tree_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("bm25", "bm25s")
@@ -36,19 +36,13 @@ GOAL = 1.2
 
 def _tree_cpu(pid: int) -> float:
     """CPU seconds of ``pid`` and its descendants, live ones and those it waited for (/proc, Linux)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0.0, [pid], set()
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for current in tree_pids(pid):
         try:
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
-        todo.extend(_children(current))
     return total
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_list_judging import CHROMIUM, CHROMIUM_ARGS, GOAL_MS, _percentile, _start
+from benchmarks.bench_list_judging import CHROMIUM, CHROMIUM_ARGS, _start, print_latencies, require_chromium
 
 ANNOTATOR = "Bench Judge"
 SYSTEMS = ("bm25", "bm25s")
@@ -37,8 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.documents < 1:
         parser.error("--documents must be at least 1")
-    if not Path(CHROMIUM).exists():
-        raise SystemExit(f"error: {CHROMIUM} not found (apt-get install chromium; never `playwright install`)")
+    require_chromium()
 
     from playwright.sync_api import sync_playwright
 
@@ -88,16 +86,8 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"Judging page on the demo ({args.task}, pool of {', '.join(SYSTEMS)} at {DEPTH}: {queued} documents)")
     print(f"{len(seen_ms)} documents graded by keyboard")
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min; {os.cpu_count()} cores)")
-    print(f"\nper graded document (goal < {GOAL_MS:.0f} ms; ratio = value / goal)")
-    print(f"{'measure':<44}{'median ms':>10}{'p90 ms':>9}{'ratio':>8}")
-    for what, values in (
-        ("app: keydown to the next document drawn", app_ms),
-        ("driver: keypress to the next row seen", seen_ms),
-    ):
-        median, p90 = statistics.median(values), _percentile(values, 0.9)
-        flag = "" if median <= GOAL_MS else "  over the goal"
-        print(f"{what:<44}{median:>10.0f}{p90:>9.0f}{median / GOAL_MS:>8.2f}{flag}")
+    rows = [("app: keydown to the next document drawn", app_ms), ("driver: keypress to the next row seen", seen_ms)]
+    print_latencies("document", rows, load_before[0], load_after[0])
     timed = sum(a.time_ms is not None for a in stored)
     verdict = "one label per keypress" if len(stored) == len(seen_ms) else f"{len(stored)} labels"
     print(f"\nstore: {verdict} (by {ANNOTATOR!r}), {timed} with their time spent")

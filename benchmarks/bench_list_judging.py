@@ -90,6 +90,23 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def require_chromium() -> None:
+    """Stop with a clear message where Debian's Chromium is missing (Playwright's download is never used)."""
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"error: {CHROMIUM} not found (apt-get install chromium; never `playwright install`)")
+
+
+def print_latencies(unit: str, rows: list[tuple[str, list[float]]], load_before: float, load_after: float) -> None:
+    """The load average around the run, then median and p90 of each measure next to the goal."""
+    print(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min; {os.cpu_count()} cores)")
+    print(f"\nper graded {unit} (goal < {GOAL_MS:.0f} ms; ratio = value / goal)")
+    print(f"{'measure':<44}{'median ms':>10}{'p90 ms':>9}{'ratio':>8}")
+    for what, values in rows:
+        median, p90 = statistics.median(values), _percentile(values, 0.9)
+        flag = "" if median <= GOAL_MS else "  over the goal"
+        print(f"{what:<44}{median:>10.0f}{p90:>9.0f}{median / GOAL_MS:>8.2f}{flag}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="clinical-case", help="demo task (default: clinical-case)")
@@ -98,8 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rows < 1:
         parser.error("--rows must be at least 1")
-    if not Path(CHROMIUM).exists():
-        raise SystemExit(f"error: {CHROMIUM} not found (apt-get install chromium; never `playwright install`)")
+    require_chromium()
 
     from playwright.sync_api import sync_playwright
 
@@ -153,16 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     stored = AnnotationStore(work / "data" / "annotations.sqlite").list(annotator=ANNOTATOR)
 
     print(f"list judging on the demo ({args.task}, {args.system}, top {K}): {pressed} rows graded by keyboard")
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min; {os.cpu_count()} cores)")
-    print(f"\nper graded row (goal < {GOAL_MS:.0f} ms; ratio = value / goal)")
-    print(f"{'measure':<44}{'median ms':>10}{'p90 ms':>9}{'ratio':>8}")
-    for what, values in (
-        ("app: keydown to saved label acknowledged", app_ms),
-        ("driver: keypress to row shown saved", seen_ms),
-    ):
-        median, p90 = statistics.median(values), _percentile(values, 0.9)
-        flag = "" if median <= GOAL_MS else "  over the goal"
-        print(f"{what:<44}{median:>10.0f}{p90:>9.0f}{median / GOAL_MS:>8.2f}{flag}")
+    rows = [("app: keydown to saved label acknowledged", app_ms), ("driver: keypress to row shown saved", seen_ms)]
+    print_latencies("row", rows, load_before[0], load_after[0])
     verdict = "one label per keypress" if len(stored) == pressed else f"{len(stored)} labels for {pressed} keypresses"
     print(f"\nstore: {verdict} (by {ANNOTATOR!r})")
 

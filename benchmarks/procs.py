@@ -29,6 +29,17 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and its live descendants (Linux /proc)."""
+    pids, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current not in pids:
+            pids.add(current)
+            todo.extend(_children(current))
+    return pids
+
+
 def _rss(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -46,13 +57,7 @@ class TreePeak(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            pids, todo = set(), [self.pid]
-            while todo:
-                pid = todo.pop()
-                if pid not in pids:
-                    pids.add(pid)
-                    todo.extend(_children(pid))
-            self.peak = max(self.peak, sum(map(_rss, pids)))
+            self.peak = max(self.peak, sum(map(_rss, tree_pids(self.pid))))
             self._stop_event.wait(self.interval)
 
     def stop(self) -> int:
