@@ -114,6 +114,11 @@ class Job:
         """Cancel was pressed and the work has not stopped yet."""
         return self.state == RUNNING and self._cancel.is_set()
 
+    @property
+    def active(self) -> bool:
+        """Running and not being cancelled: the job a page shows and a new start joins."""
+        return self.state == RUNNING and not self._cancel.is_set()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job ends (tests and the CLI); True if it has."""
         if self._thread is not None:
@@ -156,7 +161,7 @@ class JobRegistry:
         kept once that one has let go (an encoding waits for the other encoder's lock)."""
         with self._lock:
             current = self._jobs.get(key)
-            if current is not None and current.state == RUNNING and not current.cancelling:
+            if current is not None and current.active:
                 return current
             job = Job(key, label)
             thread = threading.Thread(target=self._run, args=(job, work), name=f"r2med-job-{label}", daemon=True)
