@@ -1,6 +1,7 @@
 """Issue 25, measured in headless Chromium on a real ``streamlit run`` server: tables that fit their
 column (no last column on the edge), a readable document preview, sidebar clicks that all count while a
-job's progress redraws, and no previous system's numbers left on screen while the next one loads.
+job's progress redraws, Compute and Cancel clicks that all count while a page with a job's progress is
+drawn, and no previous system's numbers left on screen while the next one loads.
 
 The widths are the browser's own: a data grid's scroller ``scrollWidth`` (the sum of its columns) against
 its ``clientWidth``, and an HTML table's cells against the main column.
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, WebSocketRoute
 
 from r2med_core import load_demo, run_system
 from r2med_core.analysis.explore import retrieved_frame
@@ -185,5 +186,80 @@ def test_every_sidebar_click_counts_while_a_jobs_progress_redraws(
                 counted.append(parse_qs(urlparse(page.url).query).get("rerank", ["none"])[0] == want)
             assert counted == [True] * 9, counted
             assert progress.is_visible(), "the job ended before the clicks: nothing was redrawing"
+        finally:
+            page.context.close()
+
+
+class _HeldServer:
+    """The page's WebSocket to the app, passed on both ways, except that the server's messages can be held
+    from the one that carries ``marker`` on: the browser then shows the page as far as a run has drawn it,
+    as a slow run (seconds while a job shares the CPU) leaves it, for as long as the test likes."""
+
+    def __init__(self, page: Page) -> None:
+        self._route: WebSocketRoute | None = None
+        self._marker: bytes | None = None
+        self._held: list[str | bytes] = []
+        self.holding = False
+        page.route_web_socket(re.compile(r"/_stcore/stream$"), self._connect)
+
+    def _connect(self, route: WebSocketRoute) -> None:
+        self._route = route
+        route.connect_to_server().on_message(self._from_server)
+
+    def _from_server(self, message: str | bytes) -> None:
+        assert self._route is not None
+        if self.holding:
+            self._held.append(message)
+            return
+        self._route.send(message)
+        data = message.encode() if isinstance(message, str) else message
+        if self._marker is not None and self._marker in data:
+            self._marker, self.holding = None, True
+
+    def hold_after(self, marker: str) -> None:
+        self._marker = marker.encode()
+
+    def release(self) -> None:
+        assert self._route is not None
+        self.holding = False
+        for message in self._held:
+            self._route.send(message)
+        self._held.clear()
+
+
+def test_every_compute_and_cancel_click_counts_while_a_jobs_progress_is_drawn(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 25: Compare with MiniLM and BM25 uncomputed. Three times, Compute MiniLM; while the page is
+    still being drawn with its progress (the run after the click, held once the progress's Cancel is drawn)
+    the only Compute button on screen is BM25's (MiniLM's stayed below its progress, looking like BM25's,
+    and a click on it did nothing). Cancel, clicked then, counts the first two times; the third time a
+    click on the Compute button on screen starts BM25."""
+    minilm_panel = "MiniLM-L6-v2 (offline; not a paper model) is not computed on this task yet."
+    bm25_panel = "BM25 (R2MED official) is not computed on this task yet."
+    with streamlit_server(tmp_path_factory.mktemp("held"), {"R2MED_COMPUTE_SECONDS": "0.001"}) as base:
+        page = _page(browser, base, 1400)
+        try:
+            server = _HeldServer(page)
+            page.goto(f"/compare?task={TASK}&systems=minilm&systems=bm25&compare=minilm&compare=bm25")
+            compute = page.get_by_role("button", name=re.compile(r"^Compute \("))
+            cancel = page.get_by_role("button", name="Cancel")
+            page.get_by_text(bm25_panel).wait_for()
+            for attempt in range(3):
+                page.get_by_text(minilm_panel).wait_for()
+                server.hold_after("cancel:run")  # the Cancel button's key: the progress is drawn whole
+                compute.first.click()  # MiniLM's, the first panel
+                cancel.wait_for()
+                assert server.holding, "the page was drawn before it could be held"
+                assert compute.count() == 1, f"attempt {attempt}: a Compute button is left below MiniLM's progress"
+                if attempt < 2:
+                    cancel.click()
+                    server.release()
+                    page.get_by_role("button", name=re.compile(r"resumes where it stopped")).wait_for()
+                    continue
+                compute.first.click()
+                server.release()
+                page.get_by_text(bm25_panel).wait_for(state="detached", timeout=30_000)  # BM25 started
+                assert page.get_by_text(minilm_panel).count() == 0
         finally:
             page.context.close()

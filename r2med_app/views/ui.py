@@ -326,20 +326,27 @@ def compute_panel(dataset: Dataset, system: str) -> None:
 
     The job belongs to the server, not the session: every visitor who opens the same system sees
     the same progress, and a finished job's run is in the disk cache for all of them.
+
+    The button and the progress each have their own place, and the one not shown is an ``st.empty()``:
+    the browser keeps a container's children when another container takes its place, until that run
+    ends. Drawn in the button's place, the progress left the Compute button below it, on screen and
+    clickable while the rest of the page was drawn (seconds when the job shares the CPU): it looked like
+    the next system's button, and a click on it did nothing. An element in a place drops them at once.
     """
     key = run_job_key(dataset, system)
     job = REGISTRY.get(key)
     label = md(system_label(system))
     try:
         if job is not None and job.state == "running" and not job.cancelling:
+            st.empty()  # the button's place
             job_progress(key)
             return
-        if job is not None and job.state == "failed":
-            st.error(f"{label} failed: {md(job.error)}")
         seconds = estimate_seconds(dataset, system)
         stopped = job is not None and (job.state == "cancelled" or job.cancelling)
         resumed = " (resumes where it stopped)" if stopped else ""
         with st.container(border=True):
+            if job is not None and job.state == "failed":
+                st.error(f"{label} failed: {md(job.error)}")
             st.markdown(f"**{label}** is not computed on this task yet.")
             if job is not None and job.cancelling:
                 st.caption("Cancelling… the finished part is kept; Compute starts again from there.")
@@ -348,6 +355,7 @@ def compute_panel(dataset: Dataset, system: str) -> None:
             if st.button(f"Compute (≈ {format_seconds(seconds)}){resumed}", key=f"compute:{system}", type="primary"):
                 start_run(dataset, system)  # a job still being cancelled is not joined: a new one resumes
                 st.rerun()  # one control at a time: the next run shows the progress, not this button
+        st.empty()  # the progress's place
     except (StreamlitDuplicateElementKey, StreamlitDuplicateElementId):
         pass  # the same system's panel is already on this page
 
