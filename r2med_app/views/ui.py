@@ -282,7 +282,7 @@ def is_ready(dataset: Dataset, system: str) -> bool:
     if _in_memory(dataset, system):
         return True
     job = REGISTRY.get(run_job_key(dataset, system))
-    if job is not None and job.state == "running" and not job.cancelling:
+    if job is not None and job.active:
         return False
     if needs_click(dataset, system):  # LLM requests cost the operator money: never without a click
         return False
@@ -337,7 +337,7 @@ def compute_panel(dataset: Dataset, system: str) -> None:
     job = REGISTRY.get(key)
     label = md(system_label(system))
     try:
-        if job is not None and job.state == "running" and not job.cancelling:
+        if job is not None and job.active:
             st.empty()  # the button's place
             job_progress(key)
             return
