@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from typing import Literal
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -151,6 +152,59 @@ def test_choosing_an_unloaded_system_clears_the_previous_ones_numbers_at_once(
             assert time.monotonic() - started < 5
             settle(page, "Retrieved top 10")
             assert old.count() == 0  # MiniLM's own numbers now
+        finally:
+            page.context.close()
+
+
+MINILM = "MiniLM-L6-v2 (offline; not a paper model)"
+
+
+@pytest.mark.parametrize(
+    ("path", "done", "picker", "old_heading", "added"),
+    [
+        ("metrics?systems=bm25", "Results files and runs", "Systems in play", "Official metrics",
+         ("columnheader", MINILM)),
+        ("compare?systems=bm25&systems=bm25s&systems=minilm", "Save this comparison",
+         "Systems (the first is the baseline)", "Paired significance",
+         ("heading", f"{MINILM} vs BM25 (R2MED official)")),
+    ],
+    ids=["metrics", "compare"],
+)  # fmt: skip
+def test_adding_an_unloaded_system_replaces_the_previous_selections_numbers_at_once(
+    browser: Browser,
+    tmp_path_factory: pytest.TempPathFactory,
+    path: str,
+    done: str,
+    picker: str,
+    old_heading: str,
+    added: tuple[Literal["columnheader", "heading"], str],
+) -> None:
+    """Issue 25: adding a system that is not loaded to Metrics' systems in play (or to Compare's choice)
+    shows "Getting … ready" where the tables were, and within a second none of the previous selection's
+    tables is left on screen, greyed, under the new one; then the new tables include the added system."""
+    with streamlit_server(tmp_path_factory.mktemp("stale"), {}) as base:  # MiniLM is not encoded there yet
+        page = _page(browser, base, 1400)
+        try:
+            page.goto(f"/{path}&task={TASK}")
+            settle(page, done)
+            main = page.locator('[data-testid="stMain"]')
+            tables = main.locator('[data-testid="stTable"], [data-testid="stDataFrame"]')
+            heading = main.get_by_role("heading", name=old_heading)
+            assert tables.count() and heading.count()
+            assert MINILM not in main.inner_text()
+            _choose(page, picker, re.compile(f"^{re.escape(MINILM)}$"))
+            page.keyboard.press("Escape")
+            page.get_by_text(f"Getting {MINILM} ready").wait_for(timeout=5_000)
+            started = time.monotonic()
+            assert tables.count() == 0 and heading.count() == 0, "the previous selection's tables are still on screen"
+            page.wait_for_timeout(1000)
+            assert page.get_by_text(re.compile(f"(Getting|Computing) {re.escape(MINILM)}")).first.is_visible(), (
+                "MiniLM was ready too soon to tell"
+            )
+            assert tables.count() == 0 and heading.count() == 0
+            assert time.monotonic() - started < 5
+            settle(page, done)
+            assert heading.count() == 1 and main.get_by_role(added[0], name=added[1], exact=True).first.is_visible()
         finally:
             page.context.close()
 
