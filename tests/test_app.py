@@ -149,6 +149,11 @@ def retrieved_table(at: AppTest):  # type: ignore[no-untyped-def]
     return next(t.value for t in at.table if list(t.value.columns[:2]) == ["rank", "document"])
 
 
+def your_runs(at: AppTest):  # type: ignore[no-untyped-def]
+    """The Leaderboard's "Your runs" (a column per system, a row per field) read back as a row per system."""
+    return next(t.value for t in at.table if "setting" in t.value.index).T
+
+
 def _means(at: AppTest):  # type: ignore[no-untyped-def]
     """The Metrics page's table: one row per metric, "what it says", then one column per system."""
     return next(t.value for t in at.table if "what it says" in t.value.columns)
@@ -589,20 +594,20 @@ def test_metrics_and_leaderboard_show_where_each_number_comes_from() -> None:
     assert rows["system"] == "minilm" and "demo:clinical-evidence" in rows["dataset"]
     assert "@" in rows["model"] and "pytrec-eval-terrier" in rows["packages"] and rows["cost"] == "none (local models)"
     at.switch_page("views/pages/leaderboard.py").run()
-    board = frame(at, "system")
+    board = your_runs(at)
     assert {"time (s)", "cost", "data", "device"} <= set(board.columns)
     assert (board["cost"] == "none (local models)").all() and (board["device"] == "cpu").all()
 
 
 def test_leaderboard_marks_local_settings_that_are_not_the_benchmarks() -> None:
     at = open_app("leaderboard", task="qa-reference", systems=["bm25", "bm25s"])
-    local = frame(at, "system")
-    settings = dict(zip(local["system"], local["setting"]))
-    assert settings["BM25 (R2MED official)"] == "benchmark's"
-    assert settings["BM25 (bm25s default tokenizer)"].startswith("≠ benchmark: bm25s's own tokenizer")
-    for value, text in zip(local["local nDCG@10"], local["95% CI"]):  # every local mean carries its interval
-        low, high = map(float, text.strip("[]").split(", "))
-        assert low - 0.0005 <= value <= high + 0.0005
+    local = your_runs(at)
+    assert local.loc["BM25 (R2MED official)", "setting"] == "benchmark's"
+    assert local.loc["BM25 (bm25s default tokenizer)", "setting"].startswith("≠ benchmark: bm25s's own tokenizer")
+    for shown in local["local nDCG@10 (95% CI)"]:  # every local mean carries its interval
+        value, interval = shown.split(" ", 1)
+        low, high = map(float, interval.strip("[]").split(", "))
+        assert low - 0.0005 <= float(value) <= high + 0.0005
 
 
 def test_explorer_and_metrics_say_when_a_query_had_nothing_to_search(
@@ -701,7 +706,7 @@ def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at
         made = generate_rewrites(demo, "hyde", Endpoint(server.url, "writer-model", api_key=KEY), llm_name="live")
     tokens = f"{made.spent.prompt_tokens:,} prompt tokens, {made.spent.completion_tokens:,} completion tokens"
     at = open_app("leaderboard", task="qa-reference", systems=["bm25", "bm25+hyde:live"])
-    cost = dict(zip(frame(at, "system")["system"], frame(at, "system")["cost"], strict=True))
+    cost = your_runs(at)["cost"].to_dict()
     assert cost["BM25 (R2MED official)"] == "none (local models)"
     live = next(label for label in cost if "live" in label)
     assert cost[live] == tokens  # no price configured: tokens only, never a guessed price
@@ -709,7 +714,7 @@ def test_leaderboard_cost_shows_the_tokens_a_live_rewrite_cost_and_money_only_at
     monkeypatch.setenv("R2MED_LLM_PRICES", "writer-model=1000000/2000000 credits")
     priced = open_app("leaderboard", task="qa-reference", systems=["bm25+hyde:live"])
     money = made.spent.prompt_tokens + 2 * made.spent.completion_tokens
-    assert frame(priced, "system")["cost"].tolist() == [
+    assert your_runs(priced)["cost"].tolist() == [
         f"{tokens} (≈ {money:.4g} credits at the configured price per 1M tokens)"
     ]
 

@@ -137,11 +137,11 @@ def test_eval_runs_bm25q_on_the_demo(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_the_app_offers_bm25q_and_badges_it_as_not_the_benchmarks() -> None:
-    from .test_app import frame, open_app
+    from .test_app import open_app, your_runs
 
     offered = open_app("leaderboard", task="qa-reference", systems=["bm25"]).multiselect(key="w_systems").options
     assert parse_system("bm25q").label in offered  # in the sidebar's list without a link naming it
     at = open_app("leaderboard", task="qa-reference", systems=["bm25", "bm25q"])
-    settings = dict(zip(*(frame(at, "system")[c] for c in ("system", "setting")), strict=True))
+    settings = your_runs(at)["setting"].to_dict()
     assert settings["BM25 (R2MED official)"] == "benchmark's"
     assert settings[parse_system("bm25q").label].startswith("≠ benchmark: query-side BM25 as Anserini computes it")

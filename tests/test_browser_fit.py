@@ -12,15 +12,21 @@ its ``clientWidth``, and an HTML table's cells against the main column.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 from playwright.sync_api import Browser, Page, WebSocketRoute
 
-from r2med_core import load_demo, run_system
+from r2med_core import evaluate, load_demo, run_system
 from r2med_core.analysis.explore import retrieved_frame
+from r2med_core.analysis.paper_comparison import compare_with_paper
+from r2med_core.data import demo_path
+from r2med_core.judging.pooling import judged_at_k
 from tests.test_browser import SCREENSHOTS, _choose, browser, chromium, settle, streamlit_server
 
 __all__ = ["browser", "chromium"]  # the fixtures, shared with test_browser.py
@@ -28,27 +34,51 @@ __all__ = ["browser", "chromium"]  # the fixtures, shared with test_browser.py
 pytestmark = pytest.mark.browser
 
 TASK = "clinical-case"
-#: How far the first table after "Official metrics" (a data grid, or an HTML table) reaches past its column.
-_METRICS_TABLE_OVERFLOW_JS = """() => {
-  const table = document.querySelector('[data-testid="stDataFrame"], [data-testid="stTable"]');
+#: A copy of the demo task under the name of a published task: the Leaderboard compares it with the paper.
+PUBLISHED = "Biology"
+_TABLES = '[data-testid="stDataFrame"], [data-testid="stTable"]'
+#: How far a table (a data grid, or an HTML table) reaches past its column: its columns past its scroller's
+#: width, and its cells past the main column's right edge; with its headers, text and rows of cells.
+_OVERFLOW_JS = """table => {
   const main = document.querySelector('[data-testid="stMainBlockContainer"]').getBoundingClientRect();
   const scroller = table.querySelector('.dvn-scroller') || table.querySelector('table').parentElement;
   const cells = [...table.querySelectorAll('td, th')].map(c => c.getBoundingClientRect().right);
   return {columns: scroller.scrollWidth - scroller.clientWidth, cells: Math.max(...cells) - main.right,
-          kind: table.dataset.testid, text: table.innerText};
+          kind: table.dataset.testid, text: table.innerText,
+          heads: [...table.querySelectorAll('th')].map(th => th.innerText).join(' | '),
+          rows: [...table.querySelectorAll('tr')].map(tr => [...tr.children].map(c => c.innerText.trim()))};
 }"""
-#: Every data grid on the page whose columns are wider than the grid (a cut last column), with its headers.
-_CUT_GRIDS_JS = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].flatMap(grid => {
-  const scroller = grid.querySelector('.dvn-scroller');
-  if (!scroller || scroller.scrollWidth <= scroller.clientWidth + 1) return [];
-  const heads = [...grid.querySelectorAll('th')].map(th => th.innerText).join(' | ');
-  return [`${heads}: ${scroller.scrollWidth} px of columns in ${scroller.clientWidth} px`];
-})"""
+
+
+def _cut_tables(page: Page) -> list[str]:
+    """Every table on the page that reaches past its column (a cut last column), by its headers."""
+    found = [table.evaluate(_OVERFLOW_JS) for table in page.locator(_TABLES).all()]
+    return [f"{f['heads']}: {f['columns']} px of columns, cells {f['cells']:.0f} px" for f in found if _cut(f)]
+
+
+def _cut(found: dict) -> bool:
+    return found["columns"] > 1 or found["cells"] > 1
+
+
+def _table_under(page: Page, heading: str) -> dict:
+    """The first table after the heading that contains ``heading``, measured."""
+    anchor = page.get_by_role("heading", name=heading).first
+    return anchor.locator("xpath=following::*[@data-testid='stTable' or @data-testid='stDataFrame']").first.evaluate(
+        _OVERFLOW_JS
+    )
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with streamlit_server(tmp_path_factory.mktemp("fit-app"), {}) as base:
+def published_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the demo task under a published task's name, in the app server's data roots."""
+    folder = tmp_path_factory.mktemp("fit-data") / PUBLISHED
+    shutil.copytree(demo_path(TASK), folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory: pytest.TempPathFactory, published_copy: Path) -> Iterator[str]:
+    with streamlit_server(tmp_path_factory.mktemp("fit-app"), {"R2MED_DATA_ROOTS": str(published_copy.parent)}) as base:
         yield base
 
 
@@ -74,7 +104,7 @@ def test_every_leaderboard_table_fits_its_column(browser: Browser, app_url: str,
             _choose(page, "Settings", kind)
             settle(page, "Your runs on")
             page.wait_for_timeout(500)  # the grids size their columns after drawing
-            assert page.evaluate(_CUT_GRIDS_JS) == [], f"{kind} at {width} px"
+            assert _cut_tables(page) == [], f"{kind} at {width} px"
         page.screenshot(path=str(SCREENSHOTS / f"leaderboard-fit-{width}.png"), full_page=True)
     finally:
         page.context.close()
@@ -91,13 +121,69 @@ def test_the_metrics_table_shows_every_metric_and_interval_in_its_column(
         page.goto(f"/metrics?task={TASK}&systems=bm25&systems=minilm")
         settle(page, "Results files and runs")
         page.wait_for_timeout(500)
-        found = page.evaluate(_METRICS_TABLE_OVERFLOW_JS)
-        assert found["columns"] <= 1 and found["cells"] <= 1, f"cut by {found} at {width} px"
+        found = page.locator(_TABLES).first.evaluate(_OVERFLOW_JS)
+        assert not _cut(found), f"cut by {found} at {width} px"
         assert found["kind"] == "stTable"  # real text in the page, wrapped, not drawn on a canvas
         for words in ("P@10", "MRR", "how high the first relevant document ranks", "BM25 (R2MED official)", "MiniLM"):
             assert words in found["text"], words
         assert len(re.findall(r"\d\.\d{4} \[\d\.\d\d, \d\.\d\d\]", found["text"])) == 2 * 6  # 6 metrics × 2
         page.screenshot(path=str(SCREENSHOTS / f"metrics-fit-{width}.png"), full_page=True)
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1000, 1440])
+def test_every_metrics_table_fits_its_column_with_pooling_and_holes_whole(
+    browser: Browser, app_url: str, width: int
+) -> None:
+    """Issue 25: at 800, 1000 and 1440 px no Metrics table reaches past the page's column; "Pooling and
+    holes" (its columns per measure were cut from the rank on at 800 px) shows each system's numbers
+    and what each measure says."""
+    dataset = load_demo(TASK)
+    runs = {name: run_system(dataset, name) for name in ("bm25", "bm25s")}
+    page = _page(browser, app_url, width)
+    try:
+        page.goto(f"/metrics?task={TASK}&systems=bm25&systems=bm25s")
+        settle(page, "Results files and runs")
+        page.wait_for_timeout(500)  # the grids size their columns after drawing
+        assert _cut_tables(page) == [], f"at {width} px"
+        pooling = _table_under(page, "pooling and holes")
+        assert not _cut(pooling) and pooling["kind"] == "stTable", pooling
+        for words in ("BM25 (R2MED official)", "BM25 (bm25s default tokenizer)", "rank", "pooled @10", "only it"):
+            assert words in pooling["text"], words
+        rows = {row[0]: row[2:] for row in pooling["rows"]}  # measure, what it says, one cell per system
+        means = [f"{evaluate(run, dataset.qrels).means['ndcg_at_10']:.4f}" for run in runs.values()]
+        assert rows["nDCG@10 without"] == rows["nDCG@10 with"] == means  # nothing judged by the team here
+        assert rows["Judged@10"] == [f"{judged_at_k(run, dataset.qrels)[0]:.4f}" for run in runs.values()]
+        page.screenshot(path=str(SCREENSHOTS / f"metrics-pooling-fit-{width}.png"), full_page=True)
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1000, 1440])
+def test_your_runs_on_a_published_task_fit_their_column(
+    browser: Browser, app_url: str, published_copy: Path, width: int
+) -> None:
+    """Issue 25: on a published task, "Your runs" (each system's local score and interval, the paper's
+    score, the gap and verdict, the setting and where it ran; eleven columns were cut from 1440 px
+    down) is whole at 800, 1000 and 1440 px."""
+    dataset = load_demo(TASK)
+    local = evaluate(run_system(dataset, "bm25"), dataset.qrels).means["ndcg_at_10"]
+    paper = compare_with_paper("bm25", PUBLISHED, "ndcg_at_10", local)
+    assert paper.paper is not None
+    page = _page(browser, app_url, width)
+    try:
+        page.goto(f"/leaderboard?source=local&folder={published_copy}&systems=bm25&systems=bm25s")
+        settle(page, "Your imported runs")
+        page.wait_for_timeout(500)
+        mine = _table_under(page, f"Your runs on {PUBLISHED}")
+        assert not _cut(mine), f"cut by {mine} at {width} px"
+        for words in (
+            "BM25 (R2MED official)", "BM25 (bm25s default tokenizer)", f"{local:.4f}", f"{paper.paper:.4f}",
+            f"{paper.gap:+.4f}", paper.flag, "no published counterpart", "≠ benchmark", "cpu",
+        ):  # fmt: skip
+            assert words in mine["text"], words
+        page.screenshot(path=str(SCREENSHOTS / f"leaderboard-your-runs-{width}.png"), full_page=True)
     finally:
         page.context.close()
 
@@ -131,8 +217,6 @@ def test_choosing_an_unloaded_system_clears_the_previous_ones_numbers_at_once(
     """Issue 25: choosing a system that is not loaded shows "Getting … ready" where the page was, and
     within a second nothing of the previous system's (its mean, its query table, its documents) remains."""
     dataset = load_demo(TASK)
-    from r2med_core import evaluate
-
     mean = evaluate(run_system(dataset, "bm25"), dataset.qrels).means["ndcg_at_10"]
     with streamlit_server(tmp_path_factory.mktemp("stale"), {}) as base:  # MiniLM is not encoded there yet
         page = _page(browser, base, 1400)
@@ -152,6 +236,59 @@ def test_choosing_an_unloaded_system_clears_the_previous_ones_numbers_at_once(
             assert time.monotonic() - started < 5
             settle(page, "Retrieved top 10")
             assert old.count() == 0  # MiniLM's own numbers now
+        finally:
+            page.context.close()
+
+
+MINILM = "MiniLM-L6-v2 (offline; not a paper model)"
+
+
+@pytest.mark.parametrize(
+    ("path", "done", "picker", "old_heading", "added"),
+    [
+        ("metrics?systems=bm25", "Results files and runs", "Systems in play", "Official metrics",
+         ("columnheader", MINILM)),
+        ("compare?systems=bm25&systems=bm25s&systems=minilm", "Save this comparison",
+         "Systems (the first is the baseline)", "Paired significance",
+         ("heading", f"{MINILM} vs BM25 (R2MED official)")),
+    ],
+    ids=["metrics", "compare"],
+)  # fmt: skip
+def test_adding_an_unloaded_system_replaces_the_previous_selections_numbers_at_once(
+    browser: Browser,
+    tmp_path_factory: pytest.TempPathFactory,
+    path: str,
+    done: str,
+    picker: str,
+    old_heading: str,
+    added: tuple[Literal["columnheader", "heading"], str],
+) -> None:
+    """Issue 25: adding a system that is not loaded to Metrics' systems in play (or to Compare's choice)
+    shows "Getting … ready" where the tables were, and within a second none of the previous selection's
+    tables is left on screen, greyed, under the new one; then the new tables include the added system."""
+    with streamlit_server(tmp_path_factory.mktemp("stale"), {}) as base:  # MiniLM is not encoded there yet
+        page = _page(browser, base, 1400)
+        try:
+            page.goto(f"/{path}&task={TASK}")
+            settle(page, done)
+            main = page.locator('[data-testid="stMain"]')
+            tables = main.locator('[data-testid="stTable"], [data-testid="stDataFrame"]')
+            heading = main.get_by_role("heading", name=old_heading)
+            assert tables.count() and heading.count()
+            assert MINILM not in main.inner_text()
+            _choose(page, picker, re.compile(f"^{re.escape(MINILM)}$"))
+            page.keyboard.press("Escape")
+            page.get_by_text(f"Getting {MINILM} ready").wait_for(timeout=5_000)
+            started = time.monotonic()
+            assert tables.count() == 0 and heading.count() == 0, "the previous selection's tables are still on screen"
+            page.wait_for_timeout(1000)
+            assert page.get_by_text(re.compile(f"(Getting|Computing) {re.escape(MINILM)}")).first.is_visible(), (
+                "MiniLM was ready too soon to tell"
+            )
+            assert tables.count() == 0 and heading.count() == 0
+            assert time.monotonic() - started < 5
+            settle(page, done)
+            assert heading.count() == 1 and main.get_by_role(added[0], name=added[1], exact=True).first.is_visible()
         finally:
             page.context.close()
 

@@ -302,6 +302,25 @@ def test_rows_show_judgements_and_others_labels_only_once_graded(store: Annotati
     assert not rows[0].revealed and rows[0].others == ()  # bob's grade on d1 stays hidden: ann has not graded it
 
 
+def test_a_row_its_annotator_marked_unsure_shows_unsure_and_stays_blind(store: AnnotationStore) -> None:
+    """A document the annotator marked unsure (on the Judging page) shows as unsure on the list, not as
+    ungraded; it is still no grade, so its judgements stay hidden; a later grade replaces the unsure."""
+    ledger = SaveOnce()
+    unsure = {"events": [{"id": "u1", "doc": "d1", "unsure": True, "at": T0 + 1000}]}
+    _save(store, ledger, parse_events(unsure, DOCS, unsure=True)[0])
+    _save(store, ledger, parse_events(_value(("e1", "d1", 2)), DOCS)[0], who="bob")
+    rows = list_rows(RUN, QID, 3, CORPUS, QRELS, store.list(), "ann")
+    assert [(r.unsure, r.grade, r.revealed, r.others) for r in rows] == [
+        (True, None, False, ()), (False, None, False, ()), (False, None, False, ()),
+    ]  # fmt: skip
+    assert [r.to_args()["grade"] for r in rows] == ["unsure", None, None]  # the list's badge: "u · unsure"
+    assert list_rows(RUN, QID, 3, CORPUS, QRELS, store.list(), "bob")[0].unsure is False  # ann's, not bob's
+    _save(store, ledger, parse_events(_value(("e3", "d1", 1)), DOCS)[0])
+    rows = list_rows(RUN, QID, 3, CORPUS, QRELS, store.list(), "ann")
+    assert (rows[0].unsure, rows[0].grade, rows[0].revealed) == (False, 1, True)
+    assert rows[0].to_args()["grade"] == 1
+
+
 def test_list_grades_count_in_agreement(store: AnnotationStore) -> None:
     for who, grades in (("ann", (2, 1, 0)), ("bob", (2, 1, 1))):
         events = [GradeEvent(f"{who}{i}", doc, g, T0 + i) for i, (doc, g) in enumerate(zip(DOCS, grades))]
@@ -378,6 +397,32 @@ def test_the_page_saves_a_grade_once_over_reruns_as_the_typed_name(
         (first, "grade_1", 1, "Dr. Typed", False),
     ]
     assert any("2 of 10 rows graded by Dr\\. Typed" in c.value for c in at.caption)  # markdown-escaped
+
+
+def test_the_page_shows_a_document_its_annotator_marked_unsure_as_unsure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A document marked unsure on the Judging page reads "unsure" on Judge a list (its row and the count),
+    not as one still to grade."""
+    import json
+
+    from r2med_core import run_system
+
+    at, _key, dataset, qid = _page(monkeypatch, tmp_path)
+    first, second = [doc for doc, _ in run_system(dataset, "bm25").top(qid, 2)]
+    AnnotationStore(tmp_path / "data" / "annotations.sqlite").add(
+        Annotation(
+            dataset=dataset.source, task=dataset.name, query_id=qid, doc_id=first, failure_type="unsure",
+            annotator="Dr. Typed",
+        )
+    )  # fmt: skip
+    at.text_input(key="w_annotator").set_value("Dr. Typed").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("0 of 10 rows graded by Dr\\. Typed · 1 marked unsure" in c.value for c in at.caption)
+    (component,) = [e for e in at.get("component_instance") if "rows" in e.proto.json_args]
+    rows = json.loads(component.proto.json_args)["rows"]
+    shown = [(r["doc"], r["grade"], r["revealed"]) for r in rows[:2]]
+    assert shown == [(first, "unsure", False), (second, None, False)]
 
 
 def test_the_read_only_demo_saves_no_grade(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -11,7 +11,16 @@ from r2med_core.data import DataError
 from r2med_core.evaluation import MAIN_METRICS, evaluate
 from r2med_core.judging.adjudication import Decision
 from r2med_core.judging.annotations import Annotation, AnnotationStore
-from r2med_core.judging.pooling import ORIGINAL, TEAM, Pool, compare_with_team, judged_at_k, pool, scores_with_team
+from r2med_core.judging.pooling import (
+    ORIGINAL,
+    TEAM,
+    Pool,
+    compare_with_team,
+    judged_at_k,
+    pool,
+    pooling_by_measure,
+    scores_with_team,
+)
 from r2med_core.judging.team import team_qrels
 from r2med_core.runs import Run
 
@@ -87,6 +96,26 @@ def test_accepted_addition_changes_metric_rank_and_judged(tmp_path: Path) -> Non
     assert table.loc["B", "rank_change"] == 0
     assert table.loc["A", "judged_without"] == pytest.approx((2 / 5 + 1 / 2) / 2)
     assert table.loc["A", "judged_with"] == pytest.approx((2 / 5 + 1) / 2)
+
+
+def test_the_pooling_table_reads_a_column_per_system_and_a_row_per_measure_in_words() -> None:
+    """The Metrics page's table: each system's numbers down its column (so it fits a narrow window), the
+    rank as "without → with", each measure said in words."""
+    runs = {"A": A, "C": _run("C", {"q1": ["g1"], "q2": ["g2"]})}
+    extended = {**QRELS, "q2": {"g2": 1, "u4": 1}}
+    table = compare_with_team(runs, QRELS, extended)
+    pooled = pool(runs, QRELS, 5)
+    shown = pooling_by_measure(table, pooled, {"A": "System A"})
+    assert list(shown.columns) == ["what it says", "System A", "C"]
+    assert list(shown.index) == [
+        "nDCG@10 without", "nDCG@10 with", "rank", "Judged@10", "Judged@10 with", "pooled @5", "only it",
+    ]  # fmt: skip
+    assert list(shown.loc["rank", ["System A", "C"]]) == ["2 → 1", "1 → 2"]  # A leads once u4 is judged relevant
+    assert shown.loc["nDCG@10 with", "System A"] == f"{table.loc[0, 'with']:.4f}"
+    assert shown.loc["Judged@10", "System A"] == f"{(2 / 5 + 1 / 2) / 2:.4f}"
+    assert list(shown.loc["pooled @5", ["System A", "C"]]) == ["4", "0"]  # u1, u2, u3 (q1) and u4 (q2): A's alone
+    assert shown.loc["only it", "System A"] == "4"
+    assert all(shown["what it says"])
 
 
 def test_one_reevaluation_with_the_original_and_the_teams_qrels() -> None:

@@ -208,3 +208,32 @@ def test_unsure_is_no_grade_it_waits_for_a_reviewer_who_gives_the_grade(new_targ
     assert [i.unit[3] for i in adjudication_queue(store.list(), history(store))] == ["u1", "u3"]
     with pytest.raises(ValueError, match="'unsure' is what it settles"):
         decide(store, (DATASET, TASK, "q1", "u1"), "unsure", "rev")
+
+
+def test_a_later_unsure_takes_out_an_automatic_team_grade_but_not_a_reviewers(tmp_path: Path) -> None:
+    """Someone unsure of a document after the team settled it: an automatic settlement (two agreeing grades,
+    one person's grade 0 on a hole) no longer holds and the pair waits for adjudication; a reviewer's
+    (an accepted proposal, an adjudicated grade) is final and stays, not counted as waiting."""
+    store = AnnotationStore(tmp_path / "final.sqlite")
+    _add(store, "alice", "agreed", "grade_1")
+    _add(store, "bob", "agreed", "grade_1")
+    _add(store, "dan", "looked", "grade_0")
+    store.review(_add(store, "fay", "accepted", "grade_2").id, True, "rev")
+    _add(store, "alice", "decided", "grade_1")
+    _add(store, "bob", "decided", "grade_0")
+    decide(store, (DATASET, TASK, "q1", "decided"), "grade_2", "rev", reason="answers it")
+    settled = {"agreed": (1, "agreed"), "looked": (0, "not relevant"), "accepted": (2, "accepted"),
+               "decided": (2, "adjudicated")}  # fmt: skip
+    team = _team(store)
+    assert {c.doc_id: (c.grade, c.source) for c in team.changes} == settled and team.disputed == 0
+
+    for doc in settled:
+        _add(store, "gus", doc, "unsure")
+    team = _team(store)
+    assert {c.doc_id: (c.grade, c.source) for c in team.changes} == {
+        "accepted": (2, "accepted"), "decided": (2, "adjudicated"),
+    }  # fmt: skip
+    assert team.disputed == 2  # the agreed and the not relevant pairs: not used, waiting for a reviewer
+    assert "2 disagreement(s) or unsure judgement(s) awaiting adjudication" in team.caption()
+    waiting = {i.unit[3]: i for i in adjudication_queue(store.list(), history(store))}
+    assert {"agreed", "looked"} <= set(waiting) and waiting["decided"].reopened  # the reviewer sees the doubt

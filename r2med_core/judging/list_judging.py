@@ -327,7 +327,8 @@ def save_unit_grades(
 @dataclass(frozen=True)
 class Row:
     """One document of the list as the annotator sees it. ``qrels_grade`` and ``others`` are only filled
-    once the annotator graded the row (blind first); ``qrels_grade`` None then means unjudged."""
+    once the annotator graded the row (blind first); ``qrels_grade`` None then means unjudged. ``unsure``:
+    the annotator's latest judgement on it is unsure (``annotations.UNSURE``) — no grade, so still blind."""
 
     rank: int
     doc_id: str
@@ -336,14 +337,16 @@ class Row:
     revealed: bool
     qrels_grade: int | None = None
     others: tuple[str, ...] = ()
+    unsure: bool = False
 
     def to_args(self) -> dict[str, object]:
-        """The row as the component's JSON (text is shown with textContent there, never as HTML)."""
+        """The row as the component's JSON (text is shown with textContent there, never as HTML); an unsure
+        row's grade is the code ``unsure``, which the component shows as it shows the Judging page's key."""
         return {
             "rank": self.rank,
             "doc": self.doc_id,
             "text": self.text,
-            "grade": self.grade,
+            "grade": UNSURE if self.unsure else self.grade,
             "revealed": self.revealed,
             "qrels": self.qrels_grade,
             "others": list(self.others),
@@ -359,10 +362,12 @@ def list_rows(
     labels_on_query: Iterable[Annotation],
     annotator: str,
 ) -> list[Row]:
-    """The top-``k`` rows of ``ranking`` for one query, each with the annotator's latest grade and, for the
-    rows they graded, the qrels grade and the other annotators' labels."""
+    """The top-``k`` rows of ``ranking`` for one query, each with the annotator's latest grade (or that they
+    were unsure) and, for the rows they graded, the qrels grade and the other annotators' labels."""
     labels = list(labels_on_query)
-    mine = latest_grades(labels, annotator) if annotator.strip() else {}
+    named = bool(annotator.strip())
+    mine = latest_grades(labels, annotator) if named else {}
+    doubted = {doc for doc, a in _latest_judgements(labels, annotator).items() if is_unsure(a)} if named else set()
     me = annotator.strip().lower()
     rows = []
     for rank, (doc_id, _score) in enumerate(ranking.top(query_id, k), start=1):
@@ -385,6 +390,7 @@ def list_rows(
                 revealed=revealed,
                 qrels_grade=qrels.get(query_id, {}).get(doc_id) if revealed else None,
                 others=others,
+                unsure=doc_id in doubted,
             )
         )
     return rows

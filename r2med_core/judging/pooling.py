@@ -24,6 +24,7 @@ import pandas as pd
 from r2med_core.data import DataError, Problem
 from r2med_core.evaluation import MAIN_METRICS, evaluate
 from r2med_core.judging.annotations import Qrels
+from r2med_core.reporting.tables import metric_label, metric_meaning
 from r2med_core.runs import Run
 
 #: The pool depth TREC-style pooling uses most, and the cutoff Judged@k is shown at.
@@ -207,3 +208,40 @@ def compare_with_team(
     frame.insert(4, "rank_with", frame["with"].rank(ascending=False, method="min").astype(int))
     frame.insert(5, "rank_change", frame["rank_without"] - frame["rank_with"])
     return frame
+
+
+def pooling_by_measure(
+    table: pd.DataFrame, pooled: Pool, labels: Mapping[str, str], metric: str = "ndcg_at_10", k: int = DEFAULT_DEPTH
+) -> pd.DataFrame:
+    """The Metrics page's "Pooling and holes" table: one row per measure (its name and, in words, what it
+    says), one column per system, as the official metrics table above it (``reporting.tables.means_by_metric``).
+
+    ``table`` is :func:`compare_with_team`'s (``metric``, Judged@``k``) and ``pooled`` the pool of the same
+    systems. A column per system fits a narrow window, where a column per measure was cut at the edge.
+    """
+    systems = list(table["system"])
+    contributed, unique = pooled.contributed(), pooled.unique()
+    shares = {key: [f"{v:.4f}" for v in table[key]] for key in ("without", "with", "judged_without", "judged_with")}
+    team = "the same, counting the team's judgements too"
+    measure = metric_label(metric)
+    rows = {
+        f"{measure} without": (f"{metric_meaning(metric)}, on the benchmark's judgements", shares["without"]),
+        f"{measure} with": (team, shares["with"]),
+        "rank": (
+            "among the systems here, without → with the team's judgements (1 is the best)",
+            [f"{a} → {b}" for a, b in zip(table["rank_without"], table["rank_with"])],
+        ),
+        f"Judged@{k}": (
+            f"the share of its top {k} that has a judgement: if low, its score rests on holes",
+            shares["judged_without"],
+        ),
+        f"Judged@{k} with": (team, shares["judged_with"]),
+        f"pooled @{pooled.depth}": (
+            f"unjudged documents of its top {pooled.depth} in the pool",
+            [str(contributed[name]) for name in systems],
+        ),
+        "only it": ("pooled documents no other system here retrieved", [str(unique[name]) for name in systems]),
+    }
+    columns = [labels.get(name, name) for name in systems]
+    shown = [{"measure": row, "what it says": said, **dict(zip(columns, cells))} for row, (said, cells) in rows.items()]
+    return pd.DataFrame(shown).set_index("measure")

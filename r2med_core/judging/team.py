@@ -17,6 +17,13 @@ suggestions, never a judge:
   lone grade above 0 or a model's waits for a reviewer (``review_queue``): none counts meanwhile. A
   reviewer's rejection takes that grade out.
 
+What people say after a pair is settled: a reviewer's word (an accepted proposal, an adjudicated grade)
+is final — a later different grade or unsure leaves it standing and the pair is not counted as waiting
+(the Adjudication page still shows the doubt to a reviewer, who may decide again); an automatic
+settlement (agreed, a lone grade 0) holds only while everyone's latest judgement agrees — a later
+unsure or different grade takes it out and the pair waits for adjudication. ``PairGrades.judgement``
+and ``team_qrels`` apply this, nowhere else.
+
 ``team_qrels`` is the team's qrels: the original, then the agreed grades and accepted proposals, then
 the standing adjudicated grades (additions and corrections: a decision replaces whatever the labels
 said). A query the original qrels do not judge joins only with a relevant (grade > 0) judgement, since
@@ -65,14 +72,16 @@ class PairGrades:
 
     @property
     def disputed(self) -> bool:
-        """Two or more people gave different grades, or someone is unsure: a reviewer adjudicates."""
-        return self.unsure or len({grade_of(a) for a in self.people.values()}) >= 2
+        """Waits for adjudication: two or more people gave different grades, or someone is unsure, and no
+        reviewer accepted a grade on it (final: what people say afterwards does not unsettle it)."""
+        return self.accepted is None and (self.unsure or len({grade_of(a) for a in self.people.values()}) >= 2)
 
     def _standing(self) -> list[Annotation]:
         return [a for a in self.people.values() if a.status != "rejected"]
 
     def judgement(self) -> tuple[int, Source] | None:
-        """The grade the labels give the pair and where it comes from; None while nothing settles it."""
+        """The grade the labels give the pair and where it comes from; None while nothing settles it. A
+        reviewer's acceptance comes first and is final; agreement and a lone grade 0 hold only undisputed."""
         if self.accepted is not None:
             return grade_of(self.accepted) or 0, "accepted"
         if self.disputed:
@@ -211,7 +220,7 @@ def team_qrels(
     proposed = disputed = 0
     for pair, grades in pair_grades(mine).items():
         query_id, doc_id = key = pair[2:]
-        if key in decided:  # a reviewer's grade replaces whatever the labels said
+        if key in decided:  # a reviewer's grade replaces whatever the labels said, before or after it
             continue
         disputed += grades.disputed
         proposed += bool(grades.proposals()) and not _judged_relevant(original, pair)

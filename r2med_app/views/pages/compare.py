@@ -49,124 +49,130 @@ if len(chosen) < 2:
     )
     st.stop()
 
-computed = [c for c in (ui.safe_results(dataset, name) for name in chosen) if c is not None]
-if len(computed) < 2:
-    st.stop()
-results = [c[1] for c in computed]  # the systems not computed yet show a Compute button above
-baseline, others = results[0], results[1:]
-tests = compare(baseline, others, metric)
-
-st.subheader("Paired significance")
-for test, other in zip(tests, others):
-    st.markdown(f"**{ui.md(ui.system_label(other.run_name))}**: {ui.md(verdict(test, name))}.")
-
 
 def _interval_text(result: Results) -> str:
     interval = ui.get_intervals(dataset, result, [metric])[metric]
     return interval.text() if interval else "–"
 
 
-rows = []
-for test, other in zip(tests, others):
-    # Δ and the p-values first, so they stay in view on a narrow (1024 px) screen.
-    row = {
-        "system": ui.system_label(other.run_name),
-        "Δ": round(test.delta, 4),
-        "Δ 95% CI": test.delta_interval.text(3, signed=True) if test.delta_interval else "–",
-    }
-    if test.t_pvalue_holm is not None:
-        row["randomization p (Holm)"] = test.randomization_pvalue_holm
-        row["t-test p (Holm)"] = test.t_pvalue_holm
-    row |= {
-        "randomization p": test.randomization_pvalue,
-        "t-test p": test.t_pvalue,
-        "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
-        f"{name} baseline": round(test.mean_a, 4),
-        f"{name} baseline 95% CI": _interval_text(baseline),
-        f"{name} system": round(test.mean_b, 4),
-        f"{name} system 95% CI": _interval_text(other),
-    }
-    rows.append(row)
-st.dataframe(
-    pd.DataFrame(rows),
-    hide_index=True,
-    width="stretch",
-    column_config={
-        "system": st.column_config.TextColumn("system", width="medium"),
-        "Δ": st.column_config.NumberColumn("Δ", format="%+.4f", help=f"Mean {name}: system minus baseline."),
-    },
-)
-st.caption(
-    f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
-    "(10,000 sign flips) over the queries both systems were evaluated on"
-    + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
-    + " The verdict uses the randomization test at p < 0.05. "
-    f"Δ 95% CI: the {PAIRED_DESCRIPTION}; an interval that excludes 0 agrees with a significant test. "
-    f"The means' CIs: each system's {DESCRIPTION}."
-)
+# The page below is one slot, as on Metrics: a newly chosen system's "Getting ready" takes the old comparison's
+# place at once; Compute buttons, progress and errors go in the container above it.
+panels = st.container()
+body = st.empty()
+with panels:
+    computed = [c for c in (ui.safe_results(dataset, name, slot=body) for name in chosen) if c is not None]
+if len(computed) < 2:
+    st.stop()
+with body.container():
+    results = [c[1] for c in computed]  # the systems not computed yet show a Compute button above
+    baseline, others = results[0], results[1:]
+    tests = compare(baseline, others, metric)
 
-st.subheader("Save this comparison")
-saved_reports.download_buttons(
-    dataset,
-    computed,
-    chosen=chosen,
-    metrics=[metric, *MAIN_METRICS],
-    title="Comparison",
-    baseline_tests=tests,
-    extra_settings={"baseline": ui.system_label(baseline.run_name), "compared on": name},
-)
+    st.subheader("Paired significance")
+    for test, other in zip(tests, others):
+        st.markdown(f"**{ui.md(ui.system_label(other.run_name))}**: {ui.md(verdict(test, name))}.")
 
-for test, other in zip(tests, others):
-    st.subheader(f"{ui.md(ui.system_label(other.run_name))} vs {ui.md(ui.system_label(baseline.run_name))}")
-    delta = per_query_delta(baseline, other, metric)
-    w = st.columns(3)
-    w[0].metric("Wins", test.wins)
-    w[1].metric("Ties", test.ties)
-    w[2].metric("Losses", test.losses)
-    left, right = st.columns(2)
-    with left:
-        scatter = px.scatter(
-            delta.reset_index(),
-            x="a",
-            y="b",
-            hover_name="query_id",
-            labels={"a": f"{name} · baseline", "b": f"{name} · system"},
-        )
-        span = axis_range(pd.concat([delta["a"], delta["b"]]))
-        scatter.add_trace(
-            go.Scatter(
-                x=span,
-                y=span,
-                mode="lines",
-                line={"dash": "dot", "color": "grey"},
-                showlegend=False,
-                hoverinfo="skip",
+    rows = []
+    for test, other in zip(tests, others):
+        # Δ and the p-values first, so they stay in view on a narrow (1024 px) screen.
+        row = {
+            "system": ui.system_label(other.run_name),
+            "Δ": round(test.delta, 4),
+            "Δ 95% CI": test.delta_interval.text(3, signed=True) if test.delta_interval else "–",
+        }
+        if test.t_pvalue_holm is not None:
+            row["randomization p (Holm)"] = test.randomization_pvalue_holm
+            row["t-test p (Holm)"] = test.t_pvalue_holm
+        row |= {
+            "randomization p": test.randomization_pvalue,
+            "t-test p": test.t_pvalue,
+            "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
+            f"{name} baseline": round(test.mean_a, 4),
+            f"{name} baseline 95% CI": _interval_text(baseline),
+            f"{name} system": round(test.mean_b, 4),
+            f"{name} system 95% CI": _interval_text(other),
+        }
+        rows.append(row)
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "system": st.column_config.TextColumn("system", width="medium"),
+            "Δ": st.column_config.NumberColumn("Δ", format="%+.4f", help=f"Mean {name}: system minus baseline."),
+        },
+    )
+    st.caption(
+        f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
+        "(10,000 sign flips) over the queries both systems were evaluated on"
+        + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
+        + " The verdict uses the randomization test at p < 0.05. "
+        f"Δ 95% CI: the {PAIRED_DESCRIPTION}; an interval that excludes 0 agrees with a significant test. "
+        f"The means' CIs: each system's {DESCRIPTION}."
+    )
+
+    st.subheader("Save this comparison")
+    saved_reports.download_buttons(
+        dataset,
+        computed,
+        chosen=chosen,
+        metrics=[metric, *MAIN_METRICS],
+        title="Comparison",
+        baseline_tests=tests,
+        extra_settings={"baseline": ui.system_label(baseline.run_name), "compared on": name},
+    )
+
+    for test, other in zip(tests, others):
+        st.subheader(f"{ui.md(ui.system_label(other.run_name))} vs {ui.md(ui.system_label(baseline.run_name))}")
+        delta = per_query_delta(baseline, other, metric)
+        w = st.columns(3)
+        w[0].metric("Wins", test.wins)
+        w[1].metric("Ties", test.ties)
+        w[2].metric("Losses", test.losses)
+        left, right = st.columns(2)
+        with left:
+            scatter = px.scatter(
+                delta.reset_index(),
+                x="a",
+                y="b",
+                hover_name="query_id",
+                labels={"a": f"{name} · baseline", "b": f"{name} · system"},
             )
-        )
-        scatter.update_xaxes(range=span).update_yaxes(range=span, scaleanchor="x")  # fits the data, square
-        st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
-    with right:
-        fig = ui.delta_bars(dataset, delta, f"Δ {name}")
-        st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")
-    for title, part in (
-        ("Largest gains", delta[delta["delta"] > 0].head(5)),
-        ("Largest losses", delta[delta["delta"] < 0].sort_values("delta").head(5)),
-    ):
-        st.markdown(f"**{title}**")
-        if part.empty:
-            st.caption("none")
-            continue
-        part = part.reset_index()
-        part["query"] = part["query_id"].map(lambda q: shorten(dataset.queries[q], 120))
-        part["open"] = part["query_id"].map(lambda q, name=other.run_name: state.explorer_link(q, name))
-        st.dataframe(
-            part[["query_id", "query", "a", "b", "delta", "open"]],
-            hide_index=True,
-            width="stretch",
-            column_config={
-                "open": st.column_config.LinkColumn("explorer", display_text="open ↗"),
-                "a": st.column_config.NumberColumn("baseline", format="%.4f"),
-                "b": st.column_config.NumberColumn("system", format="%.4f"),
-                "delta": st.column_config.NumberColumn("Δ", format="%+.4f"),
-            },
-        )
+            span = axis_range(pd.concat([delta["a"], delta["b"]]))
+            scatter.add_trace(
+                go.Scatter(
+                    x=span,
+                    y=span,
+                    mode="lines",
+                    line={"dash": "dot", "color": "grey"},
+                    showlegend=False,
+                    hoverinfo="skip",
+                )
+            )
+            scatter.update_xaxes(range=span).update_yaxes(range=span, scaleanchor="x")  # fits the data, square
+            st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
+        with right:
+            fig = ui.delta_bars(dataset, delta, f"Δ {name}")
+            st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")
+        for title, part in (
+            ("Largest gains", delta[delta["delta"] > 0].head(5)),
+            ("Largest losses", delta[delta["delta"] < 0].sort_values("delta").head(5)),
+        ):
+            st.markdown(f"**{title}**")
+            if part.empty:
+                st.caption("none")
+                continue
+            part = part.reset_index()
+            part["query"] = part["query_id"].map(lambda q: shorten(dataset.queries[q], 120))
+            part["open"] = part["query_id"].map(lambda q, name=other.run_name: state.explorer_link(q, name))
+            st.dataframe(
+                part[["query_id", "query", "a", "b", "delta", "open"]],
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "open": st.column_config.LinkColumn("explorer", display_text="open ↗"),
+                    "a": st.column_config.NumberColumn("baseline", format="%.4f"),
+                    "b": st.column_config.NumberColumn("system", format="%.4f"),
+                    "delta": st.column_config.NumberColumn("Δ", format="%+.4f"),
+                },
+            )

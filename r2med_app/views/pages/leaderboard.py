@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import streamlit as st
 
@@ -123,34 +125,44 @@ def _interval(result: Results) -> str:
     return interval.text(3) if interval else "–"
 
 
-rows = []
+def _number(value: float | None, form: str) -> str:
+    return "–" if value is None or math.isnan(value) else format(value, form)
+
+
+# One column per system and one row per field (a column per field was cut at the edge from 1440 px down), in
+# text: a cell wraps where a grid's column would not, so the whole table fits from 800 px up.
+mine: dict[str, dict[str, str]] = {}
 local_kinds: list[str] = []
 prices = ui.settings().prices  # the operator's price per 1M tokens; without one, tokens only
 for name in state.systems_in_play():
     computed = ui.safe_results(dataset, name)
     if computed is None:
         continue
-    local = computed[1].means[metric] if metric in computed[1].means else float("nan")
+    local = computed[1].means.get(metric, float("nan"))
     record = ui.get_provenance(dataset, name, computed[0])
-    row = {
-        "system": ui.system_label(name),
-        f"local {metric_label(metric)}": round(local, 4),
-        "95% CI": _interval(computed[1]),
+    column = {
+        f"local {metric_label(metric)} (95% CI)": f"{_number(local, '.4f')} {_interval(computed[1])}",
         "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
-        "time (s)": None if record.wall_seconds is None else round(record.wall_seconds, 2),
+    }
+    if published_task:
+        versus = compare_with_paper(name, dataset.name, metric, local)
+        column |= {
+            "published": _number(versus.paper, ".4f"),
+            "gap (local − published)": _number(versus.gap, "+.4f"),
+            "versus the paper": versus.flag,
+        }
+    column |= {
+        "time (s)": _number(record.wall_seconds, ".2f"),
         "cost": record.cost(prices),
         "data": record.dataset.get("revision", "")[:12] or record.dataset["fingerprint"][:12],
-        "device": record.hardware.get("device"),
+        "device": str(record.hardware.get("device") or "–"),
     }
     system_kind = published_kind(name)
     if system_kind and system_kind not in local_kinds:
         local_kinds.append(system_kind)
-    if published_task:
-        versus = compare_with_paper(name, dataset.name, metric, local)
-        row["flag"], row["published"] = versus.flag, versus.paper
-        row["gap"] = None if versus.gap is None else round(versus.gap, 4)
-    rows.append(row)
-st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    mine[ui.system_label(name)] = column
+if mine:
+    st.table(pd.DataFrame(mine))
 for system_kind in local_kinds:
     st.caption(str(published_metrics_note(system_kind)))
 if published_task:

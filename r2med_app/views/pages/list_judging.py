@@ -94,8 +94,10 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     )
     graded = sum(row.grade is not None for row in rows)
     who = f" by {ui.md(annotator)}" if annotator else ""
+    doubted = sum(row.unsure for row in rows)
+    unsure = f" · {doubted} marked unsure (no grade: a reviewer decides; a grade here replaces it)" if doubted else ""
     st.caption(
-        f"{graded} of {len(rows)} rows graded{who} · recorded with the ranking shown: "
+        f"{graded} of {len(rows)} rows graded{who}{unsure} · recorded with the ranking shown: "
         f"{ui.md(ui.system_label(run.name))}."
     )
     for problem in problems:

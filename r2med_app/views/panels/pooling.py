@@ -14,9 +14,9 @@ from r2med_core import Dataset
 from r2med_core.evaluation import MAIN_METRICS
 from r2med_core.judging.annotations import AnnotationStore, AnnotationStoreError, Qrels
 from r2med_core.judging.identity import PermissionDenied, authorize
-from r2med_core.judging.pooling import DEFAULT_DEPTH, JUDGED_WORDS, Pool, compare_with_team, pool
+from r2med_core.judging.pooling import DEFAULT_DEPTH, JUDGED_WORDS, Pool, compare_with_team, pool, pooling_by_measure
 from r2med_core.judging.queue import JudgingQueue, kept_queue_files
-from r2med_core.reporting.tables import metric_explained, metric_label
+from r2med_core.reporting.tables import metric_label
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20, 50, 100]
@@ -66,39 +66,9 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
     depth = c2.select_slider("Pool depth", options=DEPTHS, value=DEFAULT_DEPTH, key="w_pool_depth")
     table = _comparison(key, team_json, metric, runs, dataset.qrels)
     pooled = _pool(key, team_json, depth, runs)
-    contributed, unique = pooled.contributed(), pooled.unique()
-    shown = pd.DataFrame(
-        {
-            "system": [ui.system_label(name) for name in table["system"]],
-            "without": table["without"],
-            "with": table["with"],
-            "rank": [f"{a} → {b}" for a, b in zip(table["rank_without"], table["rank_with"])],
-            "rank change": table["rank_change"],
-            f"Judged@{DEFAULT_DEPTH}": table["judged_without"],
-            f"Judged@{DEFAULT_DEPTH} with": table["judged_with"],
-            f"pooled @{depth}": [contributed[name] for name in table["system"]],
-            "only it": [unique[name] for name in table["system"]],
-        }
-    )
-    st.dataframe(
-        shown,
-        hide_index=True,
-        width="stretch",
-        key="pool_table",
-        column_config={
-            "without": st.column_config.NumberColumn(
-                f"{metric_label(metric)} without", format="%.4f", help=metric_explained(metric)
-            ),
-            "with": st.column_config.NumberColumn(f"{metric_label(metric)} with", format="%.4f"),
-            "rank change": st.column_config.NumberColumn(help="Positive: the system moves up with the new judgements."),
-            f"Judged@{DEFAULT_DEPTH}": st.column_config.NumberColumn(format="%.4f", help=JUDGED_WORDS),
-            f"Judged@{DEFAULT_DEPTH} with": st.column_config.NumberColumn(
-                format="%.4f", help=f"{JUDGED_WORDS}, counting the team's judgements too."
-            ),
-            f"pooled @{depth}": st.column_config.NumberColumn(help="Unjudged documents of its top k in the pool."),
-            "only it": st.column_config.NumberColumn(help="Pooled documents no other chosen system retrieved."),
-        },
-    )
+    # One row per measure and a column per system, what each says in words: fits from 800 px up, as the
+    # official metrics table above it (a column per measure was cut at the edge).
+    st.table(pooling_by_measure(table, pooled, {name: ui.system_label(name) for name in runs}, metric))
     counted = "No team judgements could be read: 'with' equals 'without'. " if judged is None else judged.caption()
     st.caption(
         f"{ui.md(counted)} Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
