@@ -154,6 +154,11 @@ def your_runs(at: AppTest):  # type: ignore[no-untyped-def]
     return next(t.value for t in at.table if "setting" in t.value.index).T
 
 
+def significance(at: AppTest):  # type: ignore[no-untyped-def]
+    """Compare's table of tests: one row per system (its index), the tests' cells as text."""
+    return next(t.value for t in at.table if "wins / ties / losses" in t.value.columns)
+
+
 def _means(at: AppTest):  # type: ignore[no-untyped-def]
     """The Metrics page's table: one row per metric, "what it says", then one column per system."""
     return next(t.value for t in at.table if "what it says" in t.value.columns)
@@ -162,8 +167,7 @@ def _means(at: AppTest):  # type: ignore[no-untyped-def]
 def test_compare_and_metrics_render_their_charts() -> None:
     at = open_app("compare", systems=["bm25", "minilm"])
     assert _charts(at) >= 2
-    significance = frame(at, "system")
-    assert {"t-test p", "randomization p", "wins / ties / losses"} <= set(significance.columns)
+    assert {"t-test p", "randomization p", "wins / ties / losses"} <= set(significance(at).columns)
     at = open_app("metrics", systems=["bm25", "minilm"])
     assert _charts(at) >= 3
     means = _means(at)

@@ -771,8 +771,8 @@ def test_explorer_and_compare_fit_narrow_screens(page: Page, judged_ids: list[st
     page.screenshot(path=str(SCREENSHOTS / f"explorer-{width}.png"))
     page.goto(f"/compare?task={TASK}&{SYSTEMS}")
     settle(page, "Largest gains")
-    grid = page.locator('[data-testid="stDataFrame"]').first
-    grid.locator("th", has_text="randomization p").first.wait_for(state="attached")
+    grid = page.locator('[data-testid="stTable"]', has=page.locator("th", has_text="randomization p")).first
+    grid.wait_for(state="attached")
     headers = [h.strip() for h in grid.locator("th").all_text_contents() if h.strip()]
     # Δ, its interval and the p-values come right after the system name, so they are the first columns in view.
     assert headers[:4] == ["system", "Δ", "Δ 95% CI", "randomization p"], headers

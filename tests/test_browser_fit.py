@@ -189,6 +189,23 @@ def test_your_runs_on_a_published_task_fit_their_column(
 
 
 @pytest.mark.parametrize("width", [800, 1440])
+def test_the_paired_significance_table_fits_its_column(browser: Browser, app_url: str, width: int) -> None:
+    """Issue 25 item 7: Compare's table of tests (Δ, its interval, both p-values, wins/ties/losses and
+    both means with their intervals) reads whole at 800 and 1440 px, no column behind a scroll bar."""
+    page = _page(browser, app_url, width)
+    try:
+        page.goto(f"/compare?task={TASK}&systems=bm25&systems=bm25s")
+        settle(page, "Save this comparison")
+        page.wait_for_timeout(500)  # a grid sizes its columns after drawing
+        found = _table_under(page, "Paired significance")
+        assert not _cut(found), f"cut by {found['columns']} px of columns, cells {found['cells']:.0f} px at {width} px"
+        assert "BM25 (bm25s default tokenizer)" in found["text"] and "wins / ties / losses" in found["text"]
+        page.screenshot(path=str(SCREENSHOTS / f"compare-fit-{width}.png"), full_page=True)
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1440])
 def test_the_retrieved_documents_preview_reads_whole(browser: Browser, app_url: str, width: int) -> None:
     """Issue 25: the explorer's retrieved table shows each document's preview whole, wrapped in its cell
     inside the page's column, at 1440 px (retrieved beside gold) and at 800 px (stacked)."""

@@ -74,7 +74,7 @@ def test_results_and_paired_tests_carry_their_intervals(tmp_path, monkeypatch: p
 
 
 def test_metrics_and_compare_pages_show_each_means_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_app import frame, open_app
+    from tests.test_app import open_app, significance
 
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")  # the pages may compute MiniLM themselves
     at = open_app("metrics", task="clinical-evidence", systems=["bm25", "minilm"])
@@ -89,8 +89,11 @@ def test_metrics_and_compare_pages_show_each_means_interval(monkeypatch: pytest.
     assert '"error_y"' in bars.proto.spec  # the bars carry their intervals
 
     at = open_app("compare", task="clinical-evidence", systems=["bm25", "minilm"])
-    row = frame(at, "system").iloc[0]
+    row = significance(at).iloc[0]
     low, high = map(float, row["Δ 95% CI"].strip("[]").split(", "))
-    assert low - 0.0005 <= row["Δ"] <= high + 0.0005
-    assert {"nDCG@10 baseline 95% CI", "nDCG@10 system 95% CI"} <= set(row.index)
+    assert low - 0.0005 <= float(row["Δ"]) <= high + 0.0005
+    for side in ("baseline", "system"):  # each mean with its interval, in one cell
+        value, interval = row[f"nDCG@10 {side} [95% CI]"].split(" ", 1)
+        low, high = map(float, interval.strip("[]").split(", "))
+        assert low - 0.005 <= float(value) <= high + 0.005
     assert any("paired bootstrap confidence interval of the difference" in c.value for c in at.caption)

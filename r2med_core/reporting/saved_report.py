@@ -31,7 +31,7 @@ from r2med_core.data import DataError, Dataset, Problem
 from r2med_core.evaluation import MAIN_METRICS, PairedTest, Results, holm, paired_test
 from r2med_core.reporting.figures import curves_figure, means_figure, per_query_figure
 from r2med_core.reporting.provenance import Provenance, ProvenanceError
-from r2med_core.reporting.tables import metric_label
+from r2med_core.reporting.tables import metric_label, test_cells
 from r2med_core.runs import Run, format_trec
 from r2med_core.server.imported_runs import (
     RUN_PREFIX,
@@ -511,28 +511,13 @@ class Report:
 
     def _baseline_table(self) -> str:
         labels = {s.name: s.label for s in self.systems}
-        holm_on = any(t.randomization_pvalue_holm is not None for t in self.baseline_tests)
-        head = (
-            "<tr><th>system</th><th>baseline</th><th>metric</th><th>&Delta;</th><th>&Delta; 95% CI</th>"
-            "<th>randomization p</th>"
-            "<th>t-test p</th>"
-            + ("<th>randomization p (Holm)</th><th>t-test p (Holm)</th>" if holm_on else "")
-            + "<th>wins / ties / losses</th></tr>"
-        )
-        rows = []
+        rows, head = [], ""
         for t in self.baseline_tests:
-            cells = [
-                _e(labels.get(t.system, t.system)),
-                _e(labels.get(t.baseline, t.baseline)),
-                _e(metric_label(t.metric)),
-                f"{t.delta:+.4f}",
-                t.delta_interval.text(3, signed=True) if t.delta_interval else "&ndash;",
-                f"{t.randomization_pvalue:.4g}",
-                f"{t.t_pvalue:.4g}",
-            ]
-            if holm_on:
-                cells += [f"{t.randomization_pvalue_holm:.4g}", f"{t.t_pvalue_holm:.4g}"]
-            cells.append(f"{t.wins} / {t.ties} / {t.losses}")
+            tested = test_cells(t)
+            names = ["system", "baseline", "metric", *tested]
+            head = "<tr>" + "".join(f"<th>{_e(name)}</th>" for name in names) + "</tr>"
+            cells = [labels.get(t.system, t.system), labels.get(t.baseline, t.baseline), metric_label(t.metric)]
+            cells = [_e(value) for value in [*cells, *tested.values()]]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         note = (
             '<p class="note">The Compare page\'s tests: each system against the first one, over the queries '

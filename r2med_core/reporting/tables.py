@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from r2med_core.analysis.intervals import Interval
-from r2med_core.evaluation import ALL_METRICS, CUTOFFS, Results
+from r2med_core.evaluation import ALL_METRICS, CUTOFFS, PairedTest, Results
 
 #: Metric families plotted against k.
 CURVE_METRICS: tuple[str, ...] = ("ndcg_at", "recall_at", "precision_at", "map_at")
@@ -45,6 +45,22 @@ def metric_meaning(metric: str) -> str:
 def metric_explained(metric: str) -> str:
     """The metric's name with its meaning, as a page shows it the first time: "MRR (how high …)"."""
     return f"{metric_label(metric)} ({metric_meaning(metric)})"
+
+
+def test_cells(test: PairedTest) -> dict[str, str]:
+    """A paired test against the baseline as the cells the Compare page and the saved report both show:
+    Δ, its interval, the p-values (Holm-corrected too when several systems were tested), wins/ties/losses."""
+    cells = {
+        "Δ": f"{test.delta:+.4f}",
+        "Δ 95% CI": test.delta_interval.text(3, signed=True) if test.delta_interval else "–",
+        "randomization p": f"{test.randomization_pvalue:.4g}",
+        "t-test p": f"{test.t_pvalue:.4g}",
+    }
+    if test.randomization_pvalue_holm is not None and test.t_pvalue_holm is not None:
+        cells["randomization p (Holm)"] = f"{test.randomization_pvalue_holm:.4g}"
+        cells["t-test p (Holm)"] = f"{test.t_pvalue_holm:.4g}"
+    cells["wins / ties / losses"] = f"{test.wins} / {test.ties} / {test.losses}"
+    return cells
 
 
 def means_table(results: list[Results], labels: dict[str, str] | None = None) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from r2med_app.views.panels import saved_reports
 from r2med_core.analysis.explore import axis_range, per_query_delta, shorten, verdict
 from r2med_core.analysis.intervals import DESCRIPTION, PAIRED_DESCRIPTION
 from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, Results, compare
-from r2med_core.reporting.tables import metric_explained, metric_label
+from r2med_core.reporting.tables import metric_explained, metric_label, test_cells
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -74,34 +74,17 @@ with body.container():
 
     rows = []
     for test, other in zip(tests, others):
-        # Δ and the p-values first, so they stay in view on a narrow (1024 px) screen.
-        row = {
-            "system": ui.system_label(other.run_name),
-            "Δ": round(test.delta, 4),
-            "Δ 95% CI": test.delta_interval.text(3, signed=True) if test.delta_interval else "–",
-        }
-        if test.t_pvalue_holm is not None:
-            row["randomization p (Holm)"] = test.randomization_pvalue_holm
-            row["t-test p (Holm)"] = test.t_pvalue_holm
-        row |= {
-            "randomization p": test.randomization_pvalue,
-            "t-test p": test.t_pvalue,
-            "wins / ties / losses": f"{test.wins} / {test.ties} / {test.losses}",
-            f"{name} baseline": round(test.mean_a, 4),
-            f"{name} baseline 95% CI": _interval_text(baseline),
-            f"{name} system": round(test.mean_b, 4),
-            f"{name} system 95% CI": _interval_text(other),
-        }
-        rows.append(row)
-    st.dataframe(
-        pd.DataFrame(rows),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "system": st.column_config.TextColumn("system", width="medium"),
-            "Δ": st.column_config.NumberColumn("Δ", format="%+.4f", help=f"Mean {name}: system minus baseline."),
-        },
-    )
+        # One HTML table that wraps: the tests, then each mean with its interval in one cell, so it reads
+        # whole from 800 px on (a grid hid its last columns behind a scroll bar even at 1440 px).
+        rows.append(
+            {"system": ui.system_label(other.run_name)}
+            | test_cells(test)
+            | {
+                f"{name} baseline [95% CI]": f"{test.mean_a:.4f} {_interval_text(baseline)}",
+                f"{name} system [95% CI]": f"{test.mean_b:.4f} {_interval_text(other)}",
+            }
+        )
+    st.table(pd.DataFrame(rows).set_index("system"))
     st.caption(
         f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
         "(10,000 sign flips) over the queries both systems were evaluated on"
