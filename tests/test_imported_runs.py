@@ -22,7 +22,7 @@ from r2med_core.server.imported_runs import (
 )
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
-from tests.test_app import frame, open_app, picker, retrieved_table
+from tests.test_app import frame, open_app, picker, retrieved_table, significance
 
 TASK = "clinical-evidence"
 
@@ -222,7 +222,7 @@ def test_uploaded_run_is_a_system_in_the_explorer_and_compare(dataset) -> None: 
     at.multiselect(key="w_compare").set_value(["bm25", "run:gpu-model"]).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("Run gpu-model (imported) vs BM25" in s.value.replace("\\", "") for s in at.subheader)
-    assert list(frame(at, "system")["system"]) == ["Run gpu-model (imported)"]
+    assert list(significance(at).index) == ["Run gpu-model (imported)"]
 
     at.switch_page("views/pages/leaderboard.py").run()
     assert "run:gpu-model" in list(frame(at, "run")["run"])

@@ -29,7 +29,7 @@ from r2med_core.reporting.saved_report import (
 from r2med_core.runs import Run
 from r2med_core.server.imported_runs import available_runs, kept_provenance, load_run
 from r2med_core.settings import parse_prices
-from tests.test_app import frame, open_app
+from tests.test_app import open_app, significance
 
 TASK = "clinical-evidence"
 METRICS = ("ndcg_at_10", "recall_at_100", "mrr")
@@ -323,7 +323,7 @@ def test_uploading_a_report_on_compare_reopens_its_runs(page: str) -> None:
     assert not at.error, [e.value for e in at.error]
     assert any("Reopened 3 runs from my report" in s.value.replace("\\", "") for s in at.success)
     assert at.multiselect(key="w_compare").value == ["run:bm25", "run:minilm", "run:oracle"]
-    assert list(frame(at, "system")["system"]) == ["Run minilm (imported)", "Run oracle (imported)"]
+    assert list(significance(at).index) == ["Run minilm (imported)", "Run oracle (imported)"]
     assert {"run:bm25", "run:minilm", "run:oracle"} <= set(at.multiselect(key="w_systems").value)
 
 
