@@ -511,19 +511,17 @@ class Report:
 
     def _baseline_table(self) -> str:
         labels = {s.name: s.label for s in self.systems}
-        rows, head = [], ""
-        for t in self.baseline_tests:
-            tested = test_cells(t)
-            names = ["system", "baseline", "metric", *tested]
-            head = "<tr>" + "".join(f"<th>{_e(name)}</th>" for name in names) + "</tr>"
-            cells = [labels.get(t.system, t.system), labels.get(t.baseline, t.baseline), metric_label(t.metric)]
-            cells = [_e(value) for value in [*cells, *tested.values()]]
-            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        tested = [test_cells(t) for t in self.baseline_tests]  # called only with tests: the first names the columns
+        head = "".join(f"<th>{_e(name)}</th>" for name in ["system", "baseline", "metric", *tested[0]])
+        rows = []
+        for t, cells in zip(self.baseline_tests, tested):
+            names = [labels.get(t.system, t.system), labels.get(t.baseline, t.baseline), metric_label(t.metric)]
+            rows.append("<tr>" + "".join(f"<td>{_e(value)}</td>" for value in [*names, *cells.values()]) + "</tr>")
         note = (
             '<p class="note">The Compare page\'s tests: each system against the first one, over the queries '
             f"both were evaluated on. &Delta; 95% CI: the {_e(PAIRED_DESCRIPTION)}.</p>"
         )
-        return f"<table>{head}{''.join(rows)}</table>{note}"
+        return f"<table><tr>{head}</tr>{''.join(rows)}</table>{note}"
 
     def _figures(self) -> list[tuple[str, go.Figure]]:
         """The Metrics page's charts, from the same builders (:mod:`r2med_core.reporting.figures`)."""
