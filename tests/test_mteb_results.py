@@ -124,3 +124,42 @@ def test_the_script_reads_a_git_copy_and_records_an_edited_revision(tmp_path: Pa
     assert model["model"] == "org/model" and model["revision"] == "abc123"
     assert record["dataset_revision"] == "new" and record["earlier_dataset_revisions"][0]["revision"] == "old"
     assert record["metrics"]["mrr"] == 0.25 and record["evaluation_time"] == 1.5 and len(data["commit"]) == 40
+
+
+# ---------------------------------------------------------------- same model, two protocols (item 2)
+
+
+def test_the_five_shared_models_have_their_gaps_and_a_sourced_reason_for_each() -> None:
+    from r2med_core.analysis.mteb_protocols import protocol_comparisons, protocol_table
+
+    table = protocol_table()
+    largest = table["largest gap"].abs().round(1).to_dict()
+    assert largest == {
+        "BM25": 11.2,
+        "SFR-Embedding-Mistral": 10.6,
+        "GritLM-7B": 9.4,
+        "e5-mistral-7b-instruct": 6.0,
+        "bge-large-en-v1.5": 0.0,
+    }
+    assert round(table.loc["BM25", "paper Avg"], 2) == 15.13 and round(table.loc["GritLM-7B", "MTEB Avg"], 2) == 28.03
+    by_name = {c.paper_label: c for c in protocol_comparisons()}
+    assert by_name["bge-large-en-v1.5"].equal and not by_name["bge-large-en-v1.5"].not_found
+    for comparison in by_name.values():
+        assert comparison.reasons and all(r.sources and r.paper and r.mteb for r in comparison.reasons)
+        assert comparison.equal or comparison.not_found  # an unexplained gap is said to be unexplained
+    aspects = {c.paper_label: {r.aspect for r in c.reasons} for c in by_name.values()}
+    assert {"query instruction", "document instruction", "max length", "precision"} <= aspects["e5-mistral-7b-instruct"]
+    assert {"BM25 parameters", "BM25 tokens"} <= aspects["BM25"]
+    assert all(
+        s.startswith(("R2MED/R2MED@45cbac5", "embeddings-benchmark/", "ContextualAI/gritlm"))
+        for c in by_name.values()
+        for r in c.reasons
+        for s in r.sources
+    )
+
+
+def test_a_metric_the_paper_did_not_publish_for_a_model_is_not_called_equal() -> None:
+    from r2med_core.analysis.mteb_protocols import protocol_comparisons
+
+    e5 = next(c for c in protocol_comparisons("mrr") if c.paper_key == "e5")  # dense rows publish no mrr
+    assert not e5.equal and "did not publish" in e5.not_found[0]

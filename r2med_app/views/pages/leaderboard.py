@@ -10,6 +10,7 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import runs
+from r2med_app.views.panels.mteb import mteb_section
 from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.analysis.paper_comparison import compare_with_paper
 from r2med_core.analysis.published import (
@@ -108,6 +109,8 @@ st.dataframe(
     placeholder="",
 )
 st.caption(f"nDCG@10 × 100 minus {ui.md(reference)}'s, per task and on the average; green: higher, red: lower.")
+
+mteb_section(metric)
 
 st.subheader(f"Your runs on {ui.md(dataset.name)}")
 if dataset.name not in PUBLISHED_TASKS:

@@ -1,0 +1,97 @@
+"""The Leaderboard's MTEB part: MTEB's runs of R2MED per task with their source and versions, the gain per
+task over a chosen model, and the models both MTEB and the paper ran, with why their numbers differ.
+Everything shown comes from ``r2med_core.analysis.mteb`` and ``mteb_protocols``; this file only draws it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from r2med_app.views import ui
+from r2med_core.analysis.mteb import MTEB_LABEL, mteb_board, mteb_gains_over, mteb_source
+from r2med_core.analysis.mteb_names import METRIC_TO_MTEB
+from r2med_core.analysis.mteb_protocols import protocol_comparisons, protocol_table
+from r2med_core.analysis.published import PUBLISHED_TASKS, TASK_HEADERS, task_help
+from r2med_core.reporting.tables import metric_label
+
+
+def _signed(frame: pd.DataFrame) -> object:
+    """Signed points, green up and red down (the post-paper gains' look)."""
+    return frame.style.format(
+        "{:+.2f}", na_rep="", subset=[c for c in frame.columns if frame[c].dtype.kind == "f"]
+    ).map(
+        lambda v: (
+            "" if not isinstance(v, float) or pd.isna(v) or v == 0 else f"color: {'#1a7f37' if v > 0 else '#cf222e'}"
+        )
+    )
+
+
+def mteb_section(metric: str) -> None:
+    """Draw the MTEB part for ``metric`` (nDCG@10 when MTEB does not report it)."""
+    shown = metric if metric in METRIC_TO_MTEB else "ndcg_at_10"
+    source = mteb_source()
+    st.subheader("MTEB's runs of R2MED")
+    st.caption(
+        f"**{MTEB_LABEL}.** {ui.md(source['attribution'])} Read from {ui.md(source['source'])} at commit "
+        f"`{source['commit'][:12]}` ({source['commit_date'][:10]}); {metric_label(shown)} × 100"
+        + ("" if shown == metric else f" ({metric_label(metric)} has no MTEB counterpart)")
+        + "."
+    )
+    board = mteb_board(shown)
+    columns = {
+        "Avg": st.column_config.NumberColumn("Avg", format="%.2f", help="The mean over the 8 tasks."),
+        **{
+            t: st.column_config.NumberColumn(TASK_HEADERS[t], format="%.2f", help=task_help(t)) for t in PUBLISHED_TASKS
+        },
+        "revision": st.column_config.TextColumn("model revision"),
+        "dataset revisions": st.column_config.TextColumn(
+            "⚠ data", help="Blank: every task ran on the dataset revision this app loads."
+        ),
+        "in the paper": st.column_config.TextColumn("in the paper", help="The paper's setting for the same model."),
+    }
+    st.dataframe(
+        board[["Avg", *PUBLISHED_TASKS, "mteb_version", "revision", "dataset revisions", "in the paper"]],
+        width="stretch",
+        column_config=columns,
+    )
+    flagged = board[board["dataset revisions"] != ""]
+    if len(flagged):
+        with st.expander(f"Dataset revisions that differ from this app's ({len(flagged)} models)"):
+            for model, row in flagged.iterrows():
+                st.markdown(f"- **{ui.md(model)}**: {ui.md(row['dataset revisions'])}")
+    models = board.index.tolist()
+    reference = st.selectbox(
+        "MTEB: gain per task over",
+        models,
+        index=models.index("BAAI/bge-large-en-v1.5"),
+        key="w_lb_mteb_reference",
+        help="Each MTEB row minus this one, task by task: where a model's gain comes from.",
+    )
+    st.dataframe(
+        _signed(mteb_gains_over(reference, shown)),
+        width="stretch",
+        column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
+    )
+    st.caption(f"{metric_label(shown)} × 100 minus {ui.md(reference)}'s, per task and on the average (MTEB's runs).")
+
+    st.subheader("Same model, two protocols: the paper and MTEB")
+    table = protocol_table(shown)
+    st.dataframe(
+        _signed(table[["paper Avg", "MTEB Avg", *PUBLISHED_TASKS, "largest gap", "on"]]),
+        width="stretch",
+        column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
+    )
+    st.caption(
+        f"{metric_label(shown)} × 100: MTEB's number minus the paper's, per task. Blank: the paper did not "
+        "publish that metric for that model. Why they differ, from the two codebases:"
+    )
+    for comparison in protocol_comparisons(shown):
+        verdict = "equal on every task" if comparison.equal else f"largest gap {comparison.largest_gap[1]:+.2f}"
+        with st.expander(f"{comparison.paper_label} ({comparison.model}): {verdict}"):
+            for reason in comparison.reasons:
+                st.markdown(
+                    f"- **{ui.md(reason.aspect)}**: paper: {ui.md(reason.paper)}; MTEB: {ui.md(reason.mteb)}  \n"
+                    f"  Sources: {ui.md('; '.join(reason.sources))}"
+                )
+            for words in comparison.not_found:
+                st.markdown(f"*{ui.md(words)}*")
