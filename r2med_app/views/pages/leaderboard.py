@@ -10,7 +10,7 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import runs
-from r2med_app.views.panels.mteb import mteb_section
+from r2med_app.views.panels.mteb import mteb_section, your_mteb_results
 from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.analysis.paper_comparison import compare_with_paper
 from r2med_core.analysis.published import (
@@ -203,6 +203,8 @@ else:
         "Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements; "
         f"95% CI: the {DESCRIPTION}."
     )
+
+your_mteb_results(metric)
 
 sweep_dir = ui.load_settings().sweep_dir
 if sweep_dir is not None:

@@ -12,6 +12,8 @@ from r2med_core.analysis.mteb import MTEB_LABEL, mteb_board, mteb_gains_over, mt
 from r2med_core.analysis.mteb_names import METRIC_TO_MTEB
 from r2med_core.analysis.mteb_protocols import protocol_comparisons, protocol_table
 from r2med_core.analysis.published import PUBLISHED_TASKS, TASK_HEADERS, task_help
+from r2med_core.data import DataError
+from r2med_core.reporting.mteb_files import EXPORT_LABEL, mteb_result_board, read_mteb_result
 from r2med_core.reporting.tables import metric_label
 
 
@@ -95,3 +97,27 @@ def mteb_section(metric: str) -> None:
                 )
             for words in comparison.not_found:
                 st.markdown(f"*{ui.md(words)}*")
+
+
+def your_mteb_results(metric: str) -> None:
+    """Result files a visitor made with ``mteb run`` (or this app's ``mteb-export``), read in memory as rows of
+    their own: nothing is stored, and a bad file is refused here naming the file and the field."""
+    shown = metric if metric in METRIC_TO_MTEB else "ndcg_at_10"
+    st.subheader("Your MTEB result files")
+    uploads = st.file_uploader(
+        "MTEB result files (<TaskName>.json, as `mteb run` writes them)",
+        type=["json"],
+        accept_multiple_files=True,
+        key="w_lb_mteb_files",
+        help="Shown here only, for this session. Their predictions files (<TaskName>_predictions.json) are runs: "
+        "add them under **Your runs** in the sidebar to browse them per query.",
+    )
+    files = []
+    for upload in uploads or []:
+        try:
+            files.append(read_mteb_result(upload.getvalue(), upload.name))
+        except DataError as err:
+            st.error("\n\n".join(ui.md(str(problem)) for problem in err.problems))
+    if files:
+        st.dataframe(mteb_result_board(files, shown), width="stretch")
+        st.caption(f"{metric_label(shown)} × 100 as each file holds it, not re-scored here: {ui.md(EXPORT_LABEL)}.")
