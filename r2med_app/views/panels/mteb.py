@@ -17,15 +17,17 @@ from r2med_core.reporting.mteb_files import EXPORT_LABEL, mteb_result_board, rea
 from r2med_core.reporting.tables import metric_label
 
 
-def _signed(frame: pd.DataFrame) -> object:
-    """Signed points, green up and red down (the post-paper gains' look)."""
-    return frame.style.format(
-        "{:+.2f}", na_rep="", subset=[c for c in frame.columns if frame[c].dtype.kind == "f"]
-    ).map(
-        lambda v: (
-            "" if not isinstance(v, float) or pd.isna(v) or v == 0 else f"color: {'#1a7f37' if v > 0 else '#cf222e'}"
-        )
-    )
+def _signed(frame: pd.DataFrame, columns: list[str]) -> object:
+    """``columns`` as signed points, green up and red down (the post-paper gains' look); the rest as numbers."""
+
+    def colour(value: object) -> str:
+        if not isinstance(value, float) or pd.isna(value) or value == 0:
+            return ""
+        return f"color: {'#1a7f37' if value > 0 else '#cf222e'}"
+
+    numbers = [c for c in frame.columns if frame[c].dtype.kind == "f" and c not in columns]
+    styled = frame.style.format("{:+.2f}", na_rep="", subset=columns).map(colour, subset=columns)
+    return styled.format("{:.2f}", na_rep="", subset=numbers) if numbers else styled
 
 
 def mteb_section(metric: str) -> None:
@@ -70,7 +72,7 @@ def mteb_section(metric: str) -> None:
         help="Each MTEB row minus this one, task by task: where a model's gain comes from.",
     )
     st.dataframe(
-        _signed(mteb_gains_over(reference, shown)),
+        _signed(gains := mteb_gains_over(reference, shown), list(gains.columns)),
         width="stretch",
         column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
     )
@@ -79,7 +81,9 @@ def mteb_section(metric: str) -> None:
     st.subheader("Same model, two protocols: the paper and MTEB")
     table = protocol_table(shown)
     st.dataframe(
-        _signed(table[["paper Avg", "MTEB Avg", *PUBLISHED_TASKS, "largest gap", "on"]]),
+        _signed(
+            table[["paper Avg", "MTEB Avg", *PUBLISHED_TASKS, "largest gap", "on"]], [*PUBLISHED_TASKS, "largest gap"]
+        ),
         width="stretch",
         column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
     )
