@@ -103,6 +103,27 @@ def _max_length(paper_side: str) -> Reason:
 
 
 _E5_TEMPLATE = f'"Instruct: {_GENERIC}\\nQuery: "'
+
+
+def _mistral_reasons(mteb_precision: str, mteb_file: str) -> tuple[Reason, ...]:
+    """e5-mistral and SFR-Embedding-Mistral: the same R2MED class (HighScaleModel) and mteb wrapper; only
+    the precision mteb loaded them in differs."""
+    return (
+        _CUSTOM_TASK,
+        _QUERY_INSTRUCTION,
+        _document_instruction("none", _E5_TEMPLATE),
+        _max_length("2048 tokens on both sides"),
+        _reason(
+            "precision",
+            "fp32 (AutoModel.from_pretrained without a dtype)",
+            mteb_precision,
+            f"{_R2MED}: src/utils.py (HighScaleModel)",
+            f"{_MTEB_2025}: {mteb_file}",
+        ),
+        _EVALUATION,
+    )
+
+
 _REASONS: dict[str, tuple[Reason, ...]] = {
     "bm25": (
         _reason(
@@ -129,33 +150,9 @@ _REASONS: dict[str, tuple[Reason, ...]] = {
             f"{_MTEB_BM25}: mteb/tasks/retrieval/eng/r2_med_retrieval.py",
         ),
     ),
-    "e5": (
-        _CUSTOM_TASK,
-        _QUERY_INSTRUCTION,
-        _document_instruction("none", _E5_TEMPLATE),
-        _max_length("2048 tokens on both sides"),
-        _reason(
-            "precision",
-            "fp32 (AutoModel.from_pretrained without a dtype)",
-            "fp16 (torch_dtype=torch.float16)",
-            f"{_R2MED}: src/utils.py (HighScaleModel)",
-            f"{_MTEB_2025}: mteb/models/e5_instruct.py (e5_mistral)",
-        ),
-        _EVALUATION,
-    ),
-    "sfr": (
-        _CUSTOM_TASK,
-        _QUERY_INSTRUCTION,
-        _document_instruction("none", _E5_TEMPLATE),
-        _max_length("2048 tokens on both sides"),
-        _reason(
-            "precision",
-            "fp32 (AutoModel.from_pretrained without a dtype)",
-            'the checkpoint\'s own dtype (torch_dtype="auto")',
-            f"{_R2MED}: src/utils.py (HighScaleModel)",
-            f"{_MTEB_2025}: mteb/models/salesforce_models.py (SFR_Embedding_Mistral)",
-        ),
-        _EVALUATION,
+    "e5": _mistral_reasons("fp16 (torch_dtype=torch.float16)", "mteb/models/e5_instruct.py (e5_mistral)"),
+    "sfr": _mistral_reasons(
+        'the checkpoint\'s own dtype (torch_dtype="auto")', "mteb/models/salesforce_models.py (SFR_Embedding_Mistral)"
     ),
     "grit": (
         _CUSTOM_TASK,
