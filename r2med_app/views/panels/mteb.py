@@ -62,7 +62,7 @@ def mteb_section(metric: str) -> None:
     if len(flagged):
         with st.expander(f"Dataset revisions that differ from this app's ({len(flagged)} models)"):
             for model, row in flagged.iterrows():
-                st.markdown(f"- **{ui.md(model)}**: {ui.md(row['dataset revisions'])}")
+                st.markdown(f"**{ui.md(model)}**: {ui.md(row['dataset revisions'])}")
     models = board.index.tolist()
     reference = st.selectbox(
         "MTEB: gain per task over",
@@ -96,8 +96,8 @@ def mteb_section(metric: str) -> None:
         with st.expander(f"{comparison.paper_label} ({comparison.model}): {verdict}"):
             for reason in comparison.reasons:
                 st.markdown(
-                    f"- **{ui.md(reason.aspect)}**: paper: {ui.md(reason.paper)}; MTEB: {ui.md(reason.mteb)}  \n"
-                    f"  Sources: {ui.md('; '.join(reason.sources))}"
+                    f"**{ui.md(reason.aspect)}**: paper: {ui.md(reason.paper)}; MTEB: {ui.md(reason.mteb)}  \n"
+                    f"Sources: {ui.md('; '.join(reason.sources))}"
                 )
             for words in comparison.not_found:
                 st.markdown(f"*{ui.md(words)}*")
