@@ -42,27 +42,29 @@ def mteb_section(metric: str) -> None:
         + "."
     )
     board = mteb_board(shown)
-    columns = {
-        "Avg": st.column_config.NumberColumn("Avg", format="%.2f", help="The mean over the 8 tasks."),
-        **{
-            t: st.column_config.NumberColumn(TASK_HEADERS[t], format="%.2f", help=task_help(t)) for t in PUBLISHED_TASKS
-        },
-        "revision": st.column_config.TextColumn("model revision"),
-        "dataset revisions": st.column_config.TextColumn(
-            "⚠ data", help="Blank: every task ran on the dataset revision this app loads."
-        ),
-        "in the paper": st.column_config.TextColumn("in the paper", help="The paper's setting for the same model."),
-    }
+    # The scores alone fit a 1000 px window; each row's source and versions are in words below it.
     st.dataframe(
-        board[["Avg", *PUBLISHED_TASKS, "mteb_version", "revision", "dataset revisions", "in the paper"]],
+        board[["Avg", *PUBLISHED_TASKS]],
         width="stretch",
-        column_config=columns,
+        column_config={
+            "Avg": st.column_config.NumberColumn("Avg", format="%.2f", help="The mean over the 8 tasks."),
+            **{
+                t: st.column_config.NumberColumn(TASK_HEADERS[t], format="%.2f", help=task_help(t))
+                for t in PUBLISHED_TASKS
+            },
+        },
     )
     flagged = board[board["dataset revisions"] != ""]
-    if len(flagged):
-        with st.expander(f"Dataset revisions that differ from this app's ({len(flagged)} models)"):
-            for model, row in flagged.iterrows():
-                st.markdown(f"**{ui.md(model)}**: {ui.md(row['dataset revisions'])}")
+    with st.expander(
+        f"Source and versions of each row ({len(flagged)} ran on a dataset revision that is not this app's)"
+    ):
+        for model, row in board.iterrows():
+            paper = f"; the paper's `{row['in the paper']}`" if row["in the paper"] else ""
+            flag = f"  \n⚠ {ui.md(row['dataset revisions'])}" if row["dataset revisions"] else ""
+            st.markdown(
+                f"**{ui.md(model)}**: model revision `{row['revision']}`, mteb {ui.md(row['mteb_version'])}, "
+                f"files {ui.md(row['files'])}{paper}{flag}"
+            )
     models = board.index.tolist()
     reference = st.selectbox(
         "MTEB: gain per task over",
@@ -81,19 +83,20 @@ def mteb_section(metric: str) -> None:
     st.subheader("Same model, two protocols: the paper and MTEB")
     table = protocol_table(shown)
     st.dataframe(
-        _signed(
-            table[["paper Avg", "MTEB Avg", *PUBLISHED_TASKS, "largest gap", "on"]], [*PUBLISHED_TASKS, "largest gap"]
-        ),
+        _signed(table[["gap Avg", *PUBLISHED_TASKS]], ["gap Avg", *PUBLISHED_TASKS]),
         width="stretch",
         column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
     )
     st.caption(
-        f"{metric_label(shown)} × 100: MTEB's number minus the paper's, per task. Blank: the paper did not "
-        "publish that metric for that model. Why they differ, from the two codebases:"
+        f"{metric_label(shown)} × 100: MTEB's number minus the paper's, per task and on the average. Blank: the "
+        "paper did not publish that metric for that model. Why they differ, from the two codebases:"
     )
     for comparison in protocol_comparisons(shown):
-        verdict = "equal on every task" if comparison.equal else f"largest gap {comparison.largest_gap[1]:+.2f}"
-        with st.expander(f"{comparison.paper_label} ({comparison.model}): {verdict}"):
+        task, gap = comparison.largest_gap
+        row = table.loc[comparison.paper_label]
+        averages = f"paper {row['paper Avg']:.2f}, MTEB {row['MTEB Avg']:.2f}"
+        verdict = "equal on every task" if comparison.equal else f"largest gap {gap:+.2f} on {task}"
+        with st.expander(f"{comparison.paper_label} ({comparison.model}): {averages}; {verdict}"):
             for reason in comparison.reasons:
                 st.markdown(
                     f"**{ui.md(reason.aspect)}**: paper: {ui.md(reason.paper)}; MTEB: {ui.md(reason.mteb)}  \n"
@@ -123,5 +126,6 @@ def your_mteb_results(metric: str) -> None:
         except DataError as err:
             st.error("\n\n".join(ui.md(str(problem)) for problem in err.problems))
     if files:
-        st.dataframe(mteb_result_board(files, shown), width="stretch")
+        board = mteb_result_board(files, shown)
+        st.dataframe(board[["task", shown, "mteb_version", "data", "made by"]], width="stretch")
         st.caption(f"{metric_label(shown)} × 100 as each file holds it, not re-scored here: {ui.md(EXPORT_LABEL)}.")
