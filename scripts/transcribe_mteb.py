@@ -148,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     json.loads(text)
     args.output.write_text(text, encoding="utf-8")
     files = sum(len(m["tasks"]) for m in content["models"])
-    print(
-        f"wrote {len(content['models'])} models, {files} files (commit {content['commit'][:12]}) to {args.output}"
-    )
+    print(f"wrote {len(content['models'])} models, {files} files (commit {content['commit'][:12]}) to {args.output}")
     return 0
 
 
