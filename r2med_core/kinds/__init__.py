@@ -2,6 +2,7 @@
 registry that ``parse_system`` consults (as ir_measures finds its measures).
 
 Built in: ``bm25`` (BM25 engines), ``bm25q`` (query-side BM25 as Anserini's BRIGHT baselines),
+``bm25s_mteb`` (``bm25s-mteb``: BM25 as MTEB's baseline calls bm25s),
 ``dense`` (dense presets and ``dense:<model>``), ``fusion`` (``rrf(A,B,...)``), ``imported_run``
 (``run:<name>``), ``rerank`` (``SYSTEM>rerank:MODEL@K``, a cross-encoder over a first-stage system),
 ``llmrerank`` (``SYSTEM>llmrerank:list|point:MODEL@K``, an LLM on the operator's endpoint, computed

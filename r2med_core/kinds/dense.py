@@ -29,6 +29,8 @@ from r2med_core.kinds.roles import ModelRole, ProgressReader, preset_or_allowed,
 from r2med_core.llm.rewrite import dense_query
 from r2med_core.progress import Progress
 from r2med_core.retrieval.dense import (
+    MTEB_PRESETS,
+    MTEB_SETTING,
     PRESETS,
     REASONEMBED_PRESETS,
     REASONEMBED_SETTING,
@@ -107,9 +109,7 @@ class DenseRole(ModelRole):
 @register
 class DenseKind(SystemKind):
     name = "dense"
-    grammar = (
-        f"a dense preset ({', '.join(PRESETS)}) or dense:<model id or path>, optionally followed by +METHOD:LLM"
-    )
+    grammar = f"a dense preset ({', '.join(PRESETS)}) or dense:<model id or path>, optionally followed by +METHOD:LLM"
     priority = 95
     typed_text = True
 
@@ -166,6 +166,11 @@ class DenseKind(SystemKind):
             return ["MiniLM is the offline default, not a paper model"]
         if spec.name in REASONEMBED_PRESETS:
             found = [f"{spec.name} runs in {REASONEMBED_SETTING} (instructions, pooling, lengths), not the benchmark's"]
+        elif spec.name in MTEB_PRESETS:
+            return [
+                f"{spec.name} runs {MTEB_SETTING} (its generic instruction on queries and documents, 512 tokens), "
+                "not the benchmark's"
+            ]
         elif spec.name not in BENCHMARK_DENSE_PRESETS:
             return [f"dense model {spec.name!r} is not one of the benchmark's dense configurations"]
         else:

@@ -1,4 +1,5 @@
 """Putting results on paper: summary tables (``tables``), the score charts shared by the Metrics page and
 the report (``figures``), the self-contained HTML / LaTeX report (``saved_report``) and where each number
-comes from (``provenance``).
+comes from (``provenance``); results written as MTEB's files and MTEB's result files read back
+(``mteb_files``).
 """

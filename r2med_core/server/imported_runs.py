@@ -31,6 +31,7 @@ from typing import Any
 
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import DataError, Dataset, Problem
+from r2med_core.reporting.mteb_files import is_mteb_result
 from r2med_core.reporting.provenance import is_results
 from r2med_core.runs import Run, format_trec, parse_score, parse_trec
 from r2med_core.settings import Settings, load_settings
@@ -44,6 +45,11 @@ MAX_DOC_WARNINGS = 20
 UPLOADS = "uploaded"
 NOT_A_RUN = "a results file holds metric means, not a ranking: give the run it was made from (its .trec file)"
 RUNS_DIR = "runs folder"
+MTEB_RESULT_NOT_A_RUN = (
+    "an MTEB result file (task_name, scores) holds MTEB's metric means, not a ranking: add it on the Leaderboard "
+    "under \"Your MTEB result files\" (or `r2med mteb-results FILE`), and import its predictions file "
+    "(<TaskName>_predictions.json, from `mteb run --save-predictions`) here to browse it per query"
+)
 
 
 @dataclass(frozen=True)
@@ -242,6 +248,8 @@ def _json_scores(data: bytes, label: str) -> dict[str, dict[str, float]]:
         raise DataError([Problem(label, None, f"not UTF-8 text (byte {err.start})")]) from None
     if is_results(obj):
         raise DataError([Problem(label, None, NOT_A_RUN)])
+    if is_mteb_result(obj):
+        raise DataError([Problem(label, None, MTEB_RESULT_NOT_A_RUN)])
     obj = _unwrap(obj)
     if not isinstance(obj, dict) or not obj:
         raise DataError([Problem(label, None, "expected a JSON object {query id: {document id: score}}")])

@@ -10,6 +10,7 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import runs
+from r2med_app.views.panels.mteb import mteb_section, your_mteb_results
 from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.analysis.paper_comparison import compare_with_paper
 from r2med_core.analysis.published import (
@@ -109,6 +110,8 @@ st.dataframe(
 )
 st.caption(f"nDCG@10 × 100 minus {ui.md(reference)}'s, per task and on the average; green: higher, red: lower.")
 
+mteb_section(metric)
+
 st.subheader(f"Your runs on {ui.md(dataset.name)}")
 if dataset.name not in PUBLISHED_TASKS:
     st.info(
@@ -200,6 +203,8 @@ else:
         "Top 100 per query, scored with the benchmark's pytrec_eval settings on this dataset's judgements; "
         f"95% CI: the {DESCRIPTION}."
     )
+
+your_mteb_results(metric)
 
 sweep_dir = ui.load_settings().sweep_dir
 if sweep_dir is not None:

@@ -21,6 +21,7 @@ BASE_SYSTEMS: tuple[str, ...] = (
     "bm25s",
     "bm25-okapi",
     "bm25q",
+    "bm25s-mteb",
     "minilm",
     "rrf(bm25,minilm)",
     *tuple(name for name in PRESETS if name != "minilm"),
