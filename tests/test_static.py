@@ -148,7 +148,8 @@ def test_a_missing_model2vec_is_a_clear_message_naming_the_extra(
     assert "requirements-static.txt" in str(err.value)
     assert main(["eval", "--retriever", "static:minilm", "--demo", "clinical-case", "--output-dir", "out"]) == 2
     shown = capsys.readouterr().err
-    assert shown.split("\r")[-1].startswith("error: static embeddings need the optional 'static' extra") and "Traceback" not in shown
+    assert shown.split("\r")[-1].startswith("error: static embeddings need the optional 'static' extra")
+    assert "Traceback" not in shown
     assert "r2med-explorer[static]" in shown
 
 
@@ -256,3 +257,24 @@ def test_static_minilm_fuses_with_bm25_and_runs_from_the_command_line(
     assert "static MiniLM" in capsys.readouterr().out
     assert main(["encode", "--model", "static:minilm", "--demo", "clinical-case"]) == 0
     assert "cache entry:" in capsys.readouterr().out
+
+
+def test_the_app_offers_static_minilm_with_its_measured_cost_and_quality_beside_it() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from .test_app import APP
+
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params["systems"] = ["bm25", "static:minilm"]
+    at.run()
+    at.switch_page("views/pages/metrics.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    systems = at.multiselect(key="w_systems")
+    assert "static:minilm" in systems.options and "static:potion-multilingual-128m" in systems.options
+    note = static.cost_and_quality()
+    assert "MiniLM's nDCG@10 on the demo" in note and "not the benchmark's setting" in note
+    assert "min for all 357,080 R2MED documents" in note
+    assert note in systems.help.replace("\\", "")  # the picker says it
+    # not computed yet: its Compute panel shows the estimate with the same sentence beside it
+    assert any(b.label.startswith("Compute (≈") for b in at.button)
+    assert any(note == c.value.replace("\\", "") for c in at.caption)

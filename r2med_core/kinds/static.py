@@ -75,7 +75,7 @@ class StaticKind(DenseKind):
 
     def label(self, spec: SystemSpec) -> str:
         preset = STATIC_PRESETS.get(spec.name)
-        return f"{preset.label} (static)" if preset else f"static {spec.name}"
+        return preset.label if preset else f"static {spec.name}"
 
     def with_rewrite(self, spec: SystemSpec, rewrite: Rewrite | None) -> SystemSpec:
         return SystemSpec("static", spec.name, rewrite)
