@@ -61,6 +61,8 @@ class StaticKind(DenseKind):
     name = "static"
     grammar = f"static:<preset ({', '.join(STATIC_PRESETS)}) or a model2vec / static hub id or local path>"
     priority = 95
+    #: Encoding is a tokenizer and a Python loop of table means: background jobs take turns (the GIL).
+    holds_gil = True
 
     def parse(self, text: str, parse: Parse) -> SystemSpec | None:
         core, rewrite = split_rewrite(text)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from r2med_core.cache import cached, entry_path, file_digest, fingerprint, is_intact
+from r2med_core.hub import ModelUnavailable, model_snapshot
 from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.dense import DenseModel, DenseModelUnavailable, DenseRetriever, model_revision
 
@@ -202,20 +203,10 @@ def provenance(folder: Path) -> dict[str, Any]:
 def hub_folder(model_id: str) -> Path:
     """A hub static model's files: from the Hugging Face cache first (``HF_HUB_OFFLINE=1`` uses only
     it), else downloaded once; a clear message when neither works."""
-    from huggingface_hub import snapshot_download
-
     try:
-        return Path(snapshot_download(model_id, allow_patterns=list(HUB_PATTERNS), local_files_only=True))
-    except Exception:
-        pass
-    try:
-        return Path(snapshot_download(model_id, allow_patterns=list(HUB_PATTERNS)))
-    except Exception as err:
-        cause = " ".join(str(err).split())[:160]
-        raise StaticModelUnavailable(
-            f"{model_id} is not downloaded and the Hugging Face hub cannot be reached ({type(err).__name__}: "
-            f"{cause}). Run once with network access (the model is kept in the HF cache) or use a local folder."
-        ) from None
+        return model_snapshot(model_id, HUB_PATTERNS)
+    except ModelUnavailable as err:
+        raise StaticModelUnavailable(str(err)) from None
 
 
 def static_source(name: str) -> str:
