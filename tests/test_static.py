@@ -274,7 +274,7 @@ def test_the_app_offers_static_minilm_with_its_measured_cost_and_quality_beside_
     assert set(offered) <= set(systems.options), systems.options
     note = static.cost_and_quality()
     assert "MiniLM's nDCG@10 on the demo" in note and "not the benchmark's setting" in note
-    assert "min for all 357,080 R2MED documents" in note
+    assert "for all 357,080 R2MED documents" in note
     assert note in systems.help.replace("\\", "")  # the picker says it
     # not computed yet: its Compute panel shows the estimate with the same sentence beside it
     assert any(b.label.startswith("Compute (≈") for b in at.button)
