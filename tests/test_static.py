@@ -279,3 +279,23 @@ def test_the_app_offers_static_minilm_with_its_measured_cost_and_quality_beside_
     # not computed yet: its Compute panel shows the estimate with the same sentence beside it
     assert any(b.label.startswith("Compute (≈") for b in at.button)
     assert any(note == c.value.replace("\\", "") for c in at.caption)
+
+
+def test_static_names_round_trip_and_a_link_runs_only_presets_or_allowed_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from r2med_core.server.access import system_refusal
+    from r2med_core.settings import load_settings
+    from r2med_core.systems import SpecError
+
+    for name in ("static:minilm", "static:minilm+hyde:gpt4", "static:/models/my-static", "rrf(bm25,static:minilm)"):
+        assert str(parse_system(name)) == name
+    with pytest.raises(SpecError, match="names no model"):
+        parse_system("static:")
+    settings = load_settings()
+    assert system_refusal("static:minilm", settings) is None
+    assert system_refusal("static:potion-multilingual-128m", settings) is None
+    assert system_refusal("static:/etc", settings)  # a path from a URL is never loaded
+    assert system_refusal("static:someone/static-model", settings)
+    monkeypatch.setenv("R2MED_ALLOW_MODELS", "someone/static-model")
+    assert system_refusal("static:someone/static-model", load_settings()) is None
