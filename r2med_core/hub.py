@@ -139,15 +139,20 @@ def check_model_reachable(model_id: str) -> None:
     """
     if Path(model_id).expanduser().exists():
         return
+    model_snapshot(model_id, ("config.json",))
+
+
+def model_snapshot(model_id: str, patterns: tuple[str, ...]) -> Path:
+    """A hub model's files matching ``patterns``: from the HF cache first (``HF_HUB_OFFLINE=1`` uses only
+    it), else downloaded; ``ModelUnavailable`` with a clear message when neither works."""
     from huggingface_hub import snapshot_download
 
     try:
-        snapshot_download(model_id, allow_patterns=["config.json"], local_files_only=True)
-        return
+        return Path(snapshot_download(model_id, allow_patterns=list(patterns), local_files_only=True))
     except Exception:
         pass
     try:
-        snapshot_download(model_id, allow_patterns=["config.json"])
+        return Path(snapshot_download(model_id, allow_patterns=list(patterns)))
     except Exception as err:
         cause = " ".join(str(err).split())[:160]
         raise ModelUnavailable(

@@ -22,7 +22,7 @@ from r2med_core.server.access import system_refusal
 from r2med_core.settings import load_settings
 from r2med_core.systems import parse_system, published_kind, run_system, search_text
 
-BUILT_IN = {"bm25", "bm25q", "dense", "fusion", "run", "rerank", "llmrerank", "insertrank", "oracle"}
+BUILT_IN = {"bm25", "bm25q", "dense", "static", "fusion", "run", "rerank", "llmrerank", "insertrank", "oracle"}
 
 
 def test_every_built_in_kind_is_registered_and_found_by_name() -> None:

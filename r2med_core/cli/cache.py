@@ -19,7 +19,11 @@ from r2med_core.settings import ENCODE_BACKENDS
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this group's subcommands to ``commands`` (an argparse subparsers action)."""
     en = commands.add_parser("encode", help="encode a corpus with a dense model into the cache (resumable)")
-    en.add_argument("--model", required=True, help=f"a preset ({', '.join(PRESETS)}) or a model id or path")
+    en.add_argument(
+        "--model",
+        required=True,
+        help=f"a preset ({', '.join(PRESETS)}), a model id or path, or static:<model> (e.g. static:minilm)",
+    )
     add_source(en)
     en.add_argument("--device", default=None, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps")
     en.add_argument(
@@ -52,11 +56,17 @@ def cmd_encode(args: argparse.Namespace) -> int:
     from r2med_core.retrieval.dense import DenseRetriever
     from r2med_core.retrieval.hardware import detect
     from r2med_core.retrieval.onnx_encoder import BackendUnavailable
+    from r2med_core.retrieval.static import StaticRetriever
     from r2med_core.systems import _dense_model, parse_system
 
     spec = parse_system(args.model if ":" in args.model or args.model in PRESETS else f"dense:{args.model}")
-    if spec.models() != (("dense", spec.name),) or spec.rewrite:
-        raise UsageError(f"--model must be a dense model (a preset: {', '.join(PRESETS)}, or a model id or path)")
+    static = spec.kind == "static"  # static:<model>: the same corpus cache, a static encoder
+    if spec.models() != ((spec.kind, spec.name),) or spec.kind not in ("dense", "static") or spec.rewrite:
+        raise UsageError(
+            f"--model must be a dense model (a preset: {', '.join(PRESETS)}, or a model id or path) or static:<model>"
+        )
+    if static and args.ray is not None:
+        raise UsageError("--ray encodes transformer models; a static model encodes in minutes on one machine")
     try:
         hardware = detect(args.device)
     except DeviceError as err:
@@ -70,8 +80,15 @@ def cmd_encode(args: argparse.Namespace) -> int:
                 cluster, dataset, spec.name, device=args.device, backend=args.backend, progress=progress
             )
         else:
-            retriever = DenseRetriever(
-                _dense_model(dataset, spec.name), batch_size=args.batch_size, device=args.device, backend=args.backend
+            retriever = (
+                StaticRetriever(spec.name, progress)
+                if static
+                else DenseRetriever(
+                    _dense_model(dataset, spec.name),
+                    batch_size=args.batch_size,
+                    device=args.device,
+                    backend=args.backend,
+                )
             )
             retriever.index_corpus(list(dataset.corpus), list(dataset.corpus.values()), dataset.fingerprint, progress)
     except BackendUnavailable as err:

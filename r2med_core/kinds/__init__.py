@@ -3,7 +3,8 @@ registry that ``parse_system`` consults (as ir_measures finds its measures).
 
 Built in: ``bm25`` (BM25 engines), ``bm25q`` (query-side BM25 as Anserini's BRIGHT baselines),
 ``bm25s_mteb`` (``bm25s-mteb``: BM25 as MTEB's baseline calls bm25s),
-``dense`` (dense presets and ``dense:<model>``), ``fusion`` (``rrf(A,B,...)``), ``imported_run``
+``dense`` (dense presets and ``dense:<model>``), ``static`` (``static:<model>``, static embeddings such as
+``static:minilm``, distilled offline), ``fusion`` (``rrf(A,B,...)``), ``imported_run``
 (``run:<name>``), ``rerank`` (``SYSTEM>rerank:MODEL@K``, a cross-encoder over a first-stage system),
 ``llmrerank`` (``SYSTEM>llmrerank:list|point:MODEL@K``, an LLM on the operator's endpoint, computed
 only after a click), ``insertrank`` (``BM25SYSTEM>insertrank:MODEL@K``, the list-wise LLM reranker
@@ -49,9 +50,10 @@ How to add a model role
 -----------------------
 A kind names the models it loads or asks in ``models`` as ``(role, model)`` pairs. A role is what
 the rest of the app knows about such a model, answered by one ``roles.ModelRole`` registered under
-that name; built in: ``dense`` (an encoder), ``reranker`` (a cross-encoder) and ``llm`` (asked on the
-operator's endpoint), each in the module of the kind that loads it. A kind whose models play a new
-role (a learned-sparse encoder, say) defines that role in its own module too:
+that name; built in: ``dense`` (an encoder), ``static`` (a static-embedding table), ``reranker``
+(a cross-encoder) and ``llm`` (asked on the operator's endpoint), each in the module of the kind
+that loads it. A kind whose models play a new role (a learned-sparse encoder, say) defines that
+role in its own module too:
 
 1. Subclass ``roles.ModelRole``, decorate it with ``@register_role`` and set ``name`` (the role in
    your ``models()`` pairs; use ``YourRole.name`` there).

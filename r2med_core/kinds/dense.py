@@ -62,7 +62,11 @@ def dense_model(dataset: Dataset, model_name: str) -> DenseModel:
 
 def dense_retriever(dataset: Dataset, model_name: str, progress: Progress | None = None) -> DenseRetriever:
     """A dense retriever with its corpus index loaded (encoded once, then cached on disk)."""
-    retriever = DenseRetriever(dense_model(dataset, model_name))
+    return indexed(DenseRetriever(dense_model(dataset, model_name)), dataset, progress)
+
+
+def indexed(retriever: DenseRetriever, dataset: Dataset, progress: Progress | None = None) -> DenseRetriever:
+    """The retriever with the dataset's corpus index loaded (encoded once, then cached on disk)."""
     retriever.index_corpus(list(dataset.corpus), list(dataset.corpus.values()), dataset.fingerprint, progress)
     return retriever
 
@@ -131,13 +135,21 @@ class DenseKind(SystemKind):
 
     def key_parts(self, dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, object]:
         # The model exactly as it runs (instruction filled in), so a changed prompt never reuses a run.
-        return {"model": DenseRetriever(dense_model(dataset, spec.name)).cache_key(dataset.fingerprint)}
+        return {"model": self.unloaded(dataset, spec).cache_key(dataset.fingerprint)}
+
+    def unloaded(self, dataset: Dataset, spec: SystemSpec, progress: Progress | None = None) -> DenseRetriever:
+        """The retriever before its corpus is indexed (a kind with another encoder returns its own)."""
+        return DenseRetriever(dense_model(dataset, spec.name))
+
+    def loaded(self, dataset: Dataset, spec: SystemSpec, progress: Progress | None = None) -> DenseRetriever:
+        """The retriever with its corpus index loaded (encoded once, then cached on disk)."""
+        return indexed(self.unloaded(dataset, spec, progress), dataset, progress)
 
     def compute(self, dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
         started = time.perf_counter()
         queries = retrieved_queries(dataset, spec.rewrite)
         qids = list(queries)
-        dense = dense_retriever(dataset, spec.name, scaled(progress, 0.0, 0.9))
+        dense = self.loaded(dataset, spec, scaled(progress, 0.0, 0.9))
         # with a rewrite, only the queries it holds, with its query text (the benchmark's rule)
         retrieved = replace(dataset, queries=queries) if spec.rewrite else dataset
         vectors = dense_query_vectors(dense, retrieved, spec.rewrite, scaled(progress, 0.9, 1.0))
@@ -151,7 +163,7 @@ class DenseKind(SystemKind):
     def search(
         self, dataset: Dataset, spec: SystemSpec, text: str, k: int, hy_doc: str | None, progress: Progress | None
     ) -> Ranking:
-        retriever = kept_loaded(dataset, spec, lambda: dense_retriever(dataset, spec.name, progress))
+        retriever = kept_loaded(dataset, spec, lambda: self.loaded(dataset, spec, progress))
         texts = dense_query(*spec.rewrite, text, hy_doc or "").texts if spec.rewrite else (text,)
         return retriever.search_vectors(retriever.encode_queries([texts]), k)[0]
 
@@ -181,11 +193,15 @@ class DenseKind(SystemKind):
 
     def estimate_seconds(self, dataset: Dataset, spec: SystemSpec, k: int) -> float:
         n_docs, n_queries = len(dataset.corpus), len(dataset.queries)
-        retriever = DenseRetriever(dense_model(dataset, spec.name))
+        retriever = self.unloaded(dataset, spec)
         key = retriever.cache_key(dataset.fingerprint)
-        speed = docs_per_s(spec.name, retriever.hardware.device)
+        speed = self.docs_per_s(dataset, spec, retriever.hardware.device)
         queries = n_queries * (2 if spec.rewrite else 1) / (speed * 4)  # queries are short
         if (entry_path("dense", key) / "manifest.json").is_file():
             return MODEL_LOAD_SECONDS + queries
         left = n_docs - finished_docs(key, n_docs)
         return MODEL_LOAD_SECONDS + left / speed + queries
+
+    def docs_per_s(self, dataset: Dataset, spec: SystemSpec, device: str) -> float:
+        """The encoding speed to expect here (measured on this machine, else the table's figure)."""
+        return docs_per_s(spec.name, device)

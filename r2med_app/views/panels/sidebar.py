@@ -12,6 +12,7 @@ from r2med_core.hub import DownloadError, cached_task
 from r2med_core.llm.generation import live_rewrite_options
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.retrieval.rerank import RERANKER_PRESETS
+from r2med_core.retrieval.static import STATIC_PRESETS, cost_and_quality
 from r2med_core.server.access import model_refusal, vet_link_systems
 from r2med_core.server.roots import NOT_ALLOWED, allowed_folder
 
@@ -24,7 +25,10 @@ BASE_SYSTEMS: tuple[str, ...] = (
     "bm25s-mteb",
     "minilm",
     "rrf(bm25,minilm)",
+    "static:minilm",
+    "rrf(bm25,static:minilm)",
     *tuple(name for name in PRESETS if name != "minilm"),
+    *tuple(f"static:{name}" for name in STATIC_PRESETS if name != "minilm"),
 )
 
 
@@ -54,7 +58,7 @@ def sidebar() -> Dataset | None:
             format_func=ui.system_label,
             key=bound("systems", options),
             on_change=store("systems"),
-            help="Every page compares these. Indexes are cached on disk.",
+            help=f"Every page compares these. Indexes are cached on disk. {ui.md(cost_and_quality())}.",
         )
         with st.expander("Add a model or a fusion" if not ui.read_only() else "Add a fusion"):
             if not ui.read_only():
