@@ -9,7 +9,7 @@ numbers, and the README's "Fidelity" table says the same thing per system kind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,12 +79,14 @@ def fidelity(
     reranker: str | None = None,
     keep_tail: bool = False,
     live: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    hand_written: Collection[tuple[str, str]] = (),
 ) -> Fidelity:
     """Whether ``system`` (with its rewrite, an optional reranker) runs as the benchmark ran it.
 
     ``dataset_name``: instruction models use a generic instruction off the 8 R2MED tasks.
     ``live``: for rewrites generated live here, the settings they were made with, by ``(method, llm)``
-    (a precomputed rewrite file combines by the benchmark's own rules).
+    (a precomputed rewrite file combines by the benchmark's own rules). ``hand_written``: rewrites
+    written by hand (``Dataset.hand_written``), never the benchmark's setting whatever their file.
     """
     name = str(system)
     try:
@@ -94,6 +96,8 @@ def fidelity(
     differences = _retriever_differences(spec.base, dataset_name)
     rewrites = {m.rewrite for m in leaf_systems(spec) if m.rewrite}
     for rewrite in sorted(rewrites):
+        if rewrite in hand_written:
+            differences.append(f"the {rewrite[0]} rewrite ({rewrite[1]}) was written by hand, not by an LLM")
         settings = (live or {}).get(rewrite)
         if settings is not None:
             differences += [d for d in _live_differences(rewrite[0], settings, dataset_name) if d not in differences]
