@@ -602,9 +602,13 @@ def fidelity_badge(dataset: Dataset, system: str, *, reranker: str | None = None
         for rw in live_rewrite_options(base)
         if rw not in base.rewrites and (settings := live_generation_settings(base, *rw)) is not None
     }
-    hand = [rw for rw in base.rewrites if base.hand_written(rw)]
     found = fidelity(
-        system, dataset_name=dataset.name, reranker=reranker, keep_tail=keep_tail, live=live, hand_written=hand
+        system,
+        dataset_name=dataset.name,
+        reranker=reranker,
+        keep_tail=keep_tail,
+        live=live,
+        provenance=base.rewrite_provenance,
     )
     return "" if found.is_benchmark else f"{found.badge()}: " + "; ".join(found.differences)
 
