@@ -161,10 +161,10 @@ def test_the_sidebar_starts_on_the_real_models_set_and_names_the_hand_written_on
     assert picker.value == "hyde:smollm2-135m" and at.session_state["view"].rewrite == "hyde:smollm2-135m"
     assert picker.options == [f"HyDE (demo-writer: {HAND_WRITTEN})", "HyDE (smollm2-135m)"]
     assert "A set marked 'written by hand' is an illustration" in (at.toggle(key="w_rewrite_on").help or "")
-    heading = [m.value for m in at.markdown if m.value.startswith("**Hypothetical document**")]
+    heading = [m.value.replace("\\", "") for m in at.markdown if m.value.startswith("**Hypothetical document**")]
     assert heading and "written by SmolLM2-135M-Instruct.Q4_1.gguf (temperature 0.0, seed 42)" in heading[0]
     picker.set_value("hyde:demo-writer").run()
-    heading = [m.value for m in at.markdown if m.value.startswith("**Hypothetical document**")]
+    heading = [m.value.replace("\\", "") for m in at.markdown if m.value.startswith("**Hypothetical document**")]
     assert heading and HAND_WRITTEN in heading[0] and "not the benchmark" in heading[0]
 
 

@@ -9,8 +9,10 @@ changed. Everything is computed from runs already made; nothing here retrieves o
 
 What a rewrite did is told with its harm: how many questions it helped, hurt or left unchanged, and
 for each failed question it did not rescue, why, read from the rewrite's own text: it never names
-the question's reference answer (it reasoned to something else), or it names the right answer and
-the documents still rank low (the rest of the passage outweighs it), or there is no passage.
+the question's reference answer (it restated the case or reasoned to something else), or it names
+the right answer and the documents still rank low (the rest of the passage outweighs it), or there
+is no passage. Whether a passage names the answer is ``named_in``: every content word of the
+answer's name (its stem) occurs in it.
 
 It is a diagnostic, not the benchmark's measure: the sentences count gold documents in a top 10,
 which is what nDCG@10 = 0 means, and say so.
@@ -61,11 +63,8 @@ CLASS_SENTENCES: dict[str, str] = {
 
 #: Why a rewrite did not bring a failed question's relevant documents into the top k (``rescue_failure``).
 NO_PASSAGE = "no passage"
-WRONG_ANSWER = "named a wrong answer"
-RIGHT_ANSWER_LOW = "named the right answer, documents still low"
-
-#: How many characters of a rewrite's passage a sentence quotes.
-PASSAGE_WIDTH = 90
+ANSWER_NOT_NAMED = "never names the answer"
+ANSWER_NAMED_LOW = "names the answer, documents still low"
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def named_in(question: str, name: str) -> bool:
 
 def rescue_failure(dataset: Dataset, query_id: str, rewrite: tuple[str, str]) -> str | None:
     """Why the rewrite's passage could not rescue a question, from its text and the reference answer:
-    ``NO_PASSAGE``, ``WRONG_ANSWER`` (it never names the answer), ``RIGHT_ANSWER_LOW`` (it names it), or
+    ``NO_PASSAGE``, ``ANSWER_NOT_NAMED`` (it never names the answer), ``ANSWER_NAMED_LOW`` (it does), or
     None when the question has no reference answer to read the passage against."""
     text = dataset.rewrites.get(rewrite, {}).get(query_id)
     if not text or not text.strip():
@@ -128,7 +127,7 @@ def rescue_failure(dataset: Dataset, query_id: str, rewrite: tuple[str, str]) ->
     answer = reference_answers(dataset).get(query_id)
     if not answer:
         return None
-    return RIGHT_ANSWER_LOW if named_in(text, answer_name(answer)) else WRONG_ANSWER
+    return ANSWER_NAMED_LOW if named_in(text, answer_name(answer)) else ANSWER_NOT_NAMED
 
 
 def _is_rescued(run: Run, dataset: Dataset, qid: str, depth: int) -> bool:
@@ -148,8 +147,8 @@ def rewrite_summary(
 ) -> str:
     """What a rewrite did on the task, harm included: "HyDE (smollm2-135m) takes nDCG@10 from 0.212 to
     0.247: 7 questions helped, 3 hurt, 2 unchanged. It rescues 2 of the 10 failed questions; of the other
-    8, its passage names a wrong answer for 7 and names the right one for 1, but the documents still
-    rank low." """
+    8, its passage never names the answer for 7, it names the right answer but the documents still rank
+    low for 1." """
     counts = rewrite_outcomes(per_query_delta(without, with_rewrite, metric))
     sentences = [
         f"{rewrite_label} takes {metric_label} from {without.means[metric]:.3f} to "
@@ -164,8 +163,8 @@ def rewrite_summary(
         parts = [
             f"{how} for {n}"
             for key, how in (
-                (WRONG_ANSWER, "its passage names a wrong answer"),
-                (RIGHT_ANSWER_LOW, "it names the right one but the documents still rank low"),
+                (ANSWER_NOT_NAMED, "its passage never names the answer"),
+                (ANSWER_NAMED_LOW, "it names the right answer but the documents still rank low"),
                 (NO_PASSAGE, "it has no passage"),
             )
             if (n := reasons.count(key))
@@ -307,9 +306,8 @@ def _why_not_rescued(dataset: Dataset, qid: str, rewrite: tuple[str, str], name:
     reason = rescue_failure(dataset, qid, rewrite)
     if reason == NO_PASSAGE:
         return ["The rewrite has no passage for this question."]
-    if reason == RIGHT_ANSWER_LOW:
+    if reason == ANSWER_NAMED_LOW:
         return [f"Its passage names the right answer, {name}, but the documents still rank low."]
-    if reason == WRONG_ANSWER:
-        passage = shorten(" ".join(dataset.rewrites[rewrite][qid].split()), PASSAGE_WIDTH)
-        return [f'Its passage never names the answer, {name}: it reasoned to something else ("{passage}").']
+    if reason == ANSWER_NOT_NAMED:
+        return [f"Its passage never names the answer, {name}: it restated the case or reasoned to something else."]
     return []
