@@ -134,8 +134,9 @@ def rewrite_origin(dataset: Dataset, rewrite: tuple[str, str]) -> str:
     if record.get("made_by") == "hand":
         return f"{HAND_WRITTEN}: an illustration, not the benchmark's setting"
     if record.get("made_by") == "llm":
-        model = record.get("model_file", {}).get("name") if isinstance(record.get("model_file"), dict) else None
-        sampling = record.get("sampling") if isinstance(record.get("sampling"), dict) else {}
+        file, sampling = record.get("model_file"), record.get("sampling")
+        model = file.get("name") if isinstance(file, dict) else None
+        sampling = sampling if isinstance(sampling, dict) else {}
         shown = ", ".join(f"{k} {v}" for k, v in sampling.items() if k in ("temperature", "seed") and v is not None)
         return f"written by {model or record.get('model', 'an LLM')}" + (f" ({shown})" if shown else "")
     return "precomputed (its origin is not recorded)"

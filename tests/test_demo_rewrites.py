@@ -188,3 +188,22 @@ def test_compare_leaderboard_and_rewriting_name_the_hand_written_set() -> None:
     assert rewrite.value == "hyde:demo-writer" and f"HyDE (demo-writer: {HAND_WRITTEN})" in rewrite.options
     assert any(c.value.replace("\\", "").startswith("HyDE (demo-writer): written by hand") for c in at.caption)
     assert not any("available LLMs" in s.value for s in at.subheader)
+
+
+def test_the_landing_line_on_clinical_evidence_counts_its_one_failure_in_words() -> None:
+    from r2med_core import evaluate, run_system
+    from r2med_core.analysis.diagnosis import diagnose, oracle_run
+    from r2med_core.analysis.verdicts import rewrite_summary
+
+    dataset = load_demo("clinical-evidence")
+    run, rewritten = run_system(dataset, "bm25"), run_system(dataset, "bm25+hyde:smollm2-135m")
+    found = diagnose(dataset, run, oracle_run(dataset))
+    told = rewrite_summary(
+        dataset, found, evaluate(run, dataset.qrels), evaluate(rewritten, dataset.qrels), rewritten, MODEL,
+        "HyDE (smollm2-135m)",
+    )  # fmt: skip
+    assert told == (
+        "HyDE (smollm2-135m) takes nDCG@10 from 0.212 to 0.226: 7 questions helped, 5 hurt, 0 unchanged. "
+        "It rescues the one failed question. "
+        "It loses 4 of the 11 questions found without it (no relevant document left in the top 10)."
+    )

@@ -158,7 +158,10 @@ def rewrite_summary(
     failed = [q.query_id for q in diagnosis.queries if q.failed]
     if failed:
         rescued = [q for q in failed if _is_rescued(rewrite_run, dataset, q, diagnosis.depth)]
-        text = f"It rescues {len(rescued)} of the {len(failed)} failed {_plural(len(failed), 'question', 'questions')}"
+        if len(failed) == 1:
+            text = f"It {'rescues' if rescued else 'does not rescue'} the one failed question"
+        else:
+            text = f"It rescues {len(rescued)} of the {len(failed)} failed questions"
         reasons = [rescue_failure(dataset, q, rewrite) for q in failed if q not in rescued]
         parts = [
             f"{how} for {n}"
