@@ -207,3 +207,19 @@ def test_the_landing_line_on_clinical_evidence_counts_its_one_failure_in_words()
         "It rescues the one failed question. "
         "It loses 4 of the 11 questions found without it (no relevant document left in the top 10)."
     )
+
+
+def test_the_cli_names_a_hand_written_rewrite_and_its_provenance_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from r2med_core.cli import main
+
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path / "cache"))
+    base = ["eval", "--demo", "clinical-case", "--output-dir", str(tmp_path)]
+    assert main([*base, "--retriever", "bm25", "--rewrite", "hyde:demo-writer"]) == 0
+    out = capsys.readouterr().out
+    assert f"clinical-case · BM25 (R2MED official) + hyde (demo-writer) · rewrite {HAND_WRITTEN} · 12 queries" in out
+    record = json.loads((tmp_path / "bm25+hyde_demo-writer.provenance.json").read_text())
+    assert [r["made_by"] for r in record["rewrites"]] == ["hand"]
+    assert main([*base, "--retriever", "bm25+hyde:smollm2-135m"]) == 0
+    assert HAND_WRITTEN not in capsys.readouterr().out
