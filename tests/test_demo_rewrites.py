@@ -223,3 +223,18 @@ def test_the_cli_names_a_hand_written_rewrite_and_its_provenance_records_it(
     assert [r["made_by"] for r in record["rewrites"]] == ["hand"]
     assert main([*base, "--retriever", "bm25+hyde:smollm2-135m"]) == 0
     assert HAND_WRITTEN not in capsys.readouterr().out
+
+
+def test_the_saved_report_names_the_hand_written_rewrite_and_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_app import open_app
+    from tests.test_saved_report import _record_reports
+
+    made = _record_reports(monkeypatch)
+    at = open_app("compare", task="clinical-case", systems=["bm25"], rewrite="hyde:demo-writer")
+    assert not at.exception, [e.value for e in at.exception]
+    assert made, "the page built no report"
+    hand = next(s for s in made[-1].systems if s.name == "bm25+hyde:demo-writer")
+    assert hand.label.endswith(f"· rewrite {HAND_WRITTEN}")
+    assert hand.note == "≠ benchmark: the hyde rewrite (demo-writer) was written by hand, not by an LLM"
+    html = made[-1].html()
+    assert f"rewrite {HAND_WRITTEN}" in html and "the hyde rewrite (demo-writer) was written by hand" in html
