@@ -28,6 +28,11 @@ from r2med_core.tasks import REWRITE_METHODS, TASKS, Family
 DEMO_TASKS: tuple[str, ...] = ("qa-reference", "clinical-evidence", "clinical-case")
 
 REWRITE_FILE = "query_with_hydoc.jsonl"
+#: Beside a rewrite file, what made it (``{"made_by": "llm" | "hand", …}``): the model file and its
+#: sha256, the server, prompts and sampling for an LLM's; why it exists for one written by hand.
+PROVENANCE_FILE = "provenance.json"
+#: How a rewrite set written by hand is named wherever a rewrite is named (see ``Dataset.hand_written``).
+HAND_WRITTEN = "written by hand, not by an LLM"
 #: An R2MED-layout folder's qrels, in the order they are looked for.
 QRELS_FILES = ("qrels.jsonl", "qrels.txt", "qrels.tsv")
 _MAX_PROBLEMS = 20
@@ -123,6 +128,8 @@ class Dataset:
     meta: dict[str, Any] = field(default_factory=dict)
     report: LoadReport = field(default_factory=LoadReport)
     rewrite_queries: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: What made each rewrite set, from its ``provenance.json`` (absent: not recorded).
+    rewrite_provenance: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: The exact source revision where there is one (a Hugging Face dataset commit); local folders
     #: are identified by ``fingerprint`` and ``content_digest`` instead.
     revision: str | None = None
@@ -167,6 +174,11 @@ class Dataset:
     def rewrite_options(self) -> list[tuple[str, str]]:
         """Available ``(method, llm)`` rewrites, in a stable order."""
         return sorted(self.rewrites)
+
+    def hand_written(self, rewrite: tuple[str, str]) -> bool:
+        """Whether a rewrite set was written by hand (its ``provenance.json`` says ``"made_by": "hand"``):
+        an illustration, never an LLM's output nor the benchmark's setting. The one place that decides."""
+        return self.rewrite_provenance.get((rewrite[0], rewrite[1]), {}).get("made_by") == "hand"
 
 
 # --------------------------------------------------------------------------- reading files
@@ -654,6 +666,26 @@ def _read_rewrites(
     return rewrites, warnings, rewrite_queries
 
 
+def _read_rewrite_provenance(
+    root: Path, rewrites: Mapping[tuple[str, str], object], warnings: list[str]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each rewrite set's ``provenance.json``, where it has one; an unreadable one is a warning (the set
+    is then of unknown origin), never a reason to refuse the dataset."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for method, llm in rewrites:
+        path = root / method / llm / PROVENANCE_FILE
+        if not path.is_file():
+            continue
+        try:
+            meta = _parse_json(_read_bytes(path))
+        except (OSError, ValueError) as err:
+            warnings.append(f"{path}: unreadable provenance ({err}); the rewrite's origin is unknown")
+            continue
+        if isinstance(meta, dict):
+            found[method, llm] = meta
+    return found
+
+
 def _assemble(
     name: str,
     source: str,
@@ -667,6 +699,7 @@ def _assemble(
     family: Family | None,
     meta: dict[str, Any],
     rewrite_queries: dict[tuple[str, str], dict[str, str]] | None = None,
+    rewrite_provenance: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> Dataset:
     absent = _absent(corpus, {did for _, _, did, _ in qrels_rows})
     qrels, unknown_q, unknown_d, duplicates = _build_qrels(qrels_rows, qrels_path, queries, absent)
@@ -693,6 +726,7 @@ def _assemble(
         meta=meta,
         report=report,
         rewrite_queries=rewrite_queries or {},
+        rewrite_provenance=rewrite_provenance or {},
     )
 
 
@@ -739,6 +773,7 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
     if problems:
         raise DataError(problems)
     rewrites, warnings, rewrite_queries = _read_rewrites(root, queries)
+    provenance = _read_rewrite_provenance(root, rewrites, warnings)
     meta = _read_metadata(root)
     return _assemble(
         name,
@@ -753,6 +788,7 @@ def load_r2med_dir(path: str | Path, name: str | None = None, source: str | None
         _family_for(name, meta),
         meta,
         rewrite_queries,
+        provenance,
     )
 
 

@@ -10,7 +10,7 @@ face: the names callers import, and the questions asked of any system whatever i
 
 from __future__ import annotations
 
-from r2med_core.data import Dataset
+from r2med_core.data import HAND_WRITTEN, Dataset
 from r2med_core.kinds.base import (
     MAX_FUSION_DEPTH,
     RUN_FORMAT_VERSION,
@@ -51,6 +51,7 @@ __all__ = [
     "bm25_queries",
     "bm25_retriever",
     "cost_notes",
+    "default_rewrite",
     "dense_instruction_notes",
     "dense_query_vectors",
     "dense_retriever",
@@ -65,12 +66,15 @@ __all__ = [
     "registered_kinds",
     "resolve_model",
     "retrieved_queries",
+    "rewrite_origin",
+    "rewrite_words",
     "rewritten_name",
     "rewritten_texts",
     "run_key",
     "run_system",
     "search_text",
     "system_explanations",
+    "system_words",
 ]
 
 # Older private names some callers and tests use.
@@ -99,11 +103,50 @@ _METHOD_WORDS = {
 }
 
 
-def rewrite_words(rewrite: str) -> str:
-    """``"hyde:demo-writer"`` → ``"HyDE (demo-writer)"``: a rewrite named for a reader, not a URL."""
+def rewrite_words(rewrite: str, dataset: Dataset | None = None) -> str:
+    """``"hyde:smollm2-135m"`` → ``"HyDE (smollm2-135m)"``: a rewrite named for a reader, not a URL. Given
+    the dataset, a set written by hand says so: ``"HyDE (demo-writer: written by hand, not by an LLM)"``."""
     method, _, llm = rewrite.partition(":")
     name = _METHOD_WORDS.get(method, method)
-    return f"{name} ({llm})" if llm else name
+    if not llm:
+        return name
+    if dataset is not None and dataset.hand_written((method, llm)):
+        return f"{name} ({llm}: {HAND_WRITTEN})"
+    return f"{name} ({llm})"
+
+
+def system_words(name: str, dataset: Dataset | None = None) -> str:
+    """A system's label (its name when it does not parse), marked when a rewrite it runs on was written
+    by hand: ``"BM25 + hyde (demo-writer) · rewrite written by hand, not by an LLM"``."""
+    try:
+        spec = parse_system(name)
+    except SpecError:
+        return name
+    hand = dataset is not None and any(
+        leaf.rewrite and dataset.hand_written(leaf.rewrite) for leaf in leaf_systems(spec)
+    )
+    return f"{spec.label} · rewrite {HAND_WRITTEN}" if hand else spec.label
+
+
+def rewrite_origin(dataset: Dataset, rewrite: tuple[str, str]) -> str:
+    """Where a dataset's rewrite set comes from, in a few words for the line above its passage."""
+    record = dataset.rewrite_provenance.get((rewrite[0], rewrite[1]), {})
+    if record.get("made_by") == "hand":
+        return f"{HAND_WRITTEN}: an illustration, not the benchmark's setting"
+    if record.get("made_by") == "llm":
+        file, sampling = record.get("model_file"), record.get("sampling")
+        model = file.get("name") if isinstance(file, dict) else None
+        sampling = sampling if isinstance(sampling, dict) else {}
+        shown = ", ".join(f"{k} {v}" for k, v in sampling.items() if k in ("temperature", "seed") and v is not None)
+        return f"written by {model or record.get('model', 'an LLM')}" + (f" ({shown})" if shown else "")
+    return "precomputed (its origin is not recorded)"
+
+
+def default_rewrite(dataset: Dataset) -> str:
+    """The rewrite a view starts from (``"METHOD:LLM"``, ``""`` when there is none): HyDE first, and of
+    its sets one an LLM made before one written by hand, so a user first meets a real model's output."""
+    ranked = sorted(dataset.rewrite_options(), key=lambda r: (r[0] != "hyde", dataset.hand_written(r)))
+    return f"{ranked[0][0]}:{ranked[0][1]}" if ranked else ""
 
 
 def rewritten_name(system: str, rewrite: str) -> str:

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
+from r2med_core.systems import default_rewrite
 
 APP = str(Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py")
 PAGES = ["overview", "explorer", "compare", "metrics", "leaderboard"]
@@ -126,8 +127,9 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
     assert not at.exception
 
     dataset = load_demo("clinical-evidence")
-    rewrite = dataset.rewrite_options()[0]
-    hyde_run = run_system(dataset, f"bm25+{rewrite[0]}:{rewrite[1]}")
+    rewrite = default_rewrite(dataset)  # the real model's HyDE, not the hand-written illustration
+    assert at.session_state["view"].rewrite == rewrite == "hyde:smollm2-135m"
+    hyde_run = run_system(dataset, f"bm25+{rewrite}")
     changed = 0
     for qid in dataset.queries:
         picker(at).set_value(qid).run()

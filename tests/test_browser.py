@@ -263,8 +263,8 @@ def assert_query_panels(page: Page, qid: str) -> None:
 
 def test_the_clinician_path_from_the_landing_to_a_failures_verdict_in_one_click(page: Page) -> None:
     """Open the app, click the first failure card: the question opens with its verdict in a sentence
-    (what was missed, the reasoning gap, what HyDE changed), the gold and retrieved documents below, and
-    a label is saved: four clicks in all."""
+    (what was missed, the reasoning gap, what the real model's HyDE changed and why not more), the gold
+    and retrieved documents below, and a label is saved: four clicks in all."""
     page.goto("/")
     settle(page, "Open this question")
     page.get_by_text("BM25 finds a relevant document in its top 10 for 4 of 12 questions.").wait_for()
@@ -275,7 +275,9 @@ def test_the_clinician_path_from_the_landing_to_a_failures_verdict_in_one_click(
     text = verdict.inner_text()
     assert "none of the 3 relevant documents is in BM25's top 10" in text
     assert "Reasoning gap: the answer, Systemic lupus erythematosus, is never named in the question" in text
-    assert "With HyDE (demo-writer) they come back at ranks 3, 1, 2." in text
+    # The real model's HyDE (the demo's default rewrite), and why it did not rescue this question.
+    assert "With HyDE (smollm2-135m) still none in the top 10 (ranks 19, 37, 59)." in text
+    assert "Its passage never names the answer, Systemic lupus erythematosus" in text
     assert query_param(page, "q") == ["11"] and query_param(page, "task") == ["clinical-case"]
     page.get_by_role("heading", name=re.compile(r"Gold documents \(3\)")).wait_for(state="visible")
     page.get_by_role("heading", name=re.compile(r"Retrieved top 10")).wait_for(state="visible")

@@ -97,7 +97,7 @@ def test_eval_with_a_precomputed_rewrite_and_top_k(tmp_path: Path) -> None:
         (["eval", "--retriever", "tf-idf", "--demo", "qa-reference", "--output-dir", "x"], "unknown system 'tf-idf'"),
         (
             ["eval", "--retriever", "bm25+hyde:gpt4", "--demo", "qa-reference", "--output-dir", "x"],
-            "no precomputed hyde:gpt4 rewrite (available: hyde:demo-writer)",
+            "no precomputed hyde:gpt4 rewrite (available: hyde:demo-writer, hyde:smollm2-135m)",
         ),
         (["eval", "--retriever", "bm25", "--task", "Biology", "--output-dir", "x"], "add --hf"),
         (["eval", "--retriever", "bm25", "--task", "Chemistry", "--output-dir", "x"], "unknown R2MED task"),

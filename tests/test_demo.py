@@ -32,7 +32,7 @@ def test_demo_task_is_clean(task: str) -> None:
     assert len(set(texts)) == len(texts), "duplicate texts"
     lengths = [len(t.split()) for t in ds.corpus.values()]
     assert min(lengths) >= 80 and max(lengths) <= 300
-    assert set(ds.rewrites["hyde", "demo-writer"]) == set(ds.queries)
+    assert set(ds.rewrites["hyde", "demo-writer"]) == set(ds.queries) and ds.hand_written(("hyde", "demo-writer"))
     assert ds.meta["notice"] == NOTICE
     assert NOTICE in (demo_path(task) / "README.md").read_text(encoding="utf-8")
 
@@ -85,7 +85,8 @@ def test_demo_ships_inside_the_installed_package(tmp_path: Path) -> None:
     )
     script = (
         "import json, r2med_core; from r2med_core import load_demo, DEMO_TASKS; "
-        "print(json.dumps([r2med_core.__file__] + [len(load_demo(t).corpus) for t in DEMO_TASKS]))"
+        "print(json.dumps([r2med_core.__file__] + [len(load_demo(t).corpus) for t in DEMO_TASKS]"
+        " + [sorted(m for (_, m), p in load_demo(t).rewrite_provenance.items() if p) for t in DEMO_TASKS]))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -96,6 +97,8 @@ def test_demo_ships_inside_the_installed_package(tmp_path: Path) -> None:
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr
-    location, *sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    location, *found = json.loads(done.stdout.strip().splitlines()[-1])
     assert location.startswith(str(site))
+    sizes, made = found[: len(DEMO_TASKS)], found[len(DEMO_TASKS) :]
     assert sizes == [len(load_demo(t).corpus) for t in DEMO_TASKS]
+    assert made == [["demo-writer", "smollm2-135m"]] * len(DEMO_TASKS)  # both sets' provenance ship too

@@ -75,6 +75,7 @@ from r2med_core.systems import (
     parse_system,
     run_system,
     system_explanations,
+    system_words,
 )
 
 T = TypeVar("T")
@@ -102,10 +103,12 @@ def page(name: str) -> Path:
 
 
 def system_label(name: str) -> str:
+    """A system's label, marked where a rewrite it runs on was written by hand (``systems.system_words``)."""
     try:
-        return parse_system(name).label
-    except SpecError:
-        return name
+        dataset: Dataset | None = _base_dataset()
+    except DataError:  # no dataset in view (a broken folder): the label without the dataset's facts
+        dataset = None
+    return system_words(name, dataset)
 
 
 def searches_text(name: str) -> bool:
@@ -599,7 +602,14 @@ def fidelity_badge(dataset: Dataset, system: str, *, reranker: str | None = None
         for rw in live_rewrite_options(base)
         if rw not in base.rewrites and (settings := live_generation_settings(base, *rw)) is not None
     }
-    found = fidelity(system, dataset_name=dataset.name, reranker=reranker, keep_tail=keep_tail, live=live)
+    found = fidelity(
+        system,
+        dataset_name=dataset.name,
+        reranker=reranker,
+        keep_tail=keep_tail,
+        live=live,
+        provenance=base.rewrite_provenance,
+    )
     return "" if found.is_benchmark else f"{found.badge()}: " + "; ".join(found.differences)
 
 

@@ -72,6 +72,15 @@ def _live_differences(method: str, live: Mapping[str, Any], dataset_name: str | 
     return out
 
 
+def _recorded_settings(made: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The settings an LLM-made rewrite file records (``r2med_core.llm.provenance``), in the shape of a live
+    generation's (``generation.live_generation_settings``); None when it records none."""
+    sampling = made.get("sampling")
+    if made.get("made_by") != "llm" or not isinstance(sampling, Mapping):
+        return None
+    return {"model": made.get("model", ""), "prompts": made.get("prompt_set"), **sampling}
+
+
 def fidelity(
     system: str | SystemSpec,
     *,
@@ -79,12 +88,15 @@ def fidelity(
     reranker: str | None = None,
     keep_tail: bool = False,
     live: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    provenance: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> Fidelity:
     """Whether ``system`` (with its rewrite, an optional reranker) runs as the benchmark ran it.
 
     ``dataset_name``: instruction models use a generic instruction off the 8 R2MED tasks.
     ``live``: for rewrites generated live here, the settings they were made with, by ``(method, llm)``
-    (a precomputed rewrite file combines by the benchmark's own rules).
+    (a precomputed rewrite file combines by the benchmark's own rules). ``provenance``: what made a
+    precomputed rewrite file where it says so (``Dataset.rewrite_provenance``): a set written by hand is
+    never the benchmark's setting, and an LLM's is judged by the sampling and prompts it records.
     """
     name = str(system)
     try:
@@ -94,7 +106,10 @@ def fidelity(
     differences = _retriever_differences(spec.base, dataset_name)
     rewrites = {m.rewrite for m in leaf_systems(spec) if m.rewrite}
     for rewrite in sorted(rewrites):
-        settings = (live or {}).get(rewrite)
+        made = (provenance or {}).get(rewrite, {})
+        if made.get("made_by") == "hand":
+            differences.append(f"the {rewrite[0]} rewrite ({rewrite[1]}) was written by hand, not by an LLM")
+        settings = (live or {}).get(rewrite) or _recorded_settings(made)
         if settings is not None:
             differences += [d for d in _live_differences(rewrite[0], settings, dataset_name) if d not in differences]
     if reranker:

@@ -7,6 +7,13 @@ questions", one sentence per failure class, and for one failed question what was
 (the class, with the reference answer and what the oracle found given it) and what a rewrite
 changed. Everything is computed from runs already made; nothing here retrieves or calls an LLM.
 
+What a rewrite did is told with its harm: how many questions it helped, hurt or left unchanged, and
+for each failed question it did not rescue, why, read from the rewrite's own text: it never names
+the question's reference answer (it restated the case or reasoned to something else), or it names
+the right answer and the documents still rank low (the rest of the passage outweighs it), or there
+is no passage. Whether a passage names the answer is ``named_in``: every content word of the
+answer's name (its stem) occurs in it.
+
 It is a diagnostic, not the benchmark's measure: the sentences count gold documents in a top 10,
 which is what nDCG@10 = 0 means, and say so.
 """
@@ -25,8 +32,9 @@ from r2med_core.analysis.diagnosis import (
     Diagnosis,
     QueryDiagnosis,
 )
-from r2med_core.analysis.explore import query_terms, shorten
+from r2med_core.analysis.explore import per_query_delta, query_terms, rewrite_outcomes, shorten
 from r2med_core.data import Dataset
+from r2med_core.evaluation import Results
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.runs import Run
 
@@ -51,6 +59,12 @@ CLASS_SENTENCES: dict[str, str] = {
     ),
     NO_REFERENCE: "{n} {questions} failed but have no reference answer, so the reason cannot be told.",
 }
+
+
+#: Why a rewrite did not bring a failed question's relevant documents into the top k (``rescue_failure``).
+NO_PASSAGE = "no passage"
+ANSWER_NOT_NAMED = "never names the answer"
+ANSWER_NAMED_LOW = "names the answer, documents still low"
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,74 @@ def named_in(question: str, name: str) -> bool:
     """Whether the question already names the answer: every content word of the name is in it."""
     terms = query_terms(name)
     return bool(terms) and terms <= query_terms(question)
+
+
+def rescue_failure(dataset: Dataset, query_id: str, rewrite: tuple[str, str]) -> str | None:
+    """Why the rewrite's passage could not rescue a question, from its text and the reference answer:
+    ``NO_PASSAGE``, ``ANSWER_NOT_NAMED`` (it never names the answer), ``ANSWER_NAMED_LOW`` (it does), or
+    None when the question has no reference answer to read the passage against."""
+    text = dataset.rewrites.get(rewrite, {}).get(query_id)
+    if not text or not text.strip():
+        return NO_PASSAGE
+    answer = reference_answers(dataset).get(query_id)
+    if not answer:
+        return None
+    return ANSWER_NAMED_LOW if named_in(text, answer_name(answer)) else ANSWER_NOT_NAMED
+
+
+def _is_rescued(run: Run, dataset: Dataset, qid: str, depth: int) -> bool:
+    return any((r := run.rank_of(qid, d)) is not None and r <= depth for d in dataset.positives(qid))
+
+
+def rewrite_summary(
+    dataset: Dataset,
+    diagnosis: Diagnosis,
+    without: Results,
+    with_rewrite: Results,
+    rewrite_run: Run,
+    rewrite: tuple[str, str],
+    rewrite_label: str,
+    metric: str = "ndcg_at_10",
+    metric_label: str = "nDCG@10",
+) -> str:
+    """What a rewrite did on the task, harm included: "HyDE (smollm2-135m) takes nDCG@10 from 0.212 to
+    0.247: 7 questions helped, 3 hurt, 2 unchanged. It rescues 2 of the 10 failed questions; of the other
+    8, its passage never names the answer for 7, it names the right answer but the documents still rank
+    low for 1." """
+    counts = rewrite_outcomes(per_query_delta(without, with_rewrite, metric))
+    sentences = [
+        f"{rewrite_label} takes {metric_label} from {without.means[metric]:.3f} to "
+        f"{with_rewrite.means[metric]:.3f}: {counts['helped']} {_plural(counts['helped'], 'question', 'questions')} "
+        f"helped, {counts['hurt']} hurt, {counts['unchanged']} unchanged."
+    ]
+    failed = [q.query_id for q in diagnosis.queries if q.failed]
+    if failed:
+        rescued = [q for q in failed if _is_rescued(rewrite_run, dataset, q, diagnosis.depth)]
+        if len(failed) == 1:
+            text = f"It {'rescues' if rescued else 'does not rescue'} the one failed question"
+        else:
+            text = f"It rescues {len(rescued)} of the {len(failed)} failed questions"
+        reasons = [rescue_failure(dataset, q, rewrite) for q in failed if q not in rescued]
+        parts = [
+            f"{how} for {n}"
+            for key, how in (
+                (ANSWER_NOT_NAMED, "its passage never names the answer"),
+                (ANSWER_NAMED_LOW, "it names the right answer but the documents still rank low"),
+                (NO_PASSAGE, "it has no passage"),
+            )
+            if (n := reasons.count(key))
+        ]
+        if parts:
+            text += f"; of the other {len(reasons)}, " + ", ".join(parts)
+        sentences.append(text + ".")
+    gained = [q.query_id for q in diagnosis.queries if not q.failed]
+    lost = [q for q in gained if not _is_rescued(rewrite_run, dataset, q, diagnosis.depth)]
+    if lost:
+        sentences.append(
+            f"It loses {len(lost)} of the {len(gained)} {_plural(len(gained), 'question', 'questions')} found "
+            f"without it (no relevant document left in the top {diagnosis.depth})."
+        )
+    return " ".join(sentences)
 
 
 def summary(diagnosis: Diagnosis, system_label: str, oracle_label: str) -> Summary:
@@ -163,8 +245,11 @@ def verdict(
     rewrite_run: Run | None = None,
     rewrite_label: str = "the rewrite",
     depth: int = 10,
+    rewrite: tuple[str, str] | None = None,
 ) -> Verdict:
-    """The verdict on one judged question, in sentences a clinician reads without metric names."""
+    """The verdict on one judged question, in sentences a clinician reads without metric names.
+
+    ``rewrite``: the ``(method, llm)`` behind ``rewrite_run``, whose passage says why a rescue failed."""
     qid = item.query_id
     gold = sorted(dataset.positives(qid), key=lambda d: (run.rank_of(qid, d) or 10_000, d))
     ranks = [run.rank_of(qid, d) for d in gold]
@@ -176,6 +261,12 @@ def verdict(
     sentences: list[str] = []
     if not item.failed:
         sentences.append(f"Found: {system_label} has {in_top} of the {relevant} in its top {depth}.")
+        if rewrite_run is not None and not _is_rescued(rewrite_run, dataset, qid, depth):
+            after = [rewrite_run.rank_of(qid, d) for d in gold]
+            sentences.append(
+                f"With {rewrite_label} none is left in the top {depth} ({_ranks_text(after, depth)}): "
+                "the rewrite hurt this question."
+            )
         return Verdict(qid, False, item.failure_class, tuple(sentences), name)
     sentences.append(
         f"Missed: none of the {relevant} is in {system_label}'s top {depth} "
@@ -208,4 +299,18 @@ def verdict(
             sentences.append(f"With {rewrite_label} {back} back at {_ranks_text(after, depth)}.")
         else:
             sentences.append(f"With {rewrite_label} still none in the top {depth} ({_ranks_text(after, depth)}).")
+            if rewrite is not None:
+                sentences += _why_not_rescued(dataset, qid, rewrite, name)
     return Verdict(qid, True, item.failure_class, tuple(sentences), name)
+
+
+def _why_not_rescued(dataset: Dataset, qid: str, rewrite: tuple[str, str], name: str | None) -> list[str]:
+    """The sentence saying why the rewrite's passage did not rescue the question (``rescue_failure``)."""
+    reason = rescue_failure(dataset, qid, rewrite)
+    if reason == NO_PASSAGE:
+        return ["The rewrite has no passage for this question."]
+    if reason == ANSWER_NAMED_LOW:
+        return [f"Its passage names the right answer, {name}, but the documents still rank low."]
+    if reason == ANSWER_NOT_NAMED:
+        return [f"Its passage never names the answer, {name}: it restated the case or reasoned to something else."]
+    return []

@@ -99,7 +99,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from r2med_core.evaluation import DEEP_CUTOFF, DEEP_METRICS, MAIN_METRICS, evaluate, published_metrics_note
     from r2med_core.reporting.provenance import run_provenance
     from r2med_core.retrieval.rerank import rerank, rerank_label
-    from r2med_core.systems import dense_instruction_notes, parse_system, published_kind, run_system
+    from r2med_core.systems import dense_instruction_notes, parse_system, published_kind, run_system, system_words
 
     spec = parse_system(args.retriever + (f"+{args.rewrite}" if args.rewrite else ""))
     progress, close = tqdm_progress()
@@ -117,10 +117,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     record = run_provenance(dataset, str(spec), reranker=args.rerank, wall_seconds=run.seconds, usage=run.usage)
     write_outputs(run, results, out, name, record)  # the same files a sweep writes per cell
+    label = system_words(str(spec), dataset)
     if args.rerank:
-        label = f"{spec.label} → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"
-    else:
-        label = spec.label
+        label += f" → {rerank_label(args.rerank, args.rerank_k, args.rerank_keep_tail)}"
     print(f"{dataset.name} · {label} · {results.n_evaluated} queries evaluated")
     notes = [*live_notes, *_left_out_notes(dataset, spec), *dataset.report.lines(), *results.notes]
     for line in [*notes, *dense_instruction_notes(dataset, spec)]:

@@ -71,6 +71,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ge.add_argument(
         "--top-p", type=finite(0.0, strict=True), default=None, help="default: the benchmark's (see --temperature)"
     )
+    ge.add_argument("--seed", type=int, default=None, help="the sampling seed sent (default: the benchmark's)")
+    ge.add_argument(
+        "--model-file",
+        type=Path,
+        metavar="GGUF",
+        help="the served model's file: its name and sha256 go into the set's provenance.json",
+    )
+    ge.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a fact kept in the set's provenance.json (e.g. server=llama-cpp-python 0.3.36); repeatable",
+    )
     ge.add_argument(
         "--max-tokens",
         type=int_at_least(1),
@@ -97,6 +111,7 @@ def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
         base_url=args.base_url,
         temperature=args.temperature,
         top_p=args.top_p,
+        seed=args.seed,
         max_tokens=args.max_tokens,
         timeout=args.timeout,
     )
@@ -117,9 +132,25 @@ def _prompts(args: argparse.Namespace) -> Prompts:
     return Prompts(args.prompts, load_examples(data, str(args.examples), load_settings().upload_max_bytes))
 
 
+def _notes(args: argparse.Namespace) -> dict[str, str]:
+    """``--note KEY=VALUE`` facts for the provenance record; the model file must exist."""
+    if args.model_file is not None and not args.model_file.is_file():
+        raise UsageError(f"{args.model_file}: model file not found")
+    notes = {}
+    for note in args.note:
+        key, sep, value = note.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--note {note!r} must be KEY=VALUE")
+        notes[key.strip()] = value.strip()
+    return notes
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
+    from r2med_core.llm.generation import lamer_passages
+    from r2med_core.llm.provenance import write_provenance
     from r2med_core.systems import run_system
 
+    notes = _notes(args)
     endpoint = _endpoint(args)
     llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
     prompts = _prompts(args)
@@ -155,5 +186,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     target = args.output or Path("rewrites") / safe_name(dataset.name)
     path = target if target.suffix == ".jsonl" else rewrite_file(target, args.method, llm_name)
     save_rewrites(result.results, dataset, path)
+    passages = {q: lamer_passages(dataset, first_stage, q) for q in result.results} if first_stage else None
+    write_provenance(
+        path.parent,
+        dataset,
+        args.method,
+        llm_name,
+        endpoint,
+        result.results,
+        result.usage,
+        prompts,
+        model_file=args.model_file,
+        notes=notes,
+        passages=passages,
+    )
     print(f"wrote {path} ({len(result.results)} queries); evaluate with --rewrite {args.method}:{llm_name}")
     return 0

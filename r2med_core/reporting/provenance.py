@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med_core.cache import fingerprint
+from r2med_core.data import HAND_WRITTEN
 from r2med_core.settings import Price
 
 #: Bump when the record's fields change meaning.
@@ -140,7 +141,10 @@ class Provenance:
         where = data.get("revision") or data.get("fingerprint") or "?"
         rows.append(("dataset", f"{data.get('name', '?')} · {data.get('source', '?')} · {where}"))
         rows += [("model", f"{m.get('id', '?')} @ {m.get('revision', '?')}") for m in self.models]
-        rows += [("rewrite", f"{r.get('rewrite', '?')} · texts {r.get('fingerprint', '?')}") for r in self.rewrites]
+        rows += [
+            ("rewrite", f"{r.get('rewrite', '?')} · texts {r.get('fingerprint', '?')}" + _made_by(r.get("made_by")))
+            for r in self.rewrites
+        ]
         rows.append(("code", f"r2med-explorer {self.project.get('version', '?')} ({self.project.get('commit', '?')})"))
         rows.append(("packages", ", ".join(f"{k} {v}" for k, v in self.packages.items())))
         hw = self.hardware
@@ -274,12 +278,20 @@ def dataset_provenance(dataset: Any) -> dict[str, Any]:
     return out
 
 
+def _made_by(made: str | None) -> str:
+    """" · written by hand, not by an LLM" / " · made by an LLM" / "" (not recorded)."""
+    return {"hand": f" · {HAND_WRITTEN}", "llm": " · made by an LLM"}.get(made or "", "")
+
+
 def rewrite_provenance(dataset: Any, rewrites: Iterable[tuple[str, str]]) -> tuple[dict[str, str], ...]:
     """Each rewrite a system uses, with a fingerprint of the texts it was given."""
     out = []
     for method, llm in dict.fromkeys(rewrites):
         texts = dataset.rewrites.get((method, llm), {})
-        out.append({"rewrite": f"{method}:{llm}", "fingerprint": fingerprint(sorted(texts.items()))[:16]})
+        made = dataset.rewrite_provenance.get((method, llm), {}).get("made_by", "not recorded")
+        out.append(
+            {"rewrite": f"{method}:{llm}", "fingerprint": fingerprint(sorted(texts.items()))[:16], "made_by": str(made)}
+        )
     return tuple(out)
 
 

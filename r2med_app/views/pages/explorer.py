@@ -27,7 +27,13 @@ from r2med_core.analysis.explore import (
 )
 from r2med_core.judging.annotations import TAXONOMY, grade_words
 from r2med_core.reporting.tables import metric_explained, metric_label
-from r2med_core.systems import dense_instruction_notes, queries_left_out, rewrite_words, rewritten_name
+from r2med_core.systems import (
+    dense_instruction_notes,
+    queries_left_out,
+    rewrite_origin,
+    rewrite_words,
+    rewritten_name,
+)
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -246,7 +252,7 @@ with body.container():
         else None
     )
     if with_rewrite is not None:
-        st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite))}.")
+        st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite, dataset))}.")
     m = st.columns(4)
     TILES = () if blind else QUERY_METRICS
     for col, metric in zip(m, TILES):
@@ -270,7 +276,8 @@ with body.container():
         method, llm = rewrite
         hy_doc = dataset.rewrites[rewrite].get(qid)
         with st.container(border=True):
-            st.markdown(f"**Hypothetical document** · {ui.md(method)} by {ui.md(llm)} (precomputed)")
+            told = f"{rewrite_words(f'{method}:{llm}')} · {rewrite_origin(dataset, rewrite)}"
+            st.markdown(f"**Hypothetical document** · {ui.md(told)}")
             if hy_doc:
                 gold_words = shared_with_gold(dataset, qid, hy_doc)
                 st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")

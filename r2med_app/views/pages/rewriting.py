@@ -15,7 +15,7 @@ from r2med_core.llm.client import Endpoint, LocalEndpoint, default_llm_name
 from r2med_core.llm.generation import GENERATION_METHODS, GenerationError, generate_rewrites, rewrites_text
 from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
 from r2med_core.settings import load_settings
-from r2med_core.systems import queries_left_out, rewritten_name
+from r2med_core.systems import default_rewrite, queries_left_out, rewrite_origin, rewrite_words, rewritten_name
 
 dataset = ui.current_dataset()
 v = state.view()
@@ -32,9 +32,16 @@ if not options:
 else:
     c1, c2 = st.columns(2)
     system = c1.selectbox("System", systems, format_func=ui.system_label, key="w_rw_system")
+    start = v.rewrite if v.rewrite in options else default_rewrite(dataset)
     chosen = c2.selectbox(
-        "Rewrite", options, index=options.index(v.rewrite) if v.rewrite in options else 0, key="w_rw_rewrite"
+        "Rewrite",
+        options,
+        index=options.index(start),
+        format_func=lambda o: rewrite_words(o, dataset),
+        key="w_rw_rewrite",
     )
+    method, _, llm = chosen.partition(":")
+    st.caption(f"{ui.md(rewrite_words(chosen))}: {ui.md(rewrite_origin(dataset, (method, llm)))}.")
     if left_out := queries_left_out(dataset, tuple(chosen.split(":", 1))):
         st.caption(
             f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(chosen)} rewrite file: with it "
@@ -59,9 +66,8 @@ else:
         st.plotly_chart(fig, width="stretch", key="rewrite_effect")
 
     # -------------------------------------------------------------- spread across LLMs for one query
-    method = chosen.split(":", 1)[0]
     llms = [llm for m, llm in dataset.rewrite_options() if m == method]
-    st.subheader(f"One query across the available LLMs ({method})")
+    st.subheader(f"One query across the available rewrite sets ({method})")
     query_ids = list(dataset.queries)
     qid = st.selectbox(
         "Query",
@@ -74,19 +80,24 @@ else:
     for llm in llms:
         computed = ui.safe_results(dataset, rewritten_name(system, f"{method}:{llm}"))
         if computed:
-            by_llm[llm] = computed[1]
+            by_llm[rewrite_words(f"{method}:{llm}", dataset)] = computed[1]
     rows = llm_spread(by_llm, qid, base[1] if base else None)
     if rows.empty:
         st.caption("This query has no judgements.")
     else:
         fig = px.strip(
-            rows, x="metric", y="value", color="llm", hover_name="llm", labels={"value": "score", "metric": ""}
+            rows,
+            x="metric",
+            y="value",
+            color="llm",
+            hover_name="llm",
+            labels={"value": "score", "metric": "", "llm": "rewrite set"},
         )
         fig.update_traces(marker={"size": 12})
         st.plotly_chart(fig, width="stretch", key="llm_spread")
         st.caption(
-            f"Each dot is one LLM's {method} rewrite of query {qid} run through {ui.system_label(system)}; "
-            "'no rewrite' is the original query."
+            f"Each dot is one {method} rewrite set's passage for query {qid} run through {ui.system_label(system)} "
+            "(a set written by hand says so); 'no rewrite' is the original query."
         )
 
 # ------------------------------------------------------------------ live generation

@@ -11,11 +11,12 @@ from r2med_app.views import state, ui
 from r2med_app.views.panels import diagnosis
 from r2med_core.analysis.diagnosis import Diagnosis
 from r2med_core.analysis.explore import contrast, highlight, query_terms, shorten
-from r2med_core.analysis.verdicts import Verdict, next_failure, summary, verdict, worst_failures
+from r2med_core.analysis.verdicts import Verdict, next_failure, rewrite_summary, summary, verdict, worst_failures
 from r2med_core.data import Dataset
+from r2med_core.evaluation import Results
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.runs import Run
-from r2med_core.systems import SpecError, parse_system, rewrite_words, rewritten_name
+from r2med_core.systems import SpecError, default_rewrite, parse_system, rewrite_words, rewritten_name
 
 #: How many failure cards the landing shows.
 CARDS = 3
@@ -39,23 +40,22 @@ def _oracle(dataset: Dataset) -> tuple[Run | None, str]:
     return (computed[0] if computed else None), retriever
 
 
-def _rewrite(dataset: Dataset, system: str) -> tuple[Run | None, str]:
-    """The run of ``system`` on the rewrite switched on (else the dataset's first HyDE rewrite) when it
-    is ready now, and its name in words ("HyDE (demo-writer)"); nothing is computed here."""
-    v = state.view()
-    rewrites = [f"{m}:{llm}" for m, llm in dataset.rewrites]
-    chosen = v.rewrite or next((r for r in rewrites if r.startswith("hyde:")), "")
+def _rewrite(dataset: Dataset, system: str) -> tuple[tuple[Run, Results] | None, str, tuple[str, str] | None]:
+    """The run and results of ``system`` on the rewrite switched on (else the one views start from,
+    ``systems.default_rewrite``) when ready now, its name in words ("HyDE (smollm2-135m)") and its
+    ``(method, llm)``; nothing is computed here."""
+    chosen = state.view().rewrite or default_rewrite(dataset)
     if not chosen:
-        return None, ""
+        return None, "", None
     try:
         name = rewritten_name(system, chosen)
     except SpecError:
-        return None, ""
-    words = rewrite_words(chosen)
+        return None, "", None
+    method, _, llm = chosen.partition(":")
+    words = rewrite_words(chosen, dataset)
     if name == system or not ui.is_ready(dataset, name):
-        return None, words
-    computed = ui.safe_results(dataset, name)
-    return (computed[0] if computed else None), words
+        return None, words, (method, llm)
+    return ui.safe_results(dataset, name), words, (method, llm)
 
 
 def _verdict(dataset: Dataset, system: str, run: Run, found: Diagnosis, qid: str) -> Verdict | None:
@@ -63,7 +63,7 @@ def _verdict(dataset: Dataset, system: str, run: Run, found: Diagnosis, qid: str
     if item is None:
         return None
     oracle_run, oracle_words = _oracle(dataset)
-    rewrite_run, rewrite_words = _rewrite(dataset, system)
+    rewritten, rewrite_words, rewrite = _rewrite(dataset, system)
     return verdict(
         dataset,
         item,
@@ -71,9 +71,10 @@ def _verdict(dataset: Dataset, system: str, run: Run, found: Diagnosis, qid: str
         system_label=short_label(system),
         oracle_run=oracle_run,
         oracle_label=oracle_words,
-        rewrite_run=rewrite_run,
+        rewrite_run=rewritten[0] if rewritten else None,
         rewrite_label=rewrite_words,
         depth=found.depth,
+        rewrite=rewrite,
     )
 
 
@@ -111,6 +112,10 @@ def landing(dataset: Dataset) -> None:
     st.markdown(f"#### {ui.md(words.headline)}")
     for line in words.class_lines:
         st.markdown(f"- {ui.md(line)}")
+    rewritten, rewrite_words, rewrite = _rewrite(dataset, system)
+    if rewritten is not None and rewrite is not None:
+        told = rewrite_summary(dataset, found, computed[1], rewritten[1], rewritten[0], rewrite, rewrite_words)
+        st.markdown(f"- {ui.md(told)}")
     if not words.n_failed:
         st.success("No failures to look at on this task: every judged question has a relevant document in the top 10.")
         return

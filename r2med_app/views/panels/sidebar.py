@@ -15,6 +15,7 @@ from r2med_core.retrieval.rerank import RERANKER_PRESETS
 from r2med_core.retrieval.static import STATIC_PRESETS, cost_and_quality
 from r2med_core.server.access import model_refusal, vet_link_systems
 from r2med_core.server.roots import NOT_ALLOWED, allowed_folder
+from r2med_core.systems import default_rewrite, rewrite_words
 
 SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
 BASE_SYSTEMS: tuple[str, ...] = (
@@ -215,15 +216,16 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
             "HyDE / rewrite on",
             value=bool(v.rewrite),
             key="w_rewrite_on",
-            help="Adds each system's run on the LLM-rewritten queries, next to the original.",
+            help="Adds each system's run on the rewritten queries (a HyDE passage per question), next to the "
+            "original. A set marked 'written by hand' is an illustration, not an LLM's output.",
         )
         if on:
-            default = next((o for o in options if o.startswith("hyde:")), options[0])
+            default = default_rewrite(dataset)
             live = {f"{m}:{llm}" for m, llm in live_rewrite_options(dataset)}
             st.selectbox(
                 "Rewrite (method:LLM)",
                 options,
-                format_func=lambda o: f"{o} (live)" if o in live else o,
+                format_func=lambda o: f"{o} (live)" if o in live else rewrite_words(o, dataset),
                 key=bound("rewrite", options, default),
                 on_change=store("rewrite"),
             )
