@@ -65,6 +65,10 @@ def test_trec_upload_reports_unknown_ids_as_warnings_with_lines(dataset) -> None
         (b'{"q": {"a": 1.0},\n "r": {"b": 2.0,}}', "upload.trec:2: malformed JSON"),
         (b'{"q": {"a": "high"}}', "upload.trec: query 'q', document 'a': score must be a number"),
         (b"\xff\xfe junk\n", "upload.trec:1: not UTF-8"),
+        # issue 36: a lone surrogate (or whitespace) in a score-JSON id fails at parse time, by the ids' one rule
+        (b'{"q": {"\\ud800": 1.0}}', "upload.trec: \"document id\" '\\ud800' is not valid Unicode"),
+        (b'{"\\udfff": {"a": 1.0}}', "upload.trec: \"query id\" '\\udfff' is not valid Unicode"),
+        (b'{"q": {"a b": 1.0}}', "upload.trec: \"document id\" 'a b' contains whitespace"),
     ],
 )
 def test_bad_lines_are_errors_naming_file_and_line(content: bytes, expected: str) -> None:
