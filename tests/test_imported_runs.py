@@ -331,3 +331,17 @@ def test_your_runs_are_yours_and_the_others_are_listed_apart() -> None:
     assert any(e.label == "Your runs (1)" for e in bob.expander)
     (entry,) = available_runs(dataset).values()
     assert len(entry.uploaded_by) == 2 and all(u.startswith("session:") for u in entry.uploaded_by)
+
+
+@pytest.mark.parametrize("damage", ["[" * 100_000, '{"source_file": ' + "9" * 5000 + "}", "{not json"])
+def test_a_damaged_meta_file_beside_an_upload_costs_that_run_its_label_not_the_datasets_list(
+    dataset, damage: str  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 36: deep nesting or a 5000-digit number in an upload's meta file made available_runs raise
+    for the whole dataset."""
+    data = format_trec(_shuffled_run(dataset)).encode()
+    entry, _ = save_upload(dataset, data, "damaged.trec", Settings())
+    other, _ = save_upload(dataset, data.replace(b"100.000000", b"102.000000"), "fine.trec", Settings())
+    entry.path.with_suffix(".json").write_text(damage, encoding="utf-8")
+    runs = available_runs(dataset, Settings())
+    assert entry.name in runs and other.name in runs

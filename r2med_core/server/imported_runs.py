@@ -418,11 +418,13 @@ def _upload_entries(dataset: Dataset) -> list[RunEntry]:
 
 
 def _upload_meta(path: Path) -> dict[str, Any]:
-    """What we recorded next to an upload (original file name, digest, warnings); {} if unreadable."""
+    """What we recorded next to an upload (original file name, digest, warnings); {} if unreadable — a
+    damaged file (bad JSON, nesting too deep, a number too long for int) costs that run its label only,
+    never the dataset's list of runs."""
     meta = path.with_suffix(".json")
     try:
         loaded = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
 
