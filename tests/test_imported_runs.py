@@ -334,9 +334,7 @@ def test_your_runs_are_yours_and_the_others_are_listed_apart() -> None:
 
 
 @pytest.mark.parametrize("damage", ["[" * 100_000, '{"source_file": ' + "9" * 5000 + "}", "{not json"])
-def test_a_damaged_meta_file_beside_an_upload_costs_that_run_its_label_not_the_datasets_list(
-    dataset, damage: str  # type: ignore[no-untyped-def]
-) -> None:
+def test_a_damaged_meta_file_beside_an_upload_costs_only_its_label(dataset, damage: str) -> None:  # type: ignore[no-untyped-def]
     """Issue 36: deep nesting or a 5000-digit number in an upload's meta file made available_runs raise
     for the whole dataset."""
     data = format_trec(_shuffled_run(dataset)).encode()
