@@ -234,6 +234,8 @@ def _id_problem(name: str, value: str) -> str | None:
         return f'"{name}" must be a non-empty string'
     if any(char.isspace() for char in value):
         return f'"{name}" {value!r} contains whitespace, which TREC run and qrels files cannot hold'
+    if any("\ud800" <= char <= "\udfff" for char in value):  # a lone surrogate (JSON "\ud800"): not writable as UTF-8
+        return f'"{name}" {value!r} is not valid Unicode text (a lone surrogate)'
     return None
 
 

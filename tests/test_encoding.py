@@ -266,7 +266,13 @@ def test_the_device_is_detected_and_an_absent_one_is_a_clear_error(monkeypatch: 
     assert DenseRetriever(PRESETS["minilm"]).hardware.device == "cpu"  # the operator's setting wins
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+#: The ONNX backend tests, skipped without the optional extra that installs ONNX Runtime.
+needs_onnxruntime = pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional (requirements-scale.txt)"
+)
+
+
+@needs_onnxruntime
 def test_the_onnx_backend_ranks_like_torch_and_is_its_own_cache_entry() -> None:
     dataset = load_demo("qa-reference")
     texts, queries = list(dataset.corpus.values())[:48], list(dataset.queries.values())
@@ -337,7 +343,7 @@ def _top10(retriever: DenseRetriever, texts: list[str], queries: list[str]) -> n
     return np.argsort(-(q @ docs.T), axis=1, kind="stable")[:, :10]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+@needs_onnxruntime
 def test_onnx_gives_torch_s_top_10_with_prompts_and_pair_inputs_on_the_demo() -> None:
     from dataclasses import replace
 
@@ -359,7 +365,7 @@ def test_onnx_gives_torch_s_top_10_with_prompts_and_pair_inputs_on_the_demo() ->
     assert np.max(np.sum(with_prompt * without, axis=1)) < 0.9999
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+@needs_onnxruntime
 def test_auto_on_onnx_uses_a_cached_torch_entry_instead_of_encoding_again(monkeypatch: pytest.MonkeyPatch) -> None:
     from r2med_core.cache import entry_path
     from r2med_core.retrieval import hardware
@@ -383,7 +389,7 @@ def test_auto_on_onnx_uses_a_cached_torch_entry_instead_of_encoding_again(monkey
     assert not entry_path("dense", torch_key).exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is optional")
+@needs_onnxruntime
 def test_the_onnx_backend_refuses_by_name_a_model_that_does_not_say_its_dimension(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

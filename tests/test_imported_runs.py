@@ -65,6 +65,10 @@ def test_trec_upload_reports_unknown_ids_as_warnings_with_lines(dataset) -> None
         (b'{"q": {"a": 1.0},\n "r": {"b": 2.0,}}', "upload.trec:2: malformed JSON"),
         (b'{"q": {"a": "high"}}', "upload.trec: query 'q', document 'a': score must be a number"),
         (b"\xff\xfe junk\n", "upload.trec:1: not UTF-8"),
+        # issue 36: a lone surrogate (or whitespace) in a score-JSON id fails at parse time, by the ids' one rule
+        (b'{"q": {"\\ud800": 1.0}}', "upload.trec: \"document id\" '\\ud800' is not valid Unicode"),
+        (b'{"\\udfff": {"a": 1.0}}', "upload.trec: \"query id\" '\\udfff' is not valid Unicode"),
+        (b'{"q": {"a b": 1.0}}', "upload.trec: \"document id\" 'a b' contains whitespace"),
     ],
 )
 def test_bad_lines_are_errors_naming_file_and_line(content: bytes, expected: str) -> None:
@@ -327,3 +331,15 @@ def test_your_runs_are_yours_and_the_others_are_listed_apart() -> None:
     assert any(e.label == "Your runs (1)" for e in bob.expander)
     (entry,) = available_runs(dataset).values()
     assert len(entry.uploaded_by) == 2 and all(u.startswith("session:") for u in entry.uploaded_by)
+
+
+@pytest.mark.parametrize("damage", ["[" * 100_000, '{"source_file": ' + "9" * 5000 + "}", "{not json"])
+def test_a_damaged_meta_file_beside_an_upload_costs_only_its_label(dataset, damage: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 36: deep nesting or a 5000-digit number in an upload's meta file made available_runs raise
+    for the whole dataset."""
+    data = format_trec(_shuffled_run(dataset)).encode()
+    entry, _ = save_upload(dataset, data, "damaged.trec", Settings())
+    other, _ = save_upload(dataset, data.replace(b"100.000000", b"102.000000"), "fine.trec", Settings())
+    entry.path.with_suffix(".json").write_text(damage, encoding="utf-8")
+    runs = available_runs(dataset, Settings())
+    assert entry.name in runs and other.name in runs

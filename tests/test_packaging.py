@@ -6,9 +6,11 @@ sys.path would hide a package the wheel leaves out, as it once left out ``r2med_
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -66,15 +68,58 @@ def test_the_wheel_carries_every_subpackage_and_the_data(wheel: Path) -> None:
     assert all(f"r2med_app/{name}" in names for name in app_files), sorted(n for n in names if "r2med_app" in n)
 
 
+def _environment_seeing_this_one(env_dir: Path) -> Path:
+    """A fresh virtual environment in ``env_dir`` whose dependencies are this interpreter's own: a ``.pth``
+    file adds every site-packages folder the running interpreter has (``site.getsitepackages()``: a
+    venv's own, plus its base's only where that venv includes them). ``system_site_packages=True`` would
+    give the *base* interpreter's folders instead, which inside a venv such as the README's ``.venv``
+    hold none of the project's dependencies. The checkout itself is never on its path. Its python."""
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    folders = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    # "import" lines of a .pth file run: addsitedir also reads the .pth files inside each folder
+    lines = "".join(f"import site; site.addsitedir({folder!r})\n" for folder in folders if Path(folder).is_dir())
+    Path(purelib, "_the_tests_interpreter.pth").write_text(lines, encoding="utf-8")
+    return python
+
+
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment (its dependencies seen from this interpreter's site-packages) with only
     the wheel installed; its folder."""
     env_dir = tmp_path_factory.mktemp("venv")
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
-    install = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
+    python = _environment_seeing_this_one(env_dir)
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
     subprocess.run(install, check=True, capture_output=True, timeout=300, cwd=env_dir)
     return env_dir
+
+
+def test_the_test_environment_sees_the_distributions_of_the_interpreter_running_the_tests(tmp_path: Path) -> None:
+    """Run from the README's ``.venv``, CI's venv or a system Python alike, the environment the packaging
+    tests build sees the same installed distributions, at the same versions, as the interpreter running
+    them (inside a venv it once saw the base interpreter's instead: no pandas, no streamlit)."""
+    python = _environment_seeing_this_one(tmp_path / "env")
+    listing = (
+        "import importlib.metadata as m, json\n"
+        "print(json.dumps(sorted({d.metadata['Name'].lower() + '==' + d.version for d in m.distributions()})))"
+    )
+    here = json.loads(
+        subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True).stdout
+    )
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    done = subprocess.run([str(python), "-c", listing], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    there = json.loads(done.stdout)
+    assert set(here) - set(there) == set(), "missing in the test environment"
+    assert {"pandas", "streamlit", "pip"} <= {entry.split("==")[0] for entry in there}
+    where = subprocess.run([str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    assert Path(where.stdout.strip()) == tmp_path / "env"  # its own environment, not the running one
 
 
 def test_the_installed_wheel_imports_and_runs_outside_the_checkout(installed: Path, tmp_path: Path) -> None:

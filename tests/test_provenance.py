@@ -72,6 +72,10 @@ def test_a_malformed_record_is_refused_with_the_file_name(tmp_path: Path) -> Non
     bad.write_text(json.dumps({"system": "bm25", "tokens": {"prompt": "many"}}))
     with pytest.raises(ProvenanceError, match="malformed"):
         read_provenance(bad)
+    # issue 36: a lone surrogate was read, then compare-results failed mid-table ("unexpected UnicodeEncodeError")
+    bad.write_text('{"system": "bm25\\ud800"}')
+    with pytest.raises(ProvenanceError, match=r"x\.provenance\.json: .*not valid Unicode"):
+        read_provenance(bad)
 
 
 def test_compare_results_flags_a_file_from_a_machine_whose_provenance_differs(tmp_path: Path) -> None:

@@ -445,11 +445,21 @@ def sidecar_path(results_path: Path) -> Path:
 
 def read_provenance(path: Path) -> Provenance:
     """A provenance file; unreadable or malformed raises ``ProvenanceError`` naming it."""
+    obj = _read_json(path, path.name, "a provenance record")
+    return Provenance.from_json(obj, source=path.name)
+
+
+def _read_json(path: Path, label: str, what: str) -> Any:
+    """A JSON file's value; unreadable, malformed, or holding text no UTF-8 output can carry (a lone
+    surrogate written as ``"\\ud800"``: printing it would fail later, mid-table) raises ProvenanceError."""
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProvenanceError(f"{label}: cannot read {what} (text that is not valid Unicode)") from None
     except (OSError, ValueError, RecursionError) as err:
-        raise ProvenanceError(f"{path.name}: cannot read a provenance record ({type(err).__name__})") from None
-    return Provenance.from_json(obj, source=path.name)
+        raise ProvenanceError(f"{label}: cannot read {what} ({type(err).__name__})") from None
+    return obj
 
 
 # --------------------------------------------------------------------------- results files from elsewhere
@@ -479,10 +489,7 @@ def is_results(obj: Any) -> bool:
 def read_results_file(path: Path) -> ResultsFile:
     """``NAME.json`` and ``NAME.provenance.json``; a file that is not a results file raises
     ``ProvenanceError`` naming it."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        raise ProvenanceError(f"{path}: cannot read a results file ({type(err).__name__})") from None
+    obj = _read_json(path, str(path), "a results file")
     if not is_results(obj):
         raise ProvenanceError(f"{path}: not a results file (no 'test' object of metric values)")
     test = obj["test"]

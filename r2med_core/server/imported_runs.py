@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from r2med_core.cache import atomic_write_text
-from r2med_core.data import DataError, Dataset, Problem
+from r2med_core.data import DataError, Dataset, Problem, _id_problem
 from r2med_core.reporting.mteb_files import is_mteb_result
 from r2med_core.reporting.provenance import is_results
 from r2med_core.runs import Run, format_trec, parse_score, parse_trec
@@ -261,6 +261,12 @@ def _json_scores(data: bytes, label: str) -> dict[str, dict[str, float]]:
             continue
         try:
             scores[str(qid)] = _json_ranking(qid, docs)
+            # the one rule for ids (data._id_problem), at parse time: nothing unwritable reaches a writer
+            wrong = _id_problem("query id", str(qid)) or next(
+                (w for w in (_id_problem("document id", d) for d in scores[str(qid)]) if w), None
+            )
+            if wrong:
+                raise ValueError(wrong)
         except ValueError as err:
             problems.append(Problem(label, None, str(err)))
         if len(problems) >= MAX_DOC_WARNINGS:
@@ -420,11 +426,13 @@ def _upload_entries(dataset: Dataset) -> list[RunEntry]:
 
 
 def _upload_meta(path: Path) -> dict[str, Any]:
-    """What we recorded next to an upload (original file name, digest, warnings); {} if unreadable."""
+    """What we recorded next to an upload (original file name, digest, warnings); {} if unreadable — a
+    damaged file (bad JSON, nesting too deep, a number too long for int) costs that run its label only,
+    never the dataset's list of runs."""
     meta = path.with_suffix(".json")
     try:
         loaded = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
 
