@@ -289,7 +289,7 @@ def is_ready(dataset: Dataset, system: str) -> bool:
         return False
     if needs_click(dataset, system):  # LLM requests cost the operator money: never without a click
         return False
-    return estimate_seconds(dataset, system) <= load_settings().compute_seconds
+    return estimate_seconds(dataset, system) <= settings().compute_seconds
 
 
 def safe_results(dataset: Dataset, system: str, slot: DeltaGenerator | None = None) -> tuple[Run, Results] | None:
@@ -550,7 +550,7 @@ def _rerank_ready(dataset: Dataset, system: str, model: str, k: int) -> bool:
     except RerankerUnavailable:
         return True  # the attempt explains why reranking is off
     seconds = 0.0 if entry_path("rerank", key).is_dir() else rerank_seconds(len(run.rankings), k)
-    if seconds <= load_settings().compute_seconds:
+    if seconds <= settings().compute_seconds:
         return True
     job_key = ("rerank", fingerprint("rerank", key))
     job = REGISTRY.get(job_key)

@@ -1,4 +1,4 @@
-"""The retrieval engines: BM25 and its tokenizer (``bm25``, ``tokenize``; Porter in ``_vendor``), dense
+"""The retrieval engines: BM25 and its tokenizer (``bm25``, ``tokenize``), dense
 models and their presets (``dense``), the encoders behind them (``encoding``, ``onnx_encoder``,
 ``hardware``), cross-encoder reranking (``rerank``) and reciprocal-rank fusion (``fusion``).
 

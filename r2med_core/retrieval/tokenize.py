@@ -19,8 +19,8 @@ mostly ``str.split`` plus a dictionary look-up per word done in C, which numbers
 then expands chunk numbers into term ids. Chunks that are ASCII letters and digits are one raw
 token; other ASCII chunks use the grammar cut down to ASCII, which compiles in milliseconds. Stems are those of NLTK's
 Porter stemmer in ``MARTIN_EXTENSIONS`` mode, which gives Lucene's stems: PyStemmer's C "porter"
-stems every word on which the two cannot differ, a copy of NLTK's module
-(:mod:`r2med_core.retrieval._vendor.porter`; importing NLTK itself takes about a second) the rest.
+stems every word on which the two cannot differ, NLTK itself the rest (imported on the first such
+word only: ``import nltk`` pulls in scikit-learn, pandas and scipy).
 :func:`tokenize_to_ids` works in this process unless asked for worker processes (they cost more
 CPU than they save wall time here), whose ids it merges into exactly the single-process result.
 """
@@ -49,7 +49,7 @@ import numpy as np
 from r2med_core.progress import Progress, notify
 
 if TYPE_CHECKING:
-    from r2med_core.retrieval._vendor.porter import PorterStemmer
+    from nltk.stem.porter import PorterStemmer
 
 __all__ = [
     "ANALYZER_VERSION",
@@ -81,8 +81,8 @@ _CACHE_LIMIT = 1_000_000
 
 @functools.cache
 def _stemmer() -> PorterStemmer:
-    """NLTK's Porter stemmer (our copy of its module: ``import nltk`` drags in scikit-learn and pandas)."""
-    from r2med_core.retrieval._vendor.porter import PorterStemmer
+    """NLTK's Porter stemmer in Lucene's mode, imported on first use (``import nltk`` is slow)."""
+    from nltk.stem.porter import PorterStemmer
 
     return PorterStemmer(mode=PorterStemmer.MARTIN_EXTENSIONS)
 
@@ -326,7 +326,7 @@ def _stem(term: str) -> str:
     The stem is always Lucene's: a word goes to the fast C stemmer only when it is ASCII, longer
     than two characters and has none of the letter patterns where the two algorithms part ways
     (``tests/test_tokenize.py`` checks this against NLTK on several hundred thousand words built
-    to reach every rule); everything else goes to the Python copy of NLTK's stemmer.
+    to reach every rule); everything else goes to NLTK's stemmer.
     """
     fast = _snowball_porter()
     if fast is not None and len(term) > 2 and term.isascii() and _SNOWBALL_MAY_DIFFER.search(term) is None:

@@ -26,7 +26,7 @@ from r2med_core.judging.adjudication import (
 from r2med_core.judging.agreement import agreement_report, report_csv
 from r2med_core.judging.annotations import GRADES, TAXONOMY, Annotation, AnnotationStoreError, failure_types, grade_code
 from r2med_core.judging.hard import SHOWN, HardItem, hard_items
-from r2med_core.judging.identity import PermissionDenied, Person, authorize
+from r2med_core.judging.identity import PermissionDenied, Person
 from r2med_core.judging.team import changes_csv, changes_text
 
 PAGE = 20  # units drawn at once
@@ -44,23 +44,7 @@ def _grade_label(choice: object) -> str:
 
 def _reviewer() -> Person | None:
     """Who may adjudicate now, or None with the reason left in the flash (shown on the page)."""
-    v = state.view()
-    if ui.read_only():
-        v.flash_error = "Adjudicating is off in this read-only demo."
-        return None
-    acting = auth.acting()
-    if acting.error:
-        v.flash_error = f"Not done: sign-in is misconfigured ({ui.md(acting.error)})."
-        return None
-    if not acting.signed_in_mode:
-        if acting.person is None:
-            v.flash_error = "Type your name under 'Your name' first: decisions record who made them."
-        return acting.person
-    try:
-        return authorize(acting.person, "review", config=acting.config)
-    except PermissionDenied as err:
-        v.flash_error = f"Not done: {ui.md(err)}."
-        return None
+    return auth.permitted("review", off="Adjudicating is off in this read-only demo.", records="decisions")
 
 
 def _keys(item: AdjudicationItem) -> dict[str, str]:

@@ -20,7 +20,7 @@ from r2med_core.judging.adjudication import adjudication_queue, history
 from r2med_core.judging.agreement import VOCABULARIES, agreement
 from r2med_core.judging.annotations import TAXONOMY, Annotation, AnnotationStoreError, labels_frame
 from r2med_core.judging.backup import backup_text, restore_backup_bytes
-from r2med_core.judging.identity import Action, PermissionDenied, Person, authorize
+from r2med_core.judging.identity import Action, PermissionDenied, Person
 from r2med_core.judging.team import Proposal, qrels_text, review_queue
 from r2med_core.settings import Settings, load_settings
 
@@ -50,25 +50,8 @@ def _person(action: Action) -> Person | None:
     """Who may do ``action`` now, or None with the reason left in the flash (shown on the page).
 
     Without sign-in, reviewing needs a typed name and managing the store needs nothing (as before)."""
-    v = state.view()
-    if ui.read_only():
-        v.flash_error = "Reviewing is off in this read-only demo." if action == "review" else "Off in this demo."
-        return None
-    acting = auth.acting()
-    if acting.error:
-        v.flash_error = f"Not done: sign-in is misconfigured ({ui.md(acting.error)})."
-        return None
-    if not acting.signed_in_mode:
-        if action == "manage":
-            return acting.person or Person("", "typed", frozenset({"admin"}))
-        if acting.person is None:
-            v.flash_error = "Type your name under 'Your name' first: reviews record who made them."
-        return acting.person
-    try:
-        return authorize(acting.person, action, config=acting.config)
-    except PermissionDenied as err:
-        v.flash_error = f"Not done: {ui.md(err)}."
-        return None
+    off = "Reviewing is off in this read-only demo." if action == "review" else "Off in this demo."
+    return auth.permitted(action, off=off, records="reviews")
 
 
 def _review(annotation_id: int, accept: bool, same: int) -> None:

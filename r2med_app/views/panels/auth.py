@@ -14,6 +14,7 @@ from r2med_app.views import ui
 from r2med_app.views.state import bound, store, view, widget_key
 from r2med_core.judging.identity import (
     LOOPBACK,
+    Action,
     AuthConfig,
     IdentityError,
     PermissionDenied,
@@ -109,6 +110,33 @@ def acting() -> Acting:
     pairs = [(name, value) for name in headers for value in headers.get_all(name)]
     person = resolve_identity(config, headers=pairs, peer=_peer(), user=_user(), roles=roles)
     return Acting(config, person)
+
+
+def permitted(action: Action, *, off: str, records: str) -> Person | None:
+    """Who may do ``action`` now, or None with the reason left in the flash (the one permission gate).
+
+    ``off`` is what a read-only demo says; ``records`` names what a typed name is recorded on. The
+    decision is the core's :func:`authorize`; without sign-in, ``review`` needs a typed name and
+    ``manage`` needs nothing (as before)."""
+    v = view()
+    if ui.read_only():
+        v.flash_error = off
+        return None
+    who = acting()
+    if who.error:
+        v.flash_error = f"Not done: sign-in is misconfigured ({ui.md(who.error)})."
+        return None
+    if not who.signed_in_mode:
+        if action == "manage":
+            return who.person or Person("", "typed", frozenset({"admin"}))
+        if who.person is None:
+            v.flash_error = f"Type your name under 'Your name' first: {records} record who made them."
+        return who.person
+    try:
+        return authorize(who.person, action, config=who.config)
+    except PermissionDenied as err:
+        v.flash_error = f"Not done: {ui.md(err)}."
+        return None
 
 
 def name_field() -> None:

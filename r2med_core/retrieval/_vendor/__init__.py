@@ -1,1 +1,0 @@
-"""Third-party code copied in, unchanged but for imports: NLTK's Porter stemmer (``porter``)."""

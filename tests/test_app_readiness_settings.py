@@ -1,0 +1,24 @@
+"""The readiness check reads the operator's one Settings, secrets included (issue 37).
+
+``R2MED_COMPUTE_SECONDS`` set only in ``.streamlit/secrets.toml`` used to be ignored by ``is_ready``
+and ``_rerank_ready``, which called ``load_settings()`` on the environment alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from r2med_app.views import ui
+from r2med_core.data import load_demo
+
+
+def test_compute_seconds_in_secrets_changes_what_is_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("R2MED_COMPUTE_SECONDS", raising=False)
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))  # nothing on disk: readiness is the estimate alone
+    dataset = load_demo()
+    monkeypatch.setattr(ui, "_secrets", lambda: {})
+    assert ui.is_ready(dataset, "bm25")  # a fraction of a second: under the default 2 s
+    monkeypatch.setattr(ui, "_secrets", lambda: {"R2MED_COMPUTE_SECONDS": "0.01"})
+    assert not ui.is_ready(dataset, "bm25")  # the operator's lower threshold asks for a click
