@@ -436,6 +436,11 @@ class StreamWatch:
     on_token: Callable[[int, float], None] | None = None
 
 
+class _EmptyStream(Exception):
+    """A streamed request answered with no event at all (llama-cpp-python's way of refusing a prompt
+    longer than its context while streaming): the request is asked again whole, for the server's reason."""
+
+
 def _stream_errors() -> tuple[type[BaseException], ...]:
     """What reading a streamed reply raises when the connection breaks (httpx's own errors)."""
     import httpcore2
@@ -467,6 +472,8 @@ def _stream_reply(stream: Any, watch: StreamWatch, started: float, url: str) -> 
                 watch.on_token(tokens, time.perf_counter() - started)
     finally:
         stream.close()  # on Cancel or an error: the server sees the connection close and stops generating
+    if finish is None and not parts:
+        raise _EmptyStream()
     if finish is None:
         raise LLMFailure(
             f"{url} ended its reply before finishing it (no finish_reason): the server stopped or was "
@@ -494,6 +501,7 @@ class Transport:
         self.max_retries = max(0, retry.max_retries)
         self.token_limit = "max_tokens"
         self.logprobs_refused = False
+        self.tokenizer_missing = False  # the server has no token count (only llama-cpp-python's has one)
         self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
         # Redirects are not followed: the transport adds the key to every request it sends, so a
@@ -537,6 +545,11 @@ class Transport:
             finally:
                 _CURRENT.budget = None
         n_ctx = context_from_listing(found[0], found[1], self.endpoint.model)
+        if n_ctx is None:  # llama-cpp-python lists no context: ours says what it was started with
+            from r2med_core.llm.local_server import running_info
+
+            info = running_info(self.endpoint.url)
+            n_ctx = info.get("n_ctx") if info else None
         with _CONTEXTS_LOCK:
             _CONTEXTS[key] = n_ctx
         return n_ctx
@@ -553,6 +566,51 @@ class Transport:
         from openai.types.chat import ChatCompletion
 
         return ChatCompletion.construct(**data)
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int | None:
+        """The messages' text in the server's own tokens (llama-cpp-python's ``/extras/tokenize/count``;
+        the chat template's few tokens not included), or None when the server does not count."""
+        import httpx2
+
+        if self.tokenizer_missing:
+            return None
+        root = self.endpoint.url[: -len("/v1")] if self.endpoint.url.endswith("/v1") else self.endpoint.url
+        text = "\n".join(message["content"] for message in messages)
+        _CURRENT.budget = _Budget(time.monotonic() + 10.0, self.max_reply_bytes)
+        try:
+            reply = self.client.post(
+                f"{root}/extras/tokenize/count",
+                body={"input": text, "model": self.endpoint.model},
+                cast_to=httpx2.Response,
+            )
+            count = reply.json().get("count") if reply.status_code == 200 else None
+        except Exception:
+            count = None
+        finally:
+            _CURRENT.budget = None
+        if not isinstance(count, int):
+            self.tokenizer_missing = True
+            return None
+        return count
+
+    def _fit(self, messages: list[dict[str, str]]) -> int | None:
+        """Before sending: the completion budget that fits the server's context beside this prompt (None:
+        no cut needed, or nothing known); raises ``LLMFailure`` naming the setting when the prompt alone
+        does not fit."""
+        n_ctx = self.context_length()
+        if not n_ctx:
+            return None
+        prompt = self.count_tokens(messages)
+        if prompt is None:
+            return None
+        room = n_ctx - prompt - _CONTEXT_MARGIN
+        if room <= 0:
+            raise LLMFailure(
+                f"{self.endpoint.url}: the {prompt:,}-token prompt does not fit the server's context of {n_ctx:,} "
+                f"tokens (not sent): {CONTEXT_SETTING}"
+            )
+        budget = self.endpoint.token_budget()
+        return room if budget is None or room < budget else None
 
     def _learn_context(self, n_ctx: int | None) -> None:
         if n_ctx:
@@ -582,8 +640,8 @@ class Transport:
         openai, url, model = self.openai, self.endpoint.url, self.endpoint.model
         reach_retries = min(self.max_retries, 2)  # an unreachable server is retried a little, not long
         attempt = 0
-        fitted: int | None = None  # the completion budget cut to the server's context, once it said so
-        streamed = {"stream": True} if watch is not None else {}
+        streamed: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}} if watch else {}
+        fitted = self._fit(messages)
         while True:
             delay = self.retry.delay(attempt)
             budget = _Budget(time.monotonic() + self.endpoint.timeout, self.max_reply_bytes)
@@ -606,6 +664,10 @@ class Transport:
                 )
                 if watch is not None:
                     response = self._streamed(response, watch, started)
+            except _EmptyStream:
+                watch, streamed = None, {}  # ask again whole, at once, for the server's reason
+                _CURRENT.budget = None
+                continue
             except openai.AuthenticationError:
                 raise LLMFailure(
                     f"{url} rejected the API key (401 Unauthorized): check the API key (OPENAI_API_KEY)", batch=True
@@ -860,6 +922,9 @@ class ChatClient:
             extra = {"logprobs": True, "top_logprobs": top_logprobs} if top_logprobs else {}
             response = self._sender.request(messages, watch if not top_logprobs else None, **extra)
             text, usage = _reply_text(response, self.endpoint.url), Usage.from_response(response)
+            if watch is not None and not usage.prompt_tokens and usage.completion_tokens:
+                counted = self._sender.count_tokens(messages)  # a server that sends no usage while streaming
+                usage = Usage(counted or 0, usage.completion_tokens)
             tokens = _logprob_tokens(response) if top_logprobs else None
         with self._lock:
             self.usage = self.usage + usage

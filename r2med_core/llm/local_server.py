@@ -149,6 +149,8 @@ def server_command(path: Path, *, port: int, n_ctx: int, alias: str, threads: in
         "--host", "127.0.0.1",
         "--port", str(port),
         "--n_ctx", str(n_ctx),
+        # A request arriving while a reply streams must wait its turn, not cut that reply short.
+        "--interrupt_requests", "False",
     ]  # fmt: skip
     if threads:
         command += ["--n_threads", str(threads)]
@@ -231,6 +233,48 @@ class LocalServer:
         self.stop()
 
 
+def _info_file(port: int) -> Path:
+    from r2med_core.cache import cache_root
+
+    return cache_root() / "llm-server" / f"{port}.json"
+
+
+def running_info(base_url: str) -> dict[str, Any] | None:
+    """What a server this module started says of itself — model file, its SHA-256, context, llama-cpp-python
+    version — when ``base_url`` is that server's address and it is still running; else None."""
+    try:
+        port = int(base_url.rstrip("/").removesuffix("/v1").rsplit(":", 1)[1])
+        info = json.loads(_info_file(port).read_text(encoding="utf-8"))
+    except (ValueError, IndexError, OSError, RecursionError):
+        return None
+    if not isinstance(info, dict) or info.get("base_url") != base_url.rstrip("/"):
+        return None
+    pid = info.get("pid")
+    try:
+        os.kill(int(pid), 0)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return None
+    return info
+
+
+def _write_info(server: LocalServer) -> None:
+    from r2med_core.cache import atomic_write_text
+
+    info = {
+        "base_url": server.base_url,
+        "pid": server.process.pid,
+        "model": server.model,
+        "model_file": server.model_path.name,
+        "model_sha256": file_sha256(server.model_path),
+        "n_ctx": server.n_ctx,
+        "llama_cpp_python": llama_cpp_version(),
+    }
+    try:
+        atomic_write_text(_info_file(server.port), json.dumps(info, indent=1))
+    except OSError:
+        pass
+
+
 def start(
     model: str = DEFAULT_MODEL,
     *,
@@ -268,4 +312,5 @@ def start(
     except BaseException:
         server.stop()
         raise
+    _write_info(server)
     return server
