@@ -56,12 +56,13 @@ class LlamaServer:
         return Endpoint(base_url=self.base_url, model=self.model, **chosen)
 
 
-def own_server(tmp_path: Path, n_ctx: int = N_CTX) -> LlamaServer:
+def own_server(tmp_path: Path, n_ctx: int = N_CTX, port: int | None = None) -> LlamaServer:
     """A server of the test's own (the caller stops it: ``.server.stop()``); skips like ``llama_server``."""
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    server = local_server.start(n_ctx=n_ctx, threads=2, log=tmp_path / "llama-server.log")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    server = local_server.start(n_ctx=n_ctx, port=port, threads=2, log=tmp_path / "llama-server.log")
     return LlamaServer(server.base_url, server.model, n_ctx, server.model_path, server)
 
 

@@ -213,6 +213,21 @@ class LocalServer:
             f"the LLM server did not answer within {timeout:g} s; its log ({self.log}) ends:\n{self.log_tail()}"
         )
 
+    def warm_up(self, timeout: float = 120.0) -> None:
+        """Ask for one token, so the model's weights are paged in before a user's first request (a cold
+        first reply took 10-60 s on a loaded 2-core machine, the next ones 4 s)."""
+        body = json.dumps(
+            {"model": self.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}
+        ).encode()
+        request = urllib.request.Request(
+            f"{self.base_url}/chat/completions", body, {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                reply.read(1 << 16)
+        except (OSError, urllib.error.URLError):
+            pass  # not fatal: the first real request is merely slower
+
     def stop(self, grace: float = 10.0) -> None:
         """End the server (SIGTERM, then SIGKILL after ``grace`` seconds)."""
         if self.alive():
@@ -309,6 +324,7 @@ def start(
     server = LocalServer(process, port, model_alias(model), path, n_ctx, log, handle)
     try:
         server.wait_ready(timeout)
+        server.warm_up(timeout)
     except BaseException:
         server.stop()
         raise
