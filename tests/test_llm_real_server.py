@@ -11,6 +11,7 @@ extra, where llama-cpp-python's server is not installed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -122,7 +123,7 @@ def test_time_left_never_grows_while_a_reply_is_pending(llama_server: LlamaServe
 
     generate_rewrites(demo, "hyde", endpoint, llm_name="pace", query_ids=list(demo.queries)[:3], progress=progress)
     assert lefts, "no time left was shown"
-    for (done_a, left_a), (done_b, left_b) in zip(lefts, lefts[1:]):
+    for (done_a, left_a), (done_b, left_b) in itertools.pairwise(lefts):
         if done_a == done_b:  # the same reply still pending: the figure may only count down
             assert left_b <= left_a, lefts
 
