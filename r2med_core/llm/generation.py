@@ -604,9 +604,12 @@ def attach_live_rewrites(dataset: Dataset, wanted: Iterable[tuple[str, str]]) ->
     return dataset, notes
 
 
-def hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) -> tuple[str | None, str | None]:
+def hypothetical_document(
+    dataset: Dataset, text: str, endpoint: AnyEndpoint, progress: Progress | None = None
+) -> tuple[str | None, str | None]:
     """A HyDE document for a query typed by the user (not one of the dataset's): ``(text, None)`` or
-    ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing."""
+    ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing; the
+    reply streams, so ``progress`` hears its tokens per second as it is written."""
     typed = Dataset(
         name=dataset.name,  # the task's own prompt wording (nothing is recorded under this name)
         corpus={},
@@ -615,5 +618,7 @@ def hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) ->
         source="typed",
         family=dataset.family,
     )
-    report = generate_rewrites(typed, "hyde", endpoint, retry=replace(DEFAULT_RETRY, max_retries=2), record=False)
+    report = generate_rewrites(
+        typed, "hyde", endpoint, retry=replace(DEFAULT_RETRY, max_retries=2), record=False, progress=progress
+    )
     return report.results.get("typed"), report.problem()
