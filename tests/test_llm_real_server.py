@@ -11,8 +11,10 @@ extra, where llama-cpp-python's server is not installed.
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -225,3 +227,31 @@ def test_the_recorded_set_says_where_it_came_from(llama_server: LlamaServer) -> 
     generate_rewrites(demo, "hyde", endpoint, llm_name="where", query_ids=list(demo.queries)[:1])
     meta = json.loads((_set_dir(demo) / "hyde" / "where" / "meta.json").read_text())
     assert meta["endpoint"]["model"] == llama_server.model and meta["queries"] == 1
+
+
+def test_what_if_rewrites_a_typed_case_with_the_local_server_picked_by_name(
+    llama_server: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from r2med_core.llm.generation import hypothetical_document
+
+    from .test_app import open_app
+
+    # the operator names the server; the page address carries only the name (and the model)
+    monkeypatch.setenv("R2MED_LLM_ENDPOINTS", f"local={llama_server.base_url}")
+    case = "A 25-year-old woman has a facial rash across the cheeks, painful joints and protein in her urine."
+    at = open_app("whatif", task="clinical-case", systems=["bm25"], ask=case, llm="local")
+    at.number_input(key="w_llm_max_tokens").set_value(64).run()
+    assert any(f"Model **{llama_server.model}**" in c.value for c in at.caption)
+    at.toggle(key="w_whatif_hyde").set_value(True).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(f"hyde by {llama_server.model} (live)" in m.value for m in at.markdown)
+    assert sum(e.label.startswith("#1 · ") for e in at.expander) == 1
+    assert at.query_params["llm"] == ["local"] and llama_server.base_url not in str(at.query_params)
+    # the passage shown is the real model's reply, cached: asking again sends nothing new
+    endpoint = llama_server.endpoint(max_tokens=64)
+    shown, problem = hypothetical_document(load_demo("clinical-case"), case, endpoint.__class__(
+        base_url=llama_server.base_url, model=llama_server.model, temperature=0.0, max_tokens=64, timeout=300.0
+    ))  # fmt: skip
+    assert problem is None and shown
+    bodies = [" ".join(html.unescape(re.sub(r"<[^>]+>", "", h.proto.body)).split()) for h in at.get("html")]
+    assert any(" ".join(shown.split())[:80] in body for body in bodies)

@@ -7,6 +7,7 @@ address and the settings that point the app and the CLI at it, and keeps serving
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -54,6 +55,11 @@ def cmd_llm_server(args: argparse.Namespace) -> int:
         f"OpenAI-compatible server: OPENAI_BASE_URL={server.base_url}, model {server.model}"
     )
     print("Ctrl-C stops it.", flush=True)
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a SIGTERM (a service manager, `timeout`) stops the server too, never orphans it
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         while server.alive():
             time.sleep(0.5)
