@@ -142,35 +142,34 @@ def test_cancel_closes_the_stream_and_the_server_stops_generating(llama_server: 
         if tokens >= 20:
             stop.set()
 
-    started = time.perf_counter()
     with pytest.raises(Exception) as cancelled:
         client.chat(count, watch=StreamWatch(stop.is_set, on_token))
     assert type(cancelled.value).__name__ == "Stopped"
     assert max(tokens_seen) < 60
-    # the server is free at once: the 3000-number count (minutes of generation) is not still running
-    quick = client.chat([{"role": "user", "content": "Say yes."}], watch=StreamWatch())
+    # the server is free at once: had the 3000-number count (~4000 tokens, minutes) kept running, the
+    # server (one request at a time) would answer the next request only after it
+    started = time.perf_counter()
+    quick = ChatClient(llama_server.endpoint(max_tokens=8)).chat([{"role": "user", "content": "Say yes."}])
     assert quick.text.strip()
-    assert time.perf_counter() - started < 30
+    assert time.perf_counter() - started < 20
 
 
 def test_cancel_in_a_batch_keeps_what_finished_and_caches_nothing_cut_short(llama_server: LlamaServer) -> None:
     demo = load_demo("clinical-case")
-    endpoint = llama_server.endpoint(max_tokens=400)
+    endpoint = llama_server.endpoint(max_tokens=SHORT)
     wanted = list(demo.queries)[:3]
-    progress_calls = {"n": 0}
+    cancelled_at: list[float] = []
 
     def progress(fraction: float, message: str) -> None:
-        progress_calls["n"] += 1
         if message.split(": ")[1].startswith("1/3") and "tokens" in message:
+            cancelled_at.append(time.perf_counter())
             raise KeyboardInterrupt  # what a UI's rerun or Ctrl-C does inside the progress callback
 
-    started = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         generate_rewrites(demo, "hyde", endpoint, llm_name="cancel", query_ids=wanted, progress=progress)
-    assert time.perf_counter() - started < 60
-    again = generate_rewrites(demo, "hyde", endpoint.__class__(**{**endpoint.__dict__, "max_tokens": 400}),
-                              llm_name="cancel", query_ids=wanted[:1])  # fmt: skip
-    assert again.from_cache == 1 and again.sent == 0  # the finished reply survived the cancel
+    assert time.perf_counter() - cancelled_at[0] < 20  # the reply being written was not waited for
+    again = generate_rewrites(demo, "hyde", endpoint, llm_name="cancel", query_ids=wanted[:2], record=False)
+    assert again.from_cache == 1 and again.sent == 1  # the finished reply survived; the cut one was not kept
 
 
 def test_a_server_dying_mid_run_is_a_clear_message_nothing_is_lost_and_the_next_run_resumes(tmp_path: Path) -> None:
@@ -241,12 +240,12 @@ def test_what_if_rewrites_a_typed_case_with_the_local_server_picked_by_name(
     case = "A 25-year-old woman has a facial rash across the cheeks, painful joints and protein in her urine."
     at = open_app("whatif", task="clinical-case", systems=["bm25"], ask=case, llm="local")
     at.number_input(key="w_llm_max_tokens").set_value(64).run()
-    assert any(f"Model **{llama_server.model}**" in c.value for c in at.caption)
+    assert any("key in use: **no key**" in c.value for c in at.caption)  # the built-in name's server gets no key
     at.toggle(key="w_whatif_hyde").set_value(True).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert any(f"hyde by {llama_server.model} (live)" in m.value for m in at.markdown)
+    assert any("hyde by smollm2" in m.value.replace("\\", "") and "(live)" in m.value for m in at.markdown)
     assert sum(e.label.startswith("#1 · ") for e in at.expander) == 1
-    assert at.query_params["llm"] == ["local"] and llama_server.base_url not in str(at.query_params)
+    assert at.query_params["llm"] in ("local", ["local"]) and llama_server.base_url not in str(at.query_params)
     # the passage shown is the real model's reply, cached: asking again sends nothing new
     endpoint = llama_server.endpoint(max_tokens=64)
     shown, problem = hypothetical_document(load_demo("clinical-case"), case, endpoint.__class__(
