@@ -289,7 +289,7 @@ def _sidebar_llm(v: View) -> None:
         )
         resolved = ui.live_llm()
         if resolved.endpoint is not None:
-            st.caption(f"Model **{ui.md(resolved.endpoint.model)}** · key in use: **{resolved.credential_source}**")
+            st.caption(f"Key in use: **{resolved.credential_source}** · model **{ui.md(resolved.endpoint.model)}**")
         if resolved.note:
             st.warning(resolved.note)
 
