@@ -214,10 +214,13 @@ class LocalServer:
         )
 
     def warm_up(self, timeout: float = 120.0) -> None:
-        """Ask for one token, so the model's weights are paged in before a user's first request (a cold
-        first reply took 10-60 s on a loaded 2-core machine, the next ones 4 s)."""
+        """Send one prompt of a few hundred tokens for a few tokens, so the model's weights are paged in and
+        the prompt path's buffers made before a user's first request: a cold first reply took 10-60 s on a
+        loaded 2-core machine (a 1-token warm-up did not help; the first long prompt was still slow), the
+        next ones 3-5 s."""
+        prompt = "Please write a passage to help answer the Clinical Case.\nCase: " + "A patient has fever. " * 60
         body = json.dumps(
-            {"model": self.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}
+            {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 8, "temperature": 0}
         ).encode()
         request = urllib.request.Request(
             f"{self.base_url}/chat/completions", body, {"Content-Type": "application/json"}
