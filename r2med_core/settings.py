@@ -10,7 +10,10 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_DATA_ROOTS`` | folders (os.pathsep-separated) where local datasets may open | ./data, $R2MED_DATA_DIR |
 | ``R2MED_DATA_DIR`` | one folder holding a sub-folder per R2MED task | unset |
 | ``R2MED_ALLOW_MODELS`` | model ids / paths (comma-separated; ``*``: any hub id, not a path) visitors may name | none |
-| ``R2MED_LLM_ENDPOINTS`` | more base URLs (comma-separated; a list in secrets) that get the operator's key | none |
+| ``R2MED_LLM_ENDPOINTS`` | more base URLs (comma-separated; a list in secrets) that get the operator's key; | none |
+|  | an entry ``NAME=URL`` (or ``NAME=URL MODEL``) is also offered by name (``llm=NAME``) | |
+| ``R2MED_LLM_CONCURRENCY`` | LLM requests in flight at once: 1 for llama-cpp-python's server (it serialises), | 1 |
+|  | more for vLLM or a multi-slot llama.cpp server | |
 | ``R2MED_DEMO_MODE`` | ``1``: read-only public demo (no labels, uploads, live LLM, local folders, new models) | off |
 | ``R2MED_UPLOAD_MAX_MB`` | largest upload accepted (annotations, runs) | 50 |
 | ``R2MED_CACHE_MAX_GB`` | size cap of the disk cache (least recently used entries evicted) | no cap |
@@ -105,6 +108,7 @@ class Settings:
     sweep_dir: Path | None = None
     compute_seconds: float = 2.0
     judges_per_document: int = JUDGES_PER_DOCUMENT
+    llm_concurrency: int = 1
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -188,6 +192,7 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         compute_seconds=_number(env.get("R2MED_COMPUTE_SECONDS"), "R2MED_COMPUTE_SECONDS", 2.0) or 2.0,
         llm_prices=tuple(parse_prices(env.get("R2MED_LLM_PRICES")).items()),
         judges_per_document=_count(env, "R2MED_JUDGES_PER_DOCUMENT", JUDGES_PER_DOCUMENT),
+        llm_concurrency=_count(env, "R2MED_LLM_CONCURRENCY", 1),
     )
 
 

@@ -67,8 +67,11 @@ class View:
     flash: str = ""  # a confirmation to show once after a rerun
     flash_error: str = ""  # … or why an action failed (what the user typed is kept)
     source_error: str = ""  # why the data source did not load, shown in the main area too
-    llm_url: str = ""  # live LLM endpoint: session only, never in the URL
-    llm_model: str = ""
+    # the live LLM: an endpoint the operator named ("local", or NAME of R2MED_LLM_ENDPOINTS) and its model are
+    # part of the address; a typed base URL and key stay in the session, never in the URL
+    llm: str = field(default="", metadata=URL)
+    llm_url: str = ""
+    llm_model: str = field(default="", metadata=URL)
     llm_key: str = ""  # typed in a password field; never logged, cached or put in a URL
     llm_temperature: float = 0.0
     llm_max_tokens: int = 10240  # the benchmark's budget (PROTOCOL: live generation)

@@ -54,7 +54,7 @@ from r2med_core.judging.annotations import (
 from r2med_core.judging.queue import migrate_queue_file
 from r2med_core.kinds.llm_rerank import use_operator
 from r2med_core.llm.client import Endpoint
-from r2med_core.llm.endpoints import OperatorLLM, Resolved, operator_llm, resolve_endpoint
+from r2med_core.llm.endpoints import OperatorLLM, Resolved, operator_llm, resolve_endpoint, resolve_named
 from r2med_core.llm.generation import (
     attach_live_rewrites,
     live_generation_settings,
@@ -490,6 +490,16 @@ def live_llm() -> Resolved:
     v = view()
     if read_only():
         return Resolved(None, note="Live LLMs are off in this read-only demo.")
+    if v.llm:  # an endpoint the operator named: picked by name, never by a URL from the address
+        return resolve_named(
+            v.llm,
+            v.llm_model,
+            operator(),
+            settings(),
+            temperature=float(v.llm_temperature),
+            max_tokens=int(v.llm_max_tokens),
+            timeout=300.0,
+        )
     return resolve_endpoint(
         v.llm_url,
         v.llm_key,

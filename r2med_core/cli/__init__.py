@@ -4,13 +4,13 @@ A contract other tools rely on: bad input prints ``error: …`` naming the file 
 non-zero — never a traceback.
 
 One module per command group (``evaluate``: eval, evaluate-run, compare-results; ``data``: validate,
-download; ``generate``; ``cache``: encode, export, import; ``sweep``; ``judgements``: diagnose, pool, qrels;
-``mteb``: mteb-export, mteb-results; ``app``: the Streamlit app) holds its subcommands' options right
-beside their handlers, so a command
-is read and changed in one place; :func:`build_parser` only asks each group in :data:`GROUPS` to add its
-own. What several groups share (dataset options, argument types, progress bars, exit statuses) is in
-``_common``. Commands import what they run (systems, evaluation, sweep, rerank pull in scipy, pandas,
-nltk …) inside their function, so ``--help`` and a usage error answer at once.
+download; ``generate``; ``llm``: llm-server; ``cache``: encode, export, import; ``sweep``;
+``judgements``: diagnose, pool, qrels; ``mteb``: mteb-export, mteb-results; ``app``: the Streamlit app)
+holds its subcommands' options right beside their handlers, so a command is read and changed in one place;
+:func:`build_parser` only asks each group in :data:`GROUPS` to add its own. What several groups share
+(dataset options, argument types, progress bars, exit statuses) is in ``_common``. Commands import what
+they run (systems, evaluation, sweep, rerank pull in scipy, pandas, nltk …) inside their function, so
+``--help`` and a usage error answer at once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from r2med_core.cli import app, cache, data, evaluate, generate, judgements, mteb, sweep
+from r2med_core.cli import app, cache, data, evaluate, generate, judgements, llm, mteb, sweep
 from r2med_core.cli._common import DATA_ERROR, USAGE_ERROR, UsageError, llm_incomplete
 from r2med_core.data import DataError
 from r2med_core.hub import DownloadError, ModelUnavailable
@@ -27,7 +27,7 @@ from r2med_core.llm.generation import GenerationError
 from r2med_core.llm.llm_rerank import RerankIncomplete
 
 #: The command groups, in the order ``--help`` lists their commands.
-GROUPS = (evaluate, mteb, generate, data, cache, sweep, judgements, app)
+GROUPS = (evaluate, mteb, generate, llm, data, cache, sweep, judgements, app)
 
 
 def build_parser() -> argparse.ArgumentParser:

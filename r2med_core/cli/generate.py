@@ -42,10 +42,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_source(ge)
     ge.add_argument(
         "--model",
-        required=True,
-        help="the model name on the server, or local:smollm2 / local:PATH for demo-quality offline generation",
+        help="the model name on the server (with --endpoint: default the endpoint's own, else the server's "
+        "first), or local:smollm2 / local:PATH for demo-quality offline generation in this process",
     )
-    ge.add_argument("--base-url", help="an OpenAI-compatible server (default: $OPENAI_BASE_URL, else OpenAI)")
+    where = ge.add_mutually_exclusive_group()
+    where.add_argument("--base-url", help="an OpenAI-compatible server (default: $OPENAI_BASE_URL, else OpenAI)")
+    where.add_argument(
+        "--endpoint",
+        metavar="NAME",
+        help="a server by name: 'local' (this machine's `llm-server`) or an operator's NAME=URL in R2MED_LLM_ENDPOINTS",
+    )
     ge.add_argument("--llm-name", help="the rewrite's name, as in --rewrite METHOD:NAME (default: from --model)")
     ge.add_argument("--output", type=Path, help="a folder (default: rewrites/<task>) or a .jsonl file")
     ge.add_argument("--limit", type=int_at_least(1), help="only the first N queries")
@@ -97,11 +103,36 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ge.add_argument(
         "--max-retries", type=int_at_least(0), default=5, help="retries of rate-limited or failed requests"
     )
-    ge.add_argument("--workers", type=int_at_least(1), default=1, help="requests in flight at once")
+    ge.add_argument(
+        "--workers",
+        type=int_at_least(1),
+        default=None,
+        help="requests in flight at once (default: R2MED_LLM_CONCURRENCY, else 1; llama-cpp-python's server "
+        "answers one at a time)",
+    )
     ge.set_defaults(handler=cmd_generate)
 
 
 def _endpoint(args: argparse.Namespace) -> Endpoint | LocalEndpoint:
+    if args.endpoint:
+        from r2med_core.llm.endpoints import operator_llm, resolve_named
+
+        settings = load_settings()
+        resolved = resolve_named(
+            args.endpoint,
+            args.model or "",
+            operator_llm(settings),
+            settings,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=args.max_tokens,
+            timeout=args.timeout,
+        )
+        if resolved.endpoint is None:
+            raise UsageError(resolved.note or f"no LLM endpoint {args.endpoint!r}")
+        return resolved.endpoint
+    if not args.model:
+        raise UsageError("give --model (or --endpoint NAME, whose server names its model)")
     if args.model.startswith("local:"):
         return LocalEndpoint(
             args.model[len("local:") :] or "smollm2", args.temperature or 0.0, min(args.max_tokens or 256, 256)
@@ -161,6 +192,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         wanted = list(dataset.queries)[: args.limit] if args.limit else None
         print(f"prompts: {prompts.describe(args.method, dataset.name, dataset.family)}")
         if isinstance(endpoint, Endpoint):
+            print(f"server: {endpoint.url}, model {endpoint.model}")
             print("sampling: " + ", ".join(f"{k}={v}" for k, v in endpoint.sampling().items()))
         result = generate_rewrites(
             dataset,
@@ -170,7 +202,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             first_stage=first_stage,
             progress=progress,
             retry=RetryPolicy(max_retries=args.max_retries),
-            workers=args.workers,
+            workers=args.workers or load_settings().llm_concurrency,
             query_ids=wanted,
             prompts=prompts,
         )

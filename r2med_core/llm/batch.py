@@ -178,6 +178,7 @@ class BatchReport:
     usage: dict[Any, Usage] = field(default_factory=dict)  # per unit: what making its result cost
     tokens: Usage = field(default_factory=Usage)
     spent: Usage = field(default_factory=Usage)
+    seconds: dict[Any, float] = field(default_factory=dict)  # per unit sent now: its reply's wall time
 
     @property
     def complete(self) -> bool:

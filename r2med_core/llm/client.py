@@ -19,13 +19,15 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from r2med_core.llm.batch import DEFAULT_RETRY, LLMFailure, RetryPolicy, Usage
+from r2med_core.llm.batch import DEFAULT_RETRY, LLMFailure, RetryPolicy, Stopped, Usage
 from r2med_core.llm.prompts import GenerationError, official_max_tokens, official_sampling
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
@@ -185,12 +187,9 @@ def default_llm_name(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", tail).strip("-._") or "llm"
 
 
-
-
 def redact(text: str, secret: str | None) -> str:
     """``text`` with every occurrence of ``secret`` (an API key) replaced by ``***``."""
     return text.replace(secret, "***") if secret else text
-
 
 
 def _retry_after(response: Any, limit: float) -> float | None:
@@ -365,6 +364,127 @@ def _reply_cap() -> int:
 _LOGPROB_PARAMS = frozenset({"logprobs", "top_logprobs"})
 
 
+# --------------------------------------------------------------------------- what a server can take
+
+#: Messages servers send when a prompt and its completion budget exceed the context, and what they
+#: carry: llama-cpp-python ("Requested tokens (N) exceed context window of M"), vLLM / OpenAI ("maximum
+#: context length is M tokens … (N in the messages, …)"), llama.cpp's llama-server (``n_ctx`` and
+#: ``n_prompt_tokens`` in the error body).
+_CONTEXT_ERRORS = (
+    re.compile(r"Requested tokens \((?P<prompt>\d+)\) exceed context window of (?P<n_ctx>\d+)"),
+    re.compile(r"maximum context length is (?P<n_ctx>\d+) tokens.*?\((?P<prompt>\d+) in the messages", re.S),
+    re.compile(r"maximum context length is (?P<n_ctx>\d+) tokens"),
+)
+#: Tokens kept free beside a fitted completion (chat template tokens the count may not see).
+_CONTEXT_MARGIN = 16
+
+CONTEXT_SETTING = (
+    "start the server with a larger context (r2med llm-server --n-ctx N; llama.cpp: --ctx-size; vLLM: "
+    "--max-model-len) or send a shorter prompt"
+)
+
+
+def context_error(body: Any) -> tuple[int | None, int | None] | None:
+    """``(context length, prompt tokens)`` from a server's "does not fit the context" error, else None."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("type") == "exceed_context_size_error":
+            n_ctx, prompt = inner.get("n_ctx"), inner.get("n_prompt_tokens")
+            return (n_ctx if isinstance(n_ctx, int) else None, prompt if isinstance(prompt, int) else None)
+    text = str(body)
+    for pattern in _CONTEXT_ERRORS:
+        found = pattern.search(text)
+        if found:
+            groups = found.groupdict()
+            return int(groups["n_ctx"]), int(groups["prompt"]) if groups.get("prompt") else None
+    return None
+
+
+def context_from_listing(props: Any, models: Any, model: str) -> int | None:
+    """A server's context length from what it lists, or None when it says nothing we know.
+
+    llama.cpp's llama-server: ``/props`` → ``default_generation_settings.n_ctx`` (or ``n_ctx``);
+    vLLM: ``/v1/models`` → the model's ``max_model_len``. llama-cpp-python's server lists neither (its
+    context is learned from its first refusal: ``context_error``)."""
+    if isinstance(props, dict):
+        settings = props.get("default_generation_settings")
+        for source in (settings if isinstance(settings, dict) else {}, props):
+            value = source.get("n_ctx")
+            if isinstance(value, int) and value > 0:
+                return value
+    entries = models.get("data") if isinstance(models, dict) else None
+    listed = [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+    for entry in [entry for entry in listed if entry.get("id") == model] or listed[:1]:
+        value = entry.get("max_model_len")
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+#: What each server said it can take, by (base URL, model), for the life of the process: asked once.
+_CONTEXTS: dict[tuple[str, str], int | None] = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+@dataclass
+class StreamWatch:
+    """A streamed reply as it arrives, for progress and Cancel: ``should_stop`` is asked per chunk
+    (True closes the connection, which stops the server's generation) and ``on_token`` is told the
+    tokens received so far and the seconds since the request left."""
+
+    should_stop: Callable[[], bool] | None = None
+    on_token: Callable[[int, float], None] | None = None
+
+
+class _EmptyStream(Exception):
+    """A streamed request answered with no event at all (llama-cpp-python's way of refusing a prompt
+    longer than its context while streaming): the request is asked again whole, for the server's reason."""
+
+
+def _stream_errors() -> tuple[type[BaseException], ...]:
+    """What reading a streamed reply raises when the connection breaks (httpx's own errors)."""
+    import httpcore2
+    import httpx2
+
+    return (httpx2.HTTPError, httpx2.StreamError, httpcore2.ReadError, httpcore2.ReadTimeout)
+
+
+def _stream_reply(stream: Any, watch: StreamWatch, started: float, url: str) -> Any:
+    """Read a streamed chat completion to its end into the shape of a whole one (text, finish reason,
+    usage: the server's when it sends one, else the chunks counted: one token each on llama.cpp)."""
+    parts: list[str] = []
+    finish: str | None = None
+    usage: Any = None
+    tokens = 0
+    try:
+        for chunk in stream:
+            if watch.should_stop is not None and watch.should_stop():
+                raise Stopped()
+            if getattr(chunk, "usage", None) is not None:
+                usage = chunk.usage
+            for choice in getattr(chunk, "choices", None) or []:
+                delta = getattr(getattr(choice, "delta", None), "content", None)
+                if isinstance(delta, str) and delta:
+                    parts.append(delta)
+                    tokens += 1
+                finish = getattr(choice, "finish_reason", None) or finish
+            if watch.on_token is not None:
+                watch.on_token(tokens, time.perf_counter() - started)
+    finally:
+        stream.close()  # on Cancel or an error: the server sees the connection close and stops generating
+    if finish is None and not parts:
+        raise _EmptyStream()
+    if finish is None:
+        raise LLMFailure(
+            f"{url} ended its reply before finishing it (no finish_reason): the server stopped or was "
+            "interrupted; run again to retry this query"
+        )
+    if usage is None:
+        usage = SimpleNamespace(prompt_tokens=0, completion_tokens=tokens)
+    message = SimpleNamespace(content="".join(parts))
+    return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish, logprobs=None)], usage=usage)
+
+
 class Transport:
     """chat.completions through the official client, with our own bounded retries (client's are off).
 
@@ -381,6 +501,7 @@ class Transport:
         self.max_retries = max(0, retry.max_retries)
         self.token_limit = "max_tokens"
         self.logprobs_refused = False
+        self.tokenizer_missing = False  # the server has no token count (only llama-cpp-python's has one)
         self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
         # Redirects are not followed: the transport adds the key to every request it sends, so a
@@ -395,45 +516,158 @@ class Transport:
             ),
         )
 
-    def _limit(self) -> dict[str, int]:
-        """The completion limit under the name this server wants, or nothing (the API class's default)."""
+    def _limit(self, fitted: int | None = None) -> dict[str, int]:
+        """The completion limit under the name this server wants, or nothing (the API class's default);
+        ``fitted``: the budget cut to what the server's context leaves beside the prompt."""
         budget = self.endpoint.token_budget()
+        if budget is not None and fitted is not None:
+            budget = min(budget, fitted)
         return {} if budget is None else {self.token_limit: budget}
+
+    def context_length(self) -> int | None:
+        """The server's context in tokens, as it lists it (``context_from_listing``) or as its last
+        refusal said (``context_error``); None when it says nothing. Asked once per server and model."""
+        key = (self.endpoint.url, self.endpoint.model)
+        with _CONTEXTS_LOCK:
+            if key in _CONTEXTS:
+                return _CONTEXTS[key]
+        import httpx2
+
+        found: list[Any] = []
+        root = self.endpoint.url[: -len("/v1")] if self.endpoint.url.endswith("/v1") else self.endpoint.url
+        for address in (f"{root}/props", "/models"):
+            _CURRENT.budget = _Budget(time.monotonic() + 5.0, self.max_reply_bytes)
+            try:
+                reply = self.client.get(address, cast_to=httpx2.Response)
+                found.append(reply.json() if reply.status_code == 200 else None)
+            except Exception:  # a server without the listing: nothing learned
+                found.append(None)
+            finally:
+                _CURRENT.budget = None
+        n_ctx = context_from_listing(found[0], found[1], self.endpoint.model)
+        if n_ctx is None:  # llama-cpp-python lists no context: ours says what it was started with
+            from r2med_core.llm.local_server import running_info
+
+            info = running_info(self.endpoint.url)
+            n_ctx = info.get("n_ctx") if info else None
+        with _CONTEXTS_LOCK:
+            _CONTEXTS[key] = n_ctx
+        return n_ctx
+
+    def _streamed(self, raw: Any, watch: StreamWatch, started: float) -> Any:
+        """The reply of a request sent with ``stream``: read as it arrives when the server streams
+        (server-sent events), or whole when it answered with one JSON body anyway."""
+        if "text/event-stream" in raw.headers.get("content-type", ""):
+            return _stream_reply(raw.parse(), watch, started, self.endpoint.url)
+        raw.http_response.read()
+        data = raw.http_response.json()  # ValueError for a body that is not JSON: a malformed reply
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        from openai.types.chat import ChatCompletion
+
+        return ChatCompletion.construct(**data)
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int | None:
+        """The messages' text in the server's own tokens (llama-cpp-python's ``/extras/tokenize/count``;
+        the chat template's few tokens not included), or None when the server does not count."""
+        import httpx2
+
+        if self.tokenizer_missing:
+            return None
+        root = self.endpoint.url[: -len("/v1")] if self.endpoint.url.endswith("/v1") else self.endpoint.url
+        text = "\n".join(message["content"] for message in messages)
+        _CURRENT.budget = _Budget(time.monotonic() + 10.0, self.max_reply_bytes)
+        try:
+            reply = self.client.post(
+                f"{root}/extras/tokenize/count",
+                body={"input": text, "model": self.endpoint.model},
+                cast_to=httpx2.Response,
+            )
+            count = reply.json().get("count") if reply.status_code == 200 else None
+        except Exception:
+            count = None
+        finally:
+            _CURRENT.budget = None
+        if not isinstance(count, int):
+            self.tokenizer_missing = True
+            return None
+        return count
+
+    def _fit(self, messages: list[dict[str, str]]) -> int | None:
+        """Before sending: the completion budget that fits the server's context beside this prompt (None:
+        no cut needed, or nothing known); raises ``LLMFailure`` naming the setting when the prompt alone
+        does not fit."""
+        n_ctx = self.context_length()
+        if not n_ctx:
+            return None
+        prompt = self.count_tokens(messages)
+        if prompt is None:
+            return None
+        room = n_ctx - prompt - _CONTEXT_MARGIN
+        if room <= 0:
+            raise LLMFailure(
+                f"{self.endpoint.url}: the {prompt:,}-token prompt does not fit the server's context of {n_ctx:,} "
+                f"tokens (not sent): {CONTEXT_SETTING}"
+            )
+        budget = self.endpoint.token_budget()
+        return room if budget is None or room < budget else None
+
+    def _learn_context(self, n_ctx: int | None) -> None:
+        if n_ctx:
+            with _CONTEXTS_LOCK:
+                _CONTEXTS[(self.endpoint.url, self.endpoint.model)] = n_ctx
 
     def complete(self, messages: list[dict[str, str]]) -> str:
         return _reply_text(self.request(messages), self.endpoint.url)
 
-    def request(self, messages: list[dict[str, str]], **extra: Any) -> Any:
+    def request(self, messages: list[dict[str, str]], watch: StreamWatch | None = None, **extra: Any) -> Any:
         """The whole chat completion (``extra`` goes into the request, e.g. ``logprobs=True``).
 
         A server that refuses ``logprobs`` / ``top_logprobs`` (400 naming them) is asked again
-        without them, and ``logprobs_refused`` is set so later requests leave them out.
+        without them, and ``logprobs_refused`` is set so later requests leave them out. With ``watch``
+        the reply is streamed (progress per token; Cancel closes the connection, which stops the
+        server's generation) and returned in the same shape.
         """
         if self.logprobs_refused:
             extra = {name: value for name, value in extra.items() if name not in _LOGPROB_PARAMS}
         try:
-            return self._complete(messages, extra)
+            return self._complete(messages, extra, watch)
         except LLMFailure as failure:
             failure.message = redact(failure.message, self.endpoint.api_key)
             raise
 
-    def _complete(self, messages: list[dict[str, str]], extra: dict[str, Any]) -> Any:
+    def _complete(self, messages: list[dict[str, str]], extra: dict[str, Any], watch: StreamWatch | None) -> Any:
         openai, url, model = self.openai, self.endpoint.url, self.endpoint.model
         reach_retries = min(self.max_retries, 2)  # an unreachable server is retried a little, not long
         attempt = 0
+        streamed: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}} if watch else {}
+        fitted = self._fit(messages)
         while True:
             delay = self.retry.delay(attempt)
             budget = _Budget(time.monotonic() + self.endpoint.timeout, self.max_reply_bytes)
             _CURRENT.budget = budget
+            started = time.perf_counter()
             try:
                 # The SDK's overloads want TypedDict messages and literal keywords, not plain dicts and **options.
-                response = self.client.chat.completions.create(  # type: ignore[call-overload]
+                create = (
+                    self.client.chat.completions.with_raw_response.create
+                    if watch
+                    else self.client.chat.completions.create
+                )
+                response = create(  # type: ignore[call-overload]
                     model=model,
                     messages=messages,
                     **self.endpoint.sampling(),
-                    **self._limit(),
+                    **self._limit(fitted),
+                    **streamed,
                     **extra,
                 )
+                if watch is not None:
+                    response = self._streamed(response, watch, started)
+            except _EmptyStream:
+                watch, streamed = None, {}  # ask again whole, at once, for the server's reason
+                _CURRENT.budget = None
+                continue
             except openai.AuthenticationError:
                 raise LLMFailure(
                     f"{url} rejected the API key (401 Unauthorized): check the API key (OPENAI_API_KEY)", batch=True
@@ -491,6 +725,21 @@ class Transport:
                     self.logprobs_refused = True  # a server without log-probabilities: ask for the text alone
                     extra = {name: value for name, value in extra.items() if name not in _LOGPROB_PARAMS}
                     continue
+                overflow = context_error(err.body) if status == 400 else None
+                if overflow is not None:
+                    n_ctx, prompt = overflow
+                    self._learn_context(n_ctx)
+                    budget_now = self._limit(fitted).get(self.token_limit)
+                    room = n_ctx - prompt - _CONTEXT_MARGIN if n_ctx and prompt else None
+                    if room is not None and room > 0 and (budget_now is None or room < budget_now):
+                        fitted = room  # the prompt fits: ask again with the completion cut to the room left
+                        continue
+                    size = f"{prompt:,}-token prompt" if prompt else "prompt"
+                    raise LLMFailure(
+                        f"{url}: the {size} does not fit the server's context"
+                        + (f" of {n_ctx:,} tokens" if n_ctx else "")
+                        + f": {CONTEXT_SETTING}"
+                    ) from None
                 if status < 500 and status not in (408, 409):
                     raise LLMFailure(f"{url} answered {status}: {_server_message(err)}") from None
                 if attempt >= self.max_retries:
@@ -502,6 +751,18 @@ class Transport:
                 ) from None
             except openai.OpenAIError as err:
                 raise LLMFailure(f"request to {url} failed: {type(err).__name__}: {str(err)[:160]}") from None
+            except _stream_errors() as err:  # the connection broke while a streamed reply was arriving
+                if budget.too_large:
+                    raise LLMFailure(
+                        f"{url} sent a reply larger than {self.max_reply_bytes / (1 << 20):g} MB; this query is "
+                        "skipped (the operator can raise R2MED_LLM_REPLY_MAX_MB)"
+                    ) from None
+                cause = " ".join(str(err).split())[:160] or type(err).__name__
+                raise LLMFailure(
+                    f"{url} stopped answering in the middle of a reply ({cause}): is the server still running? "
+                    "Finished queries are kept; run again to resume",
+                    batch=True,
+                ) from None
             else:
                 _reply_text(response, url)  # an empty or odd reply is a failure, not a result
                 return response
@@ -647,17 +908,23 @@ class ChatClient:
     def local(self) -> bool:
         return isinstance(self.endpoint, LocalEndpoint)
 
-    def chat(self, messages: list[dict[str, str]], *, top_logprobs: int | None = None) -> Reply:
+    def chat(
+        self, messages: list[dict[str, str]], *, top_logprobs: int | None = None, watch: StreamWatch | None = None
+    ) -> Reply:
         """Send ``messages``; ``top_logprobs``: also ask for the reply tokens' log-probabilities
-        (a server that refuses them is asked again without, and not asked for them again)."""
+        (a server that refuses them is asked again without, and not asked for them again);
+        ``watch``: stream the reply (progress per token, Cancel stops the server's generation)."""
         started = time.perf_counter()
         tokens = None
         if self.local:
             text, usage = self._sender.complete(messages), Usage()
         else:
             extra = {"logprobs": True, "top_logprobs": top_logprobs} if top_logprobs else {}
-            response = self._sender.request(messages, **extra)
+            response = self._sender.request(messages, watch if not top_logprobs else None, **extra)
             text, usage = _reply_text(response, self.endpoint.url), Usage.from_response(response)
+            if watch is not None and not usage.prompt_tokens and usage.completion_tokens:
+                counted = self._sender.count_tokens(messages)  # a server that sends no usage while streaming
+                usage = Usage(counted or 0, usage.completion_tokens)
             tokens = _logprob_tokens(response) if top_logprobs else None
         with self._lock:
             self.usage = self.usage + usage
@@ -679,4 +946,3 @@ def chat(
 ) -> Reply:
     """One chat request with ``ChatClient``'s rules; raises ``LLMFailure`` when it cannot be answered."""
     return ChatClient(endpoint, retry).chat(messages, top_logprobs=top_logprobs)
-

@@ -9,11 +9,17 @@ visitor's own URL gets only a key the visitor typed. A URL carrying credentials
 refusal never repeats the URL, so a secret typed there is never shown, logged or stored. An
 operator's URL that cannot be used stops the app with the setting's name rather than being skipped:
 skipped, it would leave OpenAI's endpoint as the operator's, and the operator's key would go there.
+
+**Named endpoints.** An entry ``NAME=URL`` (or ``NAME=URL MODEL``) of ``R2MED_LLM_ENDPOINTS`` is also
+offered by its name, and ``local`` always names this machine's own server (``r2med llm-server``, on
+127.0.0.1:8091; its key is none). A name is what a page address carries (``llm=local``): a visitor
+picks among the operator's servers by name, and a URL never comes from a URL parameter.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +100,7 @@ def operator_llm(
         return str(text).strip() if isinstance(text, str) and str(text).strip() else None
 
     configured = [("OPENAI_BASE_URL", value("OPENAI_BASE_URL"))]
-    configured += [("R2MED_LLM_ENDPOINTS", url) for url in settings.llm_endpoints]
+    configured += [("R2MED_LLM_ENDPOINTS", split_named(entry)[1]) for entry in settings.llm_endpoints]
     urls: list[str] = []
     for name, url in configured:
         if url:
@@ -104,6 +110,110 @@ def operator_llm(
                 raise EndpointError(f"{name}: {err}") from None
     endpoints = tuple(dict.fromkeys(urls)) or (OPENAI_DEFAULT_URL,)
     return OperatorLLM(endpoints=endpoints, api_key=value("OPENAI_API_KEY"))
+
+
+#: The name of this machine's own LLM server (``r2med_core.llm.local_server``).
+LOCAL = "local"
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
+
+
+def split_named(entry: str) -> tuple[str | None, str, str | None]:
+    """``NAME=URL MODEL`` → ``(name, url, model)``; a bare URL has no name, an entry without MODEL no model."""
+    text = entry.strip()
+    name: str | None = None
+    head, sep, rest = text.partition("=")
+    if sep and _NAME.fullmatch(head.strip()) and "://" not in head:
+        name, text = head.strip(), rest.strip()
+    url, _, model = text.partition(" ")
+    return name, url.strip(), model.strip() or None
+
+
+@dataclass(frozen=True)
+class Named:
+    """An endpoint offered by name: its URL, its default model (None: the server's first), and whether
+    the operator's key goes with it (the built-in ``local`` server gets none)."""
+
+    url: str
+    model: str | None = None
+    keyed: bool = True
+
+
+def named_endpoints(settings: Settings) -> dict[str, Named]:
+    """The endpoints a visitor may pick by name: ``local`` (this machine's ``r2med llm-server``) and the
+    operator's ``NAME=URL`` entries (an operator's own ``local`` wins over the built-in one)."""
+    from r2med_core.llm.local_server import DEFAULT_PORT
+
+    named = {LOCAL: Named(f"http://127.0.0.1:{DEFAULT_PORT}/v1", None, keyed=False)}
+    for entry in settings.llm_endpoints:
+        name, url, model = split_named(entry)
+        if name:
+            try:
+                named[name] = Named(normalize_url(url), model)
+            except EndpointError as err:
+                raise EndpointError(f"R2MED_LLM_ENDPOINTS ({name}): {err}") from None
+    return named
+
+
+_LISTED: dict[str, tuple[float, list[str] | None]] = {}
+
+
+def server_models(url: str, timeout: float = 3.0) -> list[str] | None:
+    """The model names an OpenAI-compatible server lists (``GET /models``), or None when it does not answer.
+    Asked at most every 15 s per server (pages ask on every rerun)."""
+    import time
+
+    now = time.monotonic()
+    if url in _LISTED and now - _LISTED[url][0] < 15.0:
+        return _LISTED[url][1]
+    listed = _list_models(url, timeout)
+    _LISTED[url] = (now, listed)
+    return listed
+
+
+def _list_models(url: str, timeout: float) -> list[str] | None:
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/models", timeout=timeout) as reply:
+            listed = json.loads(reply.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def resolve_named(name: str, model: str, operator: OperatorLLM, settings: Settings, **sampling: Any) -> Resolved:
+    """The endpoint a name leads to (``model`` empty: the endpoint's own, else the server's first).
+
+    ``local`` not answering says how to start it (or, without the ``llm`` extra, how to install it)."""
+    from r2med_core.llm import local_server
+
+    found = named_endpoints(settings).get(name)
+    if found is None:
+        return Resolved(
+            None, note=f"No LLM endpoint is named {name[:40]!r}: 'local' or a NAME=URL entry of R2MED_LLM_ENDPOINTS."
+        )
+    chosen = model.strip() or found.model
+    if not chosen:
+        listed = server_models(found.url)
+        if listed is None:
+            if name == LOCAL and found == named_endpoints(Settings()).get(LOCAL):
+                hint = (
+                    "start it with `r2med llm-server` (or `python -m r2med_core llm-server`)"
+                    if local_server.installed()
+                    else local_server.install_hint()
+                )
+                return Resolved(None, note=f"No local LLM server answers at {found.url}: {hint}.")
+            return Resolved(None, note=f"The LLM endpoint {name!r} does not answer at {found.url}.")
+        if not listed:
+            return Resolved(None, note=f"The LLM endpoint {name!r} lists no model.")
+        chosen = listed[0]
+    key = operator.api_key if found.keyed and operator.owns(found.url) else None
+    endpoint = Endpoint(base_url=found.url, model=chosen, api_key=key, **sampling)
+    return Resolved(endpoint, OPERATOR_KEY if key else NO_KEY)
 
 
 @dataclass(frozen=True)

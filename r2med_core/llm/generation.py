@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -25,7 +27,7 @@ from weakref import WeakKeyDictionary
 from r2med_core.cache import ReplyCache, atomic_write_text, cache_root, fingerprint
 from r2med_core.data import REWRITE_FILE, Dataset
 from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Usage, run_batch, total_usage
-from r2med_core.llm.client import AnyEndpoint, ChatClient, LLMFailure
+from r2med_core.llm.client import AnyEndpoint, ChatClient, Endpoint, LLMFailure, StreamWatch
 from r2med_core.llm.prompts import (
     EXPLORER_PROMPTS,
     GENERATION_METHODS,
@@ -128,12 +130,200 @@ def _cache_get(key: str) -> tuple[str, Usage] | None:
     return text, Usage.from_json(payload.get("usage"))
 
 
-def _cache_put(key: str, text: str, endpoint: AnyEndpoint, method: str, usage: Usage) -> None:
+def _cache_put(key: str, text: str, endpoint: AnyEndpoint, method: str, usage: Usage, seconds: float = 0.0) -> None:
+    """Keep a reply raw, with what made it (model, method, prompt version), its tokens and its wall time."""
     payload = {"hy_doc": text, "model": endpoint.identity()["model"], "method": method, "prompt": PROMPT_VERSION}
-    REPLIES.put(key, {**payload, "usage": usage.to_json()})
+    REPLIES.put(key, {**payload, "usage": usage.to_json(), "seconds": round(seconds, 3), "made_at": time.time()})
+
+
+# --------------------------------------------------------------------------- what a server has shown it does
+
+
+_SPEED_LOCK = threading.Lock()
+
+
+def _speed_file() -> Path:
+    return _cache_dir() / "throughput.json"
+
+
+def _speed_key(endpoint: AnyEndpoint) -> str:
+    identity = endpoint.identity()
+    return fingerprint("throughput", identity["base_url"], identity["model"])[:24]
+
+
+def _speeds() -> dict[str, Any]:
+    try:
+        found = json.loads(_speed_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _record_speed(endpoint: AnyEndpoint, method: str, usage: Usage, seconds: float) -> None:
+    """Add one reply's completion tokens and wall time to what this server has been measured doing."""
+    if seconds <= 0 or not usage.completion_tokens:
+        return
+    with _SPEED_LOCK:
+        found = _speeds()
+        entry = found.get(_speed_key(endpoint))
+        entry = entry if isinstance(entry, dict) else {}
+        earlier = entry.get(method)
+        row: dict[str, Any] = earlier if isinstance(earlier, dict) else {}
+        row = {
+            "replies": int(row.get("replies", 0)) + 1,
+            "completion_tokens": int(row.get("completion_tokens", 0)) + usage.completion_tokens,
+            "seconds": float(row.get("seconds", 0.0)) + seconds,
+        }
+        found[_speed_key(endpoint)] = {**entry, method: row}
+        try:
+            atomic_write_text(_speed_file(), json.dumps(found))
+        except OSError:
+            pass
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What a server was measured doing for one method: replies, their mean length, tokens per second."""
+
+    replies: int
+    mean_completion_tokens: float
+    tokens_per_second: float
+
+    @property
+    def seconds_per_reply(self) -> float:
+        return self.mean_completion_tokens / self.tokens_per_second
+
+
+def measured_throughput(endpoint: AnyEndpoint, method: str) -> Throughput | None:
+    """This server's measured speed for ``method`` (from every reply it sent this machine), or None."""
+    entry = _speeds().get(_speed_key(endpoint))
+    row = entry.get(method) if isinstance(entry, dict) else None
+    if not isinstance(row, dict):
+        return None
+    try:
+        replies, tokens, seconds = int(row["replies"]), int(row["completion_tokens"]), float(row["seconds"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    if replies < 1 or tokens < 1 or seconds <= 0:
+        return None
+    return Throughput(replies, tokens / replies, tokens / seconds)
+
+
+@dataclass(frozen=True)
+class GenerationEstimate:
+    """What a Generate would do before it is clicked: replies to ask for, replies in the cache, and
+    the time the server's measured speed predicts (None: not measured yet; the first reply measures it)."""
+
+    to_send: int
+    from_cache: int
+    seconds: float | None
+    basis: str
+
+    def describe(self) -> str:
+        if not self.to_send:
+            return f"all {self.from_cache} replies are in the cache: nothing to send"
+        cached = f" ({self.from_cache} from the cache)" if self.from_cache else ""
+        if self.seconds is None:
+            return f"{self.to_send} replies to generate{cached}; {self.basis}"
+        return f"{self.to_send} replies to generate{cached}, about {format_seconds(self.seconds)} ({self.basis})"
+
+
+def format_seconds(seconds: float) -> str:
+    """``45 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def estimate_generation(
+    dataset: Dataset,
+    method: str,
+    endpoint: AnyEndpoint,
+    *,
+    llm_name: str | None = None,
+    first_stage: Run | None = None,
+    query_ids: Iterable[str] | None = None,
+    prompts: Prompts = OFFICIAL_PROMPTS,
+    workers: int = 1,
+) -> GenerationEstimate:
+    """How many replies a ``generate_rewrites`` with these arguments would ask for, and how long the
+    server's measured tokens per second (``measured_throughput``) say that takes at ``workers`` at once."""
+    llm_name = check_llm_name(llm_name or endpoint.default_llm_name())
+    wanted = [q for q in (query_ids if query_ids is not None else dataset.queries) if q in dataset.queries]
+    cached = 0
+    for qid in wanted:
+        passages = lamer_passages(dataset, first_stage, qid) if method == "lamer" and first_stage else []
+        key = generation_key(
+            endpoint, method, dataset.queries[qid], dataset.family, passages,
+            task=dataset.name, prompts=prompts, llm_name=llm_name,
+        )  # fmt: skip
+        cached += _cache_get(key) is not None
+    to_send = len(wanted) - cached
+    speed = measured_throughput(endpoint, method)
+    if speed is None:
+        return GenerationEstimate(to_send, cached, None, "time unknown until the first reply measures this server")
+    seconds = to_send * speed.seconds_per_reply / max(1, workers)
+    basis = (
+        f"{speed.tokens_per_second:.0f} tokens/s and {speed.mean_completion_tokens:.0f} tokens per {method} reply, "
+        f"measured on this server over {speed.replies} replies"
+    )
+    return GenerationEstimate(to_send, cached, seconds, basis)
 
 
 # --------------------------------------------------------------------------- the batch
+
+
+class _Pace:
+    """A batch's progress line: the reply being written (tokens so far, tokens per second) and an
+    honest time left.
+
+    Time left = the replies not started × the mean time of the replies finished in this batch (before
+    the first, the server's measured speed; with neither, none is shown), plus what the mean leaves of
+    the replies in flight. While a reply is pending the figure only counts down (floored at 0 for a
+    reply running long, never growing); it is re-estimated when a reply finishes.
+    """
+
+    def __init__(self, measured: Throughput | None, workers: int, jobs: int) -> None:
+        self.lock = threading.Lock()
+        self.workers, self.left = workers, jobs
+        self.prior = measured.seconds_per_reply if measured else None
+        self.durations: list[float] = []
+        self.running: dict[str, tuple[float, int, float]] = {}  # qid → (started, tokens, seconds at last token)
+
+    def started(self, qid: str) -> Callable[[int, float], None]:
+        with self.lock:
+            self.running[qid] = (time.perf_counter(), 0, 0.0)
+            self.left -= 1
+
+        def on_token(tokens: int, seconds: float) -> None:
+            with self.lock:
+                if qid in self.running:
+                    self.running[qid] = (self.running[qid][0], tokens, seconds)
+
+        return on_token
+
+    def finished(self, qid: str, seconds: float) -> None:
+        with self.lock:
+            self.running.pop(qid, None)
+            self.durations.append(seconds)
+
+    def describe(self) -> str:
+        with self.lock:
+            now = time.perf_counter()
+            mean = sum(self.durations) / len(self.durations) if self.durations else self.prior
+            parts = []
+            for qid, (_, tokens, seconds) in list(self.running.items())[:2]:
+                rate = f" at {tokens / seconds:.0f} tokens/s" if tokens and seconds > 0 else ""
+                parts.append(f"{qid}: {tokens} tokens{rate}")
+            if mean is not None:
+                pending = sum(max(0.0, mean - (now - begun)) for begun, _, _ in self.running.values())
+                remaining = (max(0, self.left) * mean + pending) / self.workers
+                parts.append(f"about {format_seconds(remaining)} left")
+        return " · " + " · ".join(parts) if parts else ""
+
 
 
 def generate_rewrites(
@@ -190,10 +380,17 @@ def generate_rewrites(
         return result
 
     total = len(wanted)
+    pace = _Pace(measured_throughput(endpoint, method), max(1, workers), len(jobs))
+    cancel = threading.Event()  # set when the caller cancels: streamed replies close their connection
 
     def tell() -> None:
         done = len(result.results) + len(result.failed)
-        notify(progress, done / max(total, 1), f"{method} · {llm_name}: {done}/{total} queries")
+        message = f"{method} · {llm_name}: {done}/{total} queries"
+        try:
+            notify(progress, done / max(total, 1), message + pace.describe())
+        except BaseException:  # the caller cancelled (a UI's rerun, Ctrl-C): stop generating on the server too
+            cancel.set()
+            raise
 
     tell()
     if jobs:
@@ -204,22 +401,32 @@ def generate_rewrites(
             result.stopped, result.remaining = True, [qid for qid, _, _ in jobs]
             return result
 
+        def stopping() -> bool:
+            return cancel.is_set() or (should_stop is not None and should_stop())
+
         def ask(qid: str, key: str, messages: list[dict[str, str]]) -> str:
-            reply = client.chat(messages)  # a reply echoing the key is already redacted
-            _cache_put(key, reply.text, endpoint, method, reply.usage)
+            watch = StreamWatch(stopping, pace.started(qid)) if isinstance(endpoint, Endpoint) else None
+            reply = client.chat(messages, watch=watch)  # a reply echoing the key is already redacted
+            _cache_put(key, reply.text, endpoint, method, reply.usage, reply.seconds)
+            _record_speed(endpoint, method, reply.usage, reply.seconds)
+            pace.finished(qid, reply.seconds)
             result.results[qid], result.usage[qid] = reply.text, reply.usage
+            result.seconds[qid] = reply.seconds
             return reply.text
 
         units = [(qid, lambda q=qid, k=key, m=messages: ask(q, k, m)) for qid, key, messages in jobs]
-        done = run_batch(
-            units,
-            result,
-            policy=retry,
-            fail_message=client.fail_message,
-            workers=workers,
-            should_stop=should_stop,
-            tick=tell,
-        )
+        try:
+            done = run_batch(
+                units,
+                result,
+                policy=retry,
+                fail_message=client.fail_message,
+                workers=workers,
+                should_stop=stopping,
+                tick=tell,
+            )
+        finally:
+            cancel.set()  # nothing runs past the batch (a cancelled one included)
         result.sent, result.tokens = len(done), client.usage
         result.results = {qid: result.results[qid] for qid in wanted if qid in result.results}
     result.spent = total_usage(result.usage[qid] for qid in result.results if qid in result.usage)
@@ -397,9 +604,12 @@ def attach_live_rewrites(dataset: Dataset, wanted: Iterable[tuple[str, str]]) ->
     return dataset, notes
 
 
-def hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) -> tuple[str | None, str | None]:
+def hypothetical_document(
+    dataset: Dataset, text: str, endpoint: AnyEndpoint, progress: Progress | None = None
+) -> tuple[str | None, str | None]:
     """A HyDE document for a query typed by the user (not one of the dataset's): ``(text, None)`` or
-    ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing."""
+    ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing; the
+    reply streams, so ``progress`` hears its tokens per second as it is written."""
     typed = Dataset(
         name=dataset.name,  # the task's own prompt wording (nothing is recorded under this name)
         corpus={},
@@ -408,5 +618,7 @@ def hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) ->
         source="typed",
         family=dataset.family,
     )
-    report = generate_rewrites(typed, "hyde", endpoint, retry=replace(DEFAULT_RETRY, max_retries=2), record=False)
+    report = generate_rewrites(
+        typed, "hyde", endpoint, retry=replace(DEFAULT_RETRY, max_retries=2), record=False, progress=progress
+    )
     return report.results.get("typed"), report.problem()

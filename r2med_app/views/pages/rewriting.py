@@ -12,7 +12,13 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_core.analysis.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
 from r2med_core.llm.client import Endpoint, LocalEndpoint, default_llm_name
-from r2med_core.llm.generation import GENERATION_METHODS, GenerationError, generate_rewrites, rewrites_text
+from r2med_core.llm.generation import (
+    GENERATION_METHODS,
+    GenerationError,
+    estimate_generation,
+    generate_rewrites,
+    rewrites_text,
+)
 from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
 from r2med_core.settings import load_settings
 from r2med_core.systems import default_rewrite, queries_left_out, rewrite_origin, rewrite_words, rewritten_name
@@ -185,12 +191,26 @@ else:
         + ". Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running "
         "costs nothing."
     )
+    workers = load_settings().llm_concurrency  # the operator's: 1 for llama-cpp-python, more for vLLM
+    name = llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
+    first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
+    try:
+        estimate = estimate_generation(
+            dataset, gen_method, chosen_endpoint, llm_name=name, first_stage=first_stage, prompts=prompts,
+            workers=workers,
+        )  # fmt: skip
+        st.caption(ui.md(estimate.describe()[:1].upper() + estimate.describe()[1:]) + f" · {workers} at a time.")
+    except GenerationError as err:
+        st.caption(ui.md(err))
     b1, b2 = st.columns([1, 5])
     start = b1.button("Generate", type="primary", key="w_gen_start")
-    b2.button("Stop", key="w_gen_stop", help="Stops after the reply in flight; press Generate again to resume.")
+    b2.button(
+        "Cancel",
+        key="w_gen_stop",
+        help="Stops the reply being written (the connection closes, so the server stops generating); finished "
+        "replies are kept, and Generate resumes from them.",
+    )
     if start:
-        first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
-        name = llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
         report = ui.with_progress(
             "Starting …",
             lambda progress: generate_rewrites(
@@ -201,6 +221,7 @@ else:
                 first_stage=first_stage,
                 progress=progress,
                 prompts=prompts,
+                workers=workers,
             ),
         )
         (st.success if report.complete else st.warning)(report.summary())

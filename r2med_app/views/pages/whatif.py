@@ -65,8 +65,10 @@ if len(chosen) < 1:
 
 hy_doc = None
 if use_hyde and endpoint is not None:
-    with st.spinner(f"Asking {endpoint.model} for a hypothetical document …"):
-        hy_doc, problem = hypothetical_document(dataset, text, endpoint)
+    hy_doc, problem = ui.with_progress(
+        f"a hypothetical document from {endpoint.model}",
+        lambda progress: hypothetical_document(dataset, text, endpoint, progress=progress),
+    )
     if hy_doc is None:
         st.error(f"No rewrite: {ui.md(problem)}. The systems run on your text as typed.")
     else:

@@ -9,6 +9,8 @@ from r2med_app.views.panels import runs
 from r2med_app.views.state import View, bound, store, switch_task, view
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset
 from r2med_core.hub import DownloadError, cached_task
+from r2med_core.llm import local_server
+from r2med_core.llm.endpoints import LOCAL, named_endpoints
 from r2med_core.llm.generation import live_rewrite_options
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.retrieval.rerank import RERANKER_PRESETS
@@ -239,25 +241,46 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
 
 def _sidebar_llm(v: View) -> None:
     with st.expander("Live LLM endpoint"):
-        st.caption(
-            "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this session. "
-            "The server's own key (if it has one) is sent only to the server's own endpoint: leave Base URL "
-            "empty to use it."
+        names = ["", *named_endpoints(ui.settings())]
+        if v.llm not in names:
+            names.append(v.llm)  # an unknown name from a link: shown, and the note below says so
+        st.selectbox(
+            "Server",
+            names,
+            format_func=lambda n: "a base URL typed below" if not n else n,
+            key=bound("llm", names),
+            on_change=store("llm"),
+            help="'local': this machine's own LLM server (`r2med llm-server`, llama.cpp); other names are the "
+            "operator's (R2MED_LLM_ENDPOINTS). The chosen name and model are part of the page address.",
         )
+        if v.llm == LOCAL and not local_server.installed():
+            st.caption(ui.md(local_server.install_hint()))
+        if not v.llm:
+            st.caption(
+                "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this "
+                "session. The server's own key (if it has one) is sent only to the server's own endpoint: leave "
+                "Base URL empty to use it."
+            )
+            st.text_input(
+                "Base URL",
+                key=bound("llm_url"),
+                on_change=store("llm_url"),
+                placeholder="empty: this server's endpoint",
+            )
         st.text_input(
-            "Base URL",
-            key=bound("llm_url"),
-            on_change=store("llm_url"),
-            placeholder="empty: this server's endpoint",
+            "Model",
+            key=bound("llm_model"),
+            on_change=store("llm_model"),
+            placeholder="the server's own" if v.llm else "e.g. gpt-4o-mini",
         )
-        st.text_input("Model", key=bound("llm_model"), on_change=store("llm_model"), placeholder="e.g. gpt-4o-mini")
-        st.text_input(
-            "API key",
-            type="password",
-            key=bound("llm_key"),
-            on_change=store("llm_key"),
-            help="Leave empty to use the server's own key, which is sent only to the server's own endpoint.",
-        )
+        if not v.llm:
+            st.text_input(
+                "API key",
+                type="password",
+                key=bound("llm_key"),
+                on_change=store("llm_key"),
+                help="Leave empty to use the server's own key, which is sent only to the server's own endpoint.",
+            )
         c1, c2 = st.columns(2)
         c1.number_input(
             "Temperature", 0.0, 2.0, step=0.1, key=bound("llm_temperature"), on_change=store("llm_temperature")
@@ -273,7 +296,7 @@ def _sidebar_llm(v: View) -> None:
         )
         resolved = ui.live_llm()
         if resolved.endpoint is not None:
-            st.caption(f"Key in use: **{resolved.credential_source}**")
+            st.caption(f"Key in use: **{resolved.credential_source}** · model **{ui.md(resolved.endpoint.model)}**")
         if resolved.note:
             st.warning(resolved.note)
 
