@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.llm_server import llama_server  # noqa: F401 (the real LLM server fixture, used by name)
 from tests.pg_cluster import Cluster, find_bin_dir
 
 
