@@ -76,14 +76,14 @@ def test_wall_time_is_the_jobs_not_the_sum_of_its_requests(toy: Dataset, first: 
     assert len(llm.requests) == 4 and run.seconds < 1.8  # four 0.6 s requests at once; their sum is 2.4 s
 
 
-def test_the_eta_never_grows_while_a_reply_is_pending(toy: Dataset) -> None:
-    asker = lr._Asker("listwise", Endpoint("http://127.0.0.1:9/v1", "m"), total=4, expected=60.0)
-    asker.started = asker.last_at = 100.0
-    before = [asker.seconds_left(now) for now in (101.0, 110.0, 150.0, 170.0)]
+def test_the_eta_never_grows_while_a_reply_is_pending() -> None:
+    clock = speed.Countdown(total=4, expected=60.0)
+    clock.started = clock.last_at = 100.0
+    before = [clock.seconds_left(now) for now in (101.0, 110.0, 150.0, 170.0)]
     assert before == [59.0, 50.0, 10.0, 0.0]
-    asker.sent, asker.last_at = 1, 120.0  # the first reply took 20 s: 3 more at 20 s each
-    pending = [asker.seconds_left(now) for now in (120.0, 121.0, 130.0, 139.0, 200.0)]
-    assert pending == [60.0, 59.0, 50.0, 41.0, 0.0]
+    assert clock.reply(25.0, now=120.0) == 20.0  # queued 5 s behind another request: 20 s its own
+    pending = [clock.seconds_left(now) for now in (120.0, 121.0, 130.0, 139.0, 200.0)]
+    assert pending == [60.0, 59.0, 50.0, 41.0, 0.0]  # 3 more at 20 s each, counted down
 
 
 def test_estimates_use_the_servers_measured_speed(toy: Dataset, first: Run, llm: FakeLLM) -> None:

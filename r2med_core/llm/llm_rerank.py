@@ -552,8 +552,7 @@ class _Asker:
         self.spent = Usage()  # every reply used, cached ones included
         self.lock = threading.Lock()
         self.started = time.monotonic()
-        self.last_at = self.started  # when the latest reply arrived (or the job started)
-        self.expected = expected  # the estimate's seconds, for the ETA before the first reply
+        self.clock = speed.Countdown(total, expected)  # the ETA (the estimate's seconds before a reply)
         self._client: ChatClient | None = None
         self.secret = getattr(endpoint, "api_key", None)
 
@@ -564,30 +563,12 @@ class _Asker:
                 self._client = ChatClient(self.endpoint, self.retry)
             return self._client
 
-    def seconds_left(self, now: float | None = None) -> float | None:
-        """The ETA: the mean time per request sent so far (the estimate's before the first reply)
-        times the requests left, less the time the pending ones have already run. It never grows
-        while a reply is pending (it is counted down from the last reply, not recomputed from a
-        rate that falls as the wait goes on); None when nothing is known."""
-        now = time.monotonic() if now is None else now
-        done = self.sent + self.from_cache
-        if done >= self.total:
-            return None
-        if self.sent:
-            per = (self.last_at - self.started) / self.sent
-            return max(per * (self.total - done) - (now - self.last_at), 0.0)
-        if self.expected is not None:
-            return max(self.expected - (now - self.started), 0.0)
-        return None
-
     def tick(self) -> None:
         if self.progress is None or not self.total:
             return
         done = self.sent + self.from_cache
-        left = self.seconds_left()
-        said = ""
-        if left is not None:
-            said = f", about {left:.0f} s left" if left >= 1 else ", taking longer than expected"
+        self.clock.done_before = self.from_cache
+        said = self.clock.said()
         notify(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{said}")
 
     def ask(self, messages: list[dict[str, str]], logprobs: bool = False) -> _CachedReply:
@@ -617,11 +598,7 @@ class _Asker:
         reply = _CachedReply(answer.text, distribution, answer.seconds, answer.usage)
         _cache_put(key, reply)
         with self.lock:
-            now = time.monotonic()
-            # The request's own time: from the previous reply when requests queued behind each other
-            # (a serialising server), so the measured rates are the server's, not the queue's.
-            service = min(reply.seconds, now - self.last_at)
-            self.last_at = now
+            service = self.clock.reply(reply.seconds)
             self.sent += 1
             self.seconds += reply.seconds
             self.tokens = self.tokens + reply.usage
@@ -1047,7 +1024,7 @@ class RerankEstimate:
         text = (
             f"{self.to_send} requests to send ({self.cached} of {self.requests} cached) for {self.queries} queries; "
             f"about {self.prompt_tokens:,} prompt tokens (largest prompt {self.max_prompt_tokens:,}), replies at "
-            f"most {self.max_completion_tokens:,} tokens; about {_duration(self.seconds)}"
+            f"most {self.max_completion_tokens:,} tokens; about {speed.duration(self.seconds)}"
             f"{f' ({self.basis})' if self.basis else ''}. "
             f"The benchmark's code makes {self.official_requests} requests (one per query)."
         )
@@ -1142,15 +1119,6 @@ def estimate(
         measured=timing.measured,
         basis=timing.basis,
     )
-
-
-def _duration(seconds: float) -> str:
-    """``45 s``, ``8.4 min``, ``1.5 h``."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 __all__ = [

@@ -178,6 +178,56 @@ def expected(
     return Timing(seconds, True, basis)
 
 
+def duration(seconds: float) -> str:
+    """``45 s``, ``8.4 min``, ``1.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Countdown:
+    """The ETA of a batch: the mean time per reply so far (``expected`` seconds in all before the
+    first) times the replies left, less the time the pending ones have already run. Counted down
+    from the last reply, so it never grows while a reply is pending — a rate recomputed every
+    second (elapsed / done) would, and did. ``reply`` returns the request's own time: from the
+    previous reply when requests queued behind each other (a serialising server), so the rates
+    measured from it are the server's, not the queue's. ``done_before`` replies came from a cache."""
+
+    def __init__(self, total: int, expected: float | None = None) -> None:
+        self.total, self.expected = total, expected
+        self.started = self.last_at = time.monotonic()
+        self.replies = 0
+        self.done_before = 0
+
+    def reply(self, seconds: float, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        service = min(seconds, now - self.last_at)
+        self.last_at = now
+        self.replies += 1
+        return service
+
+    def seconds_left(self, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        done = self.replies + self.done_before
+        if done >= self.total:
+            return None
+        if self.replies:
+            per = (self.last_at - self.started) / self.replies
+            return max(per * (self.total - done) - (now - self.last_at), 0.0)
+        if self.expected is not None:
+            return max(self.expected - (now - self.started), 0.0)
+        return None
+
+    def said(self) -> str:
+        """``, about 41 s left`` (or that it runs past the estimate), for a progress line."""
+        left = self.seconds_left()
+        if left is None:
+            return ""
+        return f", about {left:.0f} s left" if left >= 1 else ", taking longer than expected"
+
+
 def probe(client: Any, url: str, model: str) -> ServerSpeed:
     """Measure a server with two small requests through ``client`` (a ``ChatClient``): a long
     prompt with a one-token reply (the prompt rate) and a short prompt with a 48-token reply (the
@@ -198,4 +248,4 @@ def probe(client: Any, url: str, model: str) -> ServerSpeed:
     return recall(url, model)
 
 
-__all__ = ["KEEP", "Sample", "ServerSpeed", "Timing", "expected", "observe", "probe", "recall"]
+__all__ = ["KEEP", "Countdown", "Sample", "ServerSpeed", "Timing", "duration", "expected", "observe", "probe", "recall"]
