@@ -119,3 +119,21 @@ def test_a_reply_bound_is_fitted_to_a_known_context_and_a_prompt_that_cannot_fit
     assert lr.fit_context(wide, 2600, 16384) == (wide, None) and lr.fit_context(wide, 2600, None) == (wide, None)
     with pytest.raises(lr.LLMRerankError, match=r"context \(2,048 tokens\).*--n-ctx 16384"):
         lr.fit_context(wide, 2600, 2048)
+
+
+def test_the_outcome_is_said_wherever_the_runs_numbers_are(toy: Dataset, first: Run, llm: FakeLLM) -> None:
+    from r2med_core.evaluation import evaluate
+    from r2med_core.reporting.saved_report import Report, ReportSystem
+
+    llm.responder = lambda messages: "I think number 3 is best."
+    run = listwise_rerank(first, toy, endpoint(llm))
+    said = "4 of 4 replies unusable: the first-stage order was kept"
+    qrels = {qid: {"d1": 1} for qid in QUERIES}
+    results = evaluate(run, qrels, dataset_name="toy")  # Metrics, the explorer, Compare and the CLI show its notes
+    assert any(said in note for note in results.notes)
+    assert not evaluate(first, qrels, dataset_name="toy").notes
+    record = run_provenance(toy, run.name, wall_seconds=run.seconds, usage=run.usage)  # the Leaderboard's row
+    assert any(said in line for line in record.outcomes())
+    system = ReportSystem(run.name, "BM25 → LLM", run, results, provenance=record)
+    html = Report(toy, [system]).html()  # the saved report: the systems table and the provenance
+    assert html.count(said) >= 2
