@@ -336,3 +336,16 @@ def test_the_app_offers_llm_rerankings_of_a_system_by_name() -> None:
     assert "benchmark's RerankerGPT" in offered["bm25>llmrerank:list:smollm2-135m-instruct@10"]
     assert not any(">insertrank:" in name for name in llm_reranker_choices("minilm", "m", 10))  # BM25 scores only
     assert llm_reranker_choices("bm25", "/etc/passwd") == {} and llm_reranker_choices("bm25", "two words") == {}
+
+
+def test_the_operators_reply_bound_reaches_the_reranking_key_and_its_label(monkeypatch) -> None:
+    from r2med_core.systems import parse_system
+
+    spec = parse_system("bm25>llmrerank:list:some-model@10")
+    assert not any("bounded" in d for d in spec.system_kind.differences(spec, "toy"))
+    monkeypatch.setenv("R2MED_LLM_RERANK_MAX_TOKENS", "64")
+    said = [d for d in spec.system_kind.differences(spec, "toy") if "bounded at 64" in d]
+    assert said and "sends no bound" in said[0]
+    monkeypatch.setenv("R2MED_LLM_RERANK_MAX_TOKENS", "6.5")
+    with pytest.raises(ValueError, match="R2MED_LLM_RERANK_MAX_TOKENS must be a whole number"):
+        spec.system_kind.differences(spec, "toy")
