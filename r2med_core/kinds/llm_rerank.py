@@ -194,7 +194,7 @@ class LLMRerankKind(SystemKind):
         return MODES[spec.param("mode")]
 
     def key_parts(self, dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
-        parts = {
+        parts: dict[str, Any] = {
             "base": run_key(dataset, spec.members[0], _depths(spec, k)[1]),
             "endpoint": operator_endpoint(spec.name).identity(),
             "prompt": lr.PROMPT_VERSIONS[self.method(spec)],
