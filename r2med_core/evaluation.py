@@ -19,7 +19,7 @@ import numpy as np
 import pytrec_eval
 
 from r2med_core.analysis.intervals import Interval, difference_interval, mean_interval
-from r2med_core.runs import Run
+from r2med_core.runs import Run, llm_outcomes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,7 +199,8 @@ class _Rows:
 
 
 def _notes(run: Run, judged: set[str]) -> tuple[str, ...]:
-    """Why the numbers may not mean what they seem: a run of another dataset, empty rankings."""
+    """Why the numbers may not mean what they seem: a run of another dataset, empty rankings, an LLM
+    reranking whose replies could not be used (``runs.llm_outcomes``: the first-stage order was kept)."""
     notes: list[str] = []
     if run.rankings and judged and not judged & set(run.rankings):
         notes.append(
@@ -212,6 +213,7 @@ def _notes(run: Run, judged: set[str]) -> tuple[str, ...]:
             f"{empty} judged quer{'y' if empty == 1 else 'ies'} had no searchable terms and retrieved nothing: "
             "scored 0 on every metric and counted in the averages"
         )
+    notes += llm_outcomes(run.usage)  # an LLM reranker whose replies were unusable, counted by it
     return tuple(notes)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -52,6 +52,19 @@ class Run:
     def as_score_dict(self) -> dict[str, dict[str, float]]:
         """The ``{qid: {docid: score}}`` shape pytrec_eval takes."""
         return {qid: {doc: float(score) for doc, score in r} for qid, r in self.rankings.items()}
+
+
+def llm_outcomes(usage: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What the LLM uses behind a run did that its numbers alone do not say, one line each: ``listwise
+    rerank by smollm2: 12 of 12 replies unusable: the first-stage order was kept`` (each use's
+    ``outcome``, written by the reranker into ``Run.usage`` and the provenance record). Every place
+    that shows a run's numbers shows these lines with them; an LLM's reply is never in them."""
+    lines = []
+    for entry in usage:
+        said = entry.get("outcome")
+        if isinstance(said, str) and said:
+            lines.append(f"{entry.get('use', 'LLM use')} by {entry.get('model', '?')}: {said}")
+    return lines
 
 
 def safe_name(name: str) -> str:

@@ -20,6 +20,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 | ``R2MED_RUNS_DIR`` | a folder of TREC runs, one sub-folder per task, offered as ``run:<name>`` systems | unset |
 | ``R2MED_TRUST_REMOTE_CODE`` | ``1``: presets that run their hub repository's own code (NV-Embed-v2) may load | off |
 | ``R2MED_LLM_REPLY_MAX_MB`` | largest LLM reply accepted (a larger one fails its query) | 1 |
+| ``R2MED_LLM_RERANK_MAX_TOKENS`` | reply bound of LLM rerankings (labelled; the benchmark sends none) | 10240 |
 | ``R2MED_JUDGES_PER_DOCUMENT`` | annotators each queued document is assigned to on the Judging page | 2 |
 
 The operator's LLM key is ``OPENAI_API_KEY`` and its server ``OPENAI_BASE_URL`` (environment or
@@ -109,6 +110,7 @@ class Settings:
     compute_seconds: float = 2.0
     judges_per_document: int = JUDGES_PER_DOCUMENT
     llm_concurrency: int = 1
+    llm_rerank_max_tokens: int | None = None
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -193,7 +195,16 @@ def load_settings(environ: Mapping[str, str] | None = None, extra: Mapping[str, 
         llm_prices=tuple(parse_prices(env.get("R2MED_LLM_PRICES")).items()),
         judges_per_document=_count(env, "R2MED_JUDGES_PER_DOCUMENT", JUDGES_PER_DOCUMENT),
         llm_concurrency=_count(env, "R2MED_LLM_CONCURRENCY", 1),
+        llm_rerank_max_tokens=_whole(env.get("R2MED_LLM_RERANK_MAX_TOKENS"), "R2MED_LLM_RERANK_MAX_TOKENS"),
     )
+
+
+def _whole(value: str | None, name: str) -> int | None:
+    """A positive whole number, or None when unset; ValueError naming the variable otherwise."""
+    number = _number(value, name, None)
+    if number is not None and number != int(number):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return None if number is None else int(number)
 
 
 def _count(env: Mapping[str, str], name: str, default: int) -> int:

@@ -36,6 +36,7 @@ from r2med_core.kinds.base import (
 )
 from r2med_core.kinds.bm25 import BM25_ENGINES, BM25_LABELS, bm25_index_key, bm25_queries, bm25_retriever
 from r2med_core.kinds.dense import dense_model, dense_query_vectors, dense_retriever
+from r2med_core.kinds.insertrank import BM25_KINDS
 from r2med_core.retrieval.dense import instruction_note, resolve_model
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "estimate_seconds",
     "is_computed",
     "leaf_systems",
+    "llm_reranker_choices",
     "needs_click",
     "parse_system",
     "published_kind",
@@ -173,3 +175,27 @@ def dense_instruction_notes(dataset: Dataset, system: SystemSpec | str) -> list[
         return []
     notes = [note for role, m in spec.models() if role == "dense" and (note := instruction_note(dataset.name, m))]
     return list(dict.fromkeys(notes))
+
+
+def llm_reranker_choices(system: str, model: str, k: int = 10) -> dict[str, str]:
+    """The LLM rerankings the app offers over ``system`` with ``model`` (the name the operator's
+    endpoint knows it by), each canonical name with what it is: the benchmark's list-wise reranker,
+    the InsertRank-style one (a BM25 first stage only: its scores are shown as BM25 scores) and the
+    explorer's point-wise judge. Empty when ``system`` or ``model`` cannot be parsed. Computing any
+    of them waits for a Compute click that shows its estimate and cost (``needs_click``)."""
+    try:
+        base = parse_system(system)
+        offers = {
+            f"{base}>llmrerank:list:{model}@{k}": "list-wise, the benchmark's RerankerGPT prompt (one request a query)",
+            f"{base}>llmrerank:point:{model}@{k}": "point-wise reasoning judge, one request a document "
+            "(the explorer's, not the benchmark's)",
+        }
+        if base.kind in BM25_KINDS:
+            offers[f"{base}>insertrank:{model}@{k}"] = (
+                "InsertRank-style list-wise, shown each passage's BM25 score (not the benchmark's)"
+            )
+        for name in offers:
+            parse_system(name)  # a model name the grammar refuses (a path, spaces) offers nothing
+    except SpecError:
+        return {}
+    return offers

@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, run_system
-from r2med_core.compute.jobs import REGISTRY, JobRegistry, estimate_seconds, is_computed, run_job_key, start_run
+from r2med_core.compute.jobs import REGISTRY, Job, JobRegistry, estimate_seconds, is_computed, run_job_key, start_run
 from r2med_core.systems import SpecError
 
 APP = str(Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py")
@@ -295,3 +295,18 @@ def test_bm25_jobs_take_turns_and_a_waiting_one_can_be_cancelled(monkeypatch: py
             job.wait(5)
         for name in names:
             REGISTRY.forget(run_job_key(dataset, name))
+
+
+def test_a_jobs_eta_never_grows_while_its_fraction_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    job = Job(("eta",), "an LLM job")
+    job.progress(0.0, "0/4 requests")
+    clock[0] = 120.0
+    job.progress(0.25, "1/4 requests")  # one reply in 20 s: three more at that rate
+    seen = []
+    for now in (120.0, 130.0, 150.0, 185.0):  # the next reply is pending (the same fraction is reported again)
+        clock[0] = now
+        job.progress(0.25, "1/4 requests")
+        seen.append(job.status().eta_seconds)
+    assert seen == [60.0, 50.0, 30.0, 0.0]

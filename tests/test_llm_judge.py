@@ -490,3 +490,16 @@ def test_end_to_end_with_the_offline_small_model(dataset, bm25) -> None:
     assert named.model == "smollm2-135m-demo" and (named.text or named.error)
     if named.text:
         assert cached_explanation(local, query, passage) == replace(named, from_cache=True)
+
+
+def test_the_time_a_judging_takes_is_said_before_the_click_from_the_servers_measured_speed(
+    dataset, bm25, server: ScriptedLLM
+) -> None:
+    pairs = unjudged_pairs(dataset, [bm25], k=2)[:6]
+    before = estimate(dataset, pairs, endpoint(server))
+    assert before.seconds == 6 * 5.0 and "about 30 s (a guess of 5 s a request" in before.describe()
+    server.latency = 0.2
+    judge_pairs(dataset, pairs[:3], endpoint(server), **fast())  # three replies measure the server
+    after = estimate(dataset, pairs, endpoint(server))
+    assert after.requests == 3 and "measured" in after.describe() and "completion tokens/s" in after.describe()
+    assert 0.3 <= after.seconds <= 1.2  # three more requests of about 0.2 s each

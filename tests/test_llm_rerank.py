@@ -144,7 +144,8 @@ def test_rerank_tokens_are_summed_and_a_run_from_the_cache_still_says_what_it_co
     sent = [usage_of(r["body"]["messages"], json_reply([3, 1])) for r in llm.requests]
     cost = Usage(sum(u["prompt_tokens"] for u in sent), sum(u["completion_tokens"] for u in sent))
     assert len(sent) == 2 and cost.prompt_tokens > 100 and report.tokens == report.spent == cost
-    assert run.usage == ({"model": "fake-model", "use": "listwise rerank", **cost.to_json()},)
+    outcome = {"requests": 2, "unusable": 0, "failed": 0, "reordered": 2}
+    assert run.usage == ({"model": "fake-model", "use": "listwise rerank", **cost.to_json(), **outcome},)
 
     cached_report = BatchReport("listwise", "")
     again = listwise_rerank(first, toy, endpoint(llm), k=10, report_to=cached_report)

@@ -321,3 +321,31 @@ def test_the_visitors_base_url_never_receives_a_reranking_and_cancel_resumes_fro
     assert job is not None and job.wait(300) and job.state == "done", job.error
     assert len(llm.requests) == len(dataset.queries)  # the cancelled job's replies were not asked again
     assert {r["body"]["model"] for r in llm.requests} == {"fake-model"}
+
+
+def test_the_app_offers_llm_rerankings_of_a_system_by_name() -> None:
+    from r2med_core.systems import llm_reranker_choices, parse_system
+
+    offered = llm_reranker_choices("bm25", "smollm2-135m-instruct", 10)
+    assert list(offered) == [
+        "bm25>llmrerank:list:smollm2-135m-instruct@10",
+        "bm25>llmrerank:point:smollm2-135m-instruct@10",
+        "bm25>insertrank:smollm2-135m-instruct@10",
+    ]
+    assert all(str(parse_system(name)) == name for name in offered)
+    assert "benchmark's RerankerGPT" in offered["bm25>llmrerank:list:smollm2-135m-instruct@10"]
+    assert not any(">insertrank:" in name for name in llm_reranker_choices("minilm", "m", 10))  # BM25 scores only
+    assert llm_reranker_choices("bm25", "/etc/passwd") == {} and llm_reranker_choices("bm25", "two words") == {}
+
+
+def test_the_operators_reply_bound_reaches_the_reranking_key_and_its_label(monkeypatch) -> None:
+    from r2med_core.systems import parse_system
+
+    spec = parse_system("bm25>llmrerank:list:some-model@10")
+    assert not any("bounded" in d for d in spec.system_kind.differences(spec, "toy"))
+    monkeypatch.setenv("R2MED_LLM_RERANK_MAX_TOKENS", "64")
+    said = [d for d in spec.system_kind.differences(spec, "toy") if "bounded at 64" in d]
+    assert said and "sends no bound" in said[0]
+    monkeypatch.setenv("R2MED_LLM_RERANK_MAX_TOKENS", "6.5")
+    with pytest.raises(ValueError, match="R2MED_LLM_RERANK_MAX_TOKENS must be a whole number"):
+        spec.system_kind.differences(spec, "toy")

@@ -86,6 +86,9 @@ class Job:
     encoding: EncodeStatus | None = None
     started: float = field(default_factory=time.monotonic)
     _first_fraction: float | None = None
+    #: The ETA as estimated when the fraction last moved, and when: it is counted down from there.
+    _eta_base: float | None = None
+    _eta_from: float = 0.0
     _cancel: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -93,9 +96,13 @@ class Job:
         """The ``Progress`` callback handed to the work; raises ``Cancelled`` once Cancel was pressed."""
         if self._cancel.is_set():
             raise Cancelled(self.label)
+        now = time.monotonic()
         if self._first_fraction is None:
             self._first_fraction = fraction
-            self.started = time.monotonic()
+            self.started = now
+        elif fraction != self.fraction and fraction > self._first_fraction:
+            rate = (fraction - self._first_fraction) / max(now - self.started, 1e-9)
+            self._eta_base, self._eta_from = (1 - fraction) / rate, now
         self.fraction, self.message = fraction, message
 
     def cancel(self) -> None:
@@ -129,9 +136,12 @@ class Job:
         """How far the job is; the ETA counts down between progress reports (it is re-estimated at each)."""
         encoding = encoding or self.encoding
         eta = encoding.eta_now() if encoding else None
-        elapsed = time.monotonic() - self.started
-        if eta is None and self._first_fraction is not None and self.fraction > self._first_fraction:
-            eta = elapsed * (1 - self.fraction) / (self.fraction - self._first_fraction)
+        now = time.monotonic()
+        elapsed = now - self.started
+        if eta is None and self._eta_base is not None:
+            # Counted down from the last move of the fraction: re-estimating from elapsed time at every look
+            # made it grow each second while a long step (an LLM reply) was pending.
+            eta = max(self._eta_base - (now - self._eta_from), 0.0)
         return JobStatus(
             key=self.key,
             label=self.label,

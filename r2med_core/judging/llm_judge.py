@@ -37,6 +37,7 @@ from r2med_core.cache import ReplyCache, atomic_write_text, cache_root, fingerpr
 from r2med_core.data import Dataset
 from r2med_core.judging.agreement import cohen_kappa
 from r2med_core.judging.annotations import PROPOSER_PREFIX, Annotation, AnnotationStore, check_unjudged
+from r2med_core.llm import speed
 from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Unparsable, Usage, run_batch, total_usage
 from r2med_core.llm.client import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, redact
 from r2med_core.llm.prompts import GenerationError
@@ -63,6 +64,10 @@ MAX_QUERY_CHARS = 3000
 MAX_EXPLANATION_CHARS = 400
 #: The sampling used for judging and explaining: greedy, so a grade can be reproduced.
 JUDGE_TOKENS = 300
+#: Reply tokens expected from the judge before a server's replies were measured (``llm.speed``).
+JUDGE_TYPICAL_REPLY = 60
+#: Seconds a grade is guessed to take before a server's speed is measured.
+JUDGE_GUESS_SECONDS = 5.0
 EXPLAIN_TOKENS = 160
 EXPLAIN_TIMEOUT = 30.0
 JUDGE_TIMEOUT = 120.0
@@ -407,28 +412,51 @@ class JudgeEstimate:
     requests: int
     input_tokens: int
     max_output_tokens: int
+    #: Expected time, and what it rests on (the server's measured speed, or a guess: ``llm.speed``).
+    seconds: float = 0.0
+    basis: str = ""
 
     def describe(self) -> str:
-        return (
+        said = (
             f"{self.pairs} pairs, {self.cached} already graded (free): {self.requests} requests, "
             f"≈ {self.input_tokens:,} input tokens and at most {self.max_output_tokens:,} output tokens"
         )
+        if self.requests:
+            said += f"; about {speed.duration(self.seconds)} ({self.basis})"
+        return said
 
 
 def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> JudgeEstimate:
     """Count the requests and tokens ``judge_pairs`` would spend (cached pairs cost nothing); raises
     ``GenerationError`` when ``endpoint`` is a local model that is not installed."""
     pairs = list(pairs)
-    cached = requests = chars = 0
+    cached = requests = 0
+    prompts: list[int] = []
     for pair in pairs:
         query, passage = dataset.queries[pair.query_id], dataset.corpus[pair.doc_id]
         if _cached_grade(endpoint, query, passage) is not None:
             cached += 1
             continue
         requests += 1
-        chars += sum(len(m["content"]) for m in judge_messages(query, passage))
+        prompts.append(_prompt_tokens(judge_messages(query, passage)))
     replies = judge_endpoint(endpoint).max_tokens or JUDGE_TOKENS
-    return JudgeEstimate(len(pairs), cached, requests, chars // 4, requests * replies)
+    timing = speed.expected(
+        endpoint.url,
+        judge_model(endpoint),
+        "judge",
+        prompts,
+        reply_bound=replies,
+        default_reply=JUDGE_TYPICAL_REPLY,
+        guess_per_request=JUDGE_GUESS_SECONDS,
+    )
+    return JudgeEstimate(
+        len(pairs), cached, requests, sum(prompts), requests * replies, timing.seconds, timing.basis
+    )
+
+
+def _prompt_tokens(messages: list[dict[str, str]]) -> int:
+    """A prompt's tokens, about 4 characters each (the measured speed scales them to the server's)."""
+    return sum(len(m["content"]) for m in messages) // 4
 
 
 def _cached_grade(endpoint: AnyEndpoint, query: str, passage: str) -> int | None:
@@ -487,14 +515,15 @@ def judge_pairs(
             result.results[pair.query_id, pair.doc_id], result.usage[pair.query_id, pair.doc_id] = found
             result.from_cache += 1
     total = len(pairs)
+    clock = speed.Countdown(len(todo), estimate(dataset, [p for p, _, _ in todo], endpoint).seconds if todo else None)
 
     def tell() -> None:
         done = len(result.results) + len(result.failed)
-        notify(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs")
+        notify(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs{clock.said()}")
 
     tell()
     if todo:
-        _grade(todo, endpoint, result, retry, should_stop, tell)
+        _grade(todo, endpoint, result, retry, should_stop, tell, clock)
     result.spent = total_usage(result.usage[unit] for unit in result.results if unit in result.usage)
     return result
 
@@ -506,6 +535,7 @@ def _grade(
     retry: RetryPolicy,
     should_stop: Callable[[], bool] | None,
     tell: Callable[[], None],
+    clock: speed.Countdown,
 ) -> None:
     """Ask for the grades not cached, with the shared batch runner; usable grades are cached."""
     model, secret = judge_model(endpoint), _secret(endpoint)
@@ -517,8 +547,13 @@ def _grade(
         return
 
     def grade(unit: tuple[str, str], query: str, passage: str) -> int:
-        answer = client.chat(judge_messages(query, passage))
+        messages = judge_messages(query, passage)
+        answer = client.chat(messages)
         result.sent += 1
+        service = clock.reply(answer.seconds)
+        if not isinstance(endpoint, LocalEndpoint):
+            prompt, used = _prompt_tokens(messages), answer.usage
+            speed.observe(endpoint.url, model, "judge", used.prompt_tokens, used.completion_tokens, service, prompt)
         reply = redact(answer.text, secret)
         parsed = parse_grade(reply)
         if parsed.grade is None:

@@ -83,6 +83,12 @@ def operator_endpoint(model: str) -> Endpoint:
     return resolved.endpoint
 
 
+def reply_bound() -> int | None:
+    """The operator's reply bound for LLM rerankings (``R2MED_LLM_RERANK_MAX_TOKENS``), or None: the
+    reranker's own (10240 list-wise, as the benchmark's live generation; its reranker sends none)."""
+    return load_settings().llm_rerank_max_tokens
+
+
 def llm_reranked_spec(
     base: SystemSpec, mode: str, model: str, k: int, window: tuple[int, int] | None = None
 ) -> SystemSpec:
@@ -188,11 +194,14 @@ class LLMRerankKind(SystemKind):
         return MODES[spec.param("mode")]
 
     def key_parts(self, dataset: Dataset, spec: SystemSpec, k: int) -> dict[str, Any]:
-        return {
+        parts: dict[str, Any] = {
             "base": run_key(dataset, spec.members[0], _depths(spec, k)[1]),
             "endpoint": operator_endpoint(spec.name).identity(),
             "prompt": lr.PROMPT_VERSIONS[self.method(spec)],
         }
+        if reply_bound() is not None:
+            parts["max_tokens"] = reply_bound()
+        return parts
 
     def compute(self, dataset: Dataset, spec: SystemSpec, k: int, progress: Progress | None) -> Run:
         depth, first_k = _depths(spec, k)
@@ -201,7 +210,9 @@ class LLMRerankKind(SystemKind):
         rest = scaled(progress, 0.05, 1.0)
         method = self.method(spec)
         if method == "pointwise":
-            run, _ = lr.pointwise_rerank(first, dataset, endpoint, depth, workers=WORKERS, progress=rest)
+            run, _ = lr.pointwise_rerank(
+                first, dataset, endpoint, depth, workers=WORKERS, progress=rest, max_tokens=reply_bound()
+            )
         else:
             run = lr.listwise_rerank(
                 first,
@@ -212,6 +223,7 @@ class LLMRerankKind(SystemKind):
                 workers=WORKERS,
                 progress=rest,
                 show_scores=method == "insertrank",
+                max_tokens=reply_bound(),
             )
         return Run(str(spec), {q: r[:k] for q, r in run.rankings.items()}, run.seconds, run.usage)
 
@@ -223,6 +235,11 @@ class LLMRerankKind(SystemKind):
 
     def differences(self, spec: SystemSpec, dataset_name: str | None) -> list[str]:
         out = super().differences(spec, dataset_name)
+        if reply_bound() is not None and spec.param("mode") != "point":
+            out.append(
+                f"LLM replies bounded at {reply_bound()} tokens (R2MED_LLM_RERANK_MAX_TOKENS); the benchmark's "
+                "list-wise reranker sends no bound"
+            )
         if spec.param("mode") == "point":
             out.append("point-wise LLM reasoning reranker (the explorer's prompt), not the benchmark's list-wise one")
         elif spec.param("window"):
@@ -246,6 +263,7 @@ class LLMRerankKind(SystemKind):
             window=_window(spec),
             workers=WORKERS,
             seconds_per_request=SECONDS_PER_REQUEST,
+            max_tokens=reply_bound(),
         )
 
     def _requests_without_run(self, dataset: Dataset, spec: SystemSpec) -> int:

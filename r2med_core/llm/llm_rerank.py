@@ -57,8 +57,18 @@ from typing import Any
 
 from r2med_core.cache import ReplyCache
 from r2med_core.data import Dataset
-from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Stopped, Unparsable, Usage, run_batch
-from r2med_core.llm.client import AnyEndpoint, ChatClient, LocalEndpoint, redact
+from r2med_core.llm import speed
+from r2med_core.llm.batch import (
+    DEFAULT_RETRY,
+    BatchReport,
+    LLMFailure,
+    RetryPolicy,
+    Stopped,
+    Unparsable,
+    Usage,
+    run_batch,
+)
+from r2med_core.llm.client import AnyEndpoint, ChatClient, Endpoint, LocalEndpoint, Transport, redact
 from r2med_core.llm.endpoints import NO_KEY, EndpointError, OperatorLLM, Resolved, normalize_url, resolve_endpoint
 from r2med_core.llm.prompts import OFFICIAL_MAX_TOKENS
 from r2med_core.progress import Progress, notify
@@ -90,6 +100,8 @@ LISTWISE_SAMPLING = {"temperature": 0.8, "top_p": 0.8}
 LISTWISE_MAX_TOKENS = OFFICIAL_MAX_TOKENS
 #: The point-wise judge reasons in a few sentences (the explorer's setting).
 POINTWISE_MAX_TOKENS = 1024
+#: Reply tokens expected per request before a server's replies were measured (``llm.speed``).
+TYPICAL_REPLY = {"listwise": 800, "insertrank": 800, "pointwise": 200}
 #: Alternatives asked for at each reply token (OpenAI allows up to 20).
 TOP_LOGPROBS = 5
 
@@ -200,6 +212,83 @@ def _bound(endpoint: AnyEndpoint, max_tokens: int | None, default: int) -> int |
     if max_tokens or isinstance(endpoint, LocalEndpoint):
         return max_tokens or None
     return default
+
+
+# --------------------------------------------------------------------------- the server's context
+
+#: How a server says a prompt is longer than its context (llama-cpp-python, llama.cpp, vLLM, OpenAI).
+_CONTEXT_ERRORS = (
+    re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)"),
+    re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)"),
+    re.compile(r"maximum context length is (\d+) tokens.*?(?:requested|resulted in) (\d+) tokens", re.DOTALL),
+)
+#: What the operator changes when the context is too small, by server.
+CONTEXT_SETTING = (
+    "start the server with a larger context (r2med llm-server --n-ctx 16384; llama.cpp: --ctx-size; "
+    "llama-cpp-python: --n_ctx; vLLM: --max-model-len) or rerank fewer passages (a smaller K)"
+)
+
+
+def context_refusal(message: str, endpoint: AnyEndpoint) -> str | None:
+    """A server's "prompt longer than my context" error, said as what to change (None for any other)."""
+    for number, pattern in enumerate(_CONTEXT_ERRORS):
+        found = pattern.search(message)
+        if found is None:
+            continue
+        first, second = int(found[1]), int(found[2])
+        asked, context = (second, first) if number == 2 else (first, second)
+        return (
+            f"{endpoint.url}: the model's context ({context:,} tokens) cannot hold this job's prompt "
+            f"({asked:,} tokens asked); nothing more was sent. To run it, {CONTEXT_SETTING}"
+        )
+    return None
+
+
+def server_context(endpoint: AnyEndpoint) -> int | None:
+    """The context length the server says its model has (``/v1/models``: vLLM's ``max_model_len``,
+    llama.cpp's ``meta.n_ctx``, others' ``context_length``), or None when it does not say or cannot be
+    asked. llama-cpp-python's server does not say; its refusal of a long prompt is caught instead
+    (``context_refusal``). One GET to the operator's endpoint, through the client's transport rules."""
+    if not isinstance(endpoint, Endpoint):
+        return None
+    try:
+        transport = Transport(replace(endpoint, timeout=min(endpoint.timeout, 10.0)), RetryPolicy(max_retries=0))
+        page = transport.client.models.list()
+        for model in getattr(page, "data", None) or []:
+            if getattr(model, "id", None) != endpoint.model:
+                continue
+            extra = dict(getattr(model, "model_extra", None) or {})
+            meta = extra["meta"] if isinstance(extra.get("meta"), dict) else {}
+            for value in (extra.get("max_model_len"), meta.get("n_ctx"), extra.get("context_length")):
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    except Exception:  # a server that cannot list models still answers chats; the refusal is caught then
+        return None
+    return None
+
+
+def fit_context(endpoint: Endpoint, prompt_tokens: int, context: int | None) -> tuple[Endpoint, str | None]:
+    """``endpoint`` with its reply bound lowered so the largest prompt (``prompt_tokens``, in the
+    server's tokens as far as they are known) and its reply fit ``context``, and a note saying so;
+    raises ``LLMRerankError`` naming the setting when the prompt alone does not fit. The benchmark's
+    list-wise reranker sends no bound at all, so on any server its replies end at the context: a
+    bound cut to the context changes no reply the benchmark's request could get."""
+    if context is None:
+        return endpoint, None
+    room = context - prompt_tokens
+    if room < 64:
+        raise LLMRerankError(
+            f"{endpoint.url}: the model's context ({context:,} tokens) cannot hold this job's largest prompt "
+            f"(about {prompt_tokens:,} tokens) and a reply; nothing was sent. To run it, {CONTEXT_SETTING}"
+        )
+    bound = endpoint.token_budget()
+    if bound is not None and bound > room:
+        note = (
+            f"replies bounded at {room:,} tokens (not {bound:,}) to fit the server's context of {context:,} "
+            "tokens; the benchmark sends no bound, so its replies end at the context too"
+        )
+        return replace(endpoint, max_tokens=room), note
+    return endpoint, None
 
 
 # --------------------------------------------------------------------------- prompts
@@ -452,6 +541,7 @@ class _Asker:
         should_stop: Callable[[], bool] | None = None,
         dry: bool = False,
         retry: RetryPolicy = DEFAULT_RETRY,
+        expected: float | None = None,
     ) -> None:
         self.method, self.endpoint, self.total = method, endpoint, total
         self.progress, self.should_stop, self.dry = progress, should_stop, dry
@@ -462,6 +552,7 @@ class _Asker:
         self.spent = Usage()  # every reply used, cached ones included
         self.lock = threading.Lock()
         self.started = time.monotonic()
+        self.clock = speed.Countdown(total, expected)  # the ETA (the estimate's seconds before a reply)
         self._client: ChatClient | None = None
         self.secret = getattr(endpoint, "api_key", None)
 
@@ -476,11 +567,9 @@ class _Asker:
         if self.progress is None or not self.total:
             return
         done = self.sent + self.from_cache
-        elapsed = time.monotonic() - self.started
-        left = (
-            f", about {elapsed / self.sent * (self.total - done):.0f} s left" if self.sent and done < self.total else ""
-        )
-        notify(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{left}")
+        self.clock.done_before = self.from_cache
+        said = self.clock.said()
+        notify(self.progress, done / self.total, f"LLM {self.method} reranking: {done}/{self.total} requests{said}")
 
     def ask(self, messages: list[dict[str, str]], logprobs: bool = False) -> _CachedReply:
         logprobs = logprobs and not isinstance(self.endpoint, LocalEndpoint)
@@ -496,17 +585,35 @@ class _Asker:
             raise _NotCached
         if self.should_stop is not None and self.should_stop():
             raise Stopped
-        answer = self.client().chat(messages, top_logprobs=TOP_LOGPROBS if logprobs else None)
+        try:
+            answer = self.client().chat(messages, top_logprobs=TOP_LOGPROBS if logprobs else None)
+        except LLMFailure as failure:
+            refusal = context_refusal(failure.message, self.endpoint)
+            if refusal:
+                raise LLMFailure(refusal, batch=True) from None  # every prompt of the job fails alike
+            raise
         distribution = answer_distribution(answer.logprobs) if answer.logprobs else None
         if distribution and self.secret and any(self.secret in t for t, _ in distribution):
             distribution = None
         reply = _CachedReply(answer.text, distribution, answer.seconds, answer.usage)
         _cache_put(key, reply)
         with self.lock:
+            service = self.clock.reply(reply.seconds)
             self.sent += 1
             self.seconds += reply.seconds
             self.tokens = self.tokens + reply.usage
             self.spent = self.spent + reply.usage
+        if isinstance(self.endpoint, Endpoint):
+            prompt = sum(count_tokens(m["content"]) + 4 for m in messages)
+            speed.observe(
+                self.endpoint.url,
+                self.endpoint.model,
+                self.method,
+                reply.usage.prompt_tokens,
+                reply.usage.completion_tokens,
+                service,
+                prompt,
+            )
         return reply
 
 
@@ -689,10 +796,18 @@ def listwise_rerank(
         _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
     endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
     method = "insertrank" if show_scores else "listwise"
+    shown = _scores_shown(run, plan, k, show_scores)
+    fitted = None
+    if isinstance(endpoint, Endpoint) and plan:
+        largest = max(_prompt_size(dataset, query, docs, window, shown.get(qid)) for qid, (query, docs) in plan.items())
+        measured = speed.recall(endpoint.url, endpoint.model).ratio()
+        endpoint, fitted = fit_context(endpoint, math.ceil(largest * measured), server_context(endpoint))
     result = _report(report_to, method, endpoint, "queries")
     total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
-    asker = _Asker(method, endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry)
-    shown = _scores_shown(run, plan, k, show_scores)
+    expected = estimate(run, dataset, endpoint, method, k, window=window, workers=workers).seconds if plan else None
+    asker = _Asker(
+        method, endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry, expected=expected
+    )
     jobs = [
         (qid, partial(_listwise_job, asker, dataset, query, docs, k, window, shown.get(qid)))
         for qid, (query, docs) in plan.items()
@@ -714,9 +829,55 @@ def listwise_rerank(
             rankings[qid] = list(run.top(qid, k))
     _note_unshown(run, dataset, plan, k, result)
     notify(progress, 1.0, f"LLM {method} reranking: done ({result.summary()})")
-    usage = (*run.usage, asker.spent.record(endpoint.model, f"{method} rerank")) if _api(endpoint) else run.usage
+    outcome = _outcome(result, plan, rankings, k, window, fitted)
+    record = {**asker.spent.record(endpoint.model, f"{method} rerank"), **outcome}
+    usage = (*run.usage, record) if _api(endpoint) or outcome.get("outcome") else run.usage
     name = listwise_name(run.name, endpoint.model, k, window, show_scores)
-    return Run(name, rankings, run.seconds + asker.seconds, usage)
+    return Run(name, rankings, run.seconds + (time.monotonic() - asker.started), usage)
+
+
+def _prompt_size(
+    dataset: Dataset, query: str, docs: list[str], window: Window | None, scores: dict[str, float] | None
+) -> int:
+    """cl100k_base tokens of a query's largest list-wise prompt (its first window's, or its only one)."""
+    shown = docs[: window.size] if window else docs
+    listed = min(OFFICIAL_LISTED, len(shown)) if window else OFFICIAL_LISTED
+    return sum(count_tokens(m["content"]) + 4 for m in _list_messages(dataset, query, shown, listed, scores))
+
+
+def _outcome(
+    result: BatchReport,
+    plan: dict[str, tuple[str, list[str]]],
+    rankings: dict[str, Ranking],
+    k: int,
+    window: Window | None,
+    fitted: str | None,
+) -> dict[str, Any]:
+    """What the list-wise replies did, kept in the run's record (``Run.usage``) so that every place
+    showing the run's numbers can say it (``runs.llm_outcomes``): how many replies were unusable or
+    failed (their queries kept the first-stage order), how many queries the model reordered."""
+    queries = len(plan)
+    unusable, failed = len(result.unparsable), len(result.failed)
+    reordered = sum(
+        1 for qid, (_, docs) in plan.items() if [doc for doc, _ in rankings.get(qid, [])] != docs[: k]
+    )
+    said = []
+    if unusable:
+        what = "queries had an unusable reply in a window" if window else "replies unusable"
+        kept = "those windows kept" if window else "the first-stage order was kept"
+        said.append(f"{unusable} of {queries} {what}: {kept}")
+    if failed:
+        said.append(f"{failed} of {queries} requests failed: the first-stage order was kept")
+    if queries and not reordered and unusable + failed < queries:
+        said.append("no query's order changed")
+    elif (unusable or failed) and unusable + failed < queries:
+        said.append(f"{reordered} of {queries} queries reordered")
+    if fitted:
+        said.append(fitted)
+    out: dict[str, Any] = {"requests": queries, "unusable": unusable, "failed": failed, "reordered": reordered}
+    if said:
+        out["outcome"] = "; ".join(said)
+    return out
 
 
 def _scores_shown(run: Run, plan: dict[str, Any], k: int, show_scores: bool) -> dict[str, dict[str, float]]:
@@ -751,7 +912,16 @@ def pointwise_rerank(
     endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
     result = _report(report_to, "pointwise", endpoint, "documents")
     pairs = [(qid, doc) for qid, (_, docs) in plan.items() for doc in docs]
-    asker = _Asker("pointwise", endpoint, total=len(pairs), progress=progress, should_stop=should_stop, retry=retry)
+    expected = estimate(run, dataset, endpoint, "pointwise", k, workers=workers).seconds if pairs else None
+    asker = _Asker(
+        "pointwise",
+        endpoint,
+        total=len(pairs),
+        progress=progress,
+        should_stop=should_stop,
+        retry=retry,
+        expected=expected,
+    )
 
     def judge(qid: str, doc: str) -> PointwiseVerdict:
         reply = asker.ask(pointwise_messages(plan[qid][0], dataset.corpus[doc]), logprobs=True)
@@ -779,9 +949,17 @@ def pointwise_rerank(
         rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]
     _note_unshown(run, dataset, plan, k, result)
     notify(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
-    usage = (*run.usage, asker.spent.record(endpoint.model, "pointwise rerank")) if _api(endpoint) else run.usage
+    unusable, failed_count = len(result.unparsable), len(result.failed)
+    outcome: dict[str, Any] = {"requests": len(pairs), "unusable": unusable, "failed": failed_count}
+    said = [f"{unusable} of {len(pairs)} replies had no verdict: scored 0.5"] if unusable else []
+    if failed_count:
+        said.append(f"{failed_count} of {len(pairs)} requests failed: scored 0.5")
+    if said:
+        outcome["outcome"] = "; ".join(said)
+    record = {**asker.spent.record(endpoint.model, "pointwise rerank"), **outcome}
+    usage = (*run.usage, record) if _api(endpoint) or said else run.usage
     named = pointwise_name(run.name, endpoint.model, k)
-    return Run(named, rankings, run.seconds + asker.seconds, usage), explanations
+    return Run(named, rankings, run.seconds + (time.monotonic() - asker.started), usage), explanations
 
 
 def cached_explanations(
@@ -829,6 +1007,9 @@ class RerankEstimate:
     seconds: float
     official_requests: int
     note: str = ""
+    #: Whether ``seconds`` rests on this server's measured speed (``llm.speed``), and on what.
+    measured: bool = False
+    basis: str = ""
 
     @property
     def to_send(self) -> int:
@@ -843,7 +1024,8 @@ class RerankEstimate:
         text = (
             f"{self.to_send} requests to send ({self.cached} of {self.requests} cached) for {self.queries} queries; "
             f"about {self.prompt_tokens:,} prompt tokens (largest prompt {self.max_prompt_tokens:,}), replies at "
-            f"most {self.max_completion_tokens:,} tokens; about {self.seconds / 60:.1f} min. "
+            f"most {self.max_completion_tokens:,} tokens; about {speed.duration(self.seconds)}"
+            f"{f' ({self.basis})' if self.basis else ''}. "
             f"The benchmark's code makes {self.official_requests} requests (one per query)."
         )
         return text + (f" {self.note}" if self.note else "")
@@ -866,8 +1048,9 @@ def estimate(
 
     Cached requests are found as the job would find them (a sliding window's later prompts depend
     on earlier replies, so they are replayed from the cache until the first one missing); prompt
-    tokens of the rest are counted on first-stage order. Time: uncached requests ×
-    ``seconds_per_request`` / ``workers`` (measure your server's with benchmarks/bench_llm_rerank).
+    tokens of the rest are counted on first-stage order. Time: the uncached prompts at the server's
+    measured prompt and completion rates (``llm.speed``; every reply measures them), else a guess of
+    ``seconds_per_request`` each over ``workers`` — ``RerankEstimate.measured`` says which.
     """
     if method not in PROMPT_VERSIONS:
         raise LLMRerankError(f"method must be one of {', '.join(PROMPT_VERSIONS)}")
@@ -879,6 +1062,7 @@ def estimate(
     dry = _Asker(method, endpoint, dry=True)
     shown = _scores_shown(run, plan, k, method == "insertrank")
     prompts: list[list[dict[str, str]]] = []
+    uncached: list[int] = []  # indices into prompts of the requests still to send
     cached = 0
     for qid, (query, docs) in plan.items():
         texts = [dataset.corpus[d] for d in docs]
@@ -887,7 +1071,10 @@ def estimate(
                 messages = pointwise_messages(query, text)
                 prompts.append(messages)
                 logprobs = not isinstance(endpoint, LocalEndpoint)
-                cached += _cache_get(reply_key(method, endpoint, messages, logprobs)) is not None
+                hit = _cache_get(reply_key(method, endpoint, messages, logprobs)) is not None
+                cached += hit
+                if not hit:
+                    uncached.append(len(prompts) - 1)
             continue
         spans = window.spans(len(docs)) if window else [(0, len(docs))]
         for start, end in spans:
@@ -898,7 +1085,9 @@ def estimate(
             _listwise_job(dry, dataset, query, docs, k, window, shown.get(qid))
         except (_NotCached, Unparsable):
             pass
-        cached += dry.from_cache - before
+        hits = dry.from_cache - before
+        cached += hits
+        uncached += list(range(len(prompts) - len(spans) + hits, len(prompts)))
     sizes = [sum(count_tokens(m["content"]) + 4 for m in messages) for messages in prompts]
     requests = len(prompts)
     bound = endpoint.max_tokens or (LISTWISE_MAX_TOKENS if method != "pointwise" else POINTWISE_MAX_TOKENS)
@@ -906,6 +1095,16 @@ def estimate(
     if window is not None and method != "pointwise":
         notes.append("Sliding window: not the benchmark's setting.")
     note = " ".join(notes)
+    timing = speed.expected(
+        endpoint.url,
+        getattr(endpoint, "model", ""),
+        method,
+        [sizes[i] for i in uncached],
+        reply_bound=bound,
+        default_reply=TYPICAL_REPLY[method],
+        guess_per_request=seconds_per_request,
+        workers=workers,
+    )
     return RerankEstimate(
         method=method,
         queries=len(plan),
@@ -914,9 +1113,11 @@ def estimate(
         prompt_tokens=sum(sizes),
         max_prompt_tokens=max(sizes, default=0),
         max_completion_tokens=(requests - cached) * bound,
-        seconds=(requests - cached) * seconds_per_request / max(1, workers),
+        seconds=timing.seconds,
         official_requests=len(plan),
         note=note,
+        measured=timing.measured,
+        basis=timing.basis,
     )
 
 

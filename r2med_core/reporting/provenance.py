@@ -23,6 +23,7 @@ from typing import Any
 
 from r2med_core.cache import fingerprint
 from r2med_core.data import HAND_WRITTEN
+from r2med_core.runs import llm_outcomes
 from r2med_core.settings import Price
 
 #: Bump when the record's fields change meaning.
@@ -134,6 +135,10 @@ class Provenance:
         currency = currencies.pop()
         return f"≈ {total:.4g}{' ' + currency if currency else ''} at the configured price per 1M tokens"
 
+    def outcomes(self) -> list[str]:
+        """What the run's LLM uses did that its numbers do not say (``runs.llm_outcomes``)."""
+        return llm_outcomes(self.llm_usage)
+
     def summary_rows(self, prices: Mapping[str, Price] | None = None) -> list[tuple[str, str]]:
         """``(what, value)`` pairs for a table on screen (``prices``: the operator's, for ``cost``)."""
         rows = [("system", self.system)]
@@ -156,6 +161,7 @@ class Provenance:
              f"{int(u.get('completion', 0)):,} completion tokens")
             for u in self.llm_usage
         ]
+        rows += [("LLM outcome", line) for line in self.outcomes()]
         rows.append(("cost", self.cost(prices)))
         return rows
 
@@ -163,12 +169,18 @@ class Provenance:
 def _usage_entry(obj: Any) -> dict[str, Any]:
     if not isinstance(obj, Mapping):
         raise TypeError("an llm_usage entry is not an object")
-    return {
+    entry: dict[str, Any] = {
         "model": str(obj.get("model", "")),
         "use": str(obj.get("use", "")),
         "prompt": int(obj.get("prompt") or 0),
         "completion": int(obj.get("completion") or 0),
     }
+    for count in ("requests", "unusable", "failed", "reordered"):  # what the replies did (a reranker's)
+        if obj.get(count) is not None:
+            entry[count] = int(obj[count])
+    if isinstance(obj.get("outcome"), str):
+        entry["outcome"] = str(obj["outcome"])
+    return entry
 
 
 def usage_totals(entries: Iterable[Mapping[str, Any]]) -> dict[str, int] | None:

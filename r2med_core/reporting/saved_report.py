@@ -300,6 +300,11 @@ def _json_for_script(payload: Any) -> str:
     return text
 
 
+def _outcomes(system: ReportSystem) -> list[str]:
+    """What the system's LLM uses did that its numbers do not say (unusable reranker replies)."""
+    return system.provenance.outcomes() if system.provenance is not None else []
+
+
 class Report:
     """A comparison of systems on one dataset, ready to save as HTML or LaTeX.
 
@@ -463,7 +468,8 @@ class Report:
         benchmark = "the benchmark's"
         rows = "".join(
             f"<tr><td>{letter(i)}</td><td>{_e(s.label)}</td><td><code>{_e(s.name)}</code></td>"
-            f'<td>{_e(s.note or benchmark)}</td><td class="num">{s.results.n_evaluated}</td></tr>'
+            f'<td>{_e("; ".join([s.note or benchmark, *_outcomes(s)]))}</td>'
+            f'<td class="num">{s.results.n_evaluated}</td></tr>'
             for i, s in enumerate(self.systems)
         )
         head = "<tr><th>mark</th><th>system</th><th>canonical name</th><th>setting</th><th>queries evaluated</th></tr>"

@@ -71,6 +71,9 @@ with body.container():
     st.subheader("Paired significance")
     for test, other in zip(tests, others):
         st.markdown(f"**{ui.md(ui.system_label(other.run_name))}**: {ui.md(verdict(test, name))}.")
+    for result in results:  # what the numbers need said (an LLM reranking whose replies were unusable …)
+        for note in result.notes:
+            st.caption(f"{ui.md(ui.system_label(result.run_name))}: {ui.md(note)}")
 
     rows = []
     for test, other in zip(tests, others):

@@ -160,12 +160,14 @@ for name in state.systems_in_play():
         "data": record.dataset.get("revision", "")[:12] or record.dataset["fingerprint"][:12],
         "device": str(record.hardware.get("device") or "–"),
     }
+    if outcomes := record.outcomes():  # an LLM reranking whose replies could not be used, counted
+        column["LLM replies"] = "; ".join(outcomes)
     system_kind = published_kind(name)
     if system_kind and system_kind not in local_kinds:
         local_kinds.append(system_kind)
     mine[ui.system_label(name)] = column
 if mine:
-    st.table(pd.DataFrame(mine))
+    st.table(pd.DataFrame(mine).fillna("–"))
 for system_kind in local_kinds:
     st.caption(str(published_metrics_note(system_kind)))
 if published_task:

@@ -17,7 +17,7 @@ from r2med_core.retrieval.rerank import RERANKER_PRESETS
 from r2med_core.retrieval.static import STATIC_PRESETS, cost_and_quality
 from r2med_core.server.access import model_refusal, vet_link_systems
 from r2med_core.server.roots import NOT_ALLOWED, allowed_folder
-from r2med_core.systems import default_rewrite, rewrite_words
+from r2med_core.systems import default_rewrite, llm_reranker_choices, rewrite_words
 
 SOURCES = {"demo": "Demo (embedded)", "local": "Local folder", "hf": "Hugging Face hub"}
 BASE_SYSTEMS: tuple[str, ...] = (
@@ -66,6 +66,7 @@ def sidebar() -> Dataset | None:
         with st.expander("Add a model or a fusion" if not ui.read_only() else "Add a fusion"):
             if not ui.read_only():
                 _add_model_field()
+                _add_llm_reranking(v)
             plain = [s for s in v.systems if not s.startswith("rrf(")]
             if st.button(
                 "Add RRF fusion of the selected systems",
@@ -94,6 +95,26 @@ def _add_model_field() -> None:
             st.error(f"Not added: {ui.md(reason)}.")
         else:
             _add_system(f"dense:{model}")
+
+
+def _add_llm_reranking(v: View) -> None:
+    """An LLM reranking of a system in play, on this server's LLM endpoint: added as a system; its
+    estimate, cost and Compute button show where its numbers would be (nothing is sent before the click)."""
+    if not v.systems:
+        return
+    st.markdown("**LLM reranking** (this server's LLM endpoint)")
+    base = st.selectbox("First stage", v.systems, format_func=ui.system_label, key="w_llmrr_base")
+    model = st.text_input(
+        "LLM model", value=v.llm_model, key="w_llmrr_model", placeholder="the model name the endpoint serves"
+    )
+    depth = st.number_input("Passages reranked (top k)", 2, 100, 10, key="w_llmrr_k")
+    choices = llm_reranker_choices(base, model.strip(), int(depth)) if model.strip() else {}
+    if not choices:
+        st.caption("Name the model the endpoint serves (e.g. smollm2-135m-instruct for the local server).")
+        return
+    chosen = st.radio("Method", list(choices), format_func=choices.get, key="w_llmrr_method")
+    if st.button("Add LLM reranking", key="w_add_llmrr", help="Its estimate and a Compute button appear on the pages"):
+        _add_system(chosen)
 
 
 def _vet_link(v: View, imported: list[str]) -> None:
