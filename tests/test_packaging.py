@@ -110,7 +110,7 @@ def test_the_test_environment_sees_the_distributions_of_the_interpreter_running_
         "print(json.dumps(sorted({d.metadata['Name'].lower() + '==' + d.version for d in m.distributions()})))"
     )
     here = json.loads(
-        subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True).stdout
+        subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     )
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     done = subprocess.run([str(python), "-c", listing], capture_output=True, text=True, cwd=tmp_path, env=env)

@@ -116,12 +116,17 @@ def total_usage(usages: Iterable[Usage]) -> Usage:
 
 class LLMFailure(Exception):
     """One request could not be answered; ``message`` says why (the key already redacted).
-    ``batch``: stop the whole batch (wrong key, server down), not just this request."""
+    ``batch``: stop the whole batch (wrong key, server down), not just this request. ``context``:
+    ``(context length, prompt tokens)`` (each None where unknown) when the server's context cannot hold
+    the prompt, so a caller whose every prompt is alike can stop at once (the client decides it)."""
 
-    def __init__(self, message: str, *, batch: bool = False) -> None:
+    def __init__(
+        self, message: str, *, batch: bool = False, context: tuple[int | None, int | None] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.batch = batch
+        self.context = context
 
 
 class Unparsable(Exception):

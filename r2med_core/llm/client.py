@@ -607,7 +607,8 @@ class Transport:
         if room <= 0:
             raise LLMFailure(
                 f"{self.endpoint.url}: the {prompt:,}-token prompt does not fit the server's context of {n_ctx:,} "
-                f"tokens (not sent): {CONTEXT_SETTING}"
+                f"tokens (not sent): {CONTEXT_SETTING}",
+                context=(n_ctx, prompt),
             )
         budget = self.endpoint.token_budget()
         return room if budget is None or room < budget else None
@@ -738,7 +739,8 @@ class Transport:
                     raise LLMFailure(
                         f"{url}: the {size} does not fit the server's context"
                         + (f" of {n_ctx:,} tokens" if n_ctx else "")
-                        + f": {CONTEXT_SETTING}"
+                        + f": {CONTEXT_SETTING}",
+                        context=(n_ctx, prompt),
                     ) from None
                 if status < 500 and status not in (408, 409):
                     raise LLMFailure(f"{url} answered {status}: {_server_message(err)}") from None

@@ -216,12 +216,6 @@ def _bound(endpoint: AnyEndpoint, max_tokens: int | None, default: int) -> int |
 
 # --------------------------------------------------------------------------- the server's context
 
-#: How a server says a prompt is longer than its context (llama-cpp-python, llama.cpp, vLLM, OpenAI).
-_CONTEXT_ERRORS = (
-    re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)"),
-    re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)"),
-    re.compile(r"maximum context length is (\d+) tokens.*?(?:requested|resulted in) (\d+) tokens", re.DOTALL),
-)
 #: What the operator changes when the context is too small, by server.
 CONTEXT_SETTING = (
     "start the server with a larger context (r2med llm-server --n-ctx 16384; llama.cpp: --ctx-size; "
@@ -229,19 +223,18 @@ CONTEXT_SETTING = (
 )
 
 
-def context_refusal(message: str, endpoint: AnyEndpoint) -> str | None:
-    """A server's "prompt longer than my context" error, said as what to change (None for any other)."""
-    for number, pattern in enumerate(_CONTEXT_ERRORS):
-        found = pattern.search(message)
-        if found is None:
-            continue
-        first, second = int(found[1]), int(found[2])
-        asked, context = (second, first) if number == 2 else (first, second)
-        return (
-            f"{endpoint.url}: the model's context ({context:,} tokens) cannot hold this job's prompt "
-            f"({asked:,} tokens asked); nothing more was sent. To run it, {CONTEXT_SETTING}"
-        )
-    return None
+def context_refusal(failure: LLMFailure, endpoint: AnyEndpoint) -> str | None:
+    """A server's "prompt longer than my context" failure (the client reads every server's wording:
+    ``client.context_error``), said as what to change for a reranking; None for any other failure."""
+    if failure.context is None:
+        return None
+    context, asked = failure.context
+    held = f"the model's context ({context:,} tokens)" if context else "the model's context"
+    wanted = f" ({asked:,} tokens asked)" if asked else ""
+    return (
+        f"{endpoint.url}: {held} cannot hold this job's prompt{wanted}; nothing more was sent. "
+        f"To run it, {CONTEXT_SETTING}"
+    )
 
 
 def server_context(endpoint: AnyEndpoint) -> int | None:
@@ -588,9 +581,9 @@ class _Asker:
         try:
             answer = self.client().chat(messages, top_logprobs=TOP_LOGPROBS if logprobs else None)
         except LLMFailure as failure:
-            refusal = context_refusal(failure.message, self.endpoint)
-            if refusal:
-                raise LLMFailure(refusal, batch=True) from None  # every prompt of the job fails alike
+            refusal = context_refusal(failure, self.endpoint)
+            if refusal:  # every prompt of the job fails alike: stop the whole job
+                raise LLMFailure(refusal, batch=True, context=failure.context) from None
             raise
         distribution = answer_distribution(answer.logprobs) if answer.logprobs else None
         if distribution and self.secret and any(self.secret in t for t, _ in distribution):
