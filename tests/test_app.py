@@ -524,6 +524,23 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         assert KEY not in str(at.query_params)
 
 
+def test_cancel_on_the_rewriting_page_says_it_stopped_and_what_was_kept() -> None:
+    """A Cancel click ends the batch (its rerun stops the script and closes the stream): the page then
+    says so and counts the replies kept, instead of silently showing its state before Generate."""
+    from .test_generation import KEY, FakeLLM, demo_replies
+
+    with FakeLLM(demo_replies("qa-reference")) as server:
+        at = open_app("rewriting", task="qa-reference", systems=["bm25"])
+        at.text_input(key="w_llm_url").input(server.url).run()
+        at.text_input(key="w_llm_model").input("fake-gpt").run()
+        at.text_input(key="w_llm_key").input(KEY).run()
+        assert not any("Cancelled" in i.value for i in at.info)
+        at.button(key="w_gen_stop").click().run()
+        assert not at.exception
+        told = [i.value for i in at.info if "Cancelled" in i.value]
+        assert told and "0 of 12 replies are kept in the cache; Generate resumes from them" in told[0], told
+
+
 def test_what_if_rewrites_a_typed_query_with_a_live_llm() -> None:
     from .test_generation import FakeLLM
 

@@ -770,3 +770,26 @@ def test_replies_are_kept_raw_and_cut_to_the_answer_only_for_retrieval(demo, llm
     assert sky.results[one] == reply and plain.results[one] == "  a passage with its own spacing \n"
     assert live_rewrites(demo, "hyde", "sky-32b") == {one: reply}  # recorded (and saved) as the reply was
     assert bm25_query("hyde", "sky-32b", demo.queries[one], sky.results[one]) == "urate crystals"
+
+
+def test_a_method_not_yet_measured_on_a_server_is_priced_from_its_other_replies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A What-if HyDE reply measured the server: the first query2doc batch on it gets a time estimate
+    (and its first reply a time left) from that speed, saying whose replies measured it — not "time
+    unknown" (browser walk of issue 38)."""
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    demo = load_demo("clinical-case")
+    server = Endpoint("http://127.0.0.1:9/v1", "speed-probe", api_key="k")
+    assert gen.measured_throughput(server, "query2doc") is None
+    assert gen.estimate_generation(demo, "query2doc", server, llm_name="probe").seconds is None
+    gen._record_speed(server, "hyde", Usage(prompt_tokens=50, completion_tokens=200), 10.0)
+    borrowed = gen.measured_throughput(server, "query2doc")
+    assert borrowed is not None and borrowed.methods == ("hyde",) and borrowed.tokens_per_second == 20.0
+    told = gen.estimate_generation(demo, "query2doc", server, llm_name="probe")
+    assert told.seconds == pytest.approx(len(demo.queries) * 10.0)
+    assert "hyde (not yet query2doc) replies" in told.describe()
+    # Once the method itself is measured, only its own replies count.
+    gen._record_speed(server, "query2doc", Usage(prompt_tokens=50, completion_tokens=100), 2.0)
+    own = gen.measured_throughput(server, "query2doc")
+    assert own is not None and own.methods == ("query2doc",) and own.tokens_per_second == 50.0

@@ -183,11 +183,13 @@ def _record_speed(endpoint: AnyEndpoint, method: str, usage: Usage, seconds: flo
 
 @dataclass(frozen=True)
 class Throughput:
-    """What a server was measured doing for one method: replies, their mean length, tokens per second."""
+    """What a server was measured doing: replies, their mean length, tokens per second. ``methods``: the
+    methods those replies were for (another method's, when this one has not been measured here yet)."""
 
     replies: int
     mean_completion_tokens: float
     tokens_per_second: float
+    methods: tuple[str, ...] = ()
 
     @property
     def seconds_per_reply(self) -> float:
@@ -195,18 +197,31 @@ class Throughput:
 
 
 def measured_throughput(endpoint: AnyEndpoint, method: str) -> Throughput | None:
-    """This server's measured speed for ``method`` (from every reply it sent this machine), or None."""
+    """This server's measured speed for ``method`` (from every reply it sent this machine); where the
+    method has no reply measured yet, the server's speed over the other methods' replies (a What-if HyDE
+    prices a later query2doc batch; ``Throughput.methods`` says whose), or None."""
     entry = _speeds().get(_speed_key(endpoint))
-    row = entry.get(method) if isinstance(entry, dict) else None
+    rows = entry if isinstance(entry, dict) else {}
+    names = [method] if _row(rows.get(method)) else sorted(name for name in rows if _row(rows[name]))
+    replies = tokens = 0
+    seconds = 0.0
+    for name in names:
+        count, length, took = _row(rows[name]) or (0, 0, 0.0)
+        replies, tokens, seconds = replies + count, tokens + length, seconds + took
+    if not names or replies < 1 or tokens < 1 or seconds <= 0:
+        return None
+    return Throughput(replies, tokens / replies, tokens / seconds, tuple(names))
+
+
+def _row(row: Any) -> tuple[int, int, float] | None:
+    """One method's stored ``(replies, completion tokens, seconds)``, or None when absent or unusable."""
     if not isinstance(row, dict):
         return None
     try:
         replies, tokens, seconds = int(row["replies"]), int(row["completion_tokens"]), float(row["seconds"])
     except (TypeError, KeyError, ValueError):
         return None
-    if replies < 1 or tokens < 1 or seconds <= 0:
-        return None
-    return Throughput(replies, tokens / replies, tokens / seconds)
+    return (replies, tokens, seconds) if replies >= 1 and tokens >= 1 and seconds > 0 else None
 
 
 @dataclass(frozen=True)
@@ -266,9 +281,10 @@ def estimate_generation(
     if speed is None:
         return GenerationEstimate(to_send, cached, None, "time unknown until the first reply measures this server")
     seconds = to_send * speed.seconds_per_reply / max(1, workers)
+    whose = method if speed.methods == (method,) else f"{', '.join(speed.methods)} (not yet {method})"
     basis = (
-        f"{speed.tokens_per_second:.0f} tokens/s and {speed.mean_completion_tokens:.0f} tokens per {method} reply, "
-        f"measured on this server over {speed.replies} replies"
+        f"{speed.tokens_per_second:.0f} tokens/s and {speed.mean_completion_tokens:.0f} tokens per reply, "
+        f"measured on this server over {speed.replies} {whose} replies"
     )
     return GenerationEstimate(to_send, cached, seconds, basis)
 

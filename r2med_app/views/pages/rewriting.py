@@ -20,7 +20,6 @@ from r2med_core.llm.generation import (
     rewrites_text,
 )
 from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
-from r2med_core.settings import load_settings
 from r2med_core.systems import default_rewrite, queries_left_out, rewrite_origin, rewrite_words, rewritten_name
 
 dataset = ui.current_dataset()
@@ -147,7 +146,7 @@ if gen_method == "query2doc" and prompt_set == "official":
     )
     if uploaded is not None:
         try:
-            examples = load_examples(uploaded.getvalue(), uploaded.name, load_settings().upload_max_bytes)
+            examples = load_examples(uploaded.getvalue(), uploaded.name, ui.settings().upload_max_bytes)
         except GenerationError as err:
             st.error(ui.md(err))
 prompts = Prompts(prompt_set, examples)
@@ -191,9 +190,10 @@ else:
         + ". Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running "
         "costs nothing."
     )
-    workers = load_settings().llm_concurrency  # the operator's: 1 for llama-cpp-python, more for vLLM
+    workers = ui.settings().llm_concurrency  # the operator's (secrets too): 1 for llama-cpp-python, more for vLLM
     name = llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
     first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
+    estimate = None
     try:
         estimate = estimate_generation(
             dataset, gen_method, chosen_endpoint, llm_name=name, first_stage=first_stage, prompts=prompts,
@@ -210,6 +210,12 @@ else:
         help="Stops the reply being written (the connection closes, so the server stops generating); finished "
         "replies are kept, and Generate resumes from them.",
     )
+    if st.session_state.get("w_gen_stop"):  # this run was started by the Cancel click
+        kept = estimate.from_cache if estimate is not None else 0
+        st.info(
+            f"Cancelled: the reply being written was stopped (the server stops generating it). {kept} of "
+            f"{len(dataset.queries)} replies are kept in the cache; Generate resumes from them."
+        )
     if start:
         report = ui.with_progress(
             "Starting …",
