@@ -25,6 +25,12 @@ def _queue() -> JudgingQueue:
     return JudgingQueue(AnnotationStore())
 
 
+def heading(entry: QueueEntry, task: str = TASK) -> str:
+    """How the blind Judging page heads ``entry``: by its blind name (its place in the queue), never its id."""
+    names = {e: name for name, e in _queue().numbered(load_demo(task).source, task).items()}
+    return f"Document {md(names[entry])}"
+
+
 @pytest.fixture(autouse=True)
 def _compute_without_a_click(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")
@@ -72,17 +78,17 @@ def test_pool_sent_from_metrics_is_graded_blind_and_an_accepted_proposal_changes
     assert not at.exception
     first = queued[0]
     shown = " ".join(m.value for m in at.markdown)
-    assert f"Document {md(first.doc_id)}" in shown and "nDCG" not in shown and "bm25" not in shown.lower()
+    assert heading(first) in shown and "nDCG" not in shown and "bm25" not in shown.lower()
     assert not [s for s in at.selectbox if s.label in ("Failure type", "Document")]  # a grade, and nothing else
     by_label(at.selectbox, "Relevance grade").set_value(1)
     save_label(at)
     assert not at.exception
     (label,) = AnnotationStore().list(failure_type="grade_1")  # the grade Judge a list gives too
     assert (label.query_id, label.doc_id, label.annotator) == (first.query_id, first.doc_id, "Ann")
-    assert f"Document {md(queued[1].doc_id)}" in " ".join(m.value for m in at.markdown)  # the next one
+    assert heading(queued[1]) in " ".join(m.value for m in at.markdown)  # the next one
     by_label(at.selectbox, "Relevance grade").set_value(0)
     save_label(at)
-    assert f"Document {md(queued[2].doc_id)}" in " ".join(m.value for m in at.markdown)
+    assert heading(queued[2]) in " ".join(m.value for m in at.markdown)
     ann = _queue().serve(dataset.source, dataset.name, typed_person("Ann"))
     assert (ann.entry, ann.judged, ann.queued) == (queued[2], 2, len(queued))  # the one she is shown now
 
@@ -127,7 +133,7 @@ def test_a_pool_goes_through_two_blind_annotators_and_adjudication_into_the_scor
     for name, grade in (("Ann", 1), ("Dan", 0)):  # each in their own session
         judge = open_app("judging", task=TASK, systems=list(runs))
         judge.text_input(key="w_annotator").input(name)  # in the label form: sent with Save
-        assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in judge.markdown), name
+        assert heading(first) in " ".join(m.value for m in judge.markdown), name
         by_label(judge.selectbox, "Relevance grade").set_value(grade)
         save_label(judge)
         assert not judge.exception
@@ -184,7 +190,8 @@ def test_the_queue_file_of_an_earlier_version_is_judged_after_the_upgrade() -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": 1, "tasks": {f"{dataset.source}\t{dataset.name}": entries}}))
     judge = open_app("judging", task=TASK, systems=["bm25"])
-    assert not judge.warning and f"Document {md(docs[0].doc_id)}" in " ".join(m.value for m in judge.markdown)
+    first = _queue().items(dataset.source, dataset.name)[0]
+    assert not judge.warning and heading(first) in " ".join(m.value for m in judge.markdown)
     assert [e.doc_id for e in _queue().items(dataset.source, dataset.name)] == [d.doc_id for d in docs]
     assert not path.exists() and len(list(path.parent.glob("judging_queue.json.migrated-*"))) == 1
 
@@ -199,7 +206,7 @@ def test_a_second_server_on_the_same_store_serves_the_queue(monkeypatch: pytest.
     at.button(key="w_pool_send").click().run()
     at.switch_page("views/pages/judging.py").run()
     first, second = _queue().items(dataset.source, dataset.name)[:2]
-    assert f"Document {md(first.doc_id)}" in " ".join(m.value for m in at.markdown)
+    assert heading(first) in " ".join(m.value for m in at.markdown)
     by_label(at.selectbox, "Relevance grade").set_value(0)
     save_label(at)
     monkeypatch.setenv("R2MED_DATA_HOME", str(tmp_path / "second-server"))  # its own data folder
@@ -207,7 +214,7 @@ def test_a_second_server_on_the_same_store_serves_the_queue(monkeypatch: pytest.
     other.text_input(key="w_annotator").input("Ann").run()
     other.switch_page("views/pages/judging.py").run()
     assert not any("Nothing to judge" in i.value for i in other.info)
-    assert f"Document {md(second.doc_id)}" in " ".join(m.value for m in other.markdown)  # the next one for her
+    assert heading(second) in " ".join(m.value for m in other.markdown)  # the next one for her
 
 
 def _tables(at):  # type: ignore[no-untyped-def]
@@ -253,7 +260,7 @@ def test_the_operator_sets_how_many_annotators_judge_each_document(monkeypatch: 
         at = open_app("metrics", task=TASK, systems=["bm25"])
         at.text_input(key="w_annotator").input(name).run()
         at.switch_page("views/pages/judging.py").run()
-        assert f"Document {md(shown.doc_id)}" in " ".join(m.value for m in at.markdown), name
+        assert heading(shown) in " ".join(m.value for m in at.markdown), name
         assert any("goes to 1 annotator(s)" in c.value for c in at.caption)
 
 
@@ -263,7 +270,8 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
     judged and stays the annotator's; the task family's guideline is beside the document."""
     from r2med_app.views.state import scope, widget_key
     from r2med_app.views.ui import dataset_key
-    from r2med_core.judging.list_judging import now_ms, unit_key
+    from r2med_core.judging.list_judging import now_ms
+    from r2med_core.judging.queue import blind_name
     from r2med_core.tasks import judging_guideline
 
     monkeypatch.setenv("R2MED_JUDGES_PER_DOCUMENT", "1")
@@ -278,7 +286,7 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
     def press(*events: tuple[str, QueueEntry, int | None]) -> str:
         at.session_state[key] = {
             "events": [
-                {"id": i, "doc": unit_key(e.query_id, e.doc_id), "at": now_ms(), "ms": 2500}
+                {"id": i, "doc": blind_name(items.index(e) + 1), "at": now_ms(), "ms": 2500}
                 | ({"skip": True} if g is None else {"grade": g})
                 for i, e, g in events
             ]
@@ -287,8 +295,8 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
         assert not at.exception and not at.warning, [w.value for w in at.warning]
         return " ".join(m.value for m in at.markdown)
 
-    assert f"Document {md(items[1].doc_id)}" in press(("k1", items[0], 2))
-    assert f"Document {md(items[2].doc_id)}" in press(("k1", items[0], 2), ("k2", items[1], None))  # k1 again
+    assert heading(items[1]) in press(("k1", items[0], 2))
+    assert heading(items[2]) in press(("k1", items[0], 2), ("k2", items[1], None))  # k1 again
     for _ in range(2):
         at.run()
     labels = AnnotationStore().list()
@@ -306,7 +314,8 @@ def test_u_says_unsure_on_the_judging_page_and_sends_the_document_to_a_reviewer(
     the team's qrels. The form offers Unsure too, for the mouse."""
     from r2med_app.views.state import scope, widget_key
     from r2med_app.views.ui import dataset_key
-    from r2med_core.judging.list_judging import now_ms, unit_key
+    from r2med_core.judging.list_judging import now_ms
+    from r2med_core.judging.queue import blind_name
 
     monkeypatch.setenv("R2MED_JUDGES_PER_DOCUMENT", "1")
     dataset = load_demo(TASK)
@@ -314,13 +323,13 @@ def test_u_says_unsure_on_the_judging_page_and_sends_the_document_to_a_reviewer(
     items = _queue().items(dataset.source, dataset.name)[:3]
     at = open_app("judging", task=TASK, systems=["bm25"])
     at.text_input(key="w_annotator").set_value("Ann").run()
-    unit = unit_key(items[0].query_id, items[0].doc_id)
+    unit = blind_name(1)
     at.session_state[widget_key("judge_keys", scope(dataset_key(dataset)))] = {
         "events": [{"id": "k1", "doc": unit, "unsure": True, "at": now_ms(), "ms": 4200}]
     }
     at.run()
     assert not at.exception and not at.warning, [w.value for w in at.warning]
-    assert f"Document {md(items[1].doc_id)}" in " ".join(m.value for m in at.markdown)
+    assert heading(items[1]) in " ".join(m.value for m in at.markdown)
     by_label(at.selectbox, "Relevance grade").set_value("unsure")  # the mouse: the form's Unsure
     save_label(at)
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -330,7 +339,7 @@ def test_u_says_unsure_on_the_judging_page_and_sends_the_document_to_a_reviewer(
         (items[1].doc_id, "unsure", "Ann"),
     ]
     assert labels[0].time_ms == 4200
-    assert f"Document {md(items[2].doc_id)}" in " ".join(m.value for m in at.markdown)
+    assert heading(items[2]) in " ".join(m.value for m in at.markdown)
     assert [i.unit[3] for i in adjudication_queue(labels, [])] == [items[0].doc_id, items[1].doc_id]
     assert read_team_qrels(AnnotationStore(), dataset).changes == ()
 
@@ -360,3 +369,70 @@ def test_a_mouse_save_on_the_judging_page_records_the_time_since_the_document_wa
     assert slow.time_ms is not None and quick.time_ms is not None
     assert 1500 <= slow.time_ms <= first + 1000  # from the document shown (just before `started`) to the Save
     assert quick.time_ms < slow.time_ms - 1000  # its own time, not the first document's
+
+
+# --------------------------------------------------------------------------- nothing on the blind page primes a grade
+
+
+def _everything(at) -> str:  # type: ignore[no-untyped-def]
+    """Every element the page sent, as text: values, labels, help, widget keys, a component's arguments."""
+    found: list[str] = []
+
+    def walk(node) -> None:  # type: ignore[no-untyped-def]
+        proto = getattr(node, "proto", None)
+        if proto is not None:
+            found.append(str(proto))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    shown = [*at.markdown, *at.caption, *at.success, *at.info, *at.warning, *at.error, *at.title]
+    return "\n".join(found + [e.value for e in shown])
+
+
+def _names(at, entry: QueueEntry) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the page names ``entry``'s document id anywhere, as written or as markdown escapes it."""
+    page = _everything(at)
+    return entry.doc_id in page or md(entry.doc_id) in page
+
+
+def test_the_blind_judging_page_names_a_document_by_its_place_in_the_queue_never_its_id() -> None:
+    """Issue 36: on the demo a document's id names its diagnosis (``siadh_0``), so the blind page shows
+    the document's place in the queue instead — in its heading, its keyboard, its widgets and the message
+    after a save — while the judgement is stored against the real id."""
+    dataset = load_demo(TASK)
+    _queue().send(dataset.source, dataset.name, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    first, second = _queue().items(dataset.source, dataset.name)[:2]
+    at = open_app("judging", task=TASK, systems=["bm25"])
+    at.text_input(key="w_annotator").set_value("Ann").run()
+    assert heading(first) in " ".join(m.value for m in at.markdown) and "list_judge" in _everything(at)  # keyboard
+    assert not _names(at, first) and first.doc_id not in str(dict(at.query_params))
+    by_label(at.selectbox, "Relevance grade").set_value(1)
+    save_label(at)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(s.value.endswith(f"on {md('#1')}") for s in at.success), [s.value for s in at.success]
+    assert heading(second) in " ".join(m.value for m in at.markdown)
+    assert not _names(at, first) and not _names(at, second)
+    (label,) = AnnotationStore().list()
+    assert (label.query_id, label.doc_id, label.failure_type) == (first.query_id, first.doc_id, "grade_1")
+
+
+def _marked(at) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the Judging page's document shows any word highlighted."""
+    return any("<mark>" in h.proto.body for h in at.get("html"))
+
+
+def test_query_words_are_highlighted_on_the_judging_page_only_for_whoever_asks() -> None:
+    """Issue 36: marked words can steer a grade, so the blind page marks none by default; a toggle marks the
+    document's words shared with the query, kept in the page's address like every view setting."""
+    dataset = load_demo(TASK)
+    _queue().send(dataset.source, dataset.name, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
+    at = open_app("judging", task=TASK, systems=["bm25"])
+    assert at.get("html") and not _marked(at)
+    at.toggle(key="w_marks").set_value(True).run()
+    assert not at.exception and _marked(at)
+    assert at.query_params.get("marks") == "1"
+    again = open_app("judging", task=TASK, systems=["bm25"], marks="1")  # a copied address keeps the choice
+    assert _marked(again)
+    again.toggle(key="w_marks").set_value(False).run()
+    assert not _marked(again) and "marks" not in again.query_params

@@ -10,13 +10,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from r2med_app.views.panels.labels import WHOLE_QUERY
-from r2med_app.views.ui import md
 from r2med_core import load_demo, run_system
 from r2med_core.judging.annotations import Annotation, AnnotationStore
 from r2med_core.judging.pooling import pool
 from r2med_core.judging.queue import JudgingQueue
 
 from .test_app import by_label, open_app, save_label
+from .test_app_pooling import heading
 
 TASK = "clinical-evidence"
 #: st.login's settings: their presence switches sign-in on (the provider is never reached in AppTest).
@@ -232,7 +232,7 @@ def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind
     for email, verdict in (("ann@example.org", 0), ("ann2@example.org", 1)):
         at = _open("judging", email)
         for entry in queued:
-            assert f"Document {md(entry.doc_id)}" in " ".join(m.value for m in at.markdown)
+            assert heading(entry) in " ".join(m.value for m in at.markdown)
             by_label(at.selectbox, "Relevance grade").set_value(verdict)
             save_label(at)
             assert not at.exception and not at.error, [e.value for e in at.error]

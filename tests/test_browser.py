@@ -620,9 +620,9 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     """Issue 28 item 7: on the Judging page, 2 grades the document shown, s skips the next and u says unsure
     of the third (the legend names each key); each time the next document follows in the same component
     (no page reload), the judgement is stored once as the typed name with the pool as its ranking, and the
-    skipped document is not judged."""
+    skipped document is not judged. Issue 36: the page names each document by its place in the queue, never
+    by its id (which can name the answer), and highlights no query word unless asked."""
     from r2med_core.judging.annotations import AnnotationStore
-    from r2med_core.judging.list_judging import unit_key
     from r2med_core.judging.pooling import pool
     from r2med_core.judging.queue import JudgingQueue
 
@@ -632,6 +632,7 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     queue = JudgingQueue(store)
     queue.send(dataset.source, task, pool({"bm25": run_system(dataset, "bm25")}, dataset.qrels, 10), "Rev")
     first, second, third, fourth = queue.items(dataset.source, task)[:4]
+    name_of = {entry: shown for shown, entry in queue.numbered(dataset.source, task).items()}
     page.goto(f"/judging?task={task}&systems=bm25")
     settle(page, "What counts as relevant")
     page.get_by_role("textbox", name="Your name").fill(name)
@@ -639,17 +640,20 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     frame = page.frame_locator('iframe[title*="list_judge"]')
     frame.locator("#reason").wait_for(state="hidden")
     row = frame.locator(".row")
-    assert row.count() == 1 and row.get_attribute("data-doc") == unit_key(first.query_id, first.doc_id)
+    assert row.count() == 1 and row.get_attribute("data-doc") == name_of[first]
     assert "u unsure" in frame.locator("#hint").inner_text()
+    inner = page.locator('iframe[title*="list_judge"]').element_handle().content_frame()
+    seen = page.content() + inner.content() + page.title() + page.url
+    assert first.doc_id not in seen and "<mark>" not in page.content()
     frame.locator("#hint").click()
     page.evaluate("window.__r2marker = 1")  # gone if the page reloaded
     page.keyboard.press("2")
-    frame.locator(f".row[data-doc='{unit_key(second.query_id, second.doc_id)}']").wait_for(timeout=30_000)
-    expect(page.get_by_text(f"Document {second.doc_id}")).to_be_visible()
+    frame.locator(f".row[data-doc='{name_of[second]}']").wait_for(timeout=30_000)
+    expect(page.get_by_text(f"Document {name_of[second]}", exact=True)).to_be_visible()
     page.keyboard.press("s")
-    frame.locator(f".row[data-doc='{unit_key(third.query_id, third.doc_id)}']").wait_for(timeout=30_000)
+    frame.locator(f".row[data-doc='{name_of[third]}']").wait_for(timeout=30_000)
     page.keyboard.press("u")
-    frame.locator(f".row[data-doc='{unit_key(fourth.query_id, fourth.doc_id)}']").wait_for(timeout=30_000)
+    frame.locator(f".row[data-doc='{name_of[fourth]}']").wait_for(timeout=30_000)
     assert page.evaluate("window.__r2marker") == 1
     assert_healthy(page)
     labels = store.list(dataset=dataset.source, task=task)
@@ -738,21 +742,21 @@ def test_a_tab_reconnected_in_place_to_a_restarted_server_sends_its_kept_key_and
     The cause this guards: the keyboard lives in a fragment, the restarted server's new session knows no
     fragment until the whole page ran, and Streamlit reruns the whole page on a reconnect only when the
     page has a self-rerunning fragment (``keylist.rerun_after_reconnect``) or the last run was a fragment's."""
-    from r2med_core.judging.list_judging import unit_key
+    from r2med_core.judging.queue import blind_name
 
     name = "Dr. Reconnect"
     with _pressed_while_the_server_is_down(browser, tmp_path, name) as (page, store, queued, port):
-        first, second, third = queued[:3]
+        first, second = queued[:2]
         assert store.list() == []
         with streamlit_server(tmp_path, {}, port=port):
             labels = _wait_for_labels(store, 45)
             assert [(a.doc_id, a.failure_type, a.annotator) for a in labels] == [(first.doc_id, "grade_1", name)]
             assert page.evaluate("window.__r2marker") == 1  # the same tab, never reloaded
             frame = page.frame_locator('iframe[title*="list_judge"]')
-            frame.locator(f".row[data-doc='{unit_key(second.query_id, second.doc_id)}']").wait_for(timeout=30_000)
+            frame.locator(f".row[data-doc='{blind_name(2)}']").wait_for(timeout=30_000)  # a fresh queue: 1, 2, 3
             frame.locator("#hint").click()
             page.keyboard.press("2")  # the tab grades on: the next document follows
-            frame.locator(f".row[data-doc='{unit_key(third.query_id, third.doc_id)}']").wait_for(timeout=30_000)
+            frame.locator(f".row[data-doc='{blind_name(3)}']").wait_for(timeout=30_000)
             assert [(a.doc_id, a.failure_type) for a in store.list()] == [
                 (first.doc_id, "grade_1"),
                 (second.doc_id, "grade_2"),

@@ -22,7 +22,6 @@ from r2med_core.judging.list_judging import (
     parse_events,
     save_grades,
     save_unit_grades,
-    unit_key,
 )
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
@@ -235,13 +234,14 @@ def test_unsure_is_taken_only_where_the_page_offers_it_and_stored_once_as_unsure
 
 
 def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: AnnotationStore) -> None:
-    """The Judging page names (query, document) units, since the document shown changes with every key: a
-    grade pressed on the previous document and sent again with the next still lands on its own query."""
-    units = {unit_key(q, d): (q, d, Run("pool@10")) for q, d in (("q1", "d1"), ("q2", "d1"))}
+    """The Judging page names (query, document) units by keys of its own (its blind names), since the document
+    shown changes with every key: a grade pressed on the previous document and sent again with the next still
+    lands on its own query, against the real document id."""
+    units = {key: (q, d, Run("pool@10")) for key, q, d in (("#1", "q1", "d1"), ("#2", "q2", "d1"))}
     value = {
         "events": [
-            {"id": "e1", "doc": unit_key("q1", "d1"), "grade": 2, "at": T0, "ms": 3500},
-            {"id": "e2", "doc": unit_key("q2", "d1"), "skip": True, "at": T0 + 1},
+            {"id": "e1", "doc": "#1", "grade": 2, "at": T0, "ms": 3500},
+            {"id": "e2", "doc": "#2", "skip": True, "at": T0 + 1},
         ]
     }
     events, problems = parse_events(value, units, skips=True)
@@ -253,7 +253,7 @@ def test_unit_events_are_saved_on_their_own_query_with_the_ranking_given(store: 
         ("q1", "d1", "grade_2", "pool@10", None, 3500)  # with the time the document was shown
     ]
     for spent in (-1, 2**31, 1.5, "3500", True):
-        wrong = {"events": [{"id": "e3", "doc": unit_key("q1", "d1"), "grade": 1, "at": T0, "ms": spent}]}
+        wrong = {"events": [{"id": "e3", "doc": "#1", "grade": 1, "at": T0, "ms": spent}]}
         assert parse_events(wrong, units)[1] == ["an event with an invalid time spent on its document"]
     assert ledger.outcome("e2").status == "skipped"
 

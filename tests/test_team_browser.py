@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, Page
 
 from r2med_core import load_demo
 from r2med_core.judging.annotations import PROPOSER_PREFIX, Annotation, AnnotationStore
+from r2med_core.judging.queue import JudgingQueue
 from tests.test_browser import VIEWPORT, _choose, browser, chromium, settle
 
 pytest.importorskip("oidc_provider_mock", reason="a real OpenID Connect provider: pip install oidc-provider-mock")
@@ -113,7 +114,7 @@ def _annotations(page: Page) -> str:
 
 
 def _turn(page: Page) -> tuple[str, str]:
-    """Open the Judging page; the (query, document) it serves now."""
+    """Open the Judging page; the (query, document) it serves now, the document as the page names it."""
     page.goto(f"/judging?task={TASK}")
     settle(page, "Grade this document")
     main = page.locator('[data-testid="stMain"]')
@@ -172,16 +173,20 @@ def test_a_judging_round_across_two_servers_shows_each_role_only_its_share(
     rob.context.close()
 
     # Bob (annotator, server 2) is served the first two queued documents, sees the query and the document
-    # only, and grades them; a model proposes a grade on each, as the LLM judge does.
+    # only, and grades them; a model proposes a grade on each, as the LLM judge does. The page names each
+    # document by its place in the queue, never by its id (issue 36).
     bob = _person(browser, two, BOB)
-    qid, first = _turn(bob)
-    body = _main(bob)
-    assert "proposed by" not in body and not re.search(r"grade \d", body), body
-    _grade(bob, first, "Grade 1: relevant")
-    qid_2, second = _turn(bob)
-    assert second != first
-    _grade(bob, second, "Grade 2: highly relevant")
+    qid, first_shown = _turn(bob)
+    bob_saw = _main(bob)
+    assert "proposed by" not in bob_saw and not re.search(r"grade \d", bob_saw), bob_saw
+    _grade(bob, first_shown, "Grade 1: relevant")
+    qid_2, second_shown = _turn(bob)
+    assert second_shown != first_shown
+    _grade(bob, second_shown, "Grade 2: highly relevant")
     store = AnnotationStore(url)
+    queued = JudgingQueue(store).numbered(dataset.source, TASK)
+    first, second = queued[first_shown].doc_id, queued[second_shown].doc_id
+    assert first not in bob_saw
     for query, doc in ((qid, first), (qid_2, second)):
         proposal = {"failure_type": "grade_2", "annotator": MODEL, "note": "the model's reading"}
         store.add(Annotation(dataset=dataset.source, task=TASK, query_id=query, doc_id=doc, **proposal))
@@ -189,13 +194,13 @@ def test_a_judging_round_across_two_servers_shows_each_role_only_its_share(
     # Alice (annotator, server 1) is served the same first document: before her grade she sees neither
     # Bob's label, the model's proposal nor any judgement of it; she agrees on it.
     alice = _person(browser, one, ALICE)
-    assert _turn(alice) == (qid, first)
+    assert _turn(alice) == (qid, first_shown)
     body = _main(alice)
     assert BOB not in body and "proposed by" not in body and not re.search(r"grade \d", body), body
     body = _annotations(alice)
     assert BOB not in body and "proposed by" not in body and first not in body and second not in body, body
     assert not _buttons(alice) & {*STORE_WIDE, TEAM_QRELS}
-    _grade(alice, first, "Grade 1: relevant")
+    _grade(alice, first_shown, "Grade 1: relevant")
     # Now she sees the others' labels on that document, and still nothing on the second.
     _annotations(alice)
     rows = _grid_rows(alice, "All labels")
@@ -203,7 +208,7 @@ def test_a_judging_round_across_two_servers_shows_each_role_only_its_share(
     assert seen == {(first, ALICE), (first, BOB), (first, MODEL)}, rows
     assert not _buttons(alice) & {*STORE_WIDE, TEAM_QRELS}
     # … and she disagrees with Bob on the second. Her progress is hers alone: no team figures, nobody else's.
-    _grade(alice, second, "Grade 0: not relevant")
+    _grade(alice, second_shown, "Grade 0: not relevant")
     alice.reload()  # the Progress table is as of opening the page (a grade redraws only the document)
     settle(alice, "Progress")
     progress = _grid_rows(alice, "Progress")

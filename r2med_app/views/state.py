@@ -63,6 +63,7 @@ class View:
     ask_systems: list[str] = field(default_factory=list, metadata=URL)  # … and the systems it is run through
     rerank: str = field(default="", metadata=URL)  # cross-encoder preset or model id ("" = no reranking)
     rerank_k: int = field(default=10, metadata=URL)
+    marks: bool = field(default=False, metadata=URL)  # Judging: highlight the query's words (off: they can prime)
     annotator: str = ""  # kept for the session, never put in the URL
     flash: str = ""  # a confirmation to show once after a rerun
     flash_error: str = ""  # … or why an action failed (what the user typed is kept)

@@ -24,7 +24,6 @@ label of theirs on it nor on the whole query (``visibility``: blind per judging 
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
@@ -280,12 +279,6 @@ def save_grades(
     return outcomes
 
 
-def unit_key(query_id: str, doc_id: str) -> str:
-    """One (query, document) as the Judging page's keyboard names it: events there carry this as their
-    document, since the document shown (and its query) changes with every grade."""
-    return json.dumps([query_id, doc_id])
-
-
 def save_unit_grades(
     store: AnnotationStore,
     ledger: SaveOnce,
@@ -298,7 +291,8 @@ def save_unit_grades(
     sight: Sight | None = None,
     now: int | None = None,
 ) -> list[Outcome]:
-    """``save_grades`` for events naming (query, document) units (``unit_key``) rather than one query's
+    """``save_grades`` for events naming (query, document) units by a key of the page's (the Judging page's
+    blind names, ``queue.blind_name``) rather than one query's
     documents: ``units`` maps each key the page may be sent to its query, document and the ranking the
     label records. Each event is handled as ``save_grades`` handles it, on its own query; the outcomes
     carry the real document ids."""

@@ -13,6 +13,11 @@ Earlier versions kept the queue in ``judging_queue.json`` in the data folder. ``
 it into the store once, read through the same checks as before (a damaged entry is skipped and named, an
 unreadable file imports nothing), and keeps the file: renamed ``judging_queue.json.migrated-<UTC time>``, or
 ``.damaged-<UTC time>`` when something in it could not be read, which ``kept_queue_files`` then reports.
+
+**Blind names.** A document's id can name its answer (the demo's ``siadh_0``, ``panic_disorder_0``), so the
+blind Judging page never shows it: it shows ``blind_name`` — the document's place in its task's queue, which
+says nothing about its content and is the same on every server (the queue only grows) — and its keyboard
+sends that name back; the judgement is stored against the real id, looked up here (``JudgingQueue.numbered``).
 """
 
 from __future__ import annotations
@@ -137,6 +142,12 @@ def _systems(cell: object) -> tuple[str, ...]:
     return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
 
 
+def blind_name(number: int) -> str:
+    """What a blind page calls the ``number``-th document of its task's queue (1: the first sent), in place
+    of its id, which can name the answer: the one rule every blind page, its keyboard and its messages use."""
+    return f"#{number}"
+
+
 # --------------------------------------------------------------------------- who judges what
 
 
@@ -149,13 +160,20 @@ def _who(name: object) -> str:
 class Turn:
     """One annotator's turn on one task: the document they judge now (None: nothing left for them), how
     many of the task's queued documents they labelled, how many may still come to them (this one
-    included), the queue's size, and how many annotators each document goes to."""
+    included), the queue's size, how many annotators each document goes to, and the entry's place in the
+    task's queue (1: the first sent; 0 without an entry), whose ``name`` a blind page shows."""
 
     entry: QueueEntry | None
     judged: int
     left: int
     queued: int
     judges: int
+    number: int = 0
+
+    @property
+    def name(self) -> str:
+        """The entry's ``blind_name``: what a blind page shows in place of its id."""
+        return blind_name(self.number)
 
 
 @dataclass(frozen=True)
@@ -212,10 +230,10 @@ class _Task:
     ) -> tuple[Turn, int | None]:
         """``who``'s turn, and the row id of its document when it still has to be assigned to them. A
         ``skipped`` (query, document) still counts as left for them but is not chosen."""
-        mine: tuple[int, QueueEntry] | None = None
-        first_open: tuple[int, QueueEntry] | None = None
+        mine: tuple[int, QueueEntry, int] | None = None
+        first_open: tuple[int, QueueEntry, int] | None = None
         judged = left = queued = 0
-        for queue_id, entry in self.items:
+        for number, (queue_id, entry) in enumerate(self.items, start=1):
             if queries is not None and entry.query_id not in queries:
                 continue  # sent on another version of the task: its query is not there to judge
             queued += 1
@@ -227,12 +245,14 @@ class _Task:
             later = (entry.query_id, entry.doc_id) in skipped
             if who and who in assigned:
                 left += 1
-                mine = mine or (None if later else (queue_id, entry))
+                mine = mine or (None if later else (queue_id, entry, number))
             elif len(assigned | labelled) < judges:
                 left += 1
-                first_open = first_open or (None if later else (queue_id, entry))
+                first_open = first_open or (None if later else (queue_id, entry, number))
         chosen = mine or first_open
-        turn = Turn(chosen[1] if chosen else None, judged, left, queued, judges)
+        if chosen is None:
+            return Turn(None, judged, left, queued, judges), None
+        turn = Turn(chosen[1], judged, left, queued, judges, chosen[2])
         return turn, (first_open[0] if mine is None and first_open is not None else None)
 
     def progress(self, dataset: str, task: str, judges: int) -> tuple[TaskProgress, list[AnnotatorProgress]]:
@@ -276,6 +296,11 @@ class JudgingQueue:
                 f"SELECT {_ENTRY} FROM judging_queue WHERE dataset = ? AND task = ? ORDER BY id", (dataset, task)
             ).fetchall()
         return [QueueEntry._from_row(row) for row in rows]
+
+    def numbered(self, dataset: str, task: str) -> dict[str, QueueEntry]:
+        """Every entry sent for this task by its ``blind_name``, in the order sent: how a blind page finds
+        the real (query, document) its keys name."""
+        return {blind_name(number): entry for number, entry in enumerate(self.items(dataset, task), start=1)}
 
     def every_task(self) -> list[tuple[str, str, QueueEntry]]:
         """Every entry of every task as (dataset, task, entry), in the order sent: a backup's view."""

@@ -1,6 +1,10 @@
 """Judging: annotators grade the pooled unjudged documents blind, one (query, document) at a time, each
 document assigned to as many annotators as the operator set (``r2med_core.judging.queue``); below, how far each
-annotator and the team got on every task (whose figures a visitor sees, ``visibility`` decides)."""
+annotator and the team got on every task (whose figures a visitor sees, ``visibility`` decides).
+
+Nothing here primes the grade: a document is named by its place in the queue (``queue.blind_name``), never by
+its id, which can name the answer — on the page, in its keys and in its messages; and the query's words are
+highlighted in the document only for whoever switches that on (``View.marks``, kept in the address)."""
 
 from __future__ import annotations
 
@@ -13,19 +17,19 @@ from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
 from r2med_core import Dataset
 from r2med_core.analysis.explore import highlight, query_terms
 from r2med_core.judging.annotations import AnnotationStoreError
-from r2med_core.judging.list_judging import GradeEvent, Row, now_ms, parse_events, save_unit_grades, unit_key
-from r2med_core.judging.queue import JudgingQueue, QueueEntry, QueueProgress, Turn
+from r2med_core.judging.list_judging import GradeEvent, Row, now_ms, parse_events, save_unit_grades
+from r2med_core.judging.queue import JudgingQueue, QueueProgress, Turn
 from r2med_core.judging.visibility import Sight
 from r2med_core.runs import Run
 from r2med_core.tasks import judging_guideline
 
 
 def _units(queue: JudgingQueue, dataset: Dataset) -> dict[str, tuple[str, str, Run]]:
-    """Every queued (query, document) of the task by its keyboard key, with the ranking its label records:
-    the annotator saw no system's ranking, so the label names the pool."""
+    """Every queued (query, document) of the task by its keyboard key — its blind name, never its id — with
+    the ranking its label records: the annotator saw no system's ranking, so the label names the pool."""
     return {
-        unit_key(e.query_id, e.doc_id): (e.query_id, e.doc_id, Run(f"pool@{e.depth}"))
-        for e in queue.items(dataset.source, dataset.name)
+        name: (e.query_id, e.doc_id, Run(f"pool@{e.depth}"))
+        for name, e in queue.numbered(dataset.source, dataset.name).items()
     }
 
 
@@ -51,12 +55,13 @@ def _save_keys(
     skipped.update(units[e.doc_id][:2] for e in events if e.event_id in now_skipped)
 
 
-def _keyboard(entry: QueueEntry, events: list[GradeEvent], key: str) -> None:
-    """The keys for the document shown: 0/1/2 grade it, u says unsure, s skips it; the next one follows at once."""
+def _keyboard(turn: Turn, events: list[GradeEvent], key: str) -> None:
+    """The keys for the document shown: 0/1/2 grade it, u says unsure, s skips it; the next one follows at once.
+    The component knows the document by its blind name only."""
     annotator, reason = auth.grader(auth.acting())
-    row = Row(rank=1, doc_id=unit_key(entry.query_id, entry.doc_id), text="", grade=None, revealed=False)
+    row = Row(rank=1, doc_id=turn.name, text="", grade=None, revealed=False)
     keyboard_list(
-        [{**row.to_args(), "label": entry.doc_id}],
+        [{**row.to_args(), "label": turn.name}],
         events=events,
         ledger=state.save_once(),
         enabled=bool(annotator),
@@ -109,29 +114,31 @@ def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent], show
         return
     st.progress(turn.judged / (turn.judged + turn.left), text=f"{done}; {turn.left} for you, this one included")
     entry = turn.entry
-    unit = unit_key(entry.query_id, entry.doc_id)
+    unit = turn.name
     if unit not in shown:  # a new document: its time starts now (as the keys' does in the browser)
         shown.clear()
         shown[unit] = now_ms()
     text = dataset.corpus.get(entry.doc_id, "")
     query = dataset.queries.get(entry.query_id, "")
+    marks = query_terms(query) if state.view().marks else frozenset()
     left, right = st.columns([3, 1])
     with left:
         with st.container(border=True):
             st.markdown(f"**Query {ui.md(entry.query_id)}**")
             st.html(f"<div class='r2-text'>{highlight(query, frozenset())}</div>")
         with st.container(border=True):
-            st.markdown(f"**Document {ui.md(entry.doc_id)}**")
-            st.html(f"<div class='r2-text'>{highlight(text, query_terms(query))}</div>")
+            st.markdown(f"**Document {ui.md(turn.name)}**")
+            st.html(f"<div class='r2-text'>{highlight(text, marks)}</div>")
     with right:
         st.markdown("**What counts as relevant**")
         st.caption(judging_guideline(dataset.family))  # our own words, plain text
-    _keyboard(entry, events, key)
+    _keyboard(turn, events, key)
     ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
-    within = state.scope(ui.dataset_key(dataset), entry.query_id, entry.doc_id)
+    within = state.scope(ui.dataset_key(dataset), entry.query_id, turn.name)  # widget keys are in the page too
     labels.label_form(
-        dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True, ask_name=False, shown_at=shown[unit]
-    )
+        dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True, ask_name=False,
+        shown_at=shown[unit], shown_as=turn.name,
+    )  # fmt: skip
 
 
 def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
@@ -184,6 +191,12 @@ def page(dataset: Dataset) -> None:
         return
     pooling.queue_notes()
     auth.name_field()
+    st.toggle(
+        "Highlight the query's words in the document",
+        key=state.bound("marks"),
+        on_change=state.store("marks"),
+        help="Off by default: marked words can steer a grade. Your choice is kept in the page's address.",
+    )
     _card(dataset)
     rerun_after_reconnect()
     queue = pooling.judging_queue(store)

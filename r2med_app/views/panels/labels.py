@@ -46,12 +46,15 @@ def label_form(
     grade_only: bool = False,
     ask_name: bool = True,
     shown_at: int | None = None,
+    shown_as: str | None = None,
 ) -> None:
     """Judge a document's relevance with a grade 0-2, and say why a system failed on it (or on the whole
     query) with a failure type: one label each, both in one save. ``grade_only`` (the Judging page): a
     grade for ``documents[0]``, or unsure, and nothing else. ``ask_name`` False: the page asks the typed
     name itself (outside the form, so its keyboard grades have it too). ``shown_at``: when the page sent
-    the document (``list_judging.now_ms``); the grade records the time from then to the Save.
+    the document (``list_judging.now_ms``); the grade records the time from then to the Save. ``shown_as``:
+    what the page calls ``documents[0]`` in place of its id (a blind page's ``queue.blind_name``), in the
+    messages too; the label is stored against the id.
 
     The widgets are keyed by ``within`` (dataset and query), so a choice made on one query can never be
     saved on another. The label records ``ranking`` (the exact system shown: rewrite and reranker
@@ -105,15 +108,22 @@ def label_form(
         st.caption(shown + TEAM_RULE)
         fixed = documents[0] if grade_only else None
         st.form_submit_button(
-            "Save label", on_click=_save, args=(dataset, query_id, ranking, keys, fixed, shown_at)
+            "Save label", on_click=_save, args=(dataset, query_id, ranking, keys, fixed, shown_at, shown_as)
         )
 
 
 def _save(
-    dataset: Dataset, query_id: str, ranking: Run, keys: dict[str, str], fixed: str | None, shown_at: int | None
+    dataset: Dataset,
+    query_id: str,
+    ranking: Run,
+    keys: dict[str, str],
+    fixed: str | None,
+    shown_at: int | None,
+    shown_as: str | None = None,
 ) -> None:
     """The form's submit callback (it runs before the page): validate, store, and say what happened.
-    ``fixed``: the only document the form grades (the Judging page); ``shown_at``: when it was sent."""
+    ``fixed``: the only document the form grades (the Judging page); ``shown_at``: when it was sent;
+    ``shown_as``: what the page calls it."""
     v = view()
     values: dict[str, Any] = {name: st.session_state.get(key) for name, key in keys.items()}
     acting = auth.acting()
@@ -173,7 +183,8 @@ def _save(
         return
     for name in ("note", "grade", "type"):
         st.session_state[keys[name]] = "" if name == "note" else None
-    v.flash = f"Saved: {' and '.join(saved)}" + ("" if doc_id is None else f" on {ui.md(doc_id)}")
+    named = shown_as if shown_as is not None else doc_id
+    v.flash = f"Saved: {' and '.join(saved)}" + ("" if named is None else f" on {ui.md(named)}")
 
 
 def _taxonomy_help() -> str:
