@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytrec_eval
 
-from r2med_core.analysis.intervals import Interval, difference_interval, mean_interval
+from r2med_core.intervals import Interval, difference_interval, mean_interval
 from r2med_core.runs import Run, llm_outcomes
 
 if TYPE_CHECKING:
@@ -42,6 +42,41 @@ ALL_METRICS: tuple[str, ...] = (
     *tuple(f"{name}_{k}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at") for k in CUTOFFS),
     "mrr",
 )
+
+
+#: How each metric family is spelled for a reader (the paper's spelling).
+FAMILY_LABELS = {"ndcg_at": "nDCG", "map_at": "MAP", "recall_at": "Recall", "precision_at": "P"}
+
+
+def metric_label(metric: str) -> str:
+    """``ndcg_at_10`` → ``nDCG@10``, ``mrr`` → ``MRR`` (the paper's spelling, for charts and pickers)."""
+    if metric == "mrr":
+        return "MRR"
+    family, _, k = metric.rpartition("_")
+    return f"{FAMILY_LABELS.get(family, family)}@{k}"
+
+
+#: What each metric family says, for a reader who does not know its name (the name stays, for researchers).
+_FAMILY_MEANINGS = {
+    "ndcg_at": "how good the top {k} is, 0 to 1: relevant documents ranked higher, and higher grades, count more",
+    "recall_at": "the share of the relevant documents found in the top {k}",
+    "precision_at": "the share of the top {k} that is relevant",
+    "map_at": "mean average precision over the top {k}: precision at each relevant document found, averaged",
+}
+_MRR_MEANING = "how high the first relevant document ranks: 1 = first, 0.5 = second, 0.1 = tenth"
+
+
+def metric_meaning(metric: str) -> str:
+    """``recall_at_100`` → "the share of the relevant documents found in the top 100" (plain words)."""
+    if metric == "mrr":
+        return _MRR_MEANING
+    family, _, k = metric.rpartition("_")
+    return _FAMILY_MEANINGS[family].format(k=k)
+
+
+def metric_explained(metric: str) -> str:
+    """The metric's name with its meaning, as a page shows it the first time: "MRR (how high …)"."""
+    return f"{metric_label(metric)} ({metric_meaning(metric)})"
 
 
 #: The @1000 metrics ``evaluate`` adds for a run scored at depth 1000.
@@ -120,7 +155,7 @@ class Results:
         return table
 
     def intervals(self, metrics: Iterable[str]) -> dict[str, Interval | None]:
-        """Each metric's 95 % bootstrap interval over the evaluated queries (:mod:`r2med_core.analysis.intervals`)."""
+        """Each metric's 95 % bootstrap interval over the evaluated queries (:mod:`r2med_core.intervals`)."""
         table = self.per_query
         return {m: mean_interval(table[m].to_numpy()) if m in table else None for m in metrics}
 
@@ -132,6 +167,16 @@ class Results:
             "evaluation_time": f"{self.seconds / 60:.2f} minutes",
             "test": {name: round(value, digits) for name, value in sorted(self.means.items())},
         }
+
+
+def is_results(obj: Any) -> bool:
+    """The shape of a results file (``eval`` writes it, the benchmark publishes it): a ``test`` object of
+    metric means beside plain fields. ``{"test": {"ndcg_at_10": 0.3}}`` also reads as score JSON for a
+    query called "test", so run readers ask this first: a results file holds no ranking."""
+    if not isinstance(obj, dict) or not isinstance(test := obj.get("test"), dict):
+        return False
+    means = all(isinstance(v, int | float) and not isinstance(v, bool) for v in test.values())
+    return means and not any(isinstance(v, dict) for k, v in obj.items() if k != "test")
 
 
 def evaluate(
@@ -248,7 +293,7 @@ def paired_test(
     a: Results, b: Results, metric: str = "ndcg_at_10", *, n_resamples: int = 10_000, seed: int = 0
 ) -> PairedTest:
     """Paired t-test, a two-sided paired randomization (sign-flip) test via scipy, and the paired
-    bootstrap interval of the difference (:func:`r2med_core.analysis.intervals.difference_interval`)."""
+    bootstrap interval of the difference (:func:`r2med_core.intervals.difference_interval`)."""
     import pandas as pd
 
     joined = pd.concat([a.per_query[metric], b.per_query[metric]], axis=1, join="inner").dropna()

@@ -9,6 +9,7 @@ through ``load_settings(extra=...)``; the environment wins over secrets.
 |---|---|---|
 | ``R2MED_DATA_ROOTS`` | folders (os.pathsep-separated) where local datasets may open | ./data, $R2MED_DATA_DIR |
 | ``R2MED_DATA_DIR`` | one folder holding a sub-folder per R2MED task | unset |
+| ``R2MED_DATA_HOME`` | where the annotation store and uploaded runs are kept | the user data folder |
 | ``R2MED_ALLOW_MODELS`` | model ids / paths (comma-separated; ``*``: any hub id, not a path) visitors may name | none |
 | ``R2MED_LLM_ENDPOINTS`` | more base URLs (comma-separated; a list in secrets) that get the operator's key; | none |
 |  | an entry ``NAME=URL`` (or ``NAME=URL MODEL``) is also offered by name (``llm=NAME``) | |
@@ -35,6 +36,7 @@ secrets); ``r2med_core.llm.endpoints`` decides where that key may go.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,10 @@ from pathlib import Path
 #: The encoding backends a setting may name (``hardware`` resolves "auto"). Kept here, not in
 #: ``hardware``, so settings imports nothing of the package (hardware reads the cache, which reads settings).
 ENCODE_BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "openvino")
+
+#: Where what users make here (labels, uploaded runs) is kept, when set; else the per-user data folder.
+DATA_ENV = "R2MED_DATA_HOME"
+APP_DIR = "r2med_explorer"
 
 _TRUE = ("1", "true", "yes", "on")
 #: Annotators each document of the judging queue goes to by default: two, so their agreement can be measured.
@@ -228,3 +234,22 @@ def _endpoints(from_env: str | None, from_secrets: object) -> tuple[str, ...]:
     else:
         values = []
     return tuple(str(v).strip() for v in values if str(v).strip())
+
+
+def user_data_dir() -> Path:
+    """The per-user data folder (the platformdirs rule, without the dependency)."""
+    home = Path.home()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".local" / "share"
+    return base / APP_DIR
+
+
+def user_data_home() -> Path:
+    """``$R2MED_DATA_HOME``, else the per-user data folder: the annotation store and uploaded runs live here."""
+    configured = os.environ.get(DATA_ENV)
+    return Path(configured).expanduser() if configured else user_data_dir()

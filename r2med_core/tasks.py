@@ -1,8 +1,9 @@
-"""The eight R2MED tasks and their three families.
+"""The eight R2MED tasks and their three families, and the benchmark's retrievers and rewrite methods.
 
 One place for task names, Hugging Face ids, published sizes and the per-task instructions that
 instruction-following dense models use (the benchmark's exact strings), so the CLI, the loaders
-and the app never disagree.
+and the app never disagree. The retrievers' and rewrite methods' ids are the benchmark's folder names:
+the system kinds (which dense presets are the benchmark's) and the published scores both read them here.
 """
 
 from __future__ import annotations
@@ -212,6 +213,26 @@ TASKS: dict[str, TaskInfo] = {
             "974abbc9bc281c3169180a6aa5d7586cfd2f5877",
         ),
     )
+}
+
+#: The benchmark's first-stage retrievers: their ids as its results folders spell them (the dense presets
+#: configured as it ran them share these names), and the names the paper prints.
+RETRIEVER_NAMES: dict[str, str] = {
+    "bm25": "BM25",
+    "contriever": "Contriever",
+    "medcpt": "MedCPT",
+    "inst-l": "Instructor-large",
+    "inst-xl": "Instructor-xl",
+    "bmr-410m": "BMRetriever-410M",
+    "bmr-2b": "BMRetriever-2B",
+    "bmr-7b": "BMRetriever-7B",
+    "bge": "bge-large-en-v1.5",
+    "e5": "e5-mistral-7b-instruct",
+    "grit": "GritLM-7B",
+    "sfr": "SFR-Embedding-Mistral",
+    "nv": "NV-Embed-v2",
+    "openai": "text-embedding-3-large",
+    "voyage": "voyage-3",
 }
 
 #: Rewriting methods whose outputs R2MED publishes, in the benchmark's folder names.

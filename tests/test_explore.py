@@ -22,8 +22,7 @@ from r2med_core.analysis.explore import (
     shared_with_gold,
 )
 from r2med_core.data import load_r2med_dir
-from r2med_core.evaluation import evaluate
-from r2med_core.reporting.tables import metric_label
+from r2med_core.evaluation import evaluate, metric_label
 from r2med_core.runs import Run
 
 

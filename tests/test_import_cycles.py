@@ -29,11 +29,12 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """The r2med_core modules ``name`` imports anywhere in its source (functions included)."""
+def import_lines(name: str, path: Path, source: str | None = None) -> list[tuple[str, int]]:
+    """Each r2med_core module ``name`` imports anywhere in its source (functions included), with the line."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    found: list[tuple[str, int]] = []
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -45,7 +46,13 @@ def _imports(name: str, path: Path) -> set[str]:
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         else:
             continue
-        found |= {t for t in targets if t in MODULES and t != name}
+        found += [(t, node.lineno) for t in targets if t in MODULES and t != name]
+    return sorted(dict.fromkeys(found), key=lambda pair: pair[1])  # ``from m import a, b`` is one line
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The r2med_core modules ``name`` imports anywhere in its source (functions included)."""
+    found = {target for target, _ in import_lines(name, path)}
     # a package's own submodules import it implicitly: that edge is not a cycle
     return {t for t in found if not name.startswith(t + ".")}
 

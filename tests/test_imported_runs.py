@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from r2med_core import DataError, evaluate, load_demo, run_system
-from r2med_core.runs import Run, format_trec
-from r2med_core.server.imported_runs import (
+from r2med_core.imported_runs import (
     available_runs,
     parse_run,
     read_run_file,
@@ -20,6 +19,7 @@ from r2med_core.server.imported_runs import (
     save_upload,
     uploads_root,
 )
+from r2med_core.runs import Run, format_trec
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
 from tests.test_app import frame, open_app, picker, retrieved_table, significance

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from r2med_core import evaluate, load_demo, run_system
-from r2med_core.analysis.intervals import difference_interval, mean_interval
 from r2med_core.evaluation import paired_test
+from r2med_core.intervals import difference_interval, mean_interval
 from r2med_core.runs import Run
 
 

@@ -15,8 +15,8 @@ from r2med_core import load_demo, run_system
 from r2med_core.analysis.mteb import mteb_models
 from r2med_core.data import DataError
 from r2med_core.evaluation import evaluate
+from r2med_core.imported_runs import parse_run, read_run_file
 from r2med_core.reporting.mteb_files import mteb_result, mteb_result_board, read_mteb_result, write_mteb_files
-from r2med_core.server.imported_runs import parse_run, read_run_file
 from r2med_core.tasks import TASKS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mteb" / "R2MEDBiologyRetrieval.json"  # MTEB's results repo, CC0

@@ -16,6 +16,7 @@ import pytest
 
 from r2med_core import DataError, evaluate, load_demo, paired_test, run_system
 from r2med_core.evaluation import holm
+from r2med_core.imported_runs import available_runs, kept_provenance, load_run
 from r2med_core.reporting.provenance import collect
 from r2med_core.reporting.saved_report import (
     DATA_ID,
@@ -27,7 +28,6 @@ from r2med_core.reporting.saved_report import (
     reopen_report,
 )
 from r2med_core.runs import Run
-from r2med_core.server.imported_runs import available_runs, kept_provenance, load_run
 from r2med_core.settings import parse_prices
 from tests.test_app import open_app, significance
 

@@ -25,7 +25,6 @@ from r2med_app.views.state import view
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, Results, Run, evaluate, load_demo, load_dir
 from r2med_core.analysis.explore import query_table, shorten
 from r2med_core.analysis.fidelity import fidelity
-from r2med_core.analysis.intervals import Interval
 from r2med_core.analysis.stats import (
     DataFacts,
     DatasetSummary,
@@ -46,6 +45,8 @@ from r2med_core.compute.jobs import (
 )
 from r2med_core.data import Problem
 from r2med_core.hub import DownloadError, ModelUnavailable, cached_task, download_task, load_snapshot
+from r2med_core.imported_runs import kept_provenance
+from r2med_core.intervals import Interval
 from r2med_core.judging.annotations import (
     AnnotationStore,
     AnnotationStoreError,
@@ -64,7 +65,6 @@ from r2med_core.llm.generation import (
 from r2med_core.progress import Progress
 from r2med_core.reporting.provenance import Provenance, ProvenanceError, run_provenance
 from r2med_core.retrieval.rerank import RerankerUnavailable, rerank, rerank_key
-from r2med_core.server.imported_runs import kept_provenance
 from r2med_core.server.roots import NOT_ALLOWED, DatasetFolder, allowed_folder, discover, folder_signature
 from r2med_core.settings import Settings, load_settings
 from r2med_core.systems import (

@@ -14,9 +14,8 @@ import pandas as pd
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from r2med_core.data import Dataset
-from r2med_core.evaluation import PairedTest, Results
+from r2med_core.evaluation import PairedTest, Results, metric_label, metric_meaning
 from r2med_core.judging.annotations import grade_words
-from r2med_core.reporting.tables import metric_label, metric_meaning
 from r2med_core.retrieval.tokenize import lucene_tokenize
 from r2med_core.runs import Run
 

@@ -27,7 +27,7 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
-from r2med_core.tasks import TASKS
+from r2med_core.tasks import RETRIEVER_NAMES, TASKS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,25 +120,6 @@ ATTRIBUTION: str = (
     "(Li et al., 2025), from the authors' public repository (https://github.com/R2MED/R2MED), "
     "MIT License."
 )
-
-#: Display names for the upstream retriever ids.
-RETRIEVER_NAMES: dict[str, str] = {
-    "bm25": "BM25",
-    "contriever": "Contriever",
-    "medcpt": "MedCPT",
-    "inst-l": "Instructor-large",
-    "inst-xl": "Instructor-xl",
-    "bmr-410m": "BMRetriever-410M",
-    "bmr-2b": "BMRetriever-2B",
-    "bmr-7b": "BMRetriever-7B",
-    "bge": "bge-large-en-v1.5",
-    "e5": "e5-mistral-7b-instruct",
-    "grit": "GritLM-7B",
-    "sfr": "SFR-Embedding-Mistral",
-    "nv": "NV-Embed-v2",
-    "openai": "text-embedding-3-large",
-    "voyage": "voyage-3",
-}
 
 #: Display names for the query-rewriting (GAR) methods.
 METHOD_NAMES: dict[str, str] = {

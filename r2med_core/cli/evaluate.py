@@ -137,7 +137,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_evaluate_run(args: argparse.Namespace) -> int:
     from r2med_core.evaluation import evaluate
-    from r2med_core.server.imported_runs import read_run_or_results
+    from r2med_core.imported_runs import read_run_or_results
 
     dataset = load(args)
     imported = read_run_or_results(args.run, dataset)

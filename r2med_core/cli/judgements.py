@@ -63,7 +63,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _read_runs(paths: Sequence[Path], dataset: Dataset) -> dict[str, Run]:
     """Each ``--run`` (a run file, a kit's folder, or the NAME.json ``eval`` writes) checked against the
     dataset, keyed by its name; warnings go to stderr as ``evaluate-run`` prints them."""
-    from r2med_core.server.imported_runs import read_run_or_results
+    from r2med_core.imported_runs import read_run_or_results
 
     runs: dict[str, Run] = {}
     for path in paths:

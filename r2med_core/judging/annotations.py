@@ -25,9 +25,7 @@ import builtins
 import csv
 import io
 import json
-import os
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -44,14 +42,15 @@ from r2med_core.judging.stores import COLUMNS, INTEGER_MAX, Backend, Session, co
 from r2med_core.judging.stores import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported: callers import them from here
 from r2med_core.judging.stores import URL_ENV as URL_ENV
 from r2med_core.judging.stores import AnnotationStoreError as AnnotationStoreError
+from r2med_core.settings import DATA_ENV as DATA_ENV  # re-exported: callers import them from here
+from r2med_core.settings import user_data_dir as user_data_dir
+from r2med_core.settings import user_data_home
 
 Scope = Literal["query", "document", "both"]
 SCOPES: tuple[str, ...] = get_args(Scope)
 
 #: Environment variable naming the folder that holds user data such as the annotation store.
-DATA_ENV = "R2MED_DATA_HOME"
 STORE_FILE = "annotations.sqlite"
-APP_DIR = "r2med_explorer"
 #: Rows per transaction when importing, so a large import never holds the write lock for long.
 IMPORT_BATCH = 500
 
@@ -453,24 +452,9 @@ class LabelImportReport:
 # --------------------------------------------------------------------------- the store
 
 
-def user_data_dir() -> Path:
-    """The per-user data folder (the platformdirs rule, without the dependency)."""
-    home = Path.home()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
-    else:
-        xdg = os.environ.get("XDG_DATA_HOME", "")
-        base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".local" / "share"
-    return base / APP_DIR
-
-
 def default_store_path() -> Path:
     """``$R2MED_DATA_HOME/annotations.sqlite``, else the user data folder's ``annotations.sqlite``."""
-    configured = os.environ.get(DATA_ENV)
-    root = Path(configured).expanduser() if configured else user_data_dir()
-    return root / STORE_FILE
+    return user_data_home() / STORE_FILE
 
 
 def default_store_target() -> str | Path:

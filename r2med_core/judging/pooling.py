@@ -22,9 +22,8 @@ import ir_measures
 import pandas as pd
 
 from r2med_core.data import DataError, Problem
-from r2med_core.evaluation import MAIN_METRICS, evaluate
+from r2med_core.evaluation import MAIN_METRICS, evaluate, metric_label, metric_meaning
 from r2med_core.judging.annotations import Qrels
-from r2med_core.reporting.tables import metric_label, metric_meaning
 from r2med_core.runs import Run
 
 #: The pool depth TREC-style pooling uses most, and the cutoff Judged@k is shown at.

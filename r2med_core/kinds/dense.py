@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from r2med_core.analysis.published import RETRIEVER_NAMES
 from r2med_core.cache import entry_path
 from r2med_core.data import Dataset
 from r2med_core.kinds.base import (
@@ -43,7 +42,7 @@ from r2med_core.retrieval.encoding import docs_per_s, finished_docs
 from r2med_core.retrieval.encoding import status as encoding_status
 from r2med_core.runs import Ranking, Run
 from r2med_core.settings import Settings
-from r2med_core.tasks import TASKS, task_instructions
+from r2med_core.tasks import RETRIEVER_NAMES, TASKS, task_instructions
 
 #: Dense presets configured as the benchmark ran them (model, pooling, cosine, per-task instruction,
 #: document prefix, max length): the paper's retrievers, named as published.

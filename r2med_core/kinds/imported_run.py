@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from r2med_core.data import Dataset
+from r2med_core.imported_runs import RUN_PREFIX, is_run_name, load_run, run_digest
 from r2med_core.kinds.base import Parse, SpecError, SystemKind, SystemSpec, done, register
 from r2med_core.progress import Progress
 from r2med_core.runs import Run
-from r2med_core.server.imported_runs import RUN_PREFIX, is_run_name, load_run, run_digest
 
 
 def _imported(function: Any, dataset: Dataset, name: str) -> Any:

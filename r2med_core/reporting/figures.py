@@ -19,9 +19,9 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from r2med_core.analysis.intervals import Interval
-from r2med_core.evaluation import CUTOFFS, Results
-from r2med_core.reporting.tables import curves_table, metric_label
+from r2med_core.evaluation import CUTOFFS, Results, metric_label
+from r2med_core.intervals import Interval
+from r2med_core.reporting.tables import curves_table
 
 #: The template every figure is built with (white background, readable outside the app).
 TEMPLATE = "plotly_white"

@@ -29,6 +29,7 @@ from r2med_core.analysis.mteb_names import MAIN_SCORE, METRIC_TO_MTEB, MTEB_SPLI
 from r2med_core.analysis.mteb_names import task_from_mteb as _task_from_mteb
 from r2med_core.data import DataError, Dataset, Problem
 from r2med_core.evaluation import Results
+from r2med_core.imported_runs import is_mteb_result
 from r2med_core.runs import Run
 
 if TYPE_CHECKING:
@@ -134,11 +135,6 @@ class MtebResultFile:
     metrics: dict[str, float]
     evaluation_time: float | None
     made_here: bool
-
-
-def is_mteb_result(obj: Any) -> bool:
-    """Whether parsed JSON has the shape of an MTEB result file (not a ranking)."""
-    return isinstance(obj, dict) and "task_name" in obj and "scores" in obj and "dataset_revision" in obj
 
 
 def _text(value: Any, label: str, field: str, problems: list[Problem], *, optional: bool = False) -> str | None:

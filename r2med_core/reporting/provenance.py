@@ -23,6 +23,7 @@ from typing import Any
 
 from r2med_core.cache import fingerprint
 from r2med_core.data import HAND_WRITTEN
+from r2med_core.evaluation import is_results
 from r2med_core.runs import llm_outcomes
 from r2med_core.settings import Price
 
@@ -486,16 +487,6 @@ class ResultsFile:
     model_name: str
     means: dict[str, float]
     provenance: Provenance | None
-
-
-def is_results(obj: Any) -> bool:
-    """The shape of a results file (``eval`` writes it, the benchmark publishes it): a ``test`` object of
-    metric means beside plain fields. ``{"test": {"ndcg_at_10": 0.3}}`` also reads as score JSON for a
-    query called "test", so run readers ask this first: a results file holds no ranking."""
-    if not isinstance(obj, dict) or not isinstance(test := obj.get("test"), dict):
-        return False
-    means = all(isinstance(v, int | float) and not isinstance(v, bool) for v in test.values())
-    return means and not any(isinstance(v, dict) for k, v in obj.items() if k != "test")
 
 
 def read_results_file(path: Path) -> ResultsFile:

@@ -4,7 +4,7 @@ the settings, and the runs themselves) and a LaTeX table, both built from the sa
 The HTML opens offline (plotly.js is inlined once, nothing is fetched) and every string that came
 from a dataset, a file or a user is escaped. It carries its runs as TREC text in a
 ``<script type="application/json">`` block, so uploading the file reopens them as imported runs
-(:func:`reopen_report`, through :func:`r2med_core.server.imported_runs.save_upload`, validated like any upload).
+(:func:`reopen_report`, through :func:`r2med_core.imported_runs.save_upload`, validated like any upload).
 
 Significance is all pairs on each metric with the project's paired tests
 (:func:`r2med_core.evaluation.paired_test`), Holm-corrected over the pairs of a metric, as
@@ -26,14 +26,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from r2med_core.analysis.intervals import DESCRIPTION, PAIRED_DESCRIPTION, Interval
 from r2med_core.data import DataError, Dataset, Problem
-from r2med_core.evaluation import MAIN_METRICS, PairedTest, Results, holm, paired_test
-from r2med_core.reporting.figures import curves_figure, means_figure, per_query_figure
-from r2med_core.reporting.provenance import Provenance, ProvenanceError
-from r2med_core.reporting.tables import metric_label, test_cells
-from r2med_core.runs import Run, format_trec
-from r2med_core.server.imported_runs import (
+from r2med_core.evaluation import MAIN_METRICS, PairedTest, Results, holm, metric_label, paired_test
+from r2med_core.imported_runs import (
     RUN_PREFIX,
     ImportedRun,
     RunEntry,
@@ -42,6 +37,11 @@ from r2med_core.server.imported_runs import (
     sanitize_run_name,
     save_upload,
 )
+from r2med_core.intervals import DESCRIPTION, PAIRED_DESCRIPTION, Interval
+from r2med_core.reporting.figures import curves_figure, means_figure, per_query_figure
+from r2med_core.reporting.provenance import Provenance, ProvenanceError
+from r2med_core.reporting.tables import test_cells
+from r2med_core.runs import Run, format_trec
 from r2med_core.settings import Price, Settings, load_settings
 
 REPORT_FORMAT = "r2med-explorer-report"

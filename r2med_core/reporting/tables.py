@@ -6,45 +6,19 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from r2med_core.analysis.intervals import Interval
-from r2med_core.evaluation import ALL_METRICS, CUTOFFS, PairedTest, Results
+from r2med_core.evaluation import (
+    ALL_METRICS,
+    CUTOFFS,
+    FAMILY_LABELS,
+    PairedTest,
+    Results,
+    metric_label,
+    metric_meaning,
+)
+from r2med_core.intervals import Interval
 
 #: Metric families plotted against k.
 CURVE_METRICS: tuple[str, ...] = ("ndcg_at", "recall_at", "precision_at", "map_at")
-
-
-_FAMILY_LABELS = {"ndcg_at": "nDCG", "map_at": "MAP", "recall_at": "Recall", "precision_at": "P"}
-
-
-def metric_label(metric: str) -> str:
-    """``ndcg_at_10`` → ``nDCG@10``, ``mrr`` → ``MRR`` (the paper's spelling, for charts and pickers)."""
-    if metric == "mrr":
-        return "MRR"
-    family, _, k = metric.rpartition("_")
-    return f"{_FAMILY_LABELS.get(family, family)}@{k}"
-
-
-#: What each metric family says, for a reader who does not know its name (the name stays, for researchers).
-_FAMILY_MEANINGS = {
-    "ndcg_at": "how good the top {k} is, 0 to 1: relevant documents ranked higher, and higher grades, count more",
-    "recall_at": "the share of the relevant documents found in the top {k}",
-    "precision_at": "the share of the top {k} that is relevant",
-    "map_at": "mean average precision over the top {k}: precision at each relevant document found, averaged",
-}
-_MRR_MEANING = "how high the first relevant document ranks: 1 = first, 0.5 = second, 0.1 = tenth"
-
-
-def metric_meaning(metric: str) -> str:
-    """``recall_at_100`` → "the share of the relevant documents found in the top 100" (plain words)."""
-    if metric == "mrr":
-        return _MRR_MEANING
-    family, _, k = metric.rpartition("_")
-    return _FAMILY_MEANINGS[family].format(k=k)
-
-
-def metric_explained(metric: str) -> str:
-    """The metric's name with its meaning, as a page shows it the first time: "MRR (how high …)"."""
-    return f"{metric_label(metric)} ({metric_meaning(metric)})"
 
 
 def test_cells(test: PairedTest) -> dict[str, str]:
@@ -97,7 +71,7 @@ def curves_table(results: list[Results], labels: dict[str, str] | None = None) -
     rows = [
         {
             "system": labels.get(r.run_name, r.run_name),
-            "metric": _FAMILY_LABELS[family],
+            "metric": FAMILY_LABELS[family],
             "k": k,
             "value": r.means[f"{family}_{k}"],
         }

@@ -13,8 +13,8 @@ import pytest
 
 from r2med_core import evaluate, load_dir, read_trec, run_system
 from r2med_core.data import DataError, validate_dir
+from r2med_core.imported_runs import available_runs, parse_run, read_run_file, save_upload
 from r2med_core.runs import Run, write_trec
-from r2med_core.server.imported_runs import available_runs, parse_run, read_run_file, save_upload
 from r2med_core.settings import Settings
 
 from ..conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_jsonl

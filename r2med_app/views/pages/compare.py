@@ -12,9 +12,9 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_app.views.panels import saved_reports
 from r2med_core.analysis.explore import axis_range, per_query_delta, shorten, verdict
-from r2med_core.analysis.intervals import DESCRIPTION, PAIRED_DESCRIPTION
-from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, Results, compare
-from r2med_core.reporting.tables import metric_explained, metric_label, test_cells
+from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, Results, compare, metric_explained, metric_label
+from r2med_core.intervals import DESCRIPTION, PAIRED_DESCRIPTION
+from r2med_core.reporting.tables import test_cells
 
 dataset = ui.current_dataset()
 v = state.view()

@@ -25,8 +25,8 @@ from r2med_core.analysis.explore import (
     side_by_side,
     step,
 )
+from r2med_core.evaluation import metric_explained, metric_label
 from r2med_core.judging.annotations import TAXONOMY, grade_words
-from r2med_core.reporting.tables import metric_explained, metric_label
 from r2med_core.systems import (
     dense_instruction_notes,
     queries_left_out,

@@ -11,7 +11,6 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_app.views.panels import runs
 from r2med_app.views.panels.mteb import mteb_section, your_mteb_results
-from r2med_core.analysis.intervals import DESCRIPTION
 from r2med_core.analysis.paper_comparison import compare_with_paper
 from r2med_core.analysis.published import (
     ATTRIBUTION,
@@ -27,8 +26,8 @@ from r2med_core.analysis.published import (
     task_help,
 )
 from r2med_core.compute.sweep import read_grid, sweep_table
-from r2med_core.evaluation import Results, published_metrics_note
-from r2med_core.reporting.tables import metric_explained, metric_label
+from r2med_core.evaluation import Results, metric_explained, metric_label, published_metrics_note
+from r2med_core.intervals import DESCRIPTION
 from r2med_core.systems import published_kind
 
 dataset = ui.current_dataset()
@@ -123,7 +122,7 @@ published_task = dataset.name in PUBLISHED_TASKS
 
 
 def _interval(result: Results) -> str:
-    """The local mean's 95 % bootstrap interval (r2med_core.analysis.intervals), as text."""
+    """The local mean's 95 % bootstrap interval (r2med_core.intervals), as text."""
     interval = ui.get_intervals(dataset, result, [metric]).get(metric)
     return interval.text(3) if interval else "–"
 

@@ -10,15 +10,10 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_app.views.panels import diagnosis, saved_reports
 from r2med_app.views.panels.pooling import section as pooling_section
-from r2med_core.analysis.intervals import DESCRIPTION
-from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS
+from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, metric_label
+from r2med_core.intervals import DESCRIPTION
 from r2med_core.reporting.figures import curves_figure, means_figure, per_query_figure
-from r2med_core.reporting.tables import (
-    means_by_metric,
-    means_table,
-    metric_label,
-    per_query_long,
-)
+from r2med_core.reporting.tables import means_by_metric, means_table, per_query_long
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
 

@@ -13,8 +13,8 @@ from r2med_core.analysis.mteb_names import METRIC_TO_MTEB
 from r2med_core.analysis.mteb_protocols import protocol_comparisons, protocol_table
 from r2med_core.analysis.published import PUBLISHED_TASKS, TASK_HEADERS, task_help
 from r2med_core.data import DataError
+from r2med_core.evaluation import metric_label
 from r2med_core.reporting.mteb_files import EXPORT_LABEL, mteb_result_board, read_mteb_result
-from r2med_core.reporting.tables import metric_label
 
 
 def _signed(frame: pd.DataFrame, columns: list[str]) -> object:

@@ -11,12 +11,11 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_app.views.panels import auth, team
 from r2med_core import Dataset
-from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.evaluation import MAIN_METRICS, metric_label
 from r2med_core.judging.annotations import AnnotationStore, AnnotationStoreError, Qrels
 from r2med_core.judging.identity import PermissionDenied, authorize
 from r2med_core.judging.pooling import DEFAULT_DEPTH, JUDGED_WORDS, Pool, compare_with_team, pool, pooling_by_measure
 from r2med_core.judging.queue import JudgingQueue, kept_queue_files
-from r2med_core.reporting.tables import metric_label
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20, 50, 100]

@@ -1,5 +1,5 @@
 """Your runs: bring a run made elsewhere (a GPU cluster, the official kit, MTEB) into the app as a
-system ``run:<name>``. Drawn in the sidebar; the runs themselves are found by r2med_core.server.imported_runs.
+system ``run:<name>``. Drawn in the sidebar; the runs themselves are found by r2med_core.imported_runs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from r2med_app.views import ui
 from r2med_app.views.panels import auth, saved_reports
 from r2med_app.views.state import view
 from r2med_core import DataError, Dataset
-from r2med_core.server.imported_runs import (
+from r2med_core.imported_runs import (
     JSON_SUFFIXES,
     RUNS_DIR,
     TREC_SUFFIXES,

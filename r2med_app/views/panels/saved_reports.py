@@ -12,8 +12,8 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from r2med_app.views import state, ui
 from r2med_app.views.panels import auth
 from r2med_core import DataError, Dataset, PairedTest, Results, Run
+from r2med_core.evaluation import metric_label
 from r2med_core.reporting.saved_report import TESTS, Report, ReportSystem, reopen_report
-from r2med_core.reporting.tables import metric_label
 from r2med_core.runs import safe_name
 from r2med_core.settings import load_settings
 

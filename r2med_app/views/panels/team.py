@@ -8,11 +8,10 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_core import Dataset
-from r2med_core.evaluation import MAIN_METRICS
+from r2med_core.evaluation import MAIN_METRICS, metric_label
 from r2med_core.judging.annotations import AnnotationStoreError
 from r2med_core.judging.pooling import ORIGINAL, TEAM, scores_with_team
 from r2med_core.judging.team import TeamQrels, read_team_qrels
-from r2med_core.reporting.tables import metric_label
 
 
 def read(dataset: Dataset) -> TeamQrels | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections import OrderedDict
 from collections.abc import Collection
@@ -31,10 +30,9 @@ from typing import Any
 
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import DataError, Dataset, Problem, _id_problem
-from r2med_core.reporting.mteb_files import is_mteb_result
-from r2med_core.reporting.provenance import is_results
+from r2med_core.evaluation import is_results
 from r2med_core.runs import Run, format_trec, parse_score, parse_trec
-from r2med_core.settings import Settings, load_settings
+from r2med_core.settings import Settings, load_settings, user_data_home
 
 RUN_PREFIX = "run:"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -50,6 +48,11 @@ MTEB_RESULT_NOT_A_RUN = (
     "under \"Your MTEB result files\" (or `r2med mteb-results FILE`), and import its predictions file "
     "(<TaskName>_predictions.json, from `mteb run --save-predictions`) here to browse it per query"
 )
+
+
+def is_mteb_result(obj: Any) -> bool:
+    """Whether parsed JSON has the shape of an MTEB result file (``reporting.mteb_files`` reads it), not a ranking."""
+    return isinstance(obj, dict) and "task_name" in obj and "scores" in obj and "dataset_revision" in obj
 
 
 @dataclass(frozen=True)
@@ -390,10 +393,7 @@ def _score_file_in(folder: Path, label: str) -> Path:
 
 def uploads_root() -> Path:
     """``$R2MED_DATA_HOME/runs``, else ``runs`` in the user data folder (next to the annotation store)."""
-    from r2med_core.judging.annotations import DATA_ENV, user_data_dir  # annotations imports pandas: only when needed
-
-    configured = os.environ.get(DATA_ENV)
-    return (Path(configured).expanduser() if configured else user_data_dir()) / "runs"
+    return user_data_home() / "runs"
 
 
 def dataset_folder_name(dataset: Dataset) -> str:
