@@ -449,6 +449,14 @@ def _stream_errors() -> tuple[type[BaseException], ...]:
     return (httpx2.HTTPError, httpx2.StreamError, httpcore2.ReadError, httpcore2.ReadTimeout)
 
 
+def _is_timeout(err: BaseException) -> bool:
+    """Whether a broken stream is the request's deadline passing (not the server going away)."""
+    import httpcore2
+    import httpx2
+
+    return isinstance(err, (httpx2.TimeoutException, httpcore2.TimeoutException, TimeoutError))
+
+
 def _stream_reply(stream: Any, watch: StreamWatch, started: float, url: str) -> Any:
     """Read a streamed chat completion to its end into the shape of a whole one (text, finish reason,
     usage: the server's when it sends one, else the chunks counted: one token each on llama.cpp)."""
@@ -759,12 +767,20 @@ class Transport:
                         f"{url} sent a reply larger than {self.max_reply_bytes / (1 << 20):g} MB; this query is "
                         "skipped (the operator can raise R2MED_LLM_REPLY_MAX_MB)"
                     ) from None
-                cause = " ".join(str(err).split())[:160] or type(err).__name__
-                raise LLMFailure(
-                    f"{url} stopped answering in the middle of a reply ({cause}): is the server still running? "
-                    "Finished queries are kept; run again to resume",
-                    batch=True,
-                ) from None
+                if _is_timeout(err):  # the reply's deadline passed while it dribbled in: a timeout like any other
+                    if attempt >= reach_retries:
+                        raise LLMFailure(
+                            f"could not reach {url}: no reply within {self.endpoint.timeout:g} s "
+                            f"({attempt + 1} attempts; raise the timeout for long answers)",
+                            batch=True,
+                        ) from None
+                else:
+                    cause = " ".join(str(err).split())[:160] or type(err).__name__
+                    raise LLMFailure(
+                        f"{url} stopped answering in the middle of a reply ({cause}): is the server still "
+                        "running? Finished queries are kept; run again to resume",
+                        batch=True,
+                    ) from None
             else:
                 _reply_text(response, url)  # an empty or odd reply is a failure, not a result
                 return response

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from r2med_app.views.panels.sidebar import BASE_SYSTEMS
 from r2med_core.kinds import dense as systems_module
 from r2med_core.retrieval import rerank as rerank_module
 from r2med_core.server.access import MAX_LINK_SYSTEMS, system_refusal, vet_link_systems
@@ -88,7 +89,8 @@ def test_a_link_adds_at_most_a_few_fusions_and_never_nested_ones(loads: list[str
     at = open_app(systems=["bm25"], extra=[*fusions, nested, "rrf(bm25,dense:/etc)"])
     assert not at.exception
     labels = at.multiselect(key="w_systems").options
-    assert sum(o.startswith("RRF(") for o in labels) == 1 + MAX_LINK_SYSTEMS  # the built-in one + the cap
+    built_in = sum(name.startswith("rrf(") for name in BASE_SYSTEMS)  # rrf(bm25,minilm), rrf(bm25,static:minilm)
+    assert sum(o.startswith("RRF(") for o in labels) == built_in + MAX_LINK_SYSTEMS  # the built-in ones + the cap
     assert at.session_state["view"].extra == fusions[:MAX_LINK_SYSTEMS]
     note = _refusal_note(at)
     assert "fusions of fusions" in note and f"at most {MAX_LINK_SYSTEMS}" in note
