@@ -20,3 +20,13 @@ def notify(progress: Progress | None, fraction: float, message: str) -> None:
     """Call ``progress`` if given, clamping ``fraction`` to [0, 1]."""
     if progress is not None:
         progress(min(1.0, max(0.0, fraction)), message)
+
+
+def format_seconds(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``: a duration as a person reads it."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -39,7 +39,7 @@ from r2med_core.llm.prompts import (
     load_examples,
     official_system,
 )
-from r2med_core.progress import Progress, notify
+from r2med_core.progress import Progress, format_seconds, notify
 from r2med_core.runs import Run
 from r2med_core.tasks import REWRITE_METHODS, Family
 
@@ -241,16 +241,6 @@ class GenerationEstimate:
         if self.seconds is None:
             return f"{self.to_send} replies to generate{cached}; {self.basis}"
         return f"{self.to_send} replies to generate{cached}, about {format_seconds(self.seconds)} ({self.basis})"
-
-
-def format_seconds(seconds: float) -> str:
-    """``45 s``, ``3 min 05 s``, ``1 h 02 min``."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def estimate_generation(

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from r2med_core.cache import atomic_write_bytes, atomic_write_text, cache_root, fingerprint, make_kind_folder
-from r2med_core.progress import Progress, notify
+from r2med_core.progress import Progress, format_seconds, notify
 
 #: Documents per chunk file: small enough that a crash loses little.
 CHUNK_DOCS = 256
@@ -69,16 +69,6 @@ class EncodeStatus:
         if self.eta_seconds is not None and self.done < self.total:
             parts.append(f"ETA {format_seconds(self.eta_seconds)}")
         return " · ".join(parts)
-
-
-def format_seconds(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``2 h 07 min``: a duration as a person reads it."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def chunk_folder(key: dict[str, Any]) -> Path:
