@@ -1,6 +1,7 @@
 """Evaluation exactly as the R2MED benchmark does it, plus paired comparisons between systems.
 
-All metric values come from pytrec_eval with the benchmark's measures; we only rename keys
+All metric values come from pytrec_eval with the benchmark's measures (each one a record in
+:mod:`r2med_core.measures`, which every metric table here reads); we only rename keys
 (``ndcg_cut_10`` → ``ndcg_at_10``) and average over the queries pytrec_eval returns — the ones
 present in both the run and the qrels — as the benchmark does. The benchmark scored BM25 and
 rerankers at k = 1, 10, 25, 50, 100 + MRR and dense retrievers (through BEIR) at k = 1, 3, 5, 10,
@@ -11,67 +12,56 @@ them the paper published for a kind of system. A value at a shared cutoff is the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytrec_eval
 
+from r2med_core import measures
 from r2med_core.intervals import Interval, difference_interval, mean_interval
+from r2med_core.measures import CUTOFFS as CUTOFFS  # re-exported: the evaluator's cutoffs
+from r2med_core.measures import DEEP_CUTOFF
 from r2med_core.runs import Run, llm_outcomes
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The union of the benchmark's cutoffs: pytrec_eval's (1, 10, 25, 50, 100) and BEIR's (1, 3, 5, 10, 100).
-CUTOFFS: tuple[int, ...] = (1, 3, 5, 10, 25, 50, 100)
-OFFICIAL_MEASURES: frozenset[str] = frozenset(
-    {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("ndcg_cut", "map_cut", "recall", "P")} | {"recip_rank"}
-)
-#: The benchmark's first commit also retrieved the top 1000 for dense models and scored @1000 (its
-#: published files are @100): ``evaluate(..., depth=1000)`` adds these measures so those figures reproduce.
-DEEP_CUTOFF = 1000
-DEEP_MEASURES: frozenset[str] = frozenset({f"{m}.{DEEP_CUTOFF}" for m in ("ndcg_cut", "map_cut", "recall", "P")})
-#: pytrec_eval measure prefix → the name R2MED reports.
-_NAMES = {"ndcg_cut": "ndcg_at", "map_cut": "map_at", "recall": "recall_at", "P": "precision_at"}
 #: The metrics the CLI prints and the app shows first.
 MAIN_METRICS: tuple[str, ...] = ("ndcg_at_10", "map_at_10", "recall_at_10", "recall_at_100", "precision_at_10", "mrr")
-#: Every metric the evaluator reports, in display order.
-ALL_METRICS: tuple[str, ...] = (
-    *tuple(f"{name}_{k}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at") for k in CUTOFFS),
-    "mrr",
-)
 
 
-#: How each metric family is spelled for a reader (the paper's spelling).
-FAMILY_LABELS = {"ndcg_at": "nDCG", "map_at": "MAP", "recall_at": "Recall", "precision_at": "P"}
+def __getattr__(name: str) -> Sequence[str]:
+    """``ALL_METRICS`` (every metric the evaluator reports, in display order) and ``DEEP_METRICS`` (the
+    @1000 ones ``evaluate`` adds at depth 1000), read from the registry when asked for, so a measure
+    registered later is in them (:mod:`r2med_core.measures`). Typed ``Sequence``: mypy 2.4 cannot write its
+    cache for a module ``__getattr__`` returning ``tuple[str, ...]`` inside an import cycle."""
+    if name == "ALL_METRICS":
+        return measures.all_metrics()
+    if name == "DEEP_METRICS":
+        return measures.deep_metrics()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _measure(metric: str) -> tuple[measures.Measure, int | None]:
+    found = measures.find(metric)
+    if found is None:
+        raise KeyError(f"unknown metric {metric!r}: no registered measure names it (r2med_core.measures)")
+    return found
 
 
 def metric_label(metric: str) -> str:
-    """``ndcg_at_10`` → ``nDCG@10``, ``mrr`` → ``MRR`` (the paper's spelling, for charts and pickers)."""
-    if metric == "mrr":
-        return "MRR"
-    family, _, k = metric.rpartition("_")
-    return f"{FAMILY_LABELS.get(family, family)}@{k}"
-
-
-#: What each metric family says, for a reader who does not know its name (the name stays, for researchers).
-_FAMILY_MEANINGS = {
-    "ndcg_at": "how good the top {k} is, 0 to 1: relevant documents ranked higher, and higher grades, count more",
-    "recall_at": "the share of the relevant documents found in the top {k}",
-    "precision_at": "the share of the top {k} that is relevant",
-    "map_at": "mean average precision over the top {k}: precision at each relevant document found, averaged",
-}
-_MRR_MEANING = "how high the first relevant document ranks: 1 = first, 0.5 = second, 0.1 = tenth"
+    """``ndcg_at_10`` → ``nDCG@10``, ``mrr`` → ``MRR`` (the paper's spelling, for charts and pickers);
+    a name no measure reads is shown as it is."""
+    found = measures.find(metric)
+    return metric if found is None else found[0].label_at(found[1])
 
 
 def metric_meaning(metric: str) -> str:
     """``recall_at_100`` → "the share of the relevant documents found in the top 100" (plain words)."""
-    if metric == "mrr":
-        return _MRR_MEANING
-    family, _, k = metric.rpartition("_")
-    return _FAMILY_MEANINGS[family].format(k=k)
+    measure, k = _measure(metric)
+    return measure.meaning_at(k)
 
 
 def metric_explained(metric: str) -> str:
@@ -79,50 +69,36 @@ def metric_explained(metric: str) -> str:
     return f"{metric_label(metric)} ({metric_meaning(metric)})"
 
 
-#: The @1000 metrics ``evaluate`` adds for a run scored at depth 1000.
-DEEP_METRICS: tuple[str, ...] = tuple(
-    f"{name}_{DEEP_CUTOFF}" for name in ("ndcg_at", "map_at", "recall_at", "precision_at")
-)
-
-
-#: The cutoffs (and MRR) the paper published per kind of system.
-_PUBLISHED: dict[str, tuple[tuple[int, ...], bool]] = {
-    "dense": ((1, 3, 5, 10, 100), False),
-    "bm25": ((1, 10, 25, 50, 100), True),
-    "reranker": ((1, 10, 25, 50, 100), True),
-}
-
-
 def published_metrics(kind: str) -> tuple[str, ...]:
     """The metrics the R2MED paper published for a kind of system ("dense", "bm25", "reranker");
     empty for kinds it has no numbers for (fusion, imported runs). A rewrite keeps its retriever's kind."""
-    if kind not in _PUBLISHED:
-        return ()
-    cutoffs, mrr = _PUBLISHED[kind]
-    names = tuple(f"{family}_{k}" for family in _NAMES.values() for k in cutoffs)
-    return (*names, "mrr") if mrr else names
+    return measures.paper_metrics(kind)
 
 
 def published_metrics_note(kind: str) -> str | None:
     """One sentence for the user next to a comparison with the paper: which metrics it published."""
-    if kind not in _PUBLISHED:
+    scoring = measures.PAPER.get(kind)
+    if scoring is None:
         return None
-    cutoffs, mrr = _PUBLISHED[kind]
-    what = {"dense": "dense retrievers", "bm25": "BM25", "reranker": "rerankers"}[kind]
-    scorer = "BEIR" if kind == "dense" else "pytrec_eval"
+    registered = measures.MEASURES.values()
+    cut = [m.label for m in registered if m.cutoffs and kind in m.published]
+    uncut = [m.label for m in registered if not m.cutoffs and kind in m.published]
+    elsewhere = [m.label for m in registered if not m.cutoffs and m.published and kind not in m.published]
     return (
-        f"For {what} the paper published nDCG, MAP, Recall and P at {', '.join(map(str, cutoffs))}"
-        f"{' and MRR' if mrr else ' (no MRR)'}, scored through {scorer}; the other metrics shown are "
-        "computed the same way but were not published."
+        f"For {scoring.what} the paper published {_listed(cut)} at {', '.join(map(str, scoring.cutoffs))}"
+        f"{f' and {_listed(uncut)}' if uncut else ''}{f' (no {_listed(elsewhere)})' if elsewhere else ''}, "
+        f"scored through {scoring.scorer}; the other metrics shown are computed the same way but were not published."
     )
+
+
+def _listed(words: list[str]) -> str:
+    """``["a", "b", "c"]`` → "a, b and c"."""
+    return " and ".join([", ".join(words[:-1]), words[-1]]) if len(words) > 1 else "".join(words)
 
 
 def metric_name(pytrec_key: str) -> str:
     """``ndcg_cut_10`` → ``ndcg_at_10``, ``P_10`` → ``precision_at_10``, ``recip_rank`` → ``mrr``."""
-    if pytrec_key == "recip_rank":
-        return "mrr"
-    prefix, _, k = pytrec_key.rpartition("_")
-    return f"{_NAMES[prefix]}_{k}"
+    return measures.metric_from_trec(pytrec_key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,9 +172,8 @@ def evaluate(
     """
     started = time.perf_counter()
     deep = depth >= DEEP_CUTOFF
-    metrics = [*ALL_METRICS, *DEEP_METRICS] if deep else list(ALL_METRICS)
-    measures = set(OFFICIAL_MEASURES) | (set(DEEP_MEASURES) if deep else set())
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures)
+    metrics = [*measures.all_metrics(), *(measures.deep_metrics() if deep else ())]
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures.trec_measures(deep=deep))
     scores = evaluator.evaluate(run.truncated(depth).as_score_dict())
     rows = {qid: {metric_name(key): value for key, value in values.items()} for qid, values in scores.items()}
     per_query = _Rows(rows, tuple(metrics))

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hub",
         "runs",
         "intervals",
+        "measures",
         "evaluation",
         "imported_runs",
     ),

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from r2med_core import load_demo, load_dir
 from r2med_core.cli import main
-from r2med_core.compute.sweep import read_grid, sweep
+from r2med_core.compute.sweep import read_grid, sweep, sweep_table
 from r2med_core.runs import read_trec
 
 APP = str(Path(__file__).resolve().parent.parent / "r2med_app" / "streamlit_app.py")
@@ -99,6 +99,30 @@ def test_a_damaged_sweep_summary_is_reported_not_trusted(tmp_path: Path) -> None
     assert rows == [] and len(notes) == 2
     (tmp_path / "sweep.json").write_text("[" * 100_000)
     assert read_grid(tmp_path)[0] == []
+
+
+def test_a_sweep_written_before_a_new_main_metric_still_serves_its_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep file holds the metrics the evaluator reported when it ran; a measure registered since and
+    shown first (added to MAIN_METRICS) is absent from its cells, which stay on the Leaderboard."""
+    from r2med_core import evaluation, measures
+
+    old = {m: 0.5 for m in measures.all_metrics()}  # what a sweep wrote per cell before the addition
+    cells = [{"task": task, "system": "bm25", "file": f"{task}/bm25.json", **old} for task in ("Biology", "IIYi")]
+    (tmp_path / "sweep.json").write_text(json.dumps({"cells": cells, "notes": []}))
+    monkeypatch.setattr(measures, "MEASURES", dict(measures.MEASURES))
+    measures.register(measures.Measure("success_at", "success", "Success", "a relevant one in the top {k}", (10,)))
+    monkeypatch.setattr(evaluation, "MAIN_METRICS", (*evaluation.MAIN_METRICS, "success_at_10"))
+    rows, notes = read_grid(tmp_path)
+    assert notes == [] and [r["task"] for r in rows] == ["Biology", "IIYi"]
+    assert all(r["ndcg_at_10"] == 0.5 and "success_at_10" not in r for r in rows)
+    assert sweep_table(rows, "ndcg_at_10")["bm25"].tolist() == [0.5, 0.5]
+    cells[0]["ndcg_at_10"] = "high"  # a metric that is not a number is still a damaged cell
+    (tmp_path / "sweep.json").write_text(json.dumps({"cells": cells}))
+    rows, notes = read_grid(tmp_path)
+    assert [r["task"] for r in rows] == ["IIYi"]
+    assert notes == ["sweep.json: cell 1 skipped (could not convert string to float: 'high')"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is optional (requirements-scale.txt)")

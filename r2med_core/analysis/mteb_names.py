@@ -11,6 +11,7 @@ do not map.
 
 from __future__ import annotations
 
+from r2med_core.measures import MEASURES
 from r2med_core.tasks import TASKS
 
 __all__ = [
@@ -31,16 +32,15 @@ MAIN_SCORE = "ndcg_at_10"
 #: Our task name → MTEB's (``PMC-Treatment`` → ``R2MEDPMCTreatmentRetrieval``), in the paper's order.
 MTEB_TASK_NAMES: dict[str, str] = {name: f"R2MED{name.replace('-', '')}Retrieval" for name in TASKS}
 
-_SHARED_CUTOFFS = (1, 3, 5, 10, 100)
+#: The cutoffs MTEB reports (``k_values`` of its retrieval evaluator).
+MTEB_CUTOFFS = (1, 3, 5, 10, 20, 100, 1000)
 
-#: Our metric name → MTEB's key for the same number (only those both report).
+#: Our metric name → MTEB's key for the same number (only those both report), from each measure's record.
 METRIC_TO_MTEB: dict[str, str] = {
-    **{
-        f"{family}_at_{k}": f"{family}_at_{k}"
-        for family in ("ndcg", "map", "recall", "precision")
-        for k in _SHARED_CUTOFFS
-    },
-    "mrr": "mrr_at_100",
+    measure.metric(k): (measure.mteb if k is None else f"{measure.mteb}_{k}")
+    for measure in MEASURES.values()
+    if measure.mteb is not None
+    for k in ([k for k in measure.cutoffs if k in MTEB_CUTOFFS] if measure.cutoffs else [None])
 }
 #: MTEB's key → our metric name.
 METRIC_FROM_MTEB: dict[str, str] = {mteb: ours for ours, mteb in METRIC_TO_MTEB.items()}

@@ -27,6 +27,7 @@ from functools import lru_cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
+from r2med_core import measures
 from r2med_core.tasks import RETRIEVER_NAMES, TASKS
 
 if TYPE_CHECKING:
@@ -85,15 +86,9 @@ PUBLISHED_TASKS: tuple[str, ...] = (
     "IIYi-Clinical",
 )
 
-#: The evaluator's cutoffs: pytrec_eval's (1, 10, 25, 50, 100) and BEIR's (1, 3, 5, 10, 100).
-_CUTOFFS = (1, 3, 5, 10, 25, 50, 100)
-_FAMILIES = ("ndcg", "map", "recall", "precision")
-
-#: Every metric name the data file may hold: the names our evaluator reports.
-METRICS: tuple[str, ...] = (
-    *(f"{family}_at_{k}" for family in _FAMILIES for k in _CUTOFFS),
-    "mrr",
-)
+#: Every metric name the data file may hold: those the paper published for some kind of system, as the
+#: measure registry says (a measure registered without a ``published`` kind is never looked for here).
+METRICS: tuple[str, ...] = measures.published_metrics()
 
 #: Each task's column header in a table of all eight beside the settings' names (the full name and what the
 #: task is are its tooltip, :func:`task_help`): the eight then fit a 1000 px window.
@@ -151,7 +146,6 @@ EVALUATIONS: tuple[str, ...] = ("benchmark's own", "authors' re-run")
 GAP_TOLERANCE: float = 0.01
 
 _SETTING_COLUMNS = ["key", "label", "kind", "retriever", "method", "llm", "reranker", "top_k", "origin"]
-_METRIC_ALIAS = re.compile(r"(ndcg|map|recall|precision|p)(?:_at_|@)(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -219,14 +213,9 @@ def normalise_metric(name: str) -> str:
     """Map ``NDCG@10`` / ``P@10`` / ``MRR`` / ``ndcg_at_10`` to our name, so callers may use
     the paper's spelling; ValueError (listing the valid names) if it is not a published metric.
     """
-    text = name.strip()
-    if text.lower() == "mrr":
-        return "mrr"
-    if m := _METRIC_ALIAS.fullmatch(text):
-        family = m[1].lower()
-        candidate = f"{'precision' if family == 'p' else family}_at_{int(m[2])}"
-        if candidate in METRICS:
-            return candidate
+    candidate = measures.parse(name)
+    if candidate in METRICS:
+        return str(candidate)
     raise ValueError(f"unknown metric {name!r}; expected one of: {', '.join(METRICS)}")
 
 

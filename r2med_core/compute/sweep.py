@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import Dataset
-from r2med_core.evaluation import MAIN_METRICS, Results, evaluate
+from r2med_core.evaluation import Results, evaluate
+from r2med_core.measures import find
 from r2med_core.progress import Progress, notify
 from r2med_core.reporting.provenance import Provenance, run_provenance, write_provenance
 from r2med_core.runs import Run, safe_name, write_trec
@@ -140,8 +141,12 @@ def read_grid(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
     for i, cell in enumerate(cells, 1):
         try:
             row: dict[str, Any] = {"task": str(cell["task"]), "system": str(cell["system"])}
-            row |= {m: float(cell[m]) for m in MAIN_METRICS}
+            # every metric the file holds, whichever the evaluator reported when it was written: a metric
+            # added since (a new measure, a longer MAIN_METRICS) is absent from older cells, not a fault
+            row |= {m: float(v) for m, v in cell.items() if m not in row and find(m) is not None}
             row |= {m: float(v) for m, v in cell.items() if m not in row and isinstance(v, (int, float))}
+            if not any(find(m) is not None for m in row):
+                raise ValueError("it holds no metric")
             parse_system(row["system"])
         except (KeyError, TypeError, ValueError, SpecError) as err:
             notes.append(f"{SWEEP_FILE}: cell {i} skipped ({err})")

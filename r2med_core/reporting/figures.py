@@ -19,8 +19,9 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from r2med_core.evaluation import CUTOFFS, Results, metric_label
+from r2med_core.evaluation import Results, metric_label
 from r2med_core.intervals import Interval
+from r2med_core.measures import CUTOFFS
 from r2med_core.reporting.tables import curves_table
 
 #: The template every figure is built with (white background, readable outside the app).

@@ -6,15 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from r2med_core.evaluation import (
-    ALL_METRICS,
-    CUTOFFS,
-    FAMILY_LABELS,
-    PairedTest,
-    Results,
-    metric_label,
-    metric_meaning,
-)
+from r2med_core import measures
+from r2med_core.evaluation import PairedTest, Results, metric_label, metric_meaning
 from r2med_core.intervals import Interval
 
 #: Metric families plotted against k.
@@ -40,8 +33,9 @@ def test_cells(test: PairedTest) -> dict[str, str]:
 def means_table(results: list[Results], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per system, one column per official metric."""
     labels = labels or {}
-    rows = [{"system": labels.get(r.run_name, r.run_name), **{m: r.means[m] for m in ALL_METRICS}} for r in results]
-    return pd.DataFrame(rows, columns=["system", *ALL_METRICS])
+    metrics = measures.all_metrics()
+    rows = [{"system": labels.get(r.run_name, r.run_name), **{m: r.means[m] for m in metrics}} for r in results]
+    return pd.DataFrame(rows, columns=["system", *metrics])
 
 
 def means_by_metric(
@@ -71,13 +65,13 @@ def curves_table(results: list[Results], labels: dict[str, str] | None = None) -
     rows = [
         {
             "system": labels.get(r.run_name, r.run_name),
-            "metric": FAMILY_LABELS[family],
+            "metric": measure.label,
             "k": k,
-            "value": r.means[f"{family}_{k}"],
+            "value": r.means[measure.metric(k)],
         }
         for r in results
-        for family in CURVE_METRICS
-        for k in CUTOFFS
+        for measure in (measures.MEASURES[name] for name in CURVE_METRICS)
+        for k in measure.cutoffs
     ]
     return pd.DataFrame(rows)
 
@@ -89,7 +83,7 @@ def per_query_long(
     labels = labels or {}
     frames = []
     for r in results:
-        frame = r.per_query[[metric] if metric else list(ALL_METRICS)].copy()
+        frame = r.per_query[[metric] if metric else list(measures.all_metrics())].copy()
         frame.insert(0, "system", labels.get(r.run_name, r.run_name))
         frames.append(frame.reset_index())
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
