@@ -1,8 +1,12 @@
 """The eight R2MED tasks and their three families, and the benchmark's retrievers and rewrite methods.
 
-One place for task names, Hugging Face ids, published sizes and the per-task instructions that
-instruction-following dense models use (the benchmark's exact strings), so the CLI, the loaders
-and the app never disagree. The retrievers' and rewrite methods' ids are the benchmark's folder names:
+Each task is one record (:class:`TaskInfo`) holding every fact about it: name, family, Hugging Face
+id and pinned revision, published sizes, its short column header, the per-task instructions that
+instruction-following dense models use and the wording of the rewrite prompts (the benchmark's exact
+strings), the name its first-commit result files gave it, and whether its prompts stand in for its
+family. The published results, the MTEB names, the prompts, the transcription script and the tests
+derive their per-task tables from :data:`TASKS`, so a ninth task is one more record here and the CLI,
+the loaders and the app never disagree. The retrievers' and rewrite methods' ids are the benchmark's folder names:
 the system kinds (which dense presets are the benchmark's) and the published scores both read them here.
 """
 
@@ -51,30 +55,40 @@ _SIMILAR_CASE = _r2med(
     "Represent the Clinical Case for retrieval: ",
 )
 
-#: The benchmark's per-task instructions (exact strings), keyed by the public task name.
-TASK_INSTRUCTIONS: dict[str, TaskInstructions] = {
-    **{
-        task: _r2med(
-            _POST.format(subject),
-            f"Represent the {subject} post for retrieving relevant paragraphs: ",
-            f"Represent the {subject} paragraph for retrieval: ",
-        )
-        for task, subject in (
-            ("Biology", "Biology"),
-            ("Bioinformatics", "Bioinformatics"),
-            ("Medical-Sciences", "Medical Science"),
-        )
-    },
-    "MedXpertQA-Exam": _EXAM,
-    "MedQA-Diag": _EXAM,
-    "PMC-Treatment": _r2med(
-        "Given a Clinical Case, retrieve relevant passages that help answer the case",
-        "Represent the Clinical Case for retrieving relevant paragraphs that help answer the case: ",
-        "Represent the Medical paragraph for retrieval: ",
-    ),
-    "PMC-Clinical": _SIMILAR_CASE,
-    "IIYi-Clinical": _SIMILAR_CASE,
-}
+
+def _post(subject: str) -> TaskInstructions:
+    """The instructions of a Stack Exchange task (``subject``: "Medical Science")."""
+    return _r2med(
+        _POST.format(subject),
+        f"Represent the {subject} post for retrieving relevant paragraphs: ",
+        f"Represent the {subject} paragraph for retrieval: ",
+    )
+
+
+_TREATMENT = _r2med(
+    "Given a Clinical Case, retrieve relevant passages that help answer the case",
+    "Represent the Clinical Case for retrieving relevant paragraphs that help answer the case: ",
+    "Represent the Medical paragraph for retrieval: ",
+)
+
+
+@dataclass(frozen=True)
+class PromptWording:
+    """How the benchmark's rewrite prompts (HyDE, query2doc, LaMer) name a task's queries."""
+
+    subject: str  # "Biology post", "Medical Exam", "Clinical Case"
+    short: str  # "post", "exam", "case"
+    label: str  # "Post", "Exam", "Case"
+    similar: bool = False  # case-retrieval tasks ask for a similar case
+
+
+def _post_wording(subject: str) -> PromptWording:
+    return PromptWording(f"{subject} post", "post", "Post")
+
+
+_EXAM_WORDING = PromptWording("Medical Exam", "exam", "Exam")
+_CASE_WORDING = PromptWording("Clinical Case", "case", "Case")
+_SIMILAR_CASE_WORDING = PromptWording("Clinical Case", "case", "Case", similar=True)
 
 #: This app's own instruction for datasets that are not R2MED tasks (demo, local, BEIR folders).
 GENERIC_INSTRUCTIONS = TaskInstructions(
@@ -118,7 +132,8 @@ def judging_guideline(family: Family | None) -> str:
 
 def task_instructions(dataset_name: str) -> TaskInstructions:
     """The benchmark's instructions for an R2MED task (exact name), else this app's generic one."""
-    return TASK_INSTRUCTIONS.get(dataset_name, GENERIC_INSTRUCTIONS)
+    info = TASKS.get(dataset_name)
+    return GENERIC_INSTRUCTIONS if info is None else info.instructions
 
 
 @dataclass(frozen=True)
@@ -133,16 +148,22 @@ class TaskInfo:
     #: The hub commit loaded by default: the one MTEB pins for this task, so a number made today
     #: and one made next year read the same files (override with ``--revision`` / ``R2MED_HF_REVISION``).
     revision: str
+    #: Its column header in a table of all the tasks beside the settings' names (the full name and what the
+    #: task is are the tooltip): short, so the eight fit a 1000 px window.
+    header: str
+    #: The benchmark's query/document instructions for instruction-following dense models.
+    instructions: TaskInstructions
+    #: How the benchmark's rewrite prompts name its queries.
+    wording: PromptWording
+    #: The ``dataset_name`` the benchmark's first commit gave its result files (``Stack-Biology``).
+    first_commit_name: str
+    #: Whether its official prompts stand in for a dataset of its family that is not an R2MED task.
+    family_stand_in: bool = False
 
     @property
     def hf_id(self) -> str:
         """The Hugging Face dataset repository holding this task."""
         return f"R2MED/{self.name}"
-
-    @property
-    def instructions(self) -> TaskInstructions:
-        """The benchmark's query/document instructions for this task."""
-        return TASK_INSTRUCTIONS[self.name]
 
 
 TASKS: dict[str, TaskInfo] = {
@@ -155,6 +176,10 @@ TASKS: dict[str, TaskInfo] = {
             57359,
             "Stack Exchange (Biology)",
             "8b9fec2db9eda4b5742d03732213fbaee8169556",
+            "Biology",
+            _post("Biology"),
+            _post_wording("Biology"),
+            "Stack-Biology",
         ),
         TaskInfo(
             "Bioinformatics",
@@ -163,6 +188,10 @@ TASKS: dict[str, TaskInfo] = {
             47473,
             "Stack Exchange (Bioinformatics)",
             "6021fce366892cbfd7837fa85a4128ea93315e18",
+            "Bioinf.",
+            _post("Bioinformatics"),
+            _post_wording("Bioinformatics"),
+            "Stack-Bioinformatics",
         ),
         TaskInfo(
             "Medical-Sciences",
@@ -171,6 +200,11 @@ TASKS: dict[str, TaskInfo] = {
             34810,
             "Stack Exchange (Medical Sciences)",
             "1b48911514c80bf9182222d99752ad75e23b4b47",
+            "Med-Sci.",
+            _post("Medical Science"),
+            _post_wording("Medical Science"),
+            "Stack-Medical",
+            family_stand_in=True,
         ),
         TaskInfo(
             "MedXpertQA-Exam",
@@ -179,6 +213,10 @@ TASKS: dict[str, TaskInfo] = {
             61379,
             "MedXpertQA exam questions",
             "b457ea43db9ae5db74c3a3e5be0a213d0f85ac3a",
+            "MedXpert",
+            _EXAM,
+            _EXAM_WORDING,
+            "MedXpertQA-Exam",
         ),
         TaskInfo(
             "MedQA-Diag",
@@ -187,6 +225,11 @@ TASKS: dict[str, TaskInfo] = {
             56250,
             "MedQA diagnosis questions",
             "78b585990279cc01a493f876c1b0cf09557fba57",
+            "MedQA",
+            _EXAM,
+            _EXAM_WORDING,
+            "MedQA-Diag",
+            family_stand_in=True,
         ),
         TaskInfo(
             "PMC-Treatment",
@@ -195,6 +238,10 @@ TASKS: dict[str, TaskInfo] = {
             28954,
             "PubMed Central case reports",
             "53c489a44a3664ba352c07550b72b4525a5968d5",
+            "PMC-Treat.",
+            _TREATMENT,
+            _CASE_WORDING,
+            "PMC-Treat",
         ),
         TaskInfo(
             "PMC-Clinical",
@@ -203,6 +250,11 @@ TASKS: dict[str, TaskInfo] = {
             60406,
             "PubMed Central case reports",
             "812829522f7eaa407ef82b96717be85788a50f7e",
+            "PMC-Clin.",
+            _SIMILAR_CASE,
+            _SIMILAR_CASE_WORDING,
+            "PMCPatients",
+            family_stand_in=True,
         ),
         TaskInfo(
             "IIYi-Clinical",
@@ -211,9 +263,21 @@ TASKS: dict[str, TaskInfo] = {
             10449,
             "IIYi clinical cases",
             "974abbc9bc281c3169180a6aa5d7586cfd2f5877",
+            "IIYi",
+            _SIMILAR_CASE,
+            _SIMILAR_CASE_WORDING,
+            "IIYiPatients-EN",
         ),
     )
 }
+
+
+def family_stand_in(family: Family | None) -> TaskInfo:
+    """The task whose official prompts stand in for a dataset of ``family`` that is not an R2MED task
+    (a Q&A reference one for a dataset of no family)."""
+    stand_ins = {info.family: info for info in TASKS.values() if info.family_stand_in}
+    return stand_ins[family or Family.QA_REFERENCE]
+
 
 #: The benchmark's first-stage retrievers: their ids as its results folders spell them (the dense presets
 #: configured as it ran them share these names), and the names the paper prints.

@@ -40,31 +40,17 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-TASKS = (
-    "Biology",
-    "Bioinformatics",
-    "Medical-Sciences",
-    "MedXpertQA-Exam",
-    "MedQA-Diag",
-    "PMC-Treatment",
-    "PMC-Clinical",
-    "IIYi-Clinical",
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from r2med_core.tasks import TASKS as _TASKS  # each task's facts stand once, in tasks.py
+
+TASKS = tuple(_TASKS)
 KIND_ORDER = {"retriever": 0, "rewrite": 1, "reranker": 2}
 FAMILY_ORDER = {"ndcg": 0, "map": 1, "recall": 2, "precision": 3}
 #: Cutoffs our evaluator reports (PROTOCOL.md); the source's others (1000) are dropped.
 CUTOFFS = (1, 3, 5, 10, 25, 50, 100)
 #: The first commit's ``dataset_name`` for each task (its files are named by task, as at HEAD).
-FIRST_COMMIT_DATASETS = {
-    "Biology": "Stack-Biology",
-    "Bioinformatics": "Stack-Bioinformatics",
-    "Medical-Sciences": "Stack-Medical",
-    "MedXpertQA-Exam": "MedXpertQA-Exam",
-    "MedQA-Diag": "MedQA-Diag",
-    "PMC-Treatment": "PMC-Treat",
-    "PMC-Clinical": "PMCPatients",
-    "IIYi-Clinical": "IIYiPatients-EN",
-}
+FIRST_COMMIT_DATASETS = {info.name: info.first_commit_name for info in _TASKS.values()}
 #: Whose evaluation a post-paper row is: the benchmark authors' own (quoted) or a later paper's re-run.
 EVALUATIONS = ("benchmark's own", "authors' re-run")
 #: Fields every post-paper row must end up with (from its row or its source).

@@ -74,34 +74,15 @@ SYSTEM_KINDS: dict[str, tuple[str, ...]] = {
     "reranker": ("reranker",),
 }
 
-#: The eight R2MED tasks, in the paper's order.
-PUBLISHED_TASKS: tuple[str, ...] = (
-    "Biology",
-    "Bioinformatics",
-    "Medical-Sciences",
-    "MedXpertQA-Exam",
-    "MedQA-Diag",
-    "PMC-Treatment",
-    "PMC-Clinical",
-    "IIYi-Clinical",
-)
+#: The eight R2MED tasks, in the paper's order (``tasks.TASKS``, where each task's facts stand).
+PUBLISHED_TASKS: tuple[str, ...] = tuple(TASKS)
 
 #: Every metric name the data file may hold: those the paper published for some kind of system, as the
 #: measure registry says (a measure registered without a ``published`` kind is never looked for here).
 METRICS: tuple[str, ...] = measures.published_metrics()
 
-#: Each task's column header in a table of all eight beside the settings' names (the full name and what the
-#: task is are its tooltip, :func:`task_help`): the eight then fit a 1000 px window.
-TASK_HEADERS: dict[str, str] = {
-    "Biology": "Biology",
-    "Bioinformatics": "Bioinf.",
-    "Medical-Sciences": "Med-Sci.",
-    "MedXpertQA-Exam": "MedXpert",
-    "MedQA-Diag": "MedQA",
-    "PMC-Treatment": "PMC-Treat.",
-    "PMC-Clinical": "PMC-Clin.",
-    "IIYi-Clinical": "IIYi",
-}
+#: Each task's column header in a table of all eight beside the settings' names (``TaskInfo.header``).
+TASK_HEADERS: dict[str, str] = {name: info.header for name, info in TASKS.items()}
 
 
 def task_help(task: str) -> str:

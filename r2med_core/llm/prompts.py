@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from r2med_core.tasks import Family
+from r2med_core.tasks import TASKS, Family, family_stand_in
 
 PROMPT_SETS: tuple[str, ...] = ("official", "explorer")
 OFFICIAL_SYSTEM = "You are a helpful assistant."
@@ -101,44 +101,12 @@ def official_system(llm_name: str | None) -> str:
 # --------------------------------------------------------------------------- the official wording
 
 
-@dataclass(frozen=True)
-class _Wording:
-    subject: str  # "Biology post", "Medical Exam", "Clinical Case"
-    short: str  # "post", "exam", "case"
-    label: str  # "Post", "Exam", "Case"
-    similar: bool = False  # case-retrieval tasks ask for a similar case
-
-
-_POST = {
-    name: _Wording(f"{subject} post", "post", "Post")
-    for name, subject in (
-        ("Biology", "Biology"),
-        ("Bioinformatics", "Bioinformatics"),
-        ("Medical-Sciences", "Medical Science"),
-    )
-}
-_OFFICIAL_WORDING: dict[str, _Wording] = {
-    **_POST,
-    "MedXpertQA-Exam": _Wording("Medical Exam", "exam", "Exam"),
-    "MedQA-Diag": _Wording("Medical Exam", "exam", "Exam"),
-    "PMC-Treatment": _Wording("Clinical Case", "case", "Case"),
-    "PMC-Clinical": _Wording("Clinical Case", "case", "Case", similar=True),
-    "IIYi-Clinical": _Wording("Clinical Case", "case", "Case", similar=True),
-}
-#: For a dataset that is not an R2MED task: the task of its family whose prompts stand in.
-_FAMILY_STAND_IN: dict[Family | None, str] = {
-    Family.QA_REFERENCE: "Medical-Sciences",
-    Family.CLINICAL_EVIDENCE: "MedQA-Diag",
-    Family.CLINICAL_CASE: "PMC-Clinical",
-    None: "Medical-Sciences",
-}
-
-
 def official_task(task: str | None, family: Family | None) -> tuple[str, bool]:
-    """``(task whose official prompts are used, whether that is the dataset's own task)``."""
-    if task in _OFFICIAL_WORDING:
+    """``(task whose official prompts are used, whether that is the dataset's own task)``: for a dataset
+    that is not an R2MED task, the task of its family marked ``family_stand_in`` in ``tasks.TASKS``."""
+    if task is not None and task in TASKS:
         return task, True
-    return _FAMILY_STAND_IN.get(family, _FAMILY_STAND_IN[None]), False
+    return family_stand_in(family).name, False
 
 
 def format_lamer_passages(passages: Iterable[str]) -> str:
@@ -153,7 +121,7 @@ def official_user_prompt(
     method: str, query: str, task: str, passages: Iterable[str] = (), examples: str | None = None
 ) -> str:
     """The benchmark's user prompt for ``task`` (an R2MED task name)."""
-    w = _OFFICIAL_WORDING[task]
+    w = TASKS[task].wording
     if method == "hyde":
         if w.similar:
             return f"Please write a similar case to help diagnose the Clinical Case.\nCase: {query}\nSimilar Case: "
@@ -315,11 +283,10 @@ def load_examples(data: bytes, source: str, max_bytes: int) -> tuple[tuple[str, 
             raise GenerationError(f"{source}:{err.lineno}: malformed JSON: {err.msg}") from None
         if not isinstance(parsed, dict) or not parsed:
             raise GenerationError(f"{source}: expected a JSON object of task name → examples text")
-        unknown = [k for k in parsed if k != "*" and k not in _OFFICIAL_WORDING]
+        unknown = [k for k in parsed if k != "*" and k not in TASKS]
         if unknown:
             raise GenerationError(
-                f"{source}: unknown task {unknown[0]!r}; keys are R2MED task names "
-                f"({', '.join(_OFFICIAL_WORDING)}) or *"
+                f"{source}: unknown task {unknown[0]!r}; keys are R2MED task names ({', '.join(TASKS)}) or *"
             )
         if not all(isinstance(v, str) and v.strip() for v in parsed.values()):
             raise GenerationError(f"{source}: every value must be a non-empty examples text")
