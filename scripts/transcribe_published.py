@@ -42,13 +42,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from r2med_core import measures  # each metric family is one record there
 from r2med_core.tasks import TASKS as _TASKS  # each task's facts stand once, in tasks.py
 
 TASKS = tuple(_TASKS)
 KIND_ORDER = {"retriever": 0, "rewrite": 1, "reranker": 2}
-FAMILY_ORDER = {"ndcg": 0, "map": 1, "recall": 2, "precision": 3}
-#: Cutoffs our evaluator reports (PROTOCOL.md); the source's others (1000) are dropped.
-CUTOFFS = (1, 3, 5, 10, 25, 50, 100)
+#: The metrics kept, in order: those the paper published as the measure registry records them (our
+#: evaluator's cutoffs, PROTOCOL.md); the source's others (1000) are dropped.
+KEPT = measures.published_metrics()
 #: The first commit's ``dataset_name`` for each task (its files are named by task, as at HEAD).
 FIRST_COMMIT_DATASETS = {info.name: info.first_commit_name for info in _TASKS.values()}
 #: Whose evaluation a post-paper row is: the benchmark authors' own (quoted) or a later paper's re-run.
@@ -60,9 +61,6 @@ POST_PAPER_ORDER = (
     "model", "kind", "queries", "first_stage", "depth", "setting", "evaluation", "avg", "scores", "note",
     "paper", "table", "url", "figure", "code",
 )  # fmt: skip
-_UPPER_FAMILIES = {"NDCG": "ndcg", "MAP": "map", "RECALL": "recall", "P": "precision"}
-_LOWER = re.compile(r"(ndcg|map|recall|precision)_at_(\d+)")
-_UPPER = re.compile(r"(NDCG|MAP|Recall|P)@(\d+)", re.IGNORECASE)
 
 MIT_NOTICE = (
     "Permission is hereby granted, free of charge, to any person obtaining a copy of this "
@@ -121,21 +119,17 @@ HEADER: dict[str, Any] = {
 
 
 def normalise_metric(name: str) -> str:
-    """Map ``NDCG@10``/``P@10``/``MRR``/``ndcg_at_10`` to the evaluator's ``ndcg_at_10`` form."""
-    if name.lower() == "mrr":
-        return "mrr"
-    if m := _LOWER.fullmatch(name):
-        return f"{m[1]}_at_{int(m[2])}"
-    if m := _UPPER.fullmatch(name):
-        return f"{_UPPER_FAMILIES[m[1].upper()]}_at_{int(m[2])}"
-    raise ValueError(f"unrecognised metric name {name!r}")
+    """Map ``NDCG@10``/``P@10``/``MRR``/``ndcg_at_10`` to the evaluator's ``ndcg_at_10`` form (the measure
+    registry reads both spellings)."""
+    key = measures.parse(name)
+    if key is None:
+        raise ValueError(f"unrecognised metric name {name!r}")
+    return key
 
 
-def _metric_sort_key(name: str) -> tuple[int, int]:
-    if name == "mrr":
-        return (len(FAMILY_ORDER), 0)
-    family, _, k = name.partition("_at_")
-    return (FAMILY_ORDER[family], int(k))
+def _metric_sort_key(name: str) -> int:
+    """The registry's display order: family (nDCG, MAP, Recall, P, then MRR), then cutoff."""
+    return KEPT.index(name)
 
 
 def _setting(rel: Path) -> dict[str, Any]:
@@ -199,7 +193,7 @@ def transcribe(
         metrics: dict[str, float] = {}
         for name, value in data["test"].items():
             key = normalise_metric(name)
-            if key != "mrr" and int(key.rsplit("_", 1)[1]) not in CUTOFFS:
+            if key not in KEPT:
                 continue
             if key in metrics:
                 raise ValueError(f"{rel}: {name!r} duplicates {key!r}")

@@ -18,6 +18,7 @@ __all__ = [
     "MAIN_SCORE",
     "METRIC_FROM_MTEB",
     "METRIC_TO_MTEB",
+    "MTEB_CUTOFFS",
     "MTEB_SPLIT",
     "MTEB_SUBSET",
     "MTEB_TASK_NAMES",
