@@ -175,7 +175,8 @@ def evaluate(
     metrics = [*measures.all_metrics(), *(measures.deep_metrics() if deep else ())]
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures.trec_measures(deep=deep))
     scores = evaluator.evaluate(run.truncated(depth).as_score_dict())
-    rows = {qid: {metric_name(key): value for key, value in values.items()} for qid, values in scores.items()}
+    rename = {key: metric_name(key) for key in dict.fromkeys(key for values in scores.values() for key in values)}
+    rows = {qid: {rename[key]: value for key, value in values.items()} for qid, values in scores.items()}
     per_query = _Rows(rows, tuple(metrics))
     means = {name: per_query.mean(name) if rows else 0.0 for name in metrics}
     judged = {qid for qid, grades in qrels.items() if grades}
