@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 from oidc_provider_mock import run_server_in_thread
-from playwright.sync_api import Browser, BrowserContext, Page
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from r2med_core import load_demo, run_system
 from r2med_core.judging.annotations import AnnotationStore
@@ -187,7 +187,7 @@ def test_nobody_reviews_their_own_label(browser: Browser, oidc_app: tuple[str, P
     accept = page.get_by_role("button", name="Accept")
     # The innermost block holding this document's queue item and its buttons.
     item = page.locator('[data-testid="stVerticalBlock"]').filter(has_text=f"document {doc}").filter(has=accept).last
-    assert item.get_by_text("You labelled this").is_visible()
+    expect(item.get_by_text("You labelled this")).to_be_visible(timeout=30_000)  # a loaded machine draws late
     assert item.get_by_role("button", name="Accept").is_disabled()
     assert item.get_by_role("button", name="Reject").is_disabled()
     assert AnnotationStore(store_path).get(mine.id).status == "proposed"
