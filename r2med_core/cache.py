@@ -14,9 +14,14 @@ folder (no symlinks, no devices, nothing outside). Loaders never unpickle.
 
 ``R2MED_CACHE_MAX_GB`` caps the cache: after a build, least recently used entries are evicted
 (loading an entry marks it used), never one that a live process is loading or building (it holds
-a lease file under ``.leases/``). Build folders left by killed processes are swept away, by builds and
-(now and then) by loads: a live build holds a lock on its folder that dies with its process, so a
-reused process id never keeps a crashed build's folder. A kind folder replaced by a file is moved
+a lease file under ``.leases/``). Build folders (and scratch files) left by killed processes are
+swept away by the next build, and by loads now and then (a process's first load of a kind): a live
+build holds a lock on its folder that dies with its process, and the folder names its host and
+process, so a crashed build's folder goes at once and a reused process id keeps it ten minutes at most.
+
+The manifest catches accidents (a truncated write, a damaged or misplaced file), not an adversary:
+whoever can write the cache can rewrite a file and its manifest alike, so the cache folder must be
+writable only by the account the app runs as (the operator guide says so). A kind folder replaced by a file is moved
 aside (kept, renamed ``<kind>.not-a-folder-…``) and its entries rebuilt.
 
 LLM replies are kept apart, one small JSON file each (``ReplyCache``): they are paid for, so a
@@ -61,7 +66,9 @@ _MANIFEST_MAX_BYTES = 16 << 20
 #: The mtime a check gives each file of an entry (2000-01-01): any write sets it to now.
 SEAL_NS = 946_684_800 * 10**9
 _HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
-_BUILD_NAME = re.compile(r"^\.build-[0-9a-f]+-([0-9a-f]{8})-(\d+)-")
+#: A build folder (``.build-<entry>-<host>-<pid>-…``) or a scratch file (``.build-<host>-<pid>-…``): the host
+#: and process that made it.
+_BUILD_NAME = re.compile(r"^\.build-(?:[0-9a-f]+-)?([0-9a-f]{8})-(\d+)-")
 
 
 def cache_root() -> Path:
@@ -101,8 +108,9 @@ def atomic_write_bytes(path: Path, data: bytes, scratch: Path | None = None) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     if scratch is None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    else:  # named like a build folder, so a crash's leftover is swept
-        fd, tmp = tempfile.mkstemp(dir=scratch, prefix=f".build-{path.parent.name}-{path.name}-", suffix=".tmp")
+    else:  # named like a build folder (host and process id), so a crash's leftover is swept
+        prefix = f".build-{_HOST}-{os.getpid()}-{path.parent.name}-{path.name}-"
+        fd, tmp = tempfile.mkstemp(dir=scratch, prefix=prefix, suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
@@ -411,7 +419,14 @@ _LAST_SWEEP: dict[Path, float] = {}
 
 
 def sweep_builds(kind_dir: Path, now: float | None = None) -> list[Path]:
-    """Remove build folders of processes that died mid-build, and leftover trash; returns what went."""
+    """Remove build folders (and scratch files) of processes that died mid-build, and leftover trash;
+    returns what went.
+
+    One of this host's is removed at once when its lock is free and the process that made it is gone
+    (killed mid-build: the next build or load cleans up), and once ``STALE_BUILD_SECONDS`` old when its
+    lock is free but its process id is alive (the id reused by another process, or the moment between
+    making the folder and locking it). Another host's waits ``STALE_FOREIGN_SECONDS`` (its processes
+    cannot be seen from here)."""
     now = time.time() if now is None else now
     _LAST_SWEEP[kind_dir] = now
     removed: list[Path] = []
@@ -429,7 +444,8 @@ def sweep_builds(kind_dir: Path, now: float | None = None) -> list[Path]:
                 continue
             match = _BUILD_NAME.match(child.name)
             if match and match.group(1) == _HOST:
-                stale = age > STALE_BUILD_SECONDS and not _build_alive(child, int(match.group(2)))
+                pid = int(match.group(2))
+                stale = not _build_alive(child, pid) and (age > STALE_BUILD_SECONDS or not _pid_alive(pid))
             else:  # another host's build, or an old-style name without a pid
                 stale = age > (STALE_FOREIGN_SECONDS if match else STALE_BUILD_SECONDS)
         else:

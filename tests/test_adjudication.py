@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import sqlite3
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,32 @@ def test_self_adjudication_is_refused_clearly_and_nothing_is_lost(new_target: Ca
     assert store.list() == labels_before and history(store) == decisions_before
     # Carol did not label (q1, d1): she may decide it.
     assert decide(store, UNIT, "relevant_unjudged", "carol", grade=2, replacing=kept.id).supersedes == kept.id
+
+
+def test_nobody_labels_a_unit_they_adjudicated_live_or_by_import(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    """The same rule the other way round: a reviewer who decided a unit cannot then label it (a label
+    by them would stand beside the decision settling it), whichever way the label comes."""
+    store = AnnotationStore(new_target("late"))
+    _disputed(store)
+    decide(store, UNIT, "grade_0", "Dr. Rev")
+    labels_before = store.list()
+    with pytest.raises(SelfAdjudication, match=r"Dr. Rev adjudicated clinical-case · query q1 · document d1: nobody"):
+        store.add(label(annotator=" dr. rev ", failure_type="grade_2"))  # case and spaces ignored
+    assert store.list() == labels_before
+    # Another document of the query, and anyone else on this one, are labelled as ever.
+    store.add(label(annotator="Dr. Rev", doc_id="d2", failure_type="grade_1"))
+    store.add(label(annotator="dave", failure_type="grade_2"))
+    # An import refuses that label by line and imports the others.
+    lines = [label(annotator="erin", doc_id="d3"), label(annotator="DR. REV", failure_type="lexical_trap")]
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(asdict(a)) + "\n" for a in lines), encoding="utf-8")
+    report = store.import_jsonl(path)
+    assert report.added == 1
+    (problem,) = report.errors
+    assert (problem.path, problem.line) == (str(path), 2) and "nobody labels a unit they adjudicated" in problem.message
+    assert not [a for a in store.list() if a.annotator.lower() == "dr. rev" and a.doc_id == "d1"]
 
 
 def test_a_decision_on_a_stale_view_or_a_bad_decision_is_refused(new_target: Callable[[str], Target]) -> None:

@@ -271,6 +271,33 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
     assert "shares the murmur words" in AnnotationStore().csv_text()
 
 
+def test_a_reviewer_who_decided_a_document_is_told_why_their_label_on_it_is_not_saved() -> None:
+    """Nobody labels a unit they adjudicated: the store refuses it, and the explorer says so where the
+    label was made, with the note kept."""
+    from r2med_core.judging.adjudication import decide
+    from r2med_core.judging.annotations import Annotation, AnnotationStore
+
+    dataset = load_demo("clinical-evidence")
+    qid = list(dataset.queries)[1]
+    trap = run_system(dataset, "bm25").top(qid, 1)[0][0]
+    store = AnnotationStore()
+    for who, code in (("alice", "grade_0"), ("bob", "grade_2")):
+        store.add(Annotation(dataset=dataset.source, task=dataset.name, query_id=qid, doc_id=trap, system="bm25",
+                             failure_type=code, annotator=who))  # fmt: skip
+    decide(store, (dataset.source, dataset.name, qid, trap), "grade_1", "Dr. Test")
+    at = open_app("explorer", task="clinical-evidence", system="bm25", q=qid)
+    by_label(at.selectbox, "Failure type").set_value("lexical_trap")
+    by_label(at.selectbox, "Document").set_value(trap)
+    by_label(at.text_area, "Note").input("shares the murmur words")
+    at.text_input(key="w_annotator").input("dr. test")
+    save_label(at)
+    assert not at.exception
+    (error,) = [e.value for e in at.error if "Not saved" in e.value]
+    assert "nobody labels a unit they adjudicated" in error and "Your note is kept" in error
+    assert by_label(at.text_area, "Note").value == "shares the murmur words"
+    assert [a.annotator for a in store.list()] == ["alice", "bob"]
+
+
 def test_a_grade_on_an_unjudged_document_is_proposed_then_accepted_by_a_reviewer() -> None:
     """Proposed → accepted: one annotator's grade changes the re-evaluation only after a reviewer accepts
     it, and the reviewer's name and time are recorded."""

@@ -244,24 +244,58 @@ def test_hostile_lines_are_reported_by_line_and_the_rest_restores(
 def test_a_restored_decision_never_adjudicates_the_reviewers_own_unit(
     new_target: Callable[[str], Target], tmp_path: Path
 ) -> None:
+    """Whatever the dates: a decision whose reviewer has a label on the unit is refused by line, a forged
+    one by a labeller and one dated before its reviewer's own later label alike (a store of a version
+    that checked decisions only against earlier labels may hold that; now neither order arises live)."""
     source = AnnotationStore(new_target("source"))
     source.add(label(annotator="alice", created_at="2025-01-01T08:00:00Z"))
     source.add(label(annotator="bob", failure_type="lexical_trap", created_at="2025-01-01T09:00:00Z"))
     decide(source, UNIT, "lexical_trap", "Dr. Rev", grade=0)
-    source.add(label(annotator="Dr. Rev", failure_type="lexical_trap"))  # labelled after deciding: allowed
     header, *lines = backup_text(source).splitlines()
     decision = json.loads(lines[-1])
-    forged = json.dumps({**decision, "id": 2, "reviewer": " ALICE ", "reason": "my own label wins"})
+    forged = json.dumps({**decision, "id": 2, "supersedes": 1, "reviewer": " ALICE ", "reason": "my own label wins"})
+    # Dr. Rev's own label, made after his decision (as an older version allowed), in a backup of its own.
+    late = json.dumps({**json.loads(lines[0]), "id": 9, "annotator": "Dr. Rev", "created_at": "2099-01-01T00:00:00Z"})
     path = tmp_path / "forged.jsonl"
     path.write_text("\n".join([header, *lines, forged]) + "\n", encoding="utf-8")
 
     target = AnnotationStore(new_target("target"))
     report = restore_backup(target, path)
     (problem,) = report.errors
-    assert (problem.path, problem.line) == (str(path), 6)
+    assert (problem.path, problem.line) == (str(path), 5)
     assert "nobody adjudicates a unit they labelled" in problem.message and "ALICE" in problem.message
     assert [d.reviewer for d in history(target)] == ["Dr. Rev"]  # the lawful decision is kept
-    assert report.labels_added == 3
+    assert report.labels_added == 2
+
+    older = tmp_path / "older.jsonl"
+    older.write_text("\n".join([header, *lines[:2], late, lines[-1]]) + "\n", encoding="utf-8")
+    fresh = AnnotationStore(new_target("fresh"))
+    report = restore_backup(fresh, older)
+    (problem,) = report.errors
+    assert (problem.path, problem.line) == (str(older), 5)  # the decision, dated before his label
+    assert "Dr. Rev labelled" in problem.message and "nobody adjudicates a unit they labelled" in problem.message
+    assert history(fresh) == [] and report.labels_added == 3  # every label kept, no self-adjudication stands
+
+
+def test_a_restored_label_by_a_reviewer_of_its_unit_is_refused(
+    new_target: Callable[[str], Target], tmp_path: Path
+) -> None:
+    """Restored into a store where the label's annotator adjudicated its unit, the label is refused by
+    line (as ``add`` refuses it live); the backup's other lines are restored."""
+    target = AnnotationStore(new_target("target"))
+    target.add(label(annotator="alice"))
+    target.add(label(annotator="bob", failure_type="lexical_trap"))
+    decide(target, UNIT, "lexical_trap", "Dr. Rev", grade=0)
+    source = AnnotationStore(new_target("source"))
+    source.add(label(annotator="Dr. Rev", failure_type="grade_2", created_at="2025-01-02T08:00:00Z"))
+    source.add(label(annotator="Dr. Rev", doc_id="d2", failure_type="grade_1", created_at="2025-01-02T08:01:00Z"))
+    path = write_backup(source, tmp_path / "rev.jsonl")
+    report = restore_backup(target, path)
+    (problem,) = report.errors
+    assert (problem.path, problem.line) == (str(path), 2)
+    assert "Dr. Rev adjudicated" in problem.message and "nobody labels a unit they adjudicated" in problem.message
+    assert report.labels_added == 1
+    assert [(a.annotator, a.doc_id) for a in target.list(annotator="Dr. Rev")] == [("Dr. Rev", "d2")]
 
 
 def test_a_restore_runs_a_few_statements_per_batch_not_a_query_per_line(

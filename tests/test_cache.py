@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from r2med_core.cache import CACHE_ENV, atomic_write_text, cache_root, cached, entry_path, fingerprint, is_intact
+from r2med_core import cache as cache_module
+from r2med_core.cache import (
+    CACHE_ENV,
+    STALE_BUILD_SECONDS,
+    atomic_write_text,
+    cache_root,
+    cached,
+    entry_path,
+    fingerprint,
+    is_intact,
+    sweep_builds,
+)
 
 
 def test_cache_root_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -73,3 +88,86 @@ def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
     atomic_write_text(target, "second")
     assert target.read_text() == "second"
     assert os.listdir(target.parent) == ["file.txt"]
+
+
+#: A build that is killed: it writes part of an entry (and a scratch file of a manifest), says so, and
+#: waits to be killed (``kill -9``: no ``finally`` runs, so the leftovers stay as after a crash).
+_KILLED_BUILD = """
+import sys, time
+from pathlib import Path
+from r2med_core import cache
+
+ready = Path(sys.argv[1])
+
+def hang(fd):  # the scratch file is written, not yet renamed
+    ready.write_text("building")
+    time.sleep(3600)
+
+def build(folder):
+    (folder / "partial.bin").write_bytes(b"x" * 1000)
+    cache.os.fsync = hang
+    cache.atomic_write_bytes(folder / "manifest.json", b"{}", scratch=folder.parent)
+
+cache.cached("t", {"k": "killed"}, build, lambda f: None)
+"""
+
+
+def _killed_build(tmp_path: Path) -> list[str]:
+    """Run ``_KILLED_BUILD`` in its own process, kill it mid-build; the ``.build-`` leftovers' names."""
+    ready = tmp_path / "ready"
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_BUILD, str(ready)], cwd=Path(__file__).parent.parent)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert process.poll() is None, f"the build exited early ({process.returncode})"
+            assert time.monotonic() < deadline, "the build never started"
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    kind = entry_path("t", {"k": "killed"}).parent
+    return sorted(p.name for p in kind.iterdir() if p.name.startswith(".build-"))
+
+
+def test_a_killed_builds_leftovers_are_cleaned_by_the_next_build(tmp_path: Path) -> None:
+    left = _killed_build(tmp_path)
+    assert len(left) == 2, left  # the half-built entry's folder and the manifest's scratch file
+    assert cached("t", {"k": "next"}, lambda f: (f / "data.txt").write_text("ok"), lambda f: "loaded") == "loaded"
+    kind = entry_path("t", {"k": "next"}).parent
+    assert [p.name for p in kind.iterdir() if p.name.startswith(".build-")] == []
+    assert not entry_path("t", {"k": "killed"}).exists()
+
+
+def test_a_killed_builds_leftovers_are_cleaned_by_the_next_load(tmp_path: Path) -> None:
+    """A process that only loads (every entry built) cleans up too, on its first load of the kind."""
+    assert cached("t", {"k": "other"}, lambda f: (f / "data.txt").write_text("ok"), lambda f: "built") == "built"
+    assert len(_killed_build(tmp_path)) == 2
+    cache_module._LAST_SWEEP.clear()  # a fresh process: it has not swept yet
+    assert cached("t", {"k": "other"}, lambda f: pytest.fail("built again"), lambda f: "loaded") == "loaded"
+    kind = entry_path("t", {"k": "other"}).parent
+    assert [p.name for p in kind.iterdir() if p.name.startswith(".build-")] == []
+
+
+def test_a_live_build_is_never_swept(tmp_path: Path) -> None:
+    """Another build of this process (or of a live one) keeps its folder, whatever a sweep finds."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow(folder: Path) -> None:
+        (folder / "data.txt").write_text("slow")
+        started.set()
+        assert release.wait(120)
+
+    result: list[str] = []
+    worker = threading.Thread(target=lambda: result.append(cached("t", {"k": "slow"}, slow, lambda f: "slow")))
+    worker.start()
+    try:
+        assert started.wait(120)
+        kind = entry_path("t", {"k": "slow"}).parent
+        live = [p for p in kind.iterdir() if p.name.startswith(".build-")]
+        assert len(live) == 1
+        assert sweep_builds(kind, now=time.time() + 10 * STALE_BUILD_SECONDS) == []  # locked: alive, however old
+        assert live[0].is_dir()
+    finally:
+        release.set()
+        worker.join(120)
+    assert result == ["slow"]

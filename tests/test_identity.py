@@ -18,6 +18,7 @@ from r2med_core.judging.identity import (
     parse_roles,
     peer_trusted,
     resolve_identity,
+    signin_origin_problem,
     typed_person,
 )
 
@@ -244,3 +245,17 @@ def test_settings_from_secrets_fill_what_the_environment_leaves_unset(tmp_path: 
     )
     assert config.enabled and config.proxy_header == "X-User" and len(config.trusted_proxies) == 2
     assert config.roles_file == tmp_path / "r.toml"
+
+
+def test_a_page_opened_at_another_address_than_the_redirect_uri_is_told_sign_in_cannot_hold() -> None:
+    """Streamlit's login cookie holds only on pages of its redirect_uri's origin (scheme, host, port), so
+    every server behind one load balancer shares that address and a server opened at its own port says why
+    nobody is signed in there."""
+    public = "https://team.example.org/oauth2callback"
+    assert signin_origin_problem(public, "https://team.example.org") == ""
+    problem = signin_origin_problem(public, "http://10.0.0.7:8501")
+    assert "this page is open at http://10.0.0.7:8501" in problem
+    assert "Open the app at https://team.example.org." in problem
+    assert signin_origin_problem(public, "https://team.example.org:8443") != ""  # another port: another origin
+    assert signin_origin_problem(public, None) == signin_origin_problem(None, "https://x") == ""  # unknown: silent
+    assert signin_origin_problem("not a url", "https://x") == ""

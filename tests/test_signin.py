@@ -17,13 +17,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 from oidc_provider_mock import run_server_in_thread
-from playwright.sync_api import Browser, BrowserContext, Page
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from r2med_core import load_demo, run_system
 from r2med_core.judging.annotations import AnnotationStore
@@ -59,14 +59,18 @@ def oidc_app(provider: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield base, work / "data" / "annotations.sqlite"
 
 
-def oidc_server(work: Path, provider: str, roles: str, env: dict[str, str] | None = None) -> ContextManager[str]:
+def oidc_server(
+    work: Path, provider: str, roles: str, env: dict[str, str] | None = None, *, public: str | None = None
+) -> ContextManager[str]:
     """``streamlit_server`` in ``work`` with ``st.login`` on ``provider`` (``[auth]`` in its own secrets.toml,
-    its redirect on its own port) and ``roles`` as the operator's roles file; the base URL."""
+    its redirect on its own port, or at ``public``: the address people open, a load balancer's) and
+    ``roles`` as the operator's roles file; the base URL."""
     port = _free_port()
+    public = public or f"http://127.0.0.1:{port}"
     secrets = work / "secrets.toml"
     secrets.write_text(
         "[auth]\n"
-        f'redirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
+        f'redirect_uri = "{public}/oauth2callback"\n'
         f'cookie_secret = "{COOKIE_SECRET}"\n'
         'client_id = "r2med-test"\n'
         'client_secret = "r2med-test-secret"\n'
@@ -183,7 +187,7 @@ def test_nobody_reviews_their_own_label(browser: Browser, oidc_app: tuple[str, P
     accept = page.get_by_role("button", name="Accept")
     # The innermost block holding this document's queue item and its buttons.
     item = page.locator('[data-testid="stVerticalBlock"]').filter(has_text=f"document {doc}").filter(has=accept).last
-    assert item.get_by_text("You labelled this").is_visible()
+    expect(item.get_by_text("You labelled this")).to_be_visible(timeout=30_000)  # a loaded machine draws late
     assert item.get_by_role("button", name="Accept").is_disabled()
     assert item.get_by_role("button", name="Reject").is_disabled()
     assert AnnotationStore(store_path).get(mine.id).status == "proposed"
@@ -280,6 +284,97 @@ def test_a_signed_in_reviewer_adjudicates_but_not_a_unit_they_labelled(
     )
     assert [a for a in AnnotationStore(store_path).list() if a.doc_id == doc] == before
     context.close()
+
+
+class _Balancer:
+    """A TCP load balancer standing in for a team's, at ``url``: each new connection goes to the next
+    server in turn (no sticky sessions), so a sign-in's steps and a page's requests reach either server;
+    ``only`` sends every new connection to one server and drops the open ones."""
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+        self.served: dict[int, int] = {}
+        self._turn = 0
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        balancer = self
+
+        class Relay(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                with socket.create_connection(("127.0.0.1", balancer._next())) as upstream:
+                    pair = {self.request, upstream}
+                    with balancer._lock:
+                        balancer._open |= pair
+                    back = threading.Thread(target=_pump, args=(upstream, self.request), daemon=True)
+                    back.start()
+                    _pump(self.request, upstream)
+                    back.join()
+                    with balancer._lock:
+                        balancer._open -= pair
+
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Relay)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def _next(self) -> int:
+        with self._lock:
+            port = self.ports[self._turn % len(self.ports)]
+            self._turn += 1
+            self.served[port] = self.served.get(port, 0) + 1
+            return port
+
+    def only(self, base: str) -> None:
+        with self._lock:
+            self.ports = [int(base.rsplit(":", 1)[1])]
+            for sock in self._open:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_one_sign_in_holds_on_every_server_behind_a_load_balancer(
+    browser: Browser, provider: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two servers with the same cookie_secret and, as redirect_uri, the address people open (the load
+    balancer's): a person signs in once, whichever server each step reaches, and is signed in on both.
+    A server opened at another address (its own port) says why a sign-in cannot hold there."""
+    balancer = _Balancer()
+    try:
+        with ExitStack() as stack:
+            one, two = (
+                stack.enter_context(
+                    oidc_server(tmp_path_factory.mktemp(f"balanced-{n}"), provider, ROLES, public=balancer.url)
+                )
+                for n in (1, 2)
+            )
+            balancer.ports = [int(base.rsplit(":", 1)[1]) for base in (one, two)]
+            context = _context(browser, balancer.url)
+            page = context.new_page()
+            _sign_in(page, "alice@example.org")  # the login, the provider's callback, the page: either server
+            assert page.get_by_text("Sign-in here cannot hold").count() == 0
+            for base in (two, one, two):
+                balancer.only(base)
+                before = dict(balancer.served)
+                page.goto("/overview")
+                settle(page, "Signed in as alice@example.org (annotator)")
+                others = {port: n for port, n in balancer.served.items() if port != balancer.ports[0]}
+                assert others == {port: n for port, n in before.items() if port != balancer.ports[0]}
+                assert balancer.served[balancer.ports[0]] > before.get(balancer.ports[0], 0)  # this server served it
+            context.close()
+
+            direct = _context(browser, one).new_page()
+            direct.goto("/overview")
+            settle(direct, "Sign-in here cannot hold")
+            assert direct.get_by_text(f"Open the app at {balancer.url}").is_visible()
+            direct.context.close()
+    finally:
+        balancer.close()
 
 
 # --------------------------------------------------------------------------- reverse proxy and the roles file

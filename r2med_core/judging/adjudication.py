@@ -12,7 +12,8 @@ decided what, when and why can always be read back. The labels are never changed
 
 Rules, checked in the decision's own locked transaction so two reviewers cannot race:
 
-* nobody adjudicates a unit they labelled (``SelfAdjudication``), as nobody reviews their own label;
+* nobody adjudicates a unit they labelled (``SelfAdjudication``), as nobody reviews their own label —
+  nor labels a unit they adjudicated (``annotations.check_not_own_unit``, the one rule both ways);
 * a reviewer replaces only the decision they saw (``StaleDecision`` when another landed meanwhile).
 
 The standing decisions' grades are the last layer of the team's qrels (``team``): *additions* (a pair
@@ -31,10 +32,13 @@ from r2med_core.judging.annotations import (
     GRADES,
     Annotation,
     AnnotationStore,
+    Unit,
     Vocabulary,
     _normalise_time,
+    check_not_own_unit,
     check_storable,
     check_whole_number,
+    describe,
     get_failure_type,
     grade_code,
     grade_of,
@@ -43,18 +47,13 @@ from r2med_core.judging.annotations import (
     utc_now,
     vocabulary_of,
 )
-from r2med_core.judging.identity import SelfReview, is_own
+from r2med_core.judging.annotations import SelfAdjudication as SelfAdjudication  # re-exported: callers import it here
 from r2med_core.judging.stores import ADJUDICATION_COLUMNS
 
-Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
 #: What annotators can disagree on, and a decision settles: a unit, in one vocabulary.
 Item = tuple[Unit, Vocabulary]
 
 _SELECT = f"SELECT {', '.join(ADJUDICATION_COLUMNS)} FROM adjudications"
-
-
-class SelfAdjudication(SelfReview):
-    """The reviewer labelled the unit: another reviewer decides it."""
 
 
 class StaleDecision(ValueError):
@@ -193,7 +192,7 @@ def decide(
         ).fetchall()
         if not labels:
             raise ValueError(f"no labels on {describe(key)}: only a labelled unit is adjudicated")
-        check_not_own_unit(decision.reviewer, (annotator for _, annotator in labels), key)
+        check_not_own_unit(key, (annotator for _, annotator in labels), [decision.reviewer])
         earlier = conn.execute(
             f"SELECT id, reviewer, decided_at, failure_type FROM adjudications WHERE {_unit_where()} ORDER BY id DESC",
             key,
@@ -226,16 +225,6 @@ def decide(
     return Decision._from_row((int(new_id), *values))
 
 
-def check_not_own_unit(reviewer: str, annotators: Iterable[str], unit: Unit) -> None:
-    """SelfAdjudication when ``reviewer`` is among ``annotators``, who labelled ``unit`` (``identity.is_own``,
-    the rule reviews follow too): nobody adjudicates a unit they labelled."""
-    if is_own(reviewer, annotators):
-        raise SelfAdjudication(
-            f"{reviewer} labelled {describe(unit)}: nobody adjudicates a unit they labelled; "
-            "another reviewer decides it"
-        )
-
-
 def history(
     store: AnnotationStore, *, dataset: str | None = None, task: str | None = None, unit: Unit | None = None
 ) -> list[Decision]:
@@ -258,12 +247,6 @@ def current(decisions: Iterable[Decision]) -> dict[Item, Decision]:
     for decision in sorted(decisions, key=lambda d: d.id or 0):
         out[decision.item] = decision
     return out
-
-
-def describe(unit: Unit) -> str:
-    """A unit in words, for messages."""
-    _, task, query_id, doc_id = unit
-    return f"{task} · query {query_id} · " + (f"document {doc_id}" if doc_id is not None else "the whole query")
 
 
 # --------------------------------------------------------------------------- the queue

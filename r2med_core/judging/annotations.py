@@ -515,6 +515,64 @@ class ContentIndex:
         return read
 
 
+Unit = tuple[str, str, str, str | None]  # (dataset, task, query_id, doc_id or None for the whole query)
+
+
+class SelfAdjudication(SelfReview):
+    """One person would both label a unit and adjudicate it: another person does one of the two."""
+
+
+def describe(unit: Unit) -> str:
+    """A unit in words, for messages."""
+    _, task, query_id, doc_id = unit
+    return f"{task} · query {query_id} · " + (f"document {doc_id}" if doc_id is not None else "the whole query")
+
+
+def check_not_own_unit(
+    unit: Unit, annotators: Iterable[str], reviewers: Iterable[str], *, labelling: bool = False
+) -> None:
+    """The one rule on who labels and who adjudicates: SelfAdjudication when a person among ``reviewers``
+    (who decided ``unit``, or decide it now) is among its ``annotators`` (who labelled it, or label it
+    now), names compared as ``identity.is_own`` compares them (the rule reviews follow too). Nobody
+    adjudicates a unit they labelled, whichever came first: ``adjudication.decide`` and a restored
+    decision are checked against every label on the unit, whatever its date, and a new label (``add``, an
+    import) against every decision on it (``labelling``: the annotator is the one acting now)."""
+    annotators = builtins.list(annotators)
+    for reviewer in reviewers:
+        if not is_own(reviewer, annotators):
+            continue
+        if labelling:
+            raise SelfAdjudication(
+                f"{reviewer} adjudicated {describe(unit)}: nobody labels a unit they adjudicated "
+                "(nobody adjudicates a unit they labelled); another annotator labels it"
+            )
+        raise SelfAdjudication(
+            f"{reviewer} labelled {describe(unit)}: nobody adjudicates a unit they labelled; "
+            "another reviewer decides it"
+        )
+
+
+def _check_deciders(conn: Session, labels: Iterable[Annotation]) -> dict[int, str]:
+    """Inside a write transaction: per position in ``labels``, why that label is refused (its annotator
+    adjudicated its unit: ``check_not_own_unit``); one query per task, decisions being few."""
+    labels = builtins.list(labels)
+    deciders: dict[Unit, builtins.list[str]] = {}
+    for dataset, task in sorted({(a.dataset, a.task) for a in labels}):
+        rows = conn.execute(
+            "SELECT query_id, doc_id, reviewer FROM adjudications WHERE dataset = ? AND task = ?", (dataset, task)
+        ).fetchall()
+        for query_id, doc_id, reviewer in rows:
+            deciders.setdefault((dataset, task, query_id, doc_id), []).append(str(reviewer))
+    refused = {}
+    for position, label in enumerate(labels):
+        unit = (label.dataset, label.task, label.query_id, label.doc_id)
+        try:
+            check_not_own_unit(unit, [label.annotator], deciders.get(unit, ()), labelling=True)
+        except SelfAdjudication as err:
+            refused[position] = str(err)
+    return refused
+
+
 def _where(filters: Mapping[str, Any]) -> tuple[str, list[Any]]:
     unknown = sorted(set(filters) - set(_FILTERS))
     if unknown:
@@ -572,10 +630,14 @@ class AnnotationStore:
     # ---------------------------------------------------------------- writing
 
     def add(self, annotation: Annotation) -> Annotation:
-        """Store one label in its own transaction and return it with its new id (any given id is ignored)."""
+        """Store one label in its own transaction and return it with its new id (any given id is ignored).
+        SelfAdjudication when its annotator adjudicated the unit (``check_not_own_unit``)."""
         if not isinstance(annotation, Annotation):
             raise TypeError(f"expected an Annotation, got {type(annotation).__name__}")
         with self._connection(write=True) as conn:
+            refused = _check_deciders(conn, [annotation])
+            if refused:
+                raise SelfAdjudication(refused[0])
             new_id = int(conn.execute(_INSERT_SQL, _row_values(annotation)).fetchone()[0])
         return replace(annotation, id=new_id)
 
@@ -722,7 +784,7 @@ class AnnotationStore:
             (number, obj if isinstance(obj, Problem) else _parse(obj, name, number))
             for number, obj in jsonl_objects(data, name)
         ]
-        return self._merge(parsed)
+        return self._merge(parsed, name)
 
     def import_csv(self, path: str | Path) -> LabelImportReport:
         """Merge labels exported by ``export_csv`` (same rules as ``import_jsonl``)."""
@@ -744,43 +806,57 @@ class AnnotationStore:
                 parsed.append((number, Problem(str(path), number, f"expected {len(header)} columns")))
                 continue
             parsed.append((number, _parse(row, str(path), number)))
-        return self._merge(parsed)
+        return self._merge(parsed, str(path))
 
-    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]]) -> LabelImportReport:
-        """Insert the valid labels, skipping any already stored (or earlier in the file).
+    def _merge(self, parsed: builtins.list[tuple[int, Annotation | Problem]], name: str) -> LabelImportReport:
+        """Insert the valid labels, skipping any already stored (or earlier in the file); a label whose
+        annotator adjudicated its unit is refused by line (``check_not_own_unit``).
 
         Rows go in batches of ``IMPORT_BATCH``, each its own short transaction, so annotators saving
         labels meanwhile wait milliseconds, not the whole import; a failure keeps the batches committed.
         """
         errors = [item for _, item in parsed if isinstance(item, Problem)]
-        stored = self._store_labels([item for _, item in parsed if isinstance(item, Annotation)])
-        added = sum(1 for _, new in stored if new)
-        skipped = len(stored) - added
-        return LabelImportReport(added=added, skipped_duplicates=skipped, errors=tuple(errors))
+        valid = [(number, item) for number, item in parsed if isinstance(item, Annotation)]
+        stored = self._store_labels([item for _, item in valid])
+        for (number, _), outcome in zip(valid, stored):
+            if isinstance(outcome, str):
+                errors.append(Problem(name, number, outcome))
+        kept = [outcome for outcome in stored if not isinstance(outcome, str)]
+        added = sum(1 for _, new in kept if new)
+        errors.sort(key=lambda p: p.line or 0)
+        return LabelImportReport(added=added, skipped_duplicates=len(kept) - added, errors=tuple(errors))
 
     def _store_labels(
         self, labels: builtins.list[Annotation], index: ContentIndex | None = None
-    ) -> builtins.list[tuple[int, bool]]:
+    ) -> builtins.list[tuple[int, bool] | str]:
         """Per label, the id of its row and whether it was added now (False: an identical row was stored
-        already, or came earlier in ``labels``). In batches of ``IMPORT_BATCH`` short transactions, each
-        checking its labels against ``index`` (made here when not given) and adding the new ones at once
-        (``executemany``), so a merge takes time in proportion to its size, not to the labels stored."""
+        already, or came earlier in ``labels``), or why it was refused (a new label by a person who
+        adjudicated its unit: ``check_not_own_unit``). In batches of ``IMPORT_BATCH`` short transactions,
+        each checking its labels against ``index`` (made here when not given) and the decisions, and
+        adding the new ones at once (``executemany``), so a merge takes time in proportion to its size,
+        not to the labels stored."""
         if index is None:
             index = ContentIndex("annotations", FIELDS[1:], {(a.dataset, a.task) for a in labels})
-        stored: builtins.list[tuple[int, bool]] = []
+        stored: builtins.list[tuple[int, bool] | str] = []
         rows = [_row_values(item) for item in labels]
         for start in range(0, len(rows), IMPORT_BATCH):
             batch = rows[start : start + IMPORT_BATCH]
             with self._connection(write=True) as conn:
                 index.refresh(conn)
-                new = builtins.list(dict.fromkeys(row for row in batch if row not in index.ids))
+                refused = _check_deciders(conn, labels[start : start + IMPORT_BATCH])
+                new = builtins.list(
+                    dict.fromkeys(row for i, row in enumerate(batch) if row not in index.ids and i not in refused)
+                )
                 if new:
                     conn.executemany(_INSERT_ROW_SQL, new)
                     index.refresh(conn)  # reads back exactly the rows just added: the lock is still held
             fresh = set(new)
-            for row in batch:
-                stored.append((index.ids[row], row in fresh))
-                fresh.discard(row)
+            for i, row in enumerate(batch):
+                if row in index.ids:
+                    stored.append((index.ids[row], row in fresh))
+                    fresh.discard(row)
+                else:
+                    stored.append(refused[i])
         return stored
 
 

@@ -32,17 +32,21 @@ from typing import Any
 
 from r2med_core.cache import atomic_write_text
 from r2med_core.data import DataError, Problem
-from r2med_core.judging.adjudication import Decision, SelfAdjudication, Unit, check_not_own_unit, describe, history
+from r2med_core.judging.adjudication import Decision, history
 from r2med_core.judging.annotations import (
     FIELDS,
     IMPORT_BATCH,
     Annotation,
     AnnotationStore,
     ContentIndex,
+    SelfAdjudication,
+    Unit,
     _parse,
     _read_file,
+    check_not_own_unit,
     check_upload_size,
     check_whole_number,
+    describe,
     jsonl_objects,
     unknown_fields,
     utc_now,
@@ -126,7 +130,7 @@ def restore_backup_bytes(
     objects = jsonl_objects(data, name)
     _check_header(objects, name)
     errors: list[Problem] = []
-    labels: list[tuple[int | None, Annotation]] = []  # (source id, label)
+    labels: list[tuple[int, int | None, Annotation]] = []  # (line, source id, label)
     decisions: list[tuple[int, Decision]] = []  # (line, decision)
     queued: list[tuple[str, str, QueueEntry]] = []
     for number, obj in objects[1:]:
@@ -136,7 +140,10 @@ def restore_backup_bytes(
         kind = obj.get("kind")
         if kind == "label":
             parsed: Any = _label(obj, name, number)
-            (errors if isinstance(parsed, Problem) else labels).append(parsed)
+            if isinstance(parsed, Problem):
+                errors.append(parsed)
+            else:
+                labels.append((number, *parsed))
         elif kind == "decision":
             parsed = _decision(obj, name, number)
             (errors if isinstance(parsed, Problem) else decisions).append(parsed)
@@ -146,10 +153,16 @@ def restore_backup_bytes(
         else:
             errors.append(Problem(name, number, f"unknown kind {str(kind)[:40]!r}; expected {', '.join(RECORD_TYPES)}"))
 
-    tasks = {(a.dataset, a.task) for _, a in labels} | {(d.dataset, d.task) for _, d in decisions}
+    tasks = {(a.dataset, a.task) for _, _, a in labels} | {(d.dataset, d.task) for _, d in decisions}
     stored_labels = ContentIndex("annotations", FIELDS[1:], tasks)
-    stored = store._store_labels([label for _, label in labels], stored_labels)
-    label_ids = {source: target for (source, _), (target, _) in zip(labels, stored) if source is not None}
+    outcomes = store._store_labels([label for _, _, label in labels], stored_labels)
+    stored = [outcome for outcome in outcomes if not isinstance(outcome, str)]
+    errors += [Problem(name, line, why) for (line, _, _), why in zip(labels, outcomes) if isinstance(why, str)]
+    label_ids = {
+        source: outcome[0]
+        for (_, source, _), outcome in zip(labels, outcomes)
+        if source is not None and not isinstance(outcome, str)
+    }
     labels_added = sum(1 for _, new in stored if new)
     restoring = _DecisionRestore(stored_labels, label_ids)
     decisions_added, decisions_present = restoring.run(store, decisions, name, errors)
@@ -236,13 +249,15 @@ class _DecisionRestore:
     the new ones go in together (``executemany``), split only where one supersedes another still waiting.
     Refused, each reported by line: a decision on a unit without labels in the target (it would decide
     nothing anyone labelled), one whose predecessor was not restored before it, and one by a reviewer who
-    had labelled the unit when it was decided (``check_not_own_unit``, the rule ``decide`` applies; a
-    label made after the decision does not count, as it would not have in the source store)."""
+    has a label on the unit, whatever its date (``check_not_own_unit``, the rule ``decide`` and a new label
+    follow: a store written before that rule held both ways may hold a label its annotator made after
+    deciding; the label is restored and the decision refused, so nobody stands as the reviewer of their
+    own label)."""
 
     def __init__(self, labels: ContentIndex, label_ids: Mapping[Any, int]) -> None:
         self._labels = labels
         self._label_ids = label_ids
-        self._labelled: dict[Unit, list[tuple[str, str]]] = {}  # unit -> (annotator, created_at) per label
+        self._labelled: dict[Unit, list[str]] = {}  # unit -> the annotator of each label on it
         self._note(labels.ids)
         self._decision_ids: dict[int, int] = {}  # source decision id -> target decision id
         self._rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # content -> row to insert, not yet inserted
@@ -252,7 +267,7 @@ class _DecisionRestore:
         for content in contents:
             label = Annotation._from_row((None, *content))
             unit = (label.dataset, label.task, label.query_id, label.doc_id)
-            self._labelled.setdefault(unit, []).append((label.annotator, label.created_at))
+            self._labelled.setdefault(unit, []).append(label.annotator)
 
     def run(
         self, store: AnnotationStore, decisions: list[tuple[int, Decision]], name: str, errors: list[Problem]
@@ -283,7 +298,7 @@ class _DecisionRestore:
         if d.supersedes is not None and d.supersedes not in self._decision_ids and d.supersedes not in self._waiting:
             return f"decision supersedes #{d.supersedes}, which is not restored before it", False
         try:
-            check_not_own_unit(d.reviewer, (who for who, at in labelled if at <= d.decided_at), d.unit)
+            check_not_own_unit(d.unit, labelled, [d.reviewer])
         except SelfAdjudication as err:
             return str(err), False
         if d.supersedes in self._waiting:

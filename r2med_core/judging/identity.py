@@ -32,6 +32,10 @@ The roles file maps an identity to a role or a list of roles::
 Identities are compared case-insensitively, by email or by OIDC subject. Without a roles file every
 signed-in person is an annotator and a reviewer. Nobody reviews their own label, whatever their role.
 
+Several servers share one OIDC sign-in (a team behind a load balancer) when each has the same
+``cookie_secret`` and, as ``redirect_uri``, the address people open: Streamlit binds its login cookie
+to that address's origin (``signin_origin_problem`` says so to a page opened elsewhere).
+
 This module never imports streamlit: the views pass it the request's headers, its peer address and
 ``st.user``.
 """
@@ -47,6 +51,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 PROXY_HEADER_ENV = "R2MED_PROXY_USER_HEADER"
 TRUSTED_PROXIES_ENV = "R2MED_TRUSTED_PROXIES"
@@ -408,6 +413,31 @@ def resolve_identity(
         if email or subject:
             return Person(email or subject, "oidc", _roles(roles, email, subject))
     return None
+
+
+def signin_origin_problem(redirect_uri: object, page_origin: str | None) -> str:
+    """Why a sign-in cannot hold on a page opened at ``page_origin`` (the browser's ``Origin``), or "".
+
+    Streamlit's login cookie is signed with ``cookie_secret`` and records the origin (scheme, host and
+    port) of ``redirect_uri``; a server accepts it only on a page of that very origin. So every server
+    of one deployment (behind one load balancer) signs people in once for all when each has the same
+    ``cookie_secret`` and the same ``redirect_uri`` — the address people open — and a page opened at any
+    other address (a server's own port, say) signs nobody in, silently. This says so, in words, where
+    that happens (the origins compared as Streamlit compares them); "" when they match or are unknown."""
+    if not isinstance(redirect_uri, str) or not page_origin:
+        return ""
+    target = urlsplit(redirect_uri)
+    seen = urlsplit(page_origin)
+    if not target.scheme or not target.netloc or not seen.scheme or not seen.netloc:
+        return ""
+    expected, origin = f"{target.scheme}://{target.netloc}", f"{seen.scheme}://{seen.netloc}"
+    if expected == origin:
+        return ""
+    return (
+        f"Sign-in here cannot hold: this server signs people in at {expected} (its redirect_uri), and this page "
+        f"is open at {origin[:200]}. Open the app at {expected}. Operators: give every server of one deployment "
+        "the address people open as redirect_uri, and the same cookie_secret."
+    )
 
 
 def _roles(table: RoleTable | None, *identities: str) -> frozenset[str]:

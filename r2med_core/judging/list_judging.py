@@ -37,6 +37,7 @@ from r2med_core.judging.annotations import (
     Annotation,
     AnnotationStore,
     AnnotationStoreError,
+    SelfAdjudication,
     check_whole_number,
     grade_code,
     grade_of,
@@ -269,7 +270,7 @@ def save_grades(
                         time_ms=event.time_ms,
                     )
                 )
-            except (ValueError, AnnotationStoreError) as err:
+            except (ValueError, SelfAdjudication, AnnotationStoreError) as err:
                 outcome = Outcome(event, "refused", error=str(err))
             else:
                 labels.append(label)

@@ -24,6 +24,7 @@ from r2med_core.judging.identity import (
     load_auth_config,
     load_roles,
     resolve_identity,
+    signin_origin_problem,
     typed_person,
 )
 from r2med_core.judging.visibility import Sight
@@ -215,6 +216,9 @@ def panel() -> None:
         st.caption("Sign in through this server's proxy to label and review.")
         return
     st.caption("Sign in to label and review.")
+    problem = signin_origin_problem(_auth_section().get("redirect_uri"), st.context.headers.get("Origin"))
+    if problem:
+        st.warning(ui.md(problem))
     for provider in found:
         label = "Sign in" if provider is None else f"Sign in with {provider}"
         st.button(label, key=f"w_sign_in_{provider or ''}", on_click=st.login, args=(provider,) if provider else ())

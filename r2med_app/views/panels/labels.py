@@ -177,7 +177,7 @@ def _save(
             )
             store.add(label)
             saved.append(TAXONOMY[made].label)
-    except (ValueError, AnnotationStoreError) as err:
+    except (ValueError, PermissionDenied, AnnotationStoreError) as err:
         done = f" ({' and '.join(saved)} was saved)" if saved else ""
         v.flash_error = f"Not saved: {ui.md(err)}{done}. Your note is kept."
         return
