@@ -38,3 +38,41 @@ def test_compare_names_the_randomization_test_that_was_run() -> None:
     said = _captions(at)
     assert "exact paired randomization test (all 4,096 sign assignments of 12 queries)" in said
     assert "10,000 sign flips" not in said
+
+
+@pytest.mark.parametrize(
+    ("email", "told"),
+    [
+        (None, False),  # signed out
+        ("nobody@example.org", False),  # signed in, no role
+        ("ann@example.org", False),
+        ("rev@example.org", False),
+        ("adm@example.org", True),  # manages the store as a whole
+    ],
+)
+def test_annotations_shows_the_store_path_only_to_whoever_manages_the_store(
+    email: str | None, told: bool, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from r2med_app.views.ui import md
+    from r2med_core.judging.annotations import AnnotationStore
+
+    from .test_app_visibility import AUTH, ROLES
+
+    roles = tmp_path / "roles.toml"
+    roles.write_text(ROLES, encoding="utf-8")
+    monkeypatch.setenv("R2MED_ROLES_FILE", str(roles))
+    location = AnnotationStore().location
+    user = {"is_logged_in": True, "email": email} if email else {}
+    at = open_app("annotations", secrets={"auth": AUTH}, user=user, task="clinical-evidence", systems=["bm25"])
+    said = " ".join(str(c.value) for c in at.caption)
+    assert (md(location) in said) is told and (location in said.replace("\\", "")) is told
+    assert ("Stored on this server (SQLite)" in said.replace("\\", "")) is not told
+
+
+def test_annotations_without_sign_in_shows_the_store_path_to_the_trusted_team() -> None:
+    """Without sign-in every visitor may delete and import the store, so they are told where it is."""
+    from r2med_app.views.ui import md
+    from r2med_core.judging.annotations import AnnotationStore
+
+    at = open_app("annotations", task="clinical-evidence", systems=["bm25"])
+    assert f"Stored in {md(AnnotationStore().location)} (SQLite)" in " ".join(str(c.value) for c in at.caption)
