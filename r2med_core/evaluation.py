@@ -303,15 +303,15 @@ class PairedTest:
     def randomization_text(self) -> str:
         """Which randomization test was run, as a caption names it."""
         if not self.sign_assignments:
-            return "no randomization test (fewer than two shared queries, or none differs: p = 1)"
+            return "no randomization test where the systems score alike on every query (or share under two): p = 1"
         if self.exact:
             return (
-                f"exact paired randomization test (all {self.sign_assignments:,} sign assignments of "
+                f"two-sided exact paired randomization test (all {self.sign_assignments:,} sign assignments of "
                 f"{self.n_queries} queries)"
             )
         return (
-            f"paired randomization test ({self.sign_assignments:,} random sign flips of {self.n_queries:,} "
-            "queries, seed fixed)"
+            f"two-sided paired randomization test ({self.sign_assignments:,} random sign flips of "
+            f"{self.n_queries:,} queries, seed fixed)"
         )
 
 

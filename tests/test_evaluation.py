@@ -173,7 +173,8 @@ def test_the_randomization_test_says_whether_it_was_exact_or_sampled_as_scipy_ra
     exact = paired_test(a, b)
     assert exact.exact and (exact.n_queries, exact.sign_assignments) == (12, 4096)
     assert exact.randomization_pvalue == pytest.approx(2 / 4096)  # only the all-positive and all-negative
-    assert exact.randomization_text == "exact paired randomization test (all 4,096 sign assignments of 12 queries)"
+    said = "two-sided exact paired randomization test (all 4,096 sign assignments of 12 queries)"
+    assert exact.randomization_text == said
     many_a = _results("A", [0.05 * (i % 7) for i in range(20)])
     many_b = _results("B", [0.05 * (i % 7) + 0.01 * (i % 3) for i in range(20)])
     sampled = paired_test(many_a, many_b)

@@ -122,7 +122,7 @@ class Significance:
         if self.test != "randomization":
             return TESTS[self.test]
         # the test scipy ran, pair by pair: exact over a few queries, sampled over many
-        return "two-sided " + randomization_words(test for test, _ in self.pairs.values())
+        return randomization_words(test for test, _ in self.pairs.values())
 
     @property
     def correction_text(self) -> str:

@@ -97,7 +97,7 @@ with body.container():
         )
     st.table(pd.DataFrame(rows).set_index("system"))
     st.caption(
-        f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and two-sided "
+        f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and "
         f"{randomization_words(tests)}, over the queries both systems were evaluated on"
         + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
         + " The verdict uses the randomization test at p < 0.05. "
