@@ -10,13 +10,27 @@ from pathlib import Path
 
 import streamlit as st
 
-from r2med_app.views import state, ui
-from r2med_app.views.panels import auth, sidebar
-
 HERE = Path(__file__).resolve().parent
 # A local image, not a ":material/…:" icon: Streamlit fetches those favicons from fonts.gstatic.com.
 ICON = HERE / "views" / "assets" / "icon.png"
 st.set_page_config(page_title="R2MED Explorer", page_icon=str(ICON), layout="wide")
+# A session's first run draws the app's name before anything slow: on a fresh server the imports below (the
+# core, pandas, plotly, scipy …) and the first data load took seconds of blank page. Its later runs find
+# all that loaded and draw nothing here, so a rerun never flickers.
+_LOADING = None if st.session_state.get("r2med_drawn") else st.empty()
+if _LOADING is not None:
+    _LOADING.markdown("# R2MED Explorer\n\nLoading the app and its data…")
+
+from r2med_app.views import state, ui  # noqa: E402  (after the first paint, on purpose)
+from r2med_app.views.panels import auth, sidebar  # noqa: E402
+
+
+def _loaded() -> None:
+    """The page is about to draw itself: the loading note goes, and this session's later runs skip it."""
+    st.session_state["r2med_drawn"] = True
+    if _LOADING is not None:
+        _LOADING.empty()
+
 
 # Page links carry no ":material/…:" icons: Streamlit draws them as ligature text, so screen readers and
 # copied links would read "dashboard Overview".
@@ -60,6 +74,7 @@ if ui.read_only():
 with st.sidebar:
     auth.panel()
 dataset = sidebar.sidebar()
+_loaded()
 if dataset is None:
     state.sync_url()
     st.title("R2MED Explorer")

@@ -33,6 +33,8 @@ REWRITE_FILE = "query_with_hydoc.jsonl"
 PROVENANCE_FILE = "provenance.json"
 #: How a rewrite set written by hand is named wherever a rewrite is named (see ``Dataset.hand_written``).
 HAND_WRITTEN = "written by hand, not by an LLM"
+#: How a rewrite set generated live on this server (not a file of the dataset) is marked wherever it is named.
+LIVE = "generated live"
 #: An R2MED-layout folder's qrels, in the order they are looked for.
 QRELS_FILES = ("qrels.jsonl", "qrels.txt", "qrels.tsv")
 _MAX_PROBLEMS = 20
@@ -179,6 +181,11 @@ class Dataset:
         """Whether a rewrite set was written by hand (its ``provenance.json`` says ``"made_by": "hand"``):
         an illustration, never an LLM's output nor the benchmark's setting. The one place that decides."""
         return self.rewrite_provenance.get((rewrite[0], rewrite[1]), {}).get("made_by") == "hand"
+
+    def generated_live(self, rewrite: tuple[str, str]) -> bool:
+        """Whether a rewrite set is a live generation recorded on this server (``llm.generation``
+        attaches it with ``"live": true``), not a file of the dataset. The one place that decides."""
+        return self.rewrite_provenance.get((rewrite[0], rewrite[1]), {}).get("live") is True
 
 
 # --------------------------------------------------------------------------- reading files

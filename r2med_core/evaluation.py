@@ -259,10 +259,43 @@ class PairedTest:
     randomization_pvalue_holm: float | None = None
     #: The paired bootstrap interval of :attr:`delta` (None under two shared queries).
     delta_interval: Interval | None = None
+    #: The queries both systems were evaluated on (what the tests pair).
+    n_queries: int = 0
+    #: The sign assignments the randomization test's null distribution holds, as scipy ran it: all
+    #: ``2 ** n_queries`` of them when that is no more than the resamples asked for (the exact test),
+    #: else that many random ones; 0 when no test was run (under two queries, or no query differs).
+    sign_assignments: int = 0
 
     @property
     def delta(self) -> float:
         return self.mean_b - self.mean_a
+
+    @property
+    def exact(self) -> bool:
+        """The randomization test enumerated every sign assignment (its p-value is exact)."""
+        return self.sign_assignments > 0 and self.sign_assignments == 2**self.n_queries
+
+    @property
+    def randomization_text(self) -> str:
+        """Which randomization test was run, as a caption names it."""
+        if not self.sign_assignments:
+            return "no randomization test where the systems score alike on every query (or share under two): p = 1"
+        if self.exact:
+            return (
+                f"two-sided exact paired randomization test (all {self.sign_assignments:,} sign assignments of "
+                f"{self.n_queries} queries)"
+            )
+        return (
+            f"two-sided paired randomization test ({self.sign_assignments:,} random sign flips of "
+            f"{self.n_queries:,} queries, seed fixed)"
+        )
+
+
+def randomization_words(tests: Iterable[PairedTest]) -> str:
+    """The randomization test(s) ``tests`` ran, each kind named once, for a caption: the exact test
+    over a few queries, a sampled one over many (scipy decides, by the resamples asked for)."""
+    kinds = list(dict.fromkeys(test.randomization_text for test in tests))
+    return "; ".join(kinds) if kinds else "no randomization test"
 
 
 def paired_test(
@@ -276,6 +309,7 @@ def paired_test(
     x, y = joined.iloc[:, 0].to_numpy(float), joined.iloc[:, 1].to_numpy(float)
     diff = y - x
     wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
+    assignments = 0
     if len(diff) < 2 or np.allclose(diff, 0):
         t_p = rand_p = 1.0
     else:
@@ -292,6 +326,7 @@ def paired_test(
             random_state=np.random.default_rng(seed),
         )
         rand_p = float(result.pvalue)
+        assignments = len(result.null_distribution)  # 2 ** n when scipy enumerated them all (exact)
     return PairedTest(
         baseline=a.run_name,
         system=b.run_name,
@@ -304,6 +339,8 @@ def paired_test(
         t_pvalue=1.0 if np.isnan(t_p) else t_p,
         randomization_pvalue=rand_p,
         delta_interval=difference_interval(x, y, seed=seed),
+        n_queries=len(diff),
+        sign_assignments=assignments,
     )
 
 

@@ -10,7 +10,7 @@ face: the names callers import, and the questions asked of any system whatever i
 
 from __future__ import annotations
 
-from r2med_core.data import HAND_WRITTEN, Dataset
+from r2med_core.data import HAND_WRITTEN, LIVE, Dataset
 from r2med_core.kinds.base import (
     MAX_FUSION_DEPTH,
     RUN_FORMAT_VERSION,
@@ -107,13 +107,17 @@ _METHOD_WORDS = {
 
 def rewrite_words(rewrite: str, dataset: Dataset | None = None) -> str:
     """``"hyde:smollm2-135m"`` → ``"HyDE (smollm2-135m)"``: a rewrite named for a reader, not a URL. Given
-    the dataset, a set written by hand says so: ``"HyDE (demo-writer: written by hand, not by an LLM)"``."""
+    the dataset, a set written by hand says so: ``"HyDE (demo-writer: written by hand, not by an LLM)"``,
+    and a live generation recorded on this server: ``"HyDE (my-llm, generated live)"``. Every page names
+    a rewrite with this, so one set has one name wherever it is shown."""
     method, _, llm = rewrite.partition(":")
     name = _METHOD_WORDS.get(method, method)
     if not llm:
         return name
     if dataset is not None and dataset.hand_written((method, llm)):
         return f"{name} ({llm}: {HAND_WRITTEN})"
+    if dataset is not None and dataset.generated_live((method, llm)):
+        return f"{name} ({llm}, {LIVE})"
     return f"{name} ({llm})"
 
 
@@ -140,8 +144,19 @@ def rewrite_origin(dataset: Dataset, rewrite: tuple[str, str]) -> str:
         model = file.get("name") if isinstance(file, dict) else None
         sampling = sampling if isinstance(sampling, dict) else {}
         shown = ", ".join(f"{k} {v}" for k, v in sampling.items() if k in ("temperature", "seed") and v is not None)
-        return f"written by {model or record.get('model', 'an LLM')}" + (f" ({shown})" if shown else "")
+        where = "on this server, " if dataset.generated_live(rewrite) else ""
+        written = f"{where}written by {model or record.get('model', 'an LLM')}"
+        return written + (f" ({shown})" if shown else "")
     return "precomputed (its origin is not recorded)"
+
+
+def rewrite_told(dataset: Dataset, rewrite: tuple[str, str]) -> str:
+    """A rewrite's name (``rewrite_words``, as the sidebar shows it) and where it comes from, for the line
+    above one of its passages; what the name already says is not said twice."""
+    name = rewrite_words(f"{rewrite[0]}:{rewrite[1]}", dataset)
+    if dataset.hand_written(rewrite):
+        return f"{name} · an illustration, not the benchmark's setting"
+    return f"{name} · {rewrite_origin(dataset, rewrite)}"
 
 
 def default_rewrite(dataset: Dataset) -> str:

@@ -547,8 +547,16 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         assert (last["temperature"], last["max_tokens"], "seed" in last) == (0.3, 256, False)
         at.toggle(key="w_rewrite_on").set_value(True).run()
         options = at.selectbox(key="w_rewrite").options
-        assert "hyde:fake-gpt (live)" in options
+        name = "HyDE (fake-gpt, generated live)"  # one name for the live set, from the core (systems.rewrite_words)
+        assert name in options
         assert KEY not in str(at.query_params)
+        # … the same name where the explorer shows its hypothetical document, never "precomputed"
+        at.selectbox(key="w_rewrite").set_value("hyde:fake-gpt").run()
+        at.switch_page("views/pages/explorer.py").run()
+        assert not at.exception
+        told = [m.value.replace("\\", "") for m in at.markdown if "Hypothetical document" in m.value]
+        assert told and name in told[0] and "on this server, written by fake-gpt" in told[0], told
+        assert "precomputed" not in told[0]
 
 
 def test_cancel_on_the_rewriting_page_says_it_stopped_and_what_was_kept() -> None:

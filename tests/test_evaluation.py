@@ -22,6 +22,7 @@ from r2med_core.evaluation import (
     paired_test,
     published_metrics,
     published_metrics_note,
+    randomization_words,
 )
 from r2med_core.runs import Run, read_trec
 
@@ -162,6 +163,27 @@ def test_paired_test_counts_and_detects_a_real_difference() -> None:
     assert test.t_pvalue < 0.01 and test.randomization_pvalue < 0.01
     same = paired_test(a, _results("A2", list(a.per_query["ndcg_at_10"])))
     assert same.t_pvalue == 1.0 and same.randomization_pvalue == 1.0 and same.ties == 12
+
+
+def test_the_randomization_test_says_whether_it_was_exact_or_sampled_as_scipy_ran_it() -> None:
+    """12 queries: scipy enumerates all 2**12 sign assignments (fewer than the 10,000 resamples asked
+    for), so p is a multiple of 1/4096 and the words say exact; 20 queries: 10,000 random flips."""
+    a = _results("A", [0.1 * (i % 5) for i in range(12)])
+    b = _results("B", [0.1 * (i % 5) + 0.3 for i in range(12)])
+    exact = paired_test(a, b)
+    assert exact.exact and (exact.n_queries, exact.sign_assignments) == (12, 4096)
+    assert exact.randomization_pvalue == pytest.approx(2 / 4096)  # only the all-positive and all-negative
+    said = "two-sided exact paired randomization test (all 4,096 sign assignments of 12 queries)"
+    assert exact.randomization_text == said
+    many_a = _results("A", [0.05 * (i % 7) for i in range(20)])
+    many_b = _results("B", [0.05 * (i % 7) + 0.01 * (i % 3) for i in range(20)])
+    sampled = paired_test(many_a, many_b)
+    assert not sampled.exact and (sampled.n_queries, sampled.sign_assignments) == (20, 10_000)
+    assert "10,000 random sign flips of 20 queries" in sampled.randomization_text
+    same = paired_test(a, _results("A2", list(a.per_query["ndcg_at_10"])))
+    assert same.sign_assignments == 0 and same.randomization_text.startswith("no randomization test")
+    # a caption over several comparisons names each kind once
+    assert randomization_words([exact, sampled, exact]) == f"{exact.randomization_text}; {sampled.randomization_text}"
 
 
 def test_holm_correction() -> None:

@@ -77,9 +77,10 @@ def test_the_teams_qrels_are_the_original_then_agreed_and_accepted_then_adjudica
     ]
     assert (team.proposed, team.disputed) == (2, 1)  # carol's and dan's on "zero"; alice and bob on "disputed"
     assert team.caption() == (
-        "3 agreed grade(s), 1 accepted proposal(s), 1 judged not relevant by one annotator, 1 adjudicated "
-        "grade(s): 4 addition(s) and 2 correction(s) to the original qrels. Not used: 2 proposal(s) awaiting "
-        "review, 1 disagreement(s) or unsure judgement(s) awaiting adjudication."
+        "6 change(s) to the original qrels — 4 addition(s) (pairs it did not judge) and 2 correction(s) (pairs "
+        "it graded otherwise) — coming from 3 agreed grade(s), 1 accepted proposal(s), 1 judged not relevant by "
+        "one annotator and 1 adjudicated grade(s). Not used: 2 proposal(s) awaiting review, 1 disagreement(s) or "
+        "unsure judgement(s) awaiting adjudication."
     )
     assert ORIGINAL["q1"] == {"gold": 2, "weak": 1, "zero": 0}  # nothing given is changed
     # The store's reading is the same function on the same labels and decisions.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -389,3 +389,20 @@ def list_rows(
             )
         )
     return rows
+
+
+def list_done(rows: Iterable[Row]) -> bool:
+    """Every row of the list has the annotator's judgement (a grade, or unsure): the list is done, and the
+    page offers the next query."""
+    listed = list(rows)
+    return bool(listed) and all(row.grade is not None or row.unsure for row in listed)
+
+
+def next_query(query_ids: Sequence[str], current: str) -> str | None:
+    """The query after ``current`` in the page's order (None after the last, or when ``current`` is not
+    listed): where "Next query" goes once a list is done."""
+    try:
+        at = list(query_ids).index(current)
+    except ValueError:
+        return None
+    return query_ids[at + 1] if at + 1 < len(query_ids) else None

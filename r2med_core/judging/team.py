@@ -192,13 +192,16 @@ class TeamQrels:
         return sum(change.source == source for change in self.changes)
 
     def caption(self) -> str:
-        """What the team's qrels add to the original, counted as they count it."""
+        """What the team's qrels change in the original, counted as they count it: the changes first, split
+        by what they do to the original (an addition or a correction), then the same changes by where
+        their grade comes from (each source counts changes only), so no count reads as part of another."""
         additions = sum(change.kind == "addition" for change in self.changes)
         return (
+            f"{len(self.changes)} change(s) to the original qrels — {additions} addition(s) (pairs it did not "
+            f"judge) and {len(self.changes) - additions} correction(s) (pairs it graded otherwise) — coming from "
             f"{self.count('agreed')} agreed grade(s), {self.count('accepted')} accepted proposal(s), "
-            f"{self.count('not relevant')} judged not relevant by one annotator, {self.count('adjudicated')} "
-            f"adjudicated grade(s): {additions} addition(s) and {len(self.changes) - additions} correction(s) "
-            f"to the original qrels. Not used: {self.proposed} proposal(s) awaiting review, {self.disputed} "
+            f"{self.count('not relevant')} judged not relevant by one annotator and {self.count('adjudicated')} "
+            f"adjudicated grade(s). Not used: {self.proposed} proposal(s) awaiting review, {self.disputed} "
             "disagreement(s) or unsure judgement(s) awaiting adjudication."
         )
 

@@ -83,6 +83,13 @@ class Sight:
         """May download every label (CSV, JSONL) and the full backup: the store as a whole."""
         return not self.signed_in or (self.person is not None and self.person.may("manage"))
 
+    def store_place(self, location: str, *, public: bool = False) -> str:
+        """Where the labels are stored, as this visitor may be told: the store's ``location`` (a server path
+        or a database URL, never its password) to whoever manages the store as a whole (``exports_store``:
+        an admin, or anyone on a server without sign-in), "on this server" to everyone else and on a
+        ``public`` read-only demo, whose folders and database hosts are nobody's business."""
+        return "on this server" if public or not self.exports_store else f"in {location}"
+
     @property
     def blind(self) -> bool:
         """Labels blind: signed in, may label, does not review (sees others' work unit by unit)."""

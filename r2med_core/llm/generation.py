@@ -603,6 +603,10 @@ def attach_live_rewrites(dataset: Dataset, wanted: Iterable[tuple[str, str]]) ->
         texts = live_rewrites(dataset, method, llm_name)
         if texts:
             dataset = with_rewrites(dataset, method, llm_name, texts)
+            # what made the set, where every page reads it (``systems.rewrite_words`` / ``rewrite_origin``)
+            made = live_generation_settings(dataset, method, llm_name) or {}
+            record = {"made_by": "llm", "live": True, "model": str(made.get("model") or llm_name)}
+            dataset = replace(dataset, rewrite_provenance={**dataset.rewrite_provenance, (method, llm_name): record})
             notes.append(
                 f"using live {method}:{llm_name} generations from the cache ({len(texts)} of {len(dataset.queries)} "
                 "queries)"

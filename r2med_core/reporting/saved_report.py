@@ -27,7 +27,15 @@ from typing import Any
 import plotly.graph_objects as go
 
 from r2med_core.data import DataError, Dataset, Problem
-from r2med_core.evaluation import MAIN_METRICS, PairedTest, Results, holm, metric_label, paired_test
+from r2med_core.evaluation import (
+    MAIN_METRICS,
+    PairedTest,
+    Results,
+    holm,
+    metric_label,
+    paired_test,
+    randomization_words,
+)
 from r2med_core.imported_runs import (
     RUN_PREFIX,
     ImportedRun,
@@ -111,8 +119,10 @@ class Significance:
     @property
     def test_text(self) -> str:
         """The test, as a caption names it."""
-        test = TESTS[self.test]
-        return test + (f" with {self.n_resamples:,} sign flips" if self.test == "randomization" else "")
+        if self.test != "randomization":
+            return TESTS[self.test]
+        # the test scipy ran, pair by pair: exact over a few queries, sampled over many
+        return randomization_words(test for test, _ in self.pairs.values())
 
     @property
     def correction_text(self) -> str:

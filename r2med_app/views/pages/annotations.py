@@ -124,11 +124,11 @@ v = state.view()
 st.title("Annotations")
 if store is None:
     st.stop()
-# The read-only demo is public: the server's folders and database hosts are nobody's business there.
-where = "on this server" if ui.read_only() else f"in {ui.md(store.location)}"
-st.caption(f"Stored {where} ({store.kind}). Label queries and documents from the Query explorer.")
-state.show_flash()
 acting = auth.acting()
+# Who may be told the server's path or database host is the core's rule (visibility.Sight.store_place).
+where = acting.sight.store_place(store.location, public=ui.read_only())
+st.caption(f"Stored {ui.md(where)} ({store.kind}). Label queries and documents from the Query explorer.")
+state.show_flash()
 may_manage = not acting.signed_in_mode or (acting.person is not None and acting.person.may("manage"))
 
 # Who sees which labels, proposals, figures and downloads is r2med_core.judging.visibility's rule (roles, signed

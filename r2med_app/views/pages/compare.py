@@ -12,7 +12,15 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_app.views.panels import saved_reports
 from r2med_core.analysis.explore import axis_range, per_query_delta, shorten, verdict
-from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, Results, compare, metric_explained, metric_label
+from r2med_core.evaluation import (
+    ALL_METRICS,
+    MAIN_METRICS,
+    Results,
+    compare,
+    metric_explained,
+    metric_label,
+    randomization_words,
+)
 from r2med_core.intervals import DESCRIPTION, PAIRED_DESCRIPTION
 from r2med_core.reporting.tables import test_cells
 
@@ -26,8 +34,8 @@ options = state.systems_in_play()
 if not options:
     st.info("No systems are in play: choose some under **Systems in play** in the sidebar to compare them.")
     st.stop()
-# Until the user chooses, compare the first two systems (with a rewrite on: the first system and its rewrite).
-defaults = options[:2] if not v.rewrite else [options[0], options[len(v.systems)]]
+# Until the user chooses, compare every system in play (their rewrites too), the first as the baseline.
+defaults = options
 c1, c2 = st.columns([3, 1])
 c1.multiselect(
     "Systems (the first is the baseline)",
@@ -89,8 +97,8 @@ with body.container():
         )
     st.table(pd.DataFrame(rows).set_index("system"))
     st.caption(
-        f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and paired randomization test "
-        "(10,000 sign flips) over the queries both systems were evaluated on"
+        f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and "
+        f"{randomization_words(tests)}, over the queries both systems were evaluated on"
         + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
         + " The verdict uses the randomization test at p < 0.05. "
         f"Δ 95% CI: the {PAIRED_DESCRIPTION}; an interval that excludes 0 agrees with a significant test. "

@@ -30,7 +30,7 @@ from r2med_core.judging.annotations import TAXONOMY, grade_words
 from r2med_core.systems import (
     dense_instruction_notes,
     queries_left_out,
-    rewrite_origin,
+    rewrite_told,
     rewrite_words,
     rewritten_name,
 )
@@ -273,10 +273,9 @@ with body.container():
         st.caption(ui.md("; ".join(metric_explained(metric) for metric in TILES) + "."))
 
     if rewritten is not None and not blind:
-        method, llm = rewrite
         hy_doc = dataset.rewrites[rewrite].get(qid)
         with st.container(border=True):
-            told = f"{rewrite_words(f'{method}:{llm}')} · {rewrite_origin(dataset, rewrite)}"
+            told = rewrite_told(dataset, rewrite)
             st.markdown(f"**Hypothetical document** · {ui.md(told)}")
             if hy_doc:
                 gold_words = shared_with_gold(dataset, qid, hy_doc)

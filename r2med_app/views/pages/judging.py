@@ -73,7 +73,8 @@ def _keyboard(turn: Turn, events: list[GradeEvent], key: str) -> None:
 
 @st.fragment
 def _card(dataset: Dataset) -> None:
-    """The document to judge and its keys: a grade, a skip or a Save reruns only this part of the page."""
+    """The document to judge and its keys, and the queue's progress below: a grade, a skip or a Save reruns
+    only this part of the page."""
     store = ui.annotation_store()
     if store is None:
         return
@@ -97,6 +98,15 @@ def _card(dataset: Dataset) -> None:
     _turn(dataset, turn, key, events, st.session_state.setdefault(state.widget_key("judge_shown", within), {}))
     for problem in problems:
         st.warning(f"Ignored from the keyboard: {ui.md(problem)}.")
+    # The table is read with the card, in the same run: a key redraws both, so the card's "judged by you" and
+    # the table's row for this person are one count taken at one moment (the table once stood as of the
+    # page's opening while the card counted on: "11 judged by you" above "judged 5").
+    try:
+        found = queue.progress()
+    except AnnotationStoreError as err:
+        st.error(ui.md(err))
+        return
+    _progress(found, queue.judges, auth.acting().sight)
 
 
 def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent], shown: dict[str, int]) -> None:
@@ -149,8 +159,8 @@ def _progress(found: QueueProgress, judges: int, sight: Sight) -> None:
     st.subheader("Progress")
     st.caption(
         f"Each queued document goes to {judges} annotator(s) (the operator's R2MED_JUDGES_PER_DOCUMENT); it "
-        "counts as judged by someone once they saved a label on it. As of opening this page (grading by key "
-        "redraws only the document above, whose bar counts yours as you go)."
+        "counts as judged by someone once they saved a label on it. Counted with the document above: each "
+        "grade redraws both, so your row here and the bar above count the same labels."
     )
     if sight.reviews:
         team = [
@@ -199,13 +209,6 @@ def page(dataset: Dataset) -> None:
     )
     _card(dataset)
     rerun_after_reconnect()
-    queue = pooling.judging_queue(store)
-    try:
-        found = queue.progress()
-    except AnnotationStoreError as err:
-        st.error(ui.md(err))
-        return
-    _progress(found, queue.judges, auth.acting().sight)
 
 
 page(ui.current_dataset())

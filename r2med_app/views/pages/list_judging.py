@@ -13,7 +13,7 @@ from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
 from r2med_app.views.panels.labels import TEAM_RULE
 from r2med_core import Dataset
-from r2med_core.judging.list_judging import list_rows, parse_events, save_grades
+from r2med_core.judging.list_judging import list_done, list_rows, next_query, parse_events, save_grades
 from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20]
@@ -102,6 +102,25 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     )
     for problem in problems:
         st.warning(f"Ignored from the list: {ui.md(problem)}.")
+    if annotator and list_done(rows):
+        _next(qid)
+
+
+def _go_to(query_id: str) -> None:
+    """The "Next query" button's callback: it runs before the page, so the query picker can be set."""
+    st.session_state[picker] = v.q = query_id
+
+
+def _next(qid: str) -> None:
+    """Once every row is judged: the way on to the next query of the list (the whole page reruns on it)."""
+    following = next_query(query_ids, qid)
+    if following is None:
+        st.success("Every row of this list is judged, and this is the last query of the list.")
+        return
+    label = ui.query_labels(dataset)[following]
+    st.success("Every row of this list is judged.")
+    if st.button(f"Next query: {ui.md(label)} →", key="w_lj_next", type="primary", on_click=_go_to, args=(following,)):
+        st.rerun(scope="app")  # the picker and the query box above belong to the whole page
 
 
 judging(dataset, run, qid, k)

@@ -11,7 +11,6 @@ from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset
 from r2med_core.hub import DownloadError, cached_task
 from r2med_core.llm import local_server
 from r2med_core.llm.endpoints import LOCAL, named_endpoints
-from r2med_core.llm.generation import live_rewrite_options
 from r2med_core.retrieval.dense import PRESETS
 from r2med_core.retrieval.rerank import RERANKER_PRESETS
 from r2med_core.retrieval.static import STATIC_PRESETS, cost_and_quality
@@ -244,11 +243,10 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
         )
         if on:
             default = default_rewrite(dataset)
-            live = {f"{m}:{llm}" for m, llm in live_rewrite_options(dataset)}
             st.selectbox(
                 "Rewrite (method:LLM)",
                 options,
-                format_func=lambda o: f"{o} (live)" if o in live else rewrite_words(o, dataset),
+                format_func=lambda o: rewrite_words(o, dataset),  # the core names it, as every page does
                 key=bound("rewrite", options, default),
                 on_change=store("rewrite"),
             )
