@@ -8,12 +8,18 @@ family. The published results, the MTEB names, the prompts, the transcription sc
 derive their per-task tables from :data:`TASKS`, so a ninth task is one more record here and the CLI,
 the loaders and the app never disagree. The retrievers' and rewrite methods' ids are the benchmark's folder names:
 the system kinds (which dense presets are the benchmark's) and the published scores both read them here.
+Each corpus's length in characters (``task_documents.json``, MTEB's descriptive statistics of its R2MED
+tasks, recorded with their source) lets a speed be projected per task without downloading R2MED.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 
 class Family(StrEnum):
@@ -309,3 +315,38 @@ def get_task(name: str) -> TaskInfo:
         if task_name.lower() == name.lower():
             return info
     raise KeyError(f"unknown R2MED task {name!r}; choose one of: {', '.join(TASKS)}")
+
+
+#: Each task's corpus size and length in characters, from MTEB's descriptive statistics (its source inside).
+DOCUMENTS_FILE = Path(__file__).with_name("task_documents.json")
+
+
+@dataclass(frozen=True)
+class CorpusLengths:
+    """A task's corpus as MTEB describes it: documents, and their lengths in characters."""
+
+    task: str
+    documents: int
+    average_characters: float
+    max_characters: int
+
+
+@lru_cache(maxsize=1)
+def _documents_file() -> dict[str, Any]:
+    return json.loads(DOCUMENTS_FILE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def corpus_lengths() -> dict[str, CorpusLengths]:
+    """Every task's corpus size and document lengths (``task_documents.json``), in ``TASKS`` order."""
+    rows = _documents_file()["tasks"]
+    return {
+        name: CorpusLengths(
+            name, rows[name]["documents"], rows[name]["average_characters"], rows[name]["max_characters"]
+        )
+        for name in TASKS
+    }
+
+
+def corpus_lengths_source() -> dict[str, str]:
+    """Where ``corpus_lengths`` come from: the package, its version and the files read."""
+    return dict(_documents_file()["source"])

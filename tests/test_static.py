@@ -4,6 +4,7 @@ clear message when the optional ``static`` extra is missing."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import shutil
@@ -127,6 +128,26 @@ def test_mteb_static_presets_load_from_a_prefilled_hub_cache_offline(
 
 
 @needs_model2vec
+def test_a_hub_or_local_static_model_reads_at_most_its_own_configs_token_limit(tmp_path: Path) -> None:
+    from model2vec import StaticModel
+
+    static._load.cache_clear()
+    capped = tmp_path / "capped"
+    StaticModel(vectors=_vectors(), tokenizer=_tokenizer(), normalize=True, max_length=3).save_pretrained(str(capped))
+    encoder = static.StaticEncoder(capped)
+    assert encoder.max_tokens == 3
+    retriever = static.StaticRetriever(str(capped))
+    # short words, so model2vec's first cut (3 × the median token length in characters) keeps 3 tokens
+    long, first = retriever.encode(["pain pain pain gout gout", "pain pain pain"], "doc")
+    assert np.allclose(long, first, atol=1e-6)
+    uncapped = static.StaticEncoder(_model2vec_layout(tmp_path / "uncapped"))
+    assert uncapped.max_tokens == 512  # no limit in its config: model2vec's default, as MTEB ran the presets
+    unlimited = static.StaticRetriever(str(tmp_path / "uncapped")).encode(["pain pain pain gout gout"], "doc")[0]
+    assert not np.allclose(unlimited, first, atol=1e-3)  # the gout tokens count when nothing caps them
+    assert static.StaticEncoder(_sentence_transformers_layout(tmp_path / "st")).max_tokens == 512
+
+
+@needs_model2vec
 def test_a_hub_static_model_not_in_the_cache_offline_is_a_clear_error(
     topics, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -191,6 +212,7 @@ def test_distilled_once_with_provenance_and_a_changed_source_is_distilled_again(
     assert made["source_files"] == static.files_digest(tiny_source)
     assert made["pca_dims"] == static.PCA_DIMS and made["model2vec"] == static._version("model2vec")
     assert made["vocabulary_size"] > 0 and made["source"] == "offline:all-MiniLM-L6-v2"
+    assert made["max_tokens"] == static.source_token_limit(tiny_source)  # what the source reads, kept in the key
     assert static.distilled_folder() == folder and len(calls) == 1  # cached: not distilled again
 
     # the source model changes (other weights, same file names and sizes): a new static model and run
@@ -237,6 +259,38 @@ def test_static_minilm_runs_on_every_demo_task_from_a_cold_cache_offline_as_meas
     assert MEASURED, "r2med_core/retrieval/static_measured.json is missing: python -m benchmarks.bench_static"
     for task, score in scores.items():
         assert score == pytest.approx(MEASURED["quality"]["tasks"][task]["static"], abs=0.005), task
+
+
+def test_static_minilm_reads_what_minilm_reads() -> None:
+    # MiniLM reads 256 tokens with [CLS] and [SEP] among them; the static model adds no special tokens
+    assert static.source_token_limit(static.minilm_source()) == 254
+    assert static.distill_key(static.minilm_source())["max_tokens"] == 254
+
+
+@needs_model2vec
+def test_a_document_longer_than_the_limit_gives_the_vector_of_its_first_tokens(
+    minilm_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(minilm_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    retriever = static.StaticRetriever("minilm")
+    limit = static.provenance(static.distilled_folder())["max_tokens"]
+    model = retriever._encoder("doc").model
+    assert limit == 254 and model.max_length == limit  # saved in the model's config, read at every load
+    tokenizer = copy.deepcopy(model.tokenizer)
+    tokenizer.no_truncation()
+    texts = [text for task in DEMO_TASKS for text in load_demo(task).corpus.values()]
+    longer = [
+        (t, e) for t, e in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=False)) if len(e.ids) > limit
+    ]
+    assert len(longer) >= 20, "the demo has documents longer than the limit"
+    firsts = [text[: tokens.offsets[limit - 1][1]] for text, tokens in longer]
+    whole = retriever.encode([text for text, _ in longer], "doc")
+    assert np.allclose(whole, retriever.encode(firsts, "doc"), atol=1e-6)
+    # and the limit is what makes them equal: read whole, the same documents give other vectors
+    unlimited = model.encode([text for text, _ in longer], max_length=None, use_multiprocessing=False)
+    unlimited = unlimited / np.linalg.norm(unlimited, axis=1, keepdims=True)
+    assert np.abs(unlimited - whole).max() > 1e-2
 
 
 @needs_model2vec
@@ -299,3 +353,45 @@ def test_static_names_round_trip_and_a_link_runs_only_presets_or_allowed_models(
     assert system_refusal("static:someone/static-model", settings)
     monkeypatch.setenv("R2MED_ALLOW_MODELS", "someone/static-model")
     assert system_refusal("static:someone/static-model", load_settings()) is None
+
+
+def test_r2med_corpus_lengths_are_mtebs_per_task_and_sum_to_the_benchmark() -> None:
+    from r2med_core.tasks import TASKS, corpus_lengths, corpus_lengths_source
+
+    lengths = corpus_lengths()
+    assert list(lengths) == list(TASKS)
+    assert {name: c.documents for name, c in lengths.items()} == {name: t.n_documents for name, t in TASKS.items()}
+    assert sum(c.documents for c in lengths.values()) == 357_080
+    assert all(0 < c.average_characters <= c.max_characters for c in lengths.values())
+    source = corpus_lengths_source()
+    assert source["package"] == "mteb" and source["version"] and "descriptive_stats" in source["files"]
+    if importlib.util.find_spec("mteb") is None:
+        return
+    import mteb
+
+    recorded = json.loads((Path(static.__file__).parents[1] / "task_documents.json").read_text(encoding="utf-8"))
+    folder = Path(mteb.__file__).parent / "descriptive_stats" / "Retrieval"
+    for name, row in recorded["tasks"].items():  # the figures are MTEB's, as its files hold them
+        stats = json.loads((folder / f"{row['mteb_task']}.json").read_text(encoding="utf-8"))["test"]
+        assert row["documents"] == stats["num_documents"], name
+        assert row["total_characters"] == stats["documents_text_statistics"]["total_text_length"], name
+        assert row["average_characters"] == pytest.approx(
+            stats["documents_text_statistics"]["average_text_length"], abs=0.05
+        ), name
+
+
+def test_the_stored_projection_is_per_task_and_adds_up_to_all_of_r2med() -> None:
+    from r2med_core.tasks import TASKS, corpus_lengths
+
+    assert MEASURED, "r2med_core/retrieval/static_measured.json is missing: python -m benchmarks.bench_static"
+    rows = {row["task"]: row for row in MEASURED["encode"]["tasks"]}
+    assert list(rows) == list(TASKS)
+    for name, corpus in corpus_lengths().items():
+        row = rows[name]
+        assert row["documents"] == corpus.documents and row["characters"] == round(corpus.average_characters)
+        assert row["static_cpu_seconds"] == pytest.approx(corpus.documents / row["static_docs_per_cpu_s"], rel=0.01)
+        assert row["static_tokens_read"] <= MEASURED["distilled"]["max_tokens"]
+    projection = MEASURED["projection"]
+    assert projection["documents"] == 357_080
+    assert projection["static_cpu_seconds"] == pytest.approx(sum(r["static_cpu_seconds"] for r in rows.values()), abs=1)
+    assert MEASURED["distill_cpu_seconds"] > 0 and MEASURED["distilled"]["max_tokens"] == 254

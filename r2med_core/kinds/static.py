@@ -106,8 +106,8 @@ class StaticKind(DenseKind):
         here = measured_docs_per_s(f"static:{spec.name}", device)
         if here:
             return here / busy_factor()
-        words = sum(len(text.split()) for text in dataset.corpus.values()) / max(len(dataset.corpus), 1)
-        return (static_docs_per_s(words) or 1000.0) / busy_factor()  # unmeasured: a static model's order
+        characters = sum(len(text) for text in dataset.corpus.values()) / max(len(dataset.corpus), 1)
+        return (static_docs_per_s(characters) or 1000.0) / busy_factor()  # unmeasured: a static model's order
 
     def estimate_seconds(self, dataset: Dataset, spec: SystemSpec, k: int) -> float:
         seconds = super().estimate_seconds(dataset, spec, k)

@@ -40,6 +40,7 @@ from r2med_core.cache import cached, entry_path, file_digest, fingerprint, is_in
 from r2med_core.hub import ModelUnavailable, model_snapshot
 from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.dense import DenseModel, DenseModelUnavailable, DenseRetriever, model_revision
+from r2med_core.retrieval.encoding import CHARS_PER_TOKEN
 
 #: The optional extra that installs model2vec (and skeletoken, for distilling).
 STATIC_EXTRA = "static"
@@ -49,7 +50,10 @@ DISTILLED_CACHE = "static-model"
 #: The PCA dimensions of the distilled model (model2vec's default).
 PCA_DIMS = 256
 #: Bumped when the distillation recipe (arguments, saved files) changes what a cached model holds.
-DISTILL_RECIPE = 1
+#: 2: the distilled model reads at most what its source reads (``source_token_limit``).
+DISTILL_RECIPE = 2
+#: Bumped when how a loaded static model encodes changes what its vectors are (2: the table in float32).
+ENCODE_RECIPE = 2
 #: The files a hub static model needs, in either layout model2vec reads.
 HUB_PATTERNS: tuple[str, ...] = (
     "config.json",
@@ -137,12 +141,47 @@ def files_digest(folder: Path) -> str:
     return _folder_digest(str(folder), listing)
 
 
+def source_token_limit(source: Path) -> int | None:
+    """How many tokens of a text the source sentence-transformer reads: its ``max_seq_length`` less the
+    special tokens its tokenizer adds (MiniLM: 256 - [CLS] - [SEP] = 254), or None when it says no limit.
+
+    A static model distilled from it reads the same tokens (model2vec tokenizes without special tokens):
+    the teacher never saw more of a document, and a longer reading costs time for nothing it learnt.
+    """
+    return _token_limit(str(source), files_digest(source))
+
+
+@lru_cache(maxsize=8)
+def _token_limit(folder: str, digest: str) -> int | None:
+    """``source_token_limit``, read once per folder content."""
+    source, limit = Path(folder), None
+    for name, field in (("sentence_bert_config.json", "max_seq_length"), ("config.json", "max_position_embeddings")):
+        try:
+            limit = json.loads((source / name).read_text(encoding="utf-8")).get(field)
+        except (OSError, ValueError):
+            continue
+        if limit:
+            break
+    if not limit:
+        return None
+    special = 0
+    if (source / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+        tokenizer.no_padding()  # MiniLM's file pads to 128
+        special = len(tokenizer.encode("").ids)
+    return int(limit) - special
+
+
 def distill_key(source: Path, pca_dims: int = PCA_DIMS) -> dict[str, Any]:
-    """What identifies a distilled model: the source folder's files, the PCA dimensions, model2vec's version."""
+    """What identifies a distilled model: the source folder's files, the PCA dimensions, the tokens it
+    reads, model2vec's version."""
     return {
         "source": "offline:all-MiniLM-L6-v2",
         "source_files": files_digest(source),
         "pca_dims": pca_dims,
+        "max_tokens": source_token_limit(source),
         "model2vec": _version("model2vec"),
         "recipe": DISTILL_RECIPE,
     }
@@ -166,6 +205,7 @@ def distilled_folder(source: Path | None = None, pca_dims: int = PCA_DIMS, progr
         notify(progress, 0.0, "Distilling the static model from MiniLM (once; a few minutes on a CPU)")
         started = time.perf_counter()
         model = distill(model_name=str(source), pca_dims=pca_dims, device="cpu")
+        model.max_length = key["max_tokens"]  # saved in its config: every load reads at most that many tokens
         model.save_pretrained(str(folder))
         provenance = {
             **key,
@@ -251,10 +291,12 @@ def _hub_revision(model_id: str) -> str:
 
 @lru_cache(maxsize=4)
 def _load(folder: str) -> Any:
+    """The model with its table in float32: model2vec saves float16, whose mean numpy computes ~20 %
+    slower on a CPU and rounds to float16 again; float32 costs 4 bytes a number (30 MB for MiniLM's)."""
     from model2vec import StaticModel
 
     try:
-        return StaticModel.from_pretrained(folder, force_download=False)
+        return StaticModel.from_pretrained(folder, force_download=False, quantize_to="float32")
     except Exception as err:
         cause = " ".join(str(err).split())[:160]
         raise StaticModelUnavailable(
@@ -265,7 +307,10 @@ def _load(folder: str) -> Any:
 class StaticEncoder:
     """model2vec's ``StaticModel`` behind the encoder interface ``DenseRetriever`` calls for backends
     other than sentence-transformers: the mean of the text's token vectors (the model's own weighting),
-    texts cut at the model's own token limit unless a preset sets one."""
+    of at most the model's own token limit (``max_tokens``): its config's ``max_length``, else
+    model2vec's default 512 (what MTEB ran the hub presets with); ``static:minilm`` stores its source's
+    limit there. model2vec first cuts a text at limit × its vocabulary's median token length in
+    characters (6 for MiniLM's), which real prose (≈ 4.5 characters a token) never reaches first."""
 
     def __init__(self, folder: Path) -> None:
         require_model2vec()
@@ -280,6 +325,11 @@ class StaticEncoder:
 
     def get_embedding_dimension(self) -> int:
         return int(self.model.dim)
+
+    @property
+    def max_tokens(self) -> int | None:
+        """How many tokens of a text the model reads (None: all)."""
+        return self.model.max_length  # type: ignore[no-any-return]
 
 
 def static_model(name: str) -> DenseModel:
@@ -305,10 +355,17 @@ class StaticRetriever(DenseRetriever):
         return self._static
 
     def _max_chars(self) -> int:
-        return 1 << 30  # a lookup table reads every token up to its own limit; nothing to cut beforehand
+        """For the progress's cost per document: the distilled model's limit, else model2vec's default."""
+        made = identity(self.static_name).get("distilled", {})
+        return (made.get("max_tokens") or 512) * CHARS_PER_TOKEN
 
     def cache_key(self, corpus_fingerprint: str) -> dict[str, Any]:
-        return {"corpus": corpus_fingerprint, "static": identity(self.static_name), "similarity": "cosine"}
+        return {
+            "corpus": corpus_fingerprint,
+            "static": identity(self.static_name),
+            "encode": ENCODE_RECIPE,
+            "similarity": "cosine",
+        }
 
 
 # --------------------------------------------------------------------------- measured cost and quality
@@ -324,14 +381,15 @@ def measured() -> dict[str, Any]:
         return {}
 
 
-def measured_docs_per_s(words: float) -> float | None:
-    """The static model's measured documents/s at the measured length nearest ``words`` per document, as
-    an idle machine would run it (per second of the encoding's CPU time; the caller divides by the load now)."""
-    rows = measured().get("encode", {}).get("lengths", [])
+def measured_docs_per_s(characters: float) -> float | None:
+    """The static model's measured documents per second of CPU time at the measured length nearest
+    ``characters`` per document (R2MED's tasks' own lengths), as an idle machine would run it (the caller
+    divides by the load now)."""
+    rows = measured().get("encode", {}).get("tasks", [])
     if not rows:
         return None
-    nearest = min(rows, key=lambda row: abs(row["words"] - words))
-    return float(nearest.get("static_docs_per_cpu_s") or nearest["static_docs_per_s"])
+    nearest = min(rows, key=lambda row: abs(row["characters"] - characters))
+    return float(nearest["static_docs_per_cpu_s"])
 
 
 def cost_and_quality() -> str:
@@ -341,17 +399,10 @@ def cost_and_quality() -> str:
     if not data:
         return "static MiniLM: speed and quality not measured yet (python -m benchmarks.bench_static)"
     projection, quality, machine = data["projection"], data["quality"], data["machine"]
-    cpu = projection.get("static_cpu_seconds")
-    wall = (
-        f"{projection['static_seconds'] / 60:.0f} min wall on a {machine['cores']}-core CPU at load "
-        f"{machine['load_min']:.0f}–{machine['load_max']:.0f}"
-    )
     speed = (
-        f"≈ {cpu / 60:.0f} min of CPU time for all {projection['documents']:,} R2MED documents ({wall}), "
-        f"{projection['cpu_ratio']:.3f}× MiniLM's"
-        if cpu
-        else f"≈ {wall} for all {projection['documents']:,} R2MED documents, "
-        f"{projection['time_ratio']:.3f}× MiniLM's time"
+        f"≈ {projection['static_cpu_seconds'] / 60:.1f} min of CPU time for all {projection['documents']:,} R2MED "
+        f"documents ({projection['static_seconds'] / 60:.0f} min wall on a {machine['cores']}-core CPU at load "
+        f"{machine['load_min']:.0f}–{machine['load_max']:.0f}), {projection['cpu_ratio']:.3f}× MiniLM's CPU time"
     )
     return (
         f"static MiniLM: {speed}; {quality['ratio']:.2f}× MiniLM's nDCG@10 on the demo "
