@@ -305,11 +305,12 @@ with body.container():
         st.stop()
     reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
     gold = gold_rows(dataset, run, qid, rewritten, reranked)
-    left, right = st.container(key="r2-stack-gold").columns(2)  # stacked on a narrow window (ui.NARROW_PX)
+    left, right = st.container(key="r2-wide-gold").columns(2)  # stacked when a half is too narrow (ui.WIDE_PX)
     with left:
         st.subheader(f"Gold documents ({len(gold)})")
         st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
-        st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
+        # Wrapped in its cell, every column in view (a grid cut "effect" to "effe…" in half of 1440 px).
+        ui.table(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True)
         for row in gold:
             label = f"{row.doc_id} · {grade_words(row.grade)} · {rank_text(row.rank)}"
             if rewritten is not None:
