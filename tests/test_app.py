@@ -148,6 +148,7 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
 
 def as_written(table):  # type: ignore[no-untyped-def]
     """An HTML table's values as the reader sees them: ``ui.table`` escapes its text for Markdown."""
+
     def written(value):  # type: ignore[no-untyped-def]
         return value.replace("\\", "") if isinstance(value, str) else value
 
@@ -163,7 +164,7 @@ def gold_table(at: AppTest):  # type: ignore[no-untyped-def]
 
 def retrieved_table(at: AppTest):  # type: ignore[no-untyped-def]
     """The explorer's retrieved top k (an HTML table, so each preview wraps whole)."""
-    return next(t.value for t in at.table if list(t.value.columns[:2]) == ["rank", "document"])
+    return as_written(next(t.value for t in at.table if list(t.value.columns[:2]) == ["rank", "document"]))
 
 
 def your_runs(at: AppTest):  # type: ignore[no-untyped-def]
@@ -621,6 +622,9 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, mo
     labels = [e.label for e in at.expander]
     assert any(r"\*\*bold\*\*" in label for label in labels)  # shown as written, not bold
     assert r"**Query \<b\>q\</b\>**" in [m.value for m in at.markdown]
+    # The gold and retrieved tables (HTML tables, whose cells Streamlit reads as Markdown) show the id escaped.
+    documents = [list(t.value["document"]) for t in at.table if "document" in t.value.columns]
+    assert len(documents) == 2 and all(md(evil_doc) in shown for shown in documents), documents
 
 
 def test_metrics_and_leaderboard_show_where_each_number_comes_from() -> None:

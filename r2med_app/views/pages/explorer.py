@@ -343,7 +343,8 @@ with body.container():
         if reasons is not None:
             st.caption(f"Under each document: {ui.md(reasons.note)}, by {ui.md(reasons.by)}.")
         # A table whose preview wraps in its cell (a data grid cut it to a few words in a half-width column).
-        st.table(retrieved_frame(dataset, shown_run, qid, depth).style.format({"score": "{:.3f}"}), hide_index=True)
+        # Escaped (ui.table): a document's words are the dataset's, never Markdown to obey.
+        ui.table(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, formats={"score": "{:.3f}"})
         for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
             grade = dataset.positives(qid).get(doc)
             mark = f" · ✓ gold, {ui.md(grade_words(grade))}" if grade else ""
