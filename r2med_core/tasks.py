@@ -333,7 +333,8 @@ class CorpusLengths:
 
 @lru_cache(maxsize=1)
 def _documents_file() -> dict[str, Any]:
-    return json.loads(DOCUMENTS_FILE.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    data: dict[str, Any] = json.loads(DOCUMENTS_FILE.read_text(encoding="utf-8"))
+    return data
 
 
 def corpus_lengths() -> dict[str, CorpusLengths]:

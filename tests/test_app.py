@@ -96,7 +96,7 @@ def test_explorer_shows_gold_and_retrieved_with_the_right_ranks() -> None:
     assert picker(at).value == qid
 
     run = run_system(dataset, "bm25")
-    gold = frame(at, "document")
+    gold = gold_table(at)
     assert list(gold["document"]) == list(dataset.positives(qid))
     expected = [str(run.rank_of(qid, d)) if run.rank_of(qid, d) else "not in top 100" for d in gold["document"]]
     assert list(gold["rank"]) == expected
@@ -122,7 +122,7 @@ def test_previous_and_next_move_through_the_queries() -> None:
 
 def test_hyde_toggle_adds_rewritten_ranks() -> None:
     at = open_app("explorer", task="clinical-evidence", system="bm25")
-    assert "with rewrite" not in frame(at, "document").columns
+    assert "with rewrite" not in gold_table(at).columns
     at.toggle(key="w_rewrite_on").set_value(True).run()
     assert not at.exception
 
@@ -133,7 +133,7 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
     changed = 0
     for qid in dataset.queries:
         picker(at).set_value(qid).run()
-        gold = frame(at, "document")
+        gold = gold_table(at)
         expected = [str(hyde_run.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
         assert list(gold["with rewrite"]) == expected
         changed += list(gold["with rewrite"]) != list(gold["rank"])
@@ -146,9 +146,25 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
     assert list(retrieved_table(at)["document"]) == [d for d, _ in hyde_run.top(qid, 10)]
 
 
+def as_written(table):  # type: ignore[no-untyped-def]
+    """An HTML table's values as the reader sees them: ``ui.table`` escapes its text for Markdown."""
+
+    def written(value):  # type: ignore[no-untyped-def]
+        return value.replace("\\", "") if isinstance(value, str) else value
+
+    shown = table.map(written)
+    shown.columns = [written(c) for c in table.columns]
+    return shown
+
+
+def gold_table(at: AppTest):  # type: ignore[no-untyped-def]
+    """The explorer's gold documents (an HTML table, so every column reads whole), as written."""
+    return as_written(next(t.value for t in at.table if list(t.value.columns[:2]) == ["document", "grade"]))
+
+
 def retrieved_table(at: AppTest):  # type: ignore[no-untyped-def]
     """The explorer's retrieved top k (an HTML table, so each preview wraps whole)."""
-    return next(t.value for t in at.table if list(t.value.columns[:2]) == ["rank", "document"])
+    return as_written(next(t.value for t in at.table if list(t.value.columns[:2]) == ["rank", "document"]))
 
 
 def your_runs(at: AppTest):  # type: ignore[no-untyped-def]
@@ -259,9 +275,9 @@ def test_a_label_made_in_the_explorer_reaches_the_annotations_page_and_the_expor
 
     at.switch_page("views/pages/annotations.py").run()
     assert not at.exception
-    table = next(df.value for df in at.dataframe if "failure_type" in df.value.columns)
-    assert table[["query_id", "doc_id", "failure_type", "annotator"]].values.tolist() == [
-        [qid, trap, "lexical_trap", "Dr. Test"]
+    table = next(df.value for df in at.dataframe if "label" in df.value.columns)
+    assert table[["query", "document", "label", "annotator"]].values.tolist() == [
+        [qid, trap, "Lexical trap", "Dr. Test"]
     ]
     exports = {b.label: b for b in at.get("download_button")}
     assert "All labels (CSV)" in exports and "All labels (JSONL)" in exports
@@ -610,7 +626,7 @@ def test_reranked_ranks_in_the_explorer(tmp_path: Path, monkeypatch: pytest.Monk
     dataset = load_demo("clinical-evidence")
     qid = picker(at).value
     expected = rerank(run_system(dataset, "bm25"), dataset, model, 10)
-    gold = frame(at, "document")
+    gold = gold_table(at)
     assert list(gold["after rerank"]) == [str(expected.rank_of(qid, d) or "not in top 100") for d in gold["document"]]
     at.radio(key="w_ranking").set_value("reranked top 10").run()
     assert list(retrieved_table(at)["document"]) == [d for d, _ in expected.top(qid, 10)]
@@ -641,12 +657,15 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, mo
     labels = [e.label for e in at.expander]
     assert any(r"\*\*bold\*\*" in label for label in labels)  # shown as written, not bold
     assert r"**Query \<b\>q\</b\>**" in [m.value for m in at.markdown]
+    # The gold and retrieved tables (HTML tables, whose cells Streamlit reads as Markdown) show the id escaped.
+    documents = [list(t.value["document"]) for t in at.table if "document" in t.value.columns]
+    assert len(documents) == 2 and all(md(evil_doc) in shown for shown in documents), documents
 
 
 def test_metrics_and_leaderboard_show_where_each_number_comes_from() -> None:
     at = open_app("metrics", task="clinical-evidence", systems=["bm25", "minilm"])
     assert [p.proto.popover.label for p in at.get("popover")].count("Provenance") == 2
-    shown = [df.value for df in at.dataframe if list(df.value.columns) == ["what", "value"]]
+    shown = [as_written(t.value) for t in at.table if list(t.value.columns) == ["what", "value"]]
     assert len(shown) == 2
     rows = dict(zip(shown[1]["what"], shown[1]["value"], strict=False))
     assert rows["system"] == "minilm" and "demo:clinical-evidence" in rows["dataset"]
@@ -706,7 +725,7 @@ def test_labels_kept_in_postgresql_show_where_they_live_without_the_password(
     at = open_app("annotations", task="clinical-evidence")
     location = f"postgresql://127.0.0.1:{postgres_cluster.port}/r2med"
     assert f"Stored in {md(location)} (PostgreSQL)" in " ".join(c.value for c in at.caption)
-    table = next(df.value for df in at.dataframe if "failure_type" in df.value.columns)
+    table = next(df.value for df in at.dataframe if "label" in df.value.columns)
     assert table["annotator"].tolist() == ["Dr. Postgres"]
     shown = " ".join(str(getattr(node, "value", "")) for node in at.main) + str(at.sidebar)
     assert md(location) in shown  # (the page's text is all there)

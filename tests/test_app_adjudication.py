@@ -83,7 +83,7 @@ def test_a_reviewer_adjudicates_a_disagreement_and_the_labels_stay() -> None:
     assert any(s.value.startswith("Waiting for a decision (0)") for s in at.subheader)
 
     # The report shows kappa before and after on grades; the adjudicated addition is in the team's qrels.
-    table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
+    table = next(t.value for t in at.table if "kappa after" in t.value.columns)
     assert list(table["ratings"]) == ["grades"]
     assert list(table["adjudicated"]) == [1] and list(table["same rating after"]) == [1]
     assert any(md(ONE_ADDITION) in c.value for c in at.caption)
@@ -177,7 +177,7 @@ def test_the_models_proposals_are_suggestions_that_never_open_or_reopen_a_unit()
     assert any(s.value.startswith("Waiting for a decision (0)") for s in at.subheader)
     assert not any("New labels arrived" in w.value for w in at.warning)
     assert any(c.value.startswith("Suggestion, not a judgement") and md(model) in c.value for c in at.caption)
-    table = next(df.value for df in at.dataframe if "kappa after" in df.value.columns)
+    table = next(t.value for t in at.table if "kappa after" in t.value.columns)
     assert list(table["annotators"]) == ["alice · bob"]  # the model is no annotator
     # On the Annotations page the proposal nobody disputes waits for a reviewer; nothing to adjudicate.
     at.switch_page("views/pages/annotations.py").run()

@@ -171,5 +171,5 @@ def test_a_grade_on_the_judging_page_agrees_with_the_same_grade_on_judge_a_list(
     assert [(c.doc_id, c.grade, c.source) for c in team.changes] == [(first.doc_id, 2, "agreed")]
     adjudication = open_app("adjudication", task=TASK, systems=SYSTEMS)
     assert any(s.value.startswith("Waiting for a decision (0)") for s in adjudication.subheader)
-    table = next(df.value for df in adjudication.dataframe if "kappa before" in df.value.columns)
+    table = next(t.value for t in adjudication.table if "kappa before" in t.value.columns)
     assert (list(table["ratings"]), list(table["same rating before"])) == (["grades"], [1])

@@ -15,7 +15,7 @@ from r2med_core.judging.annotations import Annotation, AnnotationStore
 from r2med_core.judging.pooling import pool
 from r2med_core.judging.queue import JudgingQueue
 
-from .test_app import by_label, open_app, save_label
+from .test_app import as_written, by_label, open_app, save_label
 from .test_app_pooling import heading
 
 TASK = "clinical-evidence"
@@ -74,7 +74,7 @@ def _shown(at: AppTest) -> str:
     """Everything the page shows as text: its elements and its tables, cell by cell (markdown unescaped)."""
     parts = [str(getattr(e, "value", "")) for kind in ("markdown", "caption", "info", "warning", "subheader")
              for e in getattr(at, kind)]  # fmt: skip
-    parts += [df.value.to_csv() for df in at.dataframe]
+    parts += [df.value.to_csv() for df in [*at.dataframe, *at.table]]
     return "\n".join(parts).replace("\\", "")
 
 
@@ -83,7 +83,7 @@ def _downloads(at: AppTest) -> set[str]:
 
 
 def _label_table(at: AppTest):  # type: ignore[no-untyped-def]
-    found = [df.value for df in at.dataframe if "failure_type" in df.value.columns]
+    found = [df.value for df in at.dataframe if "label" in df.value.columns]
     return found[0] if found else None
 
 
@@ -116,7 +116,7 @@ def test_annotations_an_annotator_sees_others_labels_on_a_document_only_after_ju
     )  # fmt: skip
     at.run()
     table = _label_table(at)
-    assert sorted(zip(table["doc_id"], table["annotator"])) == [
+    assert sorted(zip(table["document"], table["annotator"])) == [
         (doc_a, "ann@example.org"),
         (doc_a, "carol@example.org"),
         (doc_a, "proposed by judge-model"),
@@ -198,9 +198,9 @@ def test_hard_items_are_ranked_for_reviewers_only(email: str | None) -> None:
         return
     assert any(s.value == "Hard items (2)" for s in at.subheader)
     assert "took annotators longest and on which they disagreed" in shown
-    (table,) = [df.value for df in at.dataframe if "hardness" in df.value.columns]
+    (table,) = [as_written(t.value) for t in at.table if "hardness" in t.value.columns]
     assert list(table["document"]) == [slow, quick]  # the longest read of a disagreement first
-    assert list(table["median time (s)"]) == [90, 4]
+    assert list(table["median time (s)"]) == ["90.0", "4.0"]
 
 
 # --------------------------------------------------------------------------- the Query explorer
@@ -239,7 +239,7 @@ def test_pooled_documents_are_each_judged_blind_and_agreement_counts_every_blind
     labels = AnnotationStore().list()
     assert [(a.doc_id, a.blind) for a in labels] == [(e.doc_id, True) for e in queued] * 2
     rev = _open("adjudication", "rev@example.org")
-    table = next(df.value for df in rev.dataframe if "kappa before" in df.value.columns)
+    table = next(t.value for t in rev.table if "kappa before" in t.value.columns)
     assert list(table["items"]) == [3] and list(table["same rating before"]) == [0]
 
     # Progress: an annotator sees their own, a reviewer everyone's and the team's per task.

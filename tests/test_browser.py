@@ -345,7 +345,7 @@ def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: P
     page.goto(f"/explorer?task={TASK}&{SYSTEMS}&system=bm25&q={qid}")
     settle(page, "Retrieved top 10")
     assert page.get_by_text("Hypothetical document · ").count() == 0  # (the glossary names HyDE too)
-    assert page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite").count() == 0
+    assert page.locator('[data-testid="stTable"] th', has_text="with rewrite").count() == 0
 
     page.locator('[data-testid="stSidebar"]').get_by_text("HyDE / rewrite on").click()
     settle(page, "Hypothetical document · ")
@@ -353,7 +353,7 @@ def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: P
     # The demo's default rewrite set is the real model's, and the passage says what wrote it.
     told = page.get_by_text(re.compile(r"Hypothetical document · HyDE \(smollm2-135m\) · written by SmolLM2"))
     assert told.first.is_visible()
-    header = page.locator('[data-testid="stDataFrame"] th', has_text="with rewrite")
+    header = page.locator('[data-testid="stTable"] th', has_text="with rewrite")
     assert header.count() == 1, "the gold table has no 'with rewrite' column"
     gold = list(load_demo(TASK).positives(qid))
     assert expander(page, f"{gold[0]} · grade").filter(has_text="→").first.is_visible()

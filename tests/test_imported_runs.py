@@ -22,7 +22,7 @@ from r2med_core.imported_runs import (
 from r2med_core.runs import Run, format_trec
 from r2med_core.settings import Settings
 from r2med_core.systems import SpecError, parse_system
-from tests.test_app import frame, open_app, picker, retrieved_table, significance
+from tests.test_app import frame, gold_table, open_app, picker, retrieved_table, significance
 
 TASK = "clinical-evidence"
 
@@ -218,7 +218,7 @@ def test_uploaded_run_is_a_system_in_the_explorer_and_compare(dataset) -> None: 
     qid = list(dataset.queries)[3]
     picker(at).set_value(qid).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    gold = frame(at, "document")
+    gold = gold_table(at)
     assert list(gold["rank"]) == [str(i) for i in range(1, len(dataset.positives(qid)) + 1)]
     assert list(retrieved_table(at)["document"]) == [d for d, _ in run.top(qid, 10)]
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -631,6 +631,12 @@ def demo_banner(dataset: Dataset) -> None:
 
 #: The width under which the app lays itself out for a narrow window (a laptop half, a tablet).
 NARROW_PX = 1000
+#: The width of its own container under which a pair of panels holding tables (the explorer's gold |
+#: retrieved, the Annotations page's labels | chart) stacks: each half then has room for its table whole
+#: (at 1440 px with the sidebar open the main column is about 980 px, halves of 480 px cut the gold table's
+#: last column and left the retrieved preview a few words wide). Measured on the container, not the window,
+#: so opening or folding the sidebar counts.
+WIDE_PX = 1100
 _STYLE = f"""<style>
 .r2-text {{ line-height: 1.55; font-size: 0.95rem; max-height: 24rem; overflow-y: auto; }}
 .r2-text mark {{ background: #fde68a; color: inherit; padding: 0 2px; border-radius: 3px; }}
@@ -641,6 +647,13 @@ _STYLE = f"""<style>
   [class*="st-key-r2-stack"] [data-testid="stHorizontalBlock"] {{ flex-wrap: wrap; }}
   [class*="st-key-r2-stack"] [data-testid="stColumn"] {{ min-width: 100%; }}
 }}
+[class*="st-key-r2-wide"] {{ container-type: inline-size; }}
+@container (max-width: {WIDE_PX}px) {{
+  [class*="st-key-r2-wide"] [data-testid="stHorizontalBlock"] {{ flex-wrap: wrap; }}
+  [class*="st-key-r2-wide"] [data-testid="stColumn"] {{ min-width: 100%; }}
+}}
+/* a popover's table (Provenance: hashes, paths, versions) wraps its long values inside the popover */
+[data-testid="stPopoverBody"] [data-testid="stTable"] td {{ overflow-wrap: anywhere; }}
 </style>"""
 # Streamlit keeps its 300 px sidebar open at any width over 768 px; at NARROW_PX and under (where the CSS
 # above stacks the panels: `max-width` includes it) it is folded once per browser tab (the visitor can open
@@ -692,6 +705,24 @@ def delta_bars(
     )
     fig.update_xaxes(type="category", showticklabels=len(bars) <= 40)
     return fig
+
+
+def table(data: pd.DataFrame, *, hide_index: bool | None = None, formats: Mapping[str, str] | None = None) -> None:
+    """``st.table`` (an HTML table that wraps in its column: every column in view) with each text cell, header
+    and index label escaped: ``st.table`` reads them as Markdown, so a document id, a note or a name written
+    as ``[x](https://…)`` or ``**x**`` would become a link or bold. ``formats``: a column's number format
+    (``"{:.3f}"``), applied before escaping."""
+    frame = data.copy()
+    for column, spec in (formats or {}).items():
+        frame[column] = [spec.format(value) if pd.notna(value) else "" for value in frame[column]]
+
+    def escaped(value: object) -> object:
+        return md(value) if isinstance(value, str) else value
+
+    frame = frame.map(escaped)
+    frame.columns = [escaped(c) for c in frame.columns]
+    frame.index = frame.index.map(escaped)
+    st.table(frame, hide_index=hide_index)
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")

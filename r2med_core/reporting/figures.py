@@ -8,6 +8,10 @@ series black. So the builders never rely on the default template: each system ge
 
 System labels and query ids are escaped for plotly, which reads a subset of HTML in text
 (``<b>``, ``<a href>``): a dataset's or a visitor's string shows as written.
+
+Axes whose shape carries a meaning are set here for every chart that has one: a score against the
+same score (``equal_axes``: y = x at 45°) and a count (``count_axis``: whole numbers from 0; plotly's
+own choice for one query was 0 to 1 in tenths).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from r2med_core.analysis.explore import axis_range
 from r2med_core.evaluation import Results, metric_label
 from r2med_core.intervals import Interval
 from r2med_core.measures import CUTOFFS
@@ -148,3 +153,32 @@ def per_query_figure(results: Sequence[Results], labels: Mapping[str, str] | Non
     )
     fig.update_yaxes(range=[-0.03, 1.03])
     return fig
+
+
+# --------------------------------------------------------------------------- axes with a meaning
+
+
+def equal_axes(values: Sequence[float] | pd.Series) -> dict[str, dict[str, object]]:
+    """Layout for a scatter of one measure against itself (a system's score against the baseline's), so its
+    y = x line runs at 45°: both axes over the same range (fitted to ``values``), one unit as long on
+    both; the plot area shrinks to a square rather than stretching one axis to the figure's shape."""
+    span = axis_range(pd.Series(values, dtype=float))
+    return {
+        "xaxis": {"range": span, "constrain": "domain"},
+        "yaxis": {"range": span, "scaleanchor": "x", "scaleratio": 1, "constrain": "domain"},
+    }
+
+
+def count_axis(top: int) -> dict[str, object]:
+    """Layout for an axis that counts things (queries, labels): whole numbers only, from 0 to ``top``
+    (at least 1), ticks every 1, 2 or 5 times a power of ten, at most about ten of them."""
+    top = max(1, int(top))
+    step = 1
+    while top / step > 10:
+        step = _next_step(step)
+    return {"range": [0, top], "tick0": 0, "dtick": step, "tickformat": "d", "rangemode": "tozero"}
+
+
+def _next_step(step: int) -> int:
+    """The 1-2-5 sequence: 1, 2, 5, 10, 20, 50 …"""
+    return step * 5 // 2 if str(step)[0] == "2" else step * 2

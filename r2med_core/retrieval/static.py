@@ -329,7 +329,8 @@ class StaticEncoder:
     @property
     def max_tokens(self) -> int | None:
         """How many tokens of a text the model reads (None: all)."""
-        return self.model.max_length  # type: ignore[no-any-return]
+        limit: int | None = self.model.max_length  # typed here: model2vec may be absent when mypy runs
+        return limit
 
 
 def static_model(name: str) -> DenseModel:

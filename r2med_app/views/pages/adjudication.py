@@ -4,9 +4,6 @@ and the raw labels, and see the re-evaluation with the team's judgements (``r2me
 
 from __future__ import annotations
 
-import math
-
-import pandas as pd
 import streamlit as st
 
 from r2med_app.views import state, ui
@@ -25,9 +22,10 @@ from r2med_core.judging.adjudication import (
 )
 from r2med_core.judging.agreement import agreement_report, report_csv
 from r2med_core.judging.annotations import GRADES, TAXONOMY, Annotation, AnnotationStoreError, failure_types, grade_code
-from r2med_core.judging.hard import SHOWN, HardItem, hard_items
+from r2med_core.judging.hard import SHOWN, hard_items
 from r2med_core.judging.identity import PermissionDenied, Person
 from r2med_core.judging.team import changes_csv, changes_text
+from r2med_core.reporting.review_tables import agreement_table, hard_table
 
 PAGE = 20  # units drawn at once
 ALL = "(all)"
@@ -94,10 +92,6 @@ def _label_line(a: Annotation) -> str:
     blind = " · blind" if a.blind else ""
     who = a.annotator if a.by_model else f"by {a.annotator}"  # a model's reads "proposed by <model>"
     return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{blind}{note}")
-
-
-def _said(item: HardItem) -> str:
-    return ", ".join(_type_label(code) for code in item.said)
 
 
 def _decision_line(d: Decision) -> str:
@@ -228,26 +222,8 @@ st.caption(
     "Worth a second look, and where the guideline may need sharpening. Only documents graded by two or more "
     f"people with a time recorded (the Judging page records it) and not all agreed on; the hardest {SHOWN} first."
 )
-if hard:
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "task": h.unit[1],
-                    "query": h.unit[2],
-                    "document": h.unit[3],
-                    "judgements": _said(h),
-                    "median time (s)": round(h.seconds, 1),
-                    "same grade (pairs)": f"{h.agreement:.0%}",
-                    "hardness": round(h.score, 1),
-                }
-                for h in hard
-            ]
-        ),
-        hide_index=True,
-        width="stretch",
-        column_config={"hardness": st.column_config.NumberColumn(help="Median seconds × share of pairs who differ.")},
-    )
+if hard:  # at most SHOWN rows: shown whole, wrapped in the column (a grid hid its last columns at 1000 px)
+    ui.table(hard_table(hard), hide_index=True)
 
 # ------------------------------------------------------------------ agreement before / after
 st.subheader("Agreement before and after adjudication")
@@ -263,32 +239,8 @@ st.caption(
 )
 if not report:
     st.caption("Appears when two or more annotators grade the same document, or label the same query or document.")
-else:
-
-    def _kappa(value: float) -> str:
-        return "undefined" if math.isnan(value) else f"{value:.3f}"
-
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "task": r.task,
-                    "ratings": f"{r.vocabulary}s",
-                    "measure": r.measure,
-                    "annotators": " · ".join(r.annotators),
-                    "items": r.units,
-                    "adjudicated": r.adjudicated,
-                    "same rating before": r.agreed_before,
-                    "same rating after": r.agreed_after,
-                    "kappa before": _kappa(r.kappa_before),
-                    "kappa after": _kappa(r.kappa_after),
-                }
-                for r in report
-            ]
-        ),
-        hide_index=True,
-        width="stretch",
-    )
+else:  # one row per pair: shown whole, wrapped in the column ("kappa after" was past the edge at 1000 px)
+    ui.table(agreement_table(report), hide_index=True)
     st.download_button("Agreement report (CSV)", report_csv(report), file_name="r2med_agreement.csv", mime="text/csv")
 
 # ------------------------------------------------------------------ exports

@@ -22,6 +22,8 @@ from r2med_core.judging.annotations import TAXONOMY, Annotation, AnnotationStore
 from r2med_core.judging.backup import backup_text, restore_backup_bytes
 from r2med_core.judging.identity import Action, PermissionDenied, Person
 from r2med_core.judging.team import Proposal, qrels_text, review_queue
+from r2med_core.reporting.figures import count_axis, plot_text
+from r2med_core.reporting.review_tables import LABEL_KEY_COLUMNS, label_counts, labels_table
 from r2med_core.settings import Settings, load_settings
 
 QUEUE_PAGE = 20  # review items drawn at once
@@ -334,18 +336,37 @@ else:
     for column, chosen in filters.items():
         if chosen:
             shown = shown[shown[column].astype(str).isin(chosen)]
-    left, right = st.columns([2, 1])
+    # What matters first (r2med_core.reporting.review_tables): the unit and what was said on it stay pinned while
+    # the rest scrolls; the chart goes beside the table only where both have room (ui.WIDE_PX), else under it.
+    left, right = st.container(key="r2-wide-labels").columns([2, 1])
     with left:
-        st.dataframe(shown, hide_index=True, width="stretch")
-    with right:
-        counts = shown["failure_type"].map(_type_label)
-        fig = px.bar(
-            counts.value_counts().rename_axis("failure type").reset_index(name="labels"),
-            x="labels",
-            y="failure type",
-            orientation="h",
+        st.dataframe(
+            labels_table(shown),
+            hide_index=True,
+            width="stretch",
+            column_config={name: st.column_config.Column(pinned=True) for name in LABEL_KEY_COLUMNS}
+            | {"note": st.column_config.Column(width="medium")},
         )
-        fig.update_layout(yaxis={"categoryorder": "total ascending"}, height=320, margin={"l": 0, "r": 0})
+    with right:
+        counts = label_counts(shown["failure_type"])
+        fig = px.bar(
+            counts.assign(label=counts["label"].map(plot_text)),
+            x="labels",
+            y="label",
+            color="ratings",
+            orientation="h",
+            title="Labels by grade and failure type",
+            labels={"label": "", "labels": "labels", "ratings": ""},
+            category_orders={"label": [plot_text(label) for label in counts["label"]]},
+        )
+        fig.update_layout(
+            xaxis=count_axis(int(counts["labels"].max()) if len(counts) else 0),
+            yaxis={"automargin": True, "dtick": 1},  # every label, whole (margin 0 cut "Grade 0" to "rade 0")
+            height=160 + 30 * len(counts),
+            margin={"r": 0},
+            # Inside, bottom right: the bars are sorted longest first, so the shortest leave that corner free.
+            legend={"yanchor": "bottom", "y": 0.02, "xanchor": "right", "x": 0.98, "title": None},
+        )
         st.plotly_chart(fig, width="stretch", key="annotation_counts")
 
     with st.expander("Delete a label"):

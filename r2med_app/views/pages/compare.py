@@ -11,7 +11,7 @@ import streamlit as st
 
 from r2med_app.views import state, ui
 from r2med_app.views.panels import saved_reports
-from r2med_core.analysis.explore import axis_range, per_query_delta, shorten, verdict
+from r2med_core.analysis.explore import per_query_delta, shorten, verdict
 from r2med_core.evaluation import (
     ALL_METRICS,
     MAIN_METRICS,
@@ -22,6 +22,7 @@ from r2med_core.evaluation import (
     randomization_words,
 )
 from r2med_core.intervals import DESCRIPTION, PAIRED_DESCRIPTION
+from r2med_core.reporting.figures import equal_axes
 from r2med_core.reporting.tables import test_cells
 
 dataset = ui.current_dataset()
@@ -132,7 +133,8 @@ with body.container():
                 hover_name="query_id",
                 labels={"a": f"{name} · baseline", "b": f"{name} · system"},
             )
-            span = axis_range(pd.concat([delta["a"], delta["b"]]))
+            axes = equal_axes(pd.concat([delta["a"], delta["b"]]))  # y = x at 45°: same range, same scale
+            span = axes["xaxis"]["range"]
             scatter.add_trace(
                 go.Scatter(
                     x=span,
@@ -143,7 +145,7 @@ with body.container():
                     hoverinfo="skip",
                 )
             )
-            scatter.update_xaxes(range=span).update_yaxes(range=span, scaleanchor="x")  # fits the data, square
+            scatter.update_layout(**axes)
             st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
         with right:
             fig = ui.delta_bars(dataset, delta, f"Δ {name}")

@@ -304,11 +304,12 @@ with body.container():
         st.stop()
     reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
     gold = gold_rows(dataset, run, qid, rewritten, reranked)
-    left, right = st.container(key="r2-stack-gold").columns(2)  # stacked on a narrow window (ui.NARROW_PX)
+    left, right = st.container(key="r2-wide-gold").columns(2)  # stacked when a half is too narrow (ui.WIDE_PX)
     with left:
         st.subheader(f"Gold documents ({len(gold)})")
         st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
-        st.dataframe(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True, width="stretch")
+        # Wrapped in its cell, every column in view (a grid cut "effect" to "effe…" in half of 1440 px).
+        ui.table(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True)
         for row in gold:
             label = f"{row.doc_id} · {grade_words(row.grade)} · {rank_text(row.rank)}"
             if rewritten is not None:
@@ -341,7 +342,8 @@ with body.container():
         if reasons is not None:
             st.caption(f"Under each document: {ui.md(reasons.note)}, by {ui.md(reasons.by)}.")
         # A table whose preview wraps in its cell (a data grid cut it to a few words in a half-width column).
-        st.table(retrieved_frame(dataset, shown_run, qid, depth).style.format({"score": "{:.3f}"}), hide_index=True)
+        # Escaped (ui.table): a document's words are the dataset's, never Markdown to obey.
+        ui.table(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, formats={"score": "{:.3f}"})
         for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
             grade = dataset.positives(qid).get(doc)
             mark = f" · ✓ gold, {ui.md(grade_words(grade))}" if grade else ""

@@ -116,10 +116,9 @@ with body.container():
         )
         record = ui.get_provenance(dataset, name, runs[name])
         with cols[3].popover("Provenance", help="Where these numbers come from: data, models, code, machine."):
-            st.dataframe(
-                pd.DataFrame(record.summary_rows(ui.settings().prices), columns=["what", "value"]),
-                hide_index=True,
-                width="stretch",
+            # Whole values, wrapped inside the popover (a grid cut them at its right edge).
+            ui.table(
+                pd.DataFrame(record.summary_rows(ui.settings().prices), columns=["what", "value"]), hide_index=True
             )
             st.download_button(
                 "Provenance JSON",

@@ -24,6 +24,7 @@ from r2med_core.analysis.diagnosis import (
 from r2med_core.data import Dataset
 from r2med_core.judging.stores import AnnotationStoreError
 from r2med_core.kinds.oracle import reference_answers
+from r2med_core.reporting.figures import count_axis
 from r2med_core.runs import Run
 from r2med_core.systems import SpecError, parse_system
 
@@ -118,7 +119,10 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
         color_discrete_map=COLORS,
         title=f"Failed queries on {dataset.name}, by class",
     )
-    fig.update_layout(barmode="stack")
+    # Whole queries, from 0 to the most failed by one system (plotly's own axis ran 0–1 in tenths for one query).
+    fig.update_layout(
+        barmode="stack", yaxis=count_axis(int(frame.groupby("system")["queries"].sum().max() if len(frame) else 0))
+    )
     st.plotly_chart(fig, width="stretch", key="diagnosis_bars")
     st.caption(ui.md(first.caption(ui.system_label(first.oracle))))
     table = frame.pivot(index="system", columns="class", values="queries")[list(FAILURE_CLASSES)]

@@ -22,6 +22,7 @@ from r2med_core.judging.annotations import (
 )
 from r2med_core.judging.identity import PermissionDenied, authorize
 from r2med_core.judging.list_judging import spent_ms
+from r2med_core.reporting.review_tables import review_status
 from r2med_core.runs import Run
 
 WHOLE_QUERY = "(the whole query)"
@@ -208,8 +209,7 @@ def labels_for(dataset: Dataset, query_id: str) -> list[Annotation]:
 
 def status_of(annotation: Annotation) -> str:
     """The review state as shown: proposed, accepted (by whom) or rejected (by whom)."""
-    status = annotation.status
-    return f"{status} by {annotation.reviewer}" if annotation.reviewer else status
+    return review_status(annotation.status, annotation.reviewer)
 
 
 def label_tags(labels: list[Annotation], doc_id: str | None) -> str:
