@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -182,6 +183,21 @@ def judged_ids() -> list[str]:
 
 
 # --------------------------------------------------------------------------- helpers
+
+_T = TypeVar("_T")
+
+
+def eventually(page: Page, check: Callable[[], _T], timeout_ms: int = 30_000) -> _T:
+    """``check()``'s value once it stops raising ``AssertionError``: for a layout that settles a moment after
+    drawing (later on a loaded machine), instead of a fixed pause that a slow run outlasts."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            page.wait_for_timeout(250)
 
 
 def settle(page: Page, text: str, timeout_ms: int = RENDER_MS) -> None:
@@ -798,9 +814,9 @@ def test_the_explorer_lays_itself_out_from_800_to_1600_px(browser: Browser, app_
     try:
         page.goto("/explorer?task=clinical-case&systems=bm25&system=bm25&q=3&rewrite=hyde:demo-writer")
         settle(page, "Retrieved top 10")
-        page.wait_for_timeout(1500)  # the sidebar folds a moment after the first render
-        folded = page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed")
-        assert folded == ("true" if width < 1000 else "false")
+        # The sidebar folds a moment after the first render (later on a loaded machine): wait for the state.
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        expect(sidebar).to_have_attribute("data-collapsed", "true" if width < 1000 else "false", timeout=30_000)
         for value in page.locator('[data-testid="stMetricValue"]').all():
             assert value.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), f"{value.inner_text()!r} is cut"
         gold = page.get_by_role("heading", name=re.compile(r"Gold documents")).bounding_box()

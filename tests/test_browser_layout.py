@@ -26,7 +26,7 @@ from r2med_core.judging.agreement import agreement_report
 from r2med_core.judging.annotations import STORE_FILE, Annotation, AnnotationStore
 from r2med_core.judging.hard import hard_items
 from r2med_core.reporting.review_tables import LABEL_KEY_COLUMNS, agreement_table, hard_table, label_counts
-from tests.test_browser import SCREENSHOTS, browser, chromium, settle, streamlit_server
+from tests.test_browser import SCREENSHOTS, browser, chromium, eventually, settle, streamlit_server
 from tests.test_browser_fit import _cut, _page, _table_under
 
 __all__ = ["browser", "chromium"]  # the fixtures, shared with test_browser.py
@@ -161,22 +161,28 @@ def test_annotations_shows_what_each_label_says_first_and_a_chart_that_says_what
         heads = grid.evaluate(_GRID_HEADS_JS)
         assert heads[:5] == [*LABEL_KEY_COLUMNS, "annotator", "status"], heads
         grid.evaluate("g => { const s = g.querySelector('.dvn-scroller'); s.scrollLeft = s.scrollWidth; }")
-        page.wait_for_timeout(800)
-        scrolled = grid.evaluate(_GRID_HEADS_JS)
-        assert "id" in scrolled and set(LABEL_KEY_COLUMNS) <= set(scrolled), scrolled  # far right, key ones pinned
+
+        def scrolled_right() -> None:
+            scrolled = grid.evaluate(_GRID_HEADS_JS)
+            assert "id" in scrolled and set(LABEL_KEY_COLUMNS) <= set(scrolled), scrolled  # far right, key ones pinned
+
+        eventually(page, scrolled_right)
         page.screenshot(path=str(SCREENSHOTS / f"annotations-labels-{width}.png"))
 
         chart = page.locator(".st-key-annotation_counts .js-plotly-plot").first
         chart.scroll_into_view_if_needed()
-        page.wait_for_timeout(500)
-        title = chart.evaluate("d => d._fullLayout.title.text")
+        title = eventually(page, lambda: chart.evaluate("d => d._fullLayout.title.text"))
         assert "grade" in title.lower() and "failure type" in title.lower(), title
-        ticks = chart.evaluate(
-            """d => [...d.querySelectorAll('.ytick text')].map(t => ({text: t.textContent,
-                 left: t.getBoundingClientRect().left - d.getBoundingClientRect().left}))"""
-        )
-        assert sorted(t["text"] for t in ticks) == sorted(counts["label"]), ticks  # every label, none skipped
-        assert min(t["left"] for t in ticks) >= 0, f"a label is cut at the chart's left edge: {ticks}"
+
+        def labels_whole() -> None:
+            ticks = chart.evaluate(
+                """d => [...d.querySelectorAll('.ytick text')].map(t => ({text: t.textContent,
+                     left: t.getBoundingClientRect().left - d.getBoundingClientRect().left}))"""
+            )
+            assert sorted(t["text"] for t in ticks) == sorted(counts["label"]), ticks  # every label, none skipped
+            assert min(t["left"] for t in ticks) >= 0, f"a label is cut at the chart's left edge: {ticks}"
+
+        eventually(page, labels_whole)
         chart.screenshot(path=str(SCREENSHOTS / f"annotations-chart-{width}.png"))
     finally:
         page.context.close()
