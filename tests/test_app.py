@@ -147,13 +147,16 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
 
 
 def as_written(table):  # type: ignore[no-untyped-def]
-    """An HTML table's values as the reader sees them: ``ui.table`` escapes its text for Markdown."""
+    """An HTML table's values as the reader sees them: ``ui.table`` escapes its text for Markdown (and breaks a
+    bare link with an invisible word joiner)."""
+    from r2med_app.views.ui import WORD_JOINER
 
     def written(value):  # type: ignore[no-untyped-def]
-        return value.replace("\\", "") if isinstance(value, str) else value
+        return value.replace("\\", "").replace(WORD_JOINER, "") if isinstance(value, str) else value
 
     shown = table.map(written)
     shown.columns = [written(c) for c in table.columns]
+    shown.index = table.index.map(written)
     return shown
 
 
@@ -169,17 +172,17 @@ def retrieved_table(at: AppTest):  # type: ignore[no-untyped-def]
 
 def your_runs(at: AppTest):  # type: ignore[no-untyped-def]
     """The Leaderboard's "Your runs" (a column per system, a row per field) read back as a row per system."""
-    return next(t.value for t in at.table if "setting" in t.value.index).T
+    return as_written(next(t.value for t in at.table if "setting" in t.value.index)).T
 
 
 def significance(at: AppTest):  # type: ignore[no-untyped-def]
     """Compare's table of tests: one row per system (its index), the tests' cells as text."""
-    return next(t.value for t in at.table if "wins / ties / losses" in t.value.columns)
+    return as_written(next(t.value for t in at.table if "wins / ties / losses" in t.value.columns))
 
 
 def _means(at: AppTest):  # type: ignore[no-untyped-def]
     """The Metrics page's table: one row per metric, "what it says", then one column per system."""
-    return next(t.value for t in at.table if "what it says" in t.value.columns)
+    return as_written(next(t.value for t in at.table if "what it says" in t.value.columns))
 
 
 def test_compare_and_metrics_render_their_charts() -> None:

@@ -15,7 +15,7 @@ from r2med_core.judging.identity import typed_person
 from r2med_core.judging.pooling import compare_with_team, judged_at_k, pool
 from r2med_core.judging.queue import JudgingQueue, QueueEntry, default_queue_path
 from r2med_core.judging.team import changes_text, read_team_qrels
-from tests.test_app import by_label, open_app, save_label
+from tests.test_app import as_written, by_label, open_app, save_label
 
 TASK = "clinical-evidence"
 
@@ -42,7 +42,7 @@ SHOWN = 5e-5
 
 def pool_table(at):  # type: ignore[no-untyped-def]
     """The pooling table (a row per measure, a column per system) read back as a row per system, in numbers."""
-    shown = next(t.value for t in at.table if "Judged@10" in t.value.index).drop(columns="what it says")
+    shown = as_written(next(t.value for t in at.table if "Judged@10" in t.value.index)).drop(columns="what it says")
     numbers = shown.loc[["nDCG@10 without", "nDCG@10 with", "Judged@10", "Judged@10 with"]].T.astype(float)
     return numbers.rename(columns={"nDCG@10 without": "without", "nDCG@10 with": "with"})
 

@@ -9,7 +9,7 @@ from r2med_app.views.ui import md
 from r2med_core.evaluation import metric_explained, metric_meaning
 from r2med_core.judging.pooling import JUDGED_WORDS
 
-from .test_app import open_app
+from .test_app import as_written, open_app
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ def test_metric_names_come_with_their_meaning_on_the_metrics_explorer_compare_an
     mrr = md(metric_explained("mrr"))
     assert mrr == md("MRR (how high the first relevant document ranks: 1 = first, 0.5 = second, 0.1 = tenth)")
     metrics = open_app("metrics", task="clinical-case")
-    said = metrics.table[0].value["what it says"]  # the metrics table says what each row's metric says
+    said = as_written(metrics.table[0].value)["what it says"]  # the metrics table says what each row's metric says
     assert said["MRR"] == metric_meaning("mrr") and said["Recall@100"] == metric_meaning("recall_at_100")
     assert md(JUDGED_WORDS) in captions(metrics)  # the pooling section's Judged@10, in words
     assert any(h.value.startswith("Documents nobody judged") for h in metrics.subheader)

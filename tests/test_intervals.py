@@ -74,11 +74,11 @@ def test_results_and_paired_tests_carry_their_intervals(tmp_path, monkeypatch: p
 
 
 def test_metrics_and_compare_pages_show_each_means_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_app import open_app, significance
+    from tests.test_app import _means, open_app, significance
 
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")  # the pages may compute MiniLM themselves
     at = open_app("metrics", task="clinical-evidence", systems=["bm25", "minilm"])
-    table = at.table[0].value  # one row per metric, one column per system: "mean [low, high]"
+    table = _means(at)  # one row per metric, one column per system: "mean [low, high]"
     assert list(table.index[:2]) == ["nDCG@10", "MAP@10"] and len(table.columns) == 3  # meaning and 2 systems
     for cell in table.loc["nDCG@10"].iloc[1:]:
         value, text = cell.split(" ", 1)

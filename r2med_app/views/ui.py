@@ -726,9 +726,17 @@ def table(data: pd.DataFrame, *, hide_index: bool | None = None, formats: Mappin
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+#: Where GitHub-flavoured Markdown starts a link of bare text: ``http://``, ``https://`` and ``www.``. It finds
+#: them in the parsed text, after the escapes are undone, so escaping alone leaves ``www.x.org`` a link; a word
+#: joiner (U+2060: invisible, no space) put after the colon or before the dot shows the same text, never linked.
+#: E-mail addresses are left as they are: their link only ever opens a mail to the address shown, and people's
+#: addresses (the signed-in identities) must read and copy exactly.
+_AUTOLINK = re.compile(r"(?i)(?<=https:)(?=//)|(?<=http:)(?=//)|(?<=www)(?=\.)")
+WORD_JOINER = "\u2060"
 
 
 def md(text: object) -> str:
     """Text from a dataset, a file or a user, escaped for Streamlit's markdown (labels, titles,
-    captions), so ids and names show as written and can never add formatting or links."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))
+    captions), so ids and names show as written and can never add formatting or links (a bare
+    ``https://…`` or ``www.…`` included: see ``_AUTOLINK``)."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _AUTOLINK.sub(WORD_JOINER, str(text)))

@@ -96,7 +96,7 @@ with body.container():
                 f"{name} system [95% CI]": f"{test.mean_b:.4f} {_interval_text(other)}",
             }
         )
-    st.table(pd.DataFrame(rows).set_index("system"))
+    ui.table(pd.DataFrame(rows).set_index("system"))
     st.caption(
         f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and "
         f"{randomization_words(tests)}, over the queries both systems were evaluated on"

@@ -166,7 +166,7 @@ for name in state.systems_in_play():
         local_kinds.append(system_kind)
     mine[ui.system_label(name)] = column
 if mine:
-    st.table(pd.DataFrame(mine).fillna("–"))
+    ui.table(pd.DataFrame(mine).fillna("–"))
 for system_kind in local_kinds:
     st.caption(str(published_metrics_note(system_kind)))
 if published_task:

@@ -55,7 +55,7 @@ with body.container():
     )
     # One row per metric and one column per system (mean and interval in one cell, meanings in words): the
     # whole table fits from 800 px up, where a column per metric and per interval was cut at the edge.
-    st.table(means_by_metric(list(results.values()), labels, shown, intervals))
+    ui.table(means_by_metric(list(results.values()), labels, shown, intervals))
     for name in results:
         if setting := ui.fidelity_badge(dataset, name):
             st.caption(f"{ui.md(labels[name])}: {ui.md(setting)}")

@@ -67,7 +67,7 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
     pooled = _pool(key, team_json, depth, runs)
     # One row per measure and a column per system, what each says in words: fits from 800 px up, as the
     # official metrics table above it (a column per measure was cut at the edge).
-    st.table(pooling_by_measure(table, pooled, {name: ui.system_label(name) for name in runs}, metric))
+    ui.table(pooling_by_measure(table, pooled, {name: ui.system_label(name) for name in runs}, metric))
     counted = "No team judgements could be read: 'with' equals 'without'. " if judged is None else judged.caption()
     st.caption(
         f"{ui.md(counted)} Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
