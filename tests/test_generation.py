@@ -17,6 +17,7 @@ import pytest
 from r2med_core import load_demo, load_dir, run_system
 from r2med_core.llm import client as llm_client
 from r2med_core.llm import generation as gen
+from r2med_core.llm import speed
 from r2med_core.llm.batch import RetryPolicy, Usage
 from r2med_core.llm.client import ChatClient, Endpoint, LLMFailure, LocalEndpoint, chat
 from r2med_core.llm.generation import (
@@ -781,15 +782,30 @@ def test_a_method_not_yet_measured_on_a_server_is_priced_from_its_other_replies(
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
     demo = load_demo("clinical-case")
     server = Endpoint("http://127.0.0.1:9/v1", "speed-probe", api_key="k")
-    assert gen.measured_throughput(server, "query2doc") is None
     assert gen.estimate_generation(demo, "query2doc", server, llm_name="probe").seconds is None
-    gen._record_speed(server, "hyde", Usage(prompt_tokens=50, completion_tokens=200), 10.0)
-    borrowed = gen.measured_throughput(server, "query2doc")
-    assert borrowed is not None and borrowed.methods == ("hyde",) and borrowed.tokens_per_second == 20.0
+    speed.observe(server.url, server.model, "hyde", 50, 200, 10.0)  # one HyDE reply: 20 tokens/s
     told = gen.estimate_generation(demo, "query2doc", server, llm_name="probe")
     assert told.seconds == pytest.approx(len(demo.queries) * 10.0)
-    assert "hyde (not yet query2doc) replies" in told.describe()
-    # Once the method itself is measured, only its own replies count.
-    gen._record_speed(server, "query2doc", Usage(prompt_tokens=50, completion_tokens=100), 2.0)
-    own = gen.measured_throughput(server, "query2doc")
-    assert own is not None and own.methods == ("query2doc",) and own.tokens_per_second == 50.0
+    assert "20.0 completion tokens/s" in told.describe()
+    assert "replies of about 200 tokens (as its other replies: query2doc not measured yet)" in told.describe()
+    # Once the method itself is measured, its own reply length counts.
+    speed.observe(server.url, server.model, "query2doc", 50, 100, 5.0)
+    own = gen.estimate_generation(demo, "query2doc", server, llm_name="probe")
+    assert "replies of about 100 tokens," in own.describe() and "not measured yet" not in own.describe()
+
+
+def test_generation_rerankers_and_the_judge_share_one_measured_speed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: FakeLLM
+) -> None:
+    """One estimate mechanism (``llm.speed``): replies a generation batch received price a later job
+    on the same server — the speed record is the server's, whatever asked it."""
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    demo = load_demo("clinical-case")
+    llm.script = [("say", "a passage")] * 2
+    server = endpoint(llm)
+    assert speed.recall(server.url, server.model).rates() is None
+    report = generate_rewrites(demo, "hyde", server, llm_name="shared", query_ids=list(demo.queries)[:2])
+    assert report.complete
+    measured = speed.recall(server.url, server.model)
+    assert len(measured.samples) == 2 and measured.mean_reply("hyde") is not None and measured.rates() is not None
+    assert measured.token_ratio[1] > 0  # the prompts were counted offline too (cl100k_base), as the rerankers do

@@ -241,7 +241,7 @@ def test_what_if_rewrites_a_typed_case_with_the_local_server_picked_by_name(
     at = open_app("whatif", task="clinical-case", systems=["bm25"], ask=case, llm="local")
     at.number_input(key="w_llm_max_tokens").set_value(64).run()
     assert any("Key in use: **no key**" in c.value for c in at.caption)  # the built-in name's server gets no key
-    at.toggle(key="w_whatif_hyde").set_value(True).run()
+    at.toggle(key="w_ask_hyde").set_value(True).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("hyde by smollm2" in m.value.replace("\\", "") and "(live)" in m.value for m in at.markdown)
     assert sum(e.label.startswith("#1 · ") for e in at.expander) == 1
