@@ -199,8 +199,12 @@ def expected(
     rates = speed.rates()
     if rates is None:
         seconds = len(prompts) * guess_per_request / workers
-        return Timing(seconds, False, f"a guess of {guess_per_request:g} s a request: this server's speed is not "
-                      "measured yet (the first requests measure it)")
+        return Timing(
+            seconds,
+            False,
+            f"a guess of {guess_per_request:g} s a request: this server's speed is not "
+            "measured yet (the first requests measure it)",
+        )
     prompt_rate, completion_rate = rates
     reply = speed.mean_reply(use)
     if reply is None:
