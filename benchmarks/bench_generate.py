@@ -16,6 +16,7 @@ is ≥ 0.9), next to the load averages the runs started at.
     python -m benchmarks.bench_generate                     # 12 clinical-case queries, 128 tokens each
     python -m benchmarks.bench_generate --queries 6 --max-tokens 256 --pairs 5
     python -m benchmarks.bench_generate --bare-whole          # the reference without streaming
+    python -m benchmarks.bench_generate --threads 1           # a loaded machine: one server thread
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--bare-whole", action="store_true", help="the reference without streaming")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="the server's CPU threads (1 on a loaded machine: two threads wait on "
+        "each other whenever one is descheduled)",
+    )
     parser.add_argument("--bare", nargs=2, metavar=("URL", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
@@ -82,7 +90,7 @@ def main() -> None:
 
     from r2med_core.llm import local_server
 
-    server = local_server.start(threads=2)
+    server = local_server.start(threads=args.threads)
     try:
         print(f"server: {server.base_url}, {server.model}, llama-cpp-python {local_server.llama_cpp_version()}")
 
@@ -107,7 +115,8 @@ def main() -> None:
     low, high = pairs.loads
     ratio = 1.0 / pairs.ratio("wall")
     print(
-        f"generate {args.queries} HyDE rewrites ({TASK}, ≤ {args.max_tokens} tokens each), load {low:.1f}–{high:.1f}:"
+        f"generate {args.queries} HyDE rewrites ({TASK}, ≤ {args.max_tokens} tokens each, server threads "
+        f"{args.threads}), load {low:.1f}–{high:.1f}:"
     )
     print(f"  ours (r2med generate)   {pairs.median('a', 'wall'):8.1f} s wall (median of {args.pairs})")
     mode = "whole replies" if args.bare_whole else "streamed, as ours"

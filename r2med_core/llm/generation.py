@@ -197,9 +197,10 @@ class GenerationEstimate:
         if not self.to_send:
             return f"all {self.from_cache} replies are in the cache: nothing to send"
         cached = f" ({self.from_cache} from the cache)" if self.from_cache else ""
+        replies = "1 reply" if self.to_send == 1 else f"{self.to_send} replies"
         if self.seconds is None:
-            return f"{self.to_send} replies to generate{cached}; {self.basis}"
-        return f"{self.to_send} replies to generate{cached}, about {format_seconds(self.seconds)} ({self.basis})"
+            return f"{replies} to generate{cached}; {self.basis}"
+        return f"{replies} to generate{cached}, about {format_seconds(self.seconds)} ({self.basis})"
 
 
 def estimate_generation(
