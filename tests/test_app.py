@@ -41,6 +41,13 @@ def open_app(
     return at
 
 
+def live_endpoint(at: AppTest, url: str, key: str, model: str = "fake-gpt") -> None:
+    """Type a live LLM endpoint into the sidebar, as a user does."""
+    at.text_input(key="w_llm_url").input(url).run()
+    at.text_input(key="w_llm_model").input(model).run()
+    at.text_input(key="w_llm_key").input(key).run()
+
+
 def frame(at: AppTest, first_column: str):  # type: ignore[no-untyped-def]
     """The dataframe whose first column has this name (display tables carry no widget key)."""
     return next(df.value for df in at.dataframe if len(df.value.columns) and df.value.columns[0] == first_column)
@@ -545,9 +552,7 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
 
     with FakeLLM(demo_replies("qa-reference")) as server:
         at = open_app("rewriting", task="qa-reference", systems=["bm25"])
-        at.text_input(key="w_llm_url").input(server.url).run()
-        at.text_input(key="w_llm_model").input("fake-gpt").run()
-        at.text_input(key="w_llm_key").input(KEY).run()
+        live_endpoint(at, server.url, KEY)
         at.number_input(key="w_llm_temperature").set_value(0.7).run()
         at.number_input(key="w_llm_max_tokens").set_value(256).run()
         at.button(key="w_gen_start").click().run()
@@ -578,6 +583,32 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         assert "precomputed" not in told[0]
 
 
+def test_the_rewriting_page_generates_the_first_n_or_the_chosen_queries_only() -> None:
+    """Try a method on a few queries before all: First N, or chosen queries; the estimate, the caption
+    and the batch count only those."""
+    from .test_generation import KEY, FakeLLM, demo_replies
+
+    qids = list(load_demo("qa-reference").queries)
+    with FakeLLM(demo_replies("qa-reference")) as server:
+        at = open_app("rewriting", task="qa-reference", systems=["bm25"])
+        live_endpoint(at, server.url, KEY)
+        at.number_input(key="w_gen_first").set_value(3).run()
+        assert any(c.value.startswith("3 of 12 queries · hyde") for c in at.caption)
+        assert any(c.value.startswith("3 replies to generate") for c in at.caption)
+        at.button(key="w_gen_start").click().run()
+        assert not at.exception and len(server.requests) == 3
+        assert any("3 generated" in s.value for s in at.success), [s.value for s in at.success]
+        sent = [r["body"]["messages"][-1]["content"] for r in server.requests]
+        assert all(any(text in m for m in sent) for text in [load_demo("qa-reference").queries[q] for q in qids[:3]])
+        at.multiselect(key="w_gen_queries").set_value([qids[7], qids[5]]).run()
+        assert any(c.value.startswith("2 of 12 queries") for c in at.caption)
+        at.button(key="w_gen_start").click().run()
+        assert len(server.requests) == 5  # only the two chosen, nothing else
+        later = [r["body"]["messages"][-1]["content"] for r in server.requests[3:]]
+        for q in (qids[5], qids[7]):
+            assert any(load_demo("qa-reference").queries[q] in m for m in later)
+
+
 def test_cancel_on_the_rewriting_page_says_it_stopped_and_what_was_kept() -> None:
     """A Cancel click ends the batch (its rerun stops the script and closes the stream): the page then
     says so and counts the replies kept, instead of silently showing its state before Generate."""
@@ -585,9 +616,7 @@ def test_cancel_on_the_rewriting_page_says_it_stopped_and_what_was_kept() -> Non
 
     with FakeLLM(demo_replies("qa-reference")) as server:
         at = open_app("rewriting", task="qa-reference", systems=["bm25"])
-        at.text_input(key="w_llm_url").input(server.url).run()
-        at.text_input(key="w_llm_model").input("fake-gpt").run()
-        at.text_input(key="w_llm_key").input(KEY).run()
+        live_endpoint(at, server.url, KEY)
         assert not any("Cancelled" in i.value for i in at.info)
         at.button(key="w_gen_stop").click().run()
         assert not at.exception
@@ -600,14 +629,31 @@ def test_what_if_rewrites_a_typed_query_with_a_live_llm() -> None:
 
     with FakeLLM({"fingertips": "Hypothetical passage about vasoconstriction of glabrous skin."}) as server:
         at = open_app("whatif", task="qa-reference", systems=["bm25"], ask="why do fingertips wrinkle in water")
-        at.text_input(key="w_llm_url").input(server.url).run()
-        at.text_input(key="w_llm_model").input("fake-gpt").run()
-        at.text_input(key="w_llm_key").input("sk-x").run()
-        at.toggle(key="w_whatif_hyde").set_value(True).run()
+        live_endpoint(at, server.url, "sk-x")
+        at.toggle(key="w_ask_hyde").set_value(True).run()
         assert not at.exception and not at.error
         assert any("Hypothetical document" in m.value for m in at.markdown)
         assert len(server.requests) == 1
         assert sum(e.label.startswith("#1 · ") for e in at.expander) == 1
+        # the column names the rewrite and its model, not the plain system it is not
+        assert [s.value for s in at.subheader] == ["BM25 (R2MED official) + hyde (fake-gpt) · live"]
+        assert at.query_params["ask_hyde"] == "1"  # every view state is in the address
+
+
+def test_a_link_with_what_if_hyde_on_asks_for_a_click_before_it_asks_the_llm() -> None:
+    """``ask_hyde=1`` in a shared address restores the view, but a visitor's link never sends an LLM
+    request by itself: the page asks for a click (then the reply is cached and later visits show it)."""
+    from .test_generation import FakeLLM
+
+    with FakeLLM({"fingertips": "Hypothetical passage about vasoconstriction of glabrous skin."}) as server:
+        at = open_app("whatif", task="qa-reference", systems=["bm25"], ask="why do fingertips wrinkle", ask_hyde="1")
+        live_endpoint(at, server.url, "sk-x")
+        assert at.toggle(key="w_ask_hyde").value is True and not at.exception
+        assert server.requests == [] and any("once you ask" in i.value for i in at.info)
+        assert [s.value for s in at.subheader] == ["BM25 (R2MED official)"]  # as typed, until asked
+        at.button(key="w_whatif_hyde_go").click().run()
+        assert len(server.requests) == 1 and any("Hypothetical document" in m.value for m in at.markdown)
+        assert [s.value for s in at.subheader] == ["BM25 (R2MED official) + hyde (fake-gpt) · live"]
 
 
 def test_an_unavailable_reranker_is_explained_and_the_explorer_still_works() -> None:

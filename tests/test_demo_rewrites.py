@@ -63,12 +63,15 @@ def test_a_hand_written_rewrite_is_named_so_and_is_never_the_benchmarks_setting(
     told = fidelity("bm25+hyde:demo-writer", dataset_name=dataset.name, provenance=dataset.rewrite_provenance)
     assert not told.is_benchmark
     assert told.differences == ("the hyde rewrite (demo-writer) was written by hand, not by an LLM",)
-    # The real model's set is judged by what it records: temperature 0 and a 768-token cut, a same-family prompt.
+    # The real model's set is judged by what it records: temperature 0 and a 768-token cut, a same-family prompt;
+    # it was precomputed by that model (provenance made_by: llm), not generated live here, and says so.
     real = fidelity("bm25+hyde:smollm2-135m", dataset_name=dataset.name, provenance=dataset.rewrite_provenance)
     assert real.differences == (
-        "live rewrites with the official prompts of a same-family task (not an R2MED task)",
-        "live rewrites sampled with temperature 0.0, seed 42, not the benchmark's sampling",
-        "live rewrites cut at 768 tokens, not the benchmark's 10240",
+        "rewrites precomputed by SmolLM2-135M-Instruct with the official prompts of a same-family task (not an R2MED "
+        "task)",
+        "rewrites precomputed by SmolLM2-135M-Instruct sampled with temperature 0.0, seed 42, not the benchmark's "
+        "sampling",
+        "rewrites precomputed by SmolLM2-135M-Instruct cut at 768 tokens, not the benchmark's 10240",
     )
 
 
@@ -238,3 +241,31 @@ def test_the_saved_report_names_the_hand_written_rewrite_and_its_setting(monkeyp
     assert hand.note == "≠ benchmark: the hyde rewrite (demo-writer) was written by hand, not by an LLM"
     html = made[-1].html()
     assert f"rewrite {HAND_WRITTEN}" in html and "the hyde rewrite (demo-writer) was written by hand" in html
+
+
+def test_the_local_servers_model_has_one_name_and_a_new_generation_is_not_hidden_by_the_shipped_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One canonical name for SmolLM2-135M: the local server serves it as ``smollm2-135m``, the name of
+    the shipped set it wrote; a new live generation of it is saved as ``smollm2-135m-live`` by default,
+    since the shipped file of the same name would win over it (a name typed by hand is kept)."""
+    from r2med_core.llm import local_server
+    from r2med_core.llm.client import Endpoint
+    from r2med_core.llm.generation import attach_live_rewrites, generate_rewrites, new_set_name
+
+    from .test_generation import FakeLLM
+
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    dataset = load_demo("clinical-case")
+    assert local_server.model_alias() == dataset.rewrite_provenance[MODEL]["llm_name"] == "smollm2-135m"
+    with FakeLLM() as server:
+        live = Endpoint(server.url, local_server.model_alias(), api_key="k", temperature=0.0, max_tokens=64)
+        assert live.default_llm_name() == "smollm2-135m"
+        assert new_set_name(dataset, "hyde", live) == "smollm2-135m-live"
+        assert new_set_name(dataset, "query2doc", live) == "smollm2-135m"  # no shipped query2doc set
+        one = next(iter(dataset.queries))
+        report = generate_rewrites(dataset, "hyde", live, query_ids=[one])
+        assert report.complete and report.label == "hyde · smollm2-135m-live"
+    found, notes = attach_live_rewrites(dataset, [("hyde", "smollm2-135m-live")])
+    assert found.rewrites[("hyde", "smollm2-135m-live")] == report.results and notes
+    assert found.rewrites[MODEL] == dataset.rewrites[MODEL]  # the shipped set is untouched

@@ -17,6 +17,7 @@ import pytest
 from r2med_core import load_demo, load_dir, run_system
 from r2med_core.llm import client as llm_client
 from r2med_core.llm import generation as gen
+from r2med_core.llm import speed
 from r2med_core.llm.batch import RetryPolicy, Usage
 from r2med_core.llm.client import ChatClient, Endpoint, LLMFailure, LocalEndpoint, chat
 from r2med_core.llm.generation import (
@@ -67,6 +68,8 @@ class FakeLLM:
         self.refuse_logprobs = False
         self.usage = True
         self.latency = 0.0
+        self.props: dict[str, Any] | None = None  # served on GET /props (llama.cpp's listing) when set
+        self.listings: list[str] = []
         self.script: list[tuple[Any, ...]] = []
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -78,6 +81,9 @@ class FakeLLM:
 
             def do_POST(self) -> None:
                 owner._handle(self)
+
+            def do_GET(self) -> None:
+                owner._listing(self)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -97,6 +103,18 @@ class FakeLLM:
         words = prompt.split()[-12:]
         return "Hypothetical passage: " + " ".join(reversed(words))
 
+    def _listing(self, handler: BaseHTTPRequestHandler) -> None:
+        """GET /props: ``props`` when set (a server that lists its context), else 404."""
+        with self.lock:
+            self.listings.append(handler.path)  # kept apart: ``requests`` are the POSTs a test counts
+        found = handler.path == "/props" and self.props is not None
+        data = json.dumps(self.props if found else {"error": "no such route"}).encode()
+        handler.send_response(200 if found else 404)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         body = handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
         with self.lock:
@@ -105,8 +123,11 @@ class FakeLLM:
             self.requests.append(
                 {"path": handler.path, "auth": headers.get("authorization"), "headers": headers, "body": payload}
             )
-            action = self.script.pop(0) if self.script else ("ok",)
-        if handler.path != "/v1/chat/completions":
+            counting = handler.path == "/extras/tokenize/count"  # llama-cpp-python's token count: words here
+            action = ("count",) if counting else self.script.pop(0) if self.script else ("ok",)
+        if counting:
+            action = (200, {}, {"count": len(str(payload.get("input", "")).split())})
+        elif handler.path != "/v1/chat/completions":
             action = (404, {}, {"error": {"message": "no such route"}})
         elif self.refuse_logprobs and payload.get("logprobs"):
             action = (400, {}, {"error": {"message": "logprobs is not supported by this server"}})
@@ -358,9 +379,7 @@ def test_models_that_want_max_completion_tokens_get_it(demo, llm: FakeLLM) -> No
     ]
     llm.script = [(400, {}, {"error": {"message": "context length exceeded"}})]
     failed = generate_rewrites(demo, "hyde", endpoint(llm, max_tokens=9), query_ids=list(demo.queries)[:2], **fast())
-    assert (
-        list(failed.failed.values()) == [f"{llm.url} answered 400: context length exceeded"] and failed.sent == 1
-    )
+    assert list(failed.failed.values()) == [f"{llm.url} answered 400: context length exceeded"] and failed.sent == 1
 
 
 def test_slow_server_is_reported_as_unreachable(demo, llm: FakeLLM) -> None:
@@ -781,15 +800,46 @@ def test_a_method_not_yet_measured_on_a_server_is_priced_from_its_other_replies(
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
     demo = load_demo("clinical-case")
     server = Endpoint("http://127.0.0.1:9/v1", "speed-probe", api_key="k")
-    assert gen.measured_throughput(server, "query2doc") is None
     assert gen.estimate_generation(demo, "query2doc", server, llm_name="probe").seconds is None
-    gen._record_speed(server, "hyde", Usage(prompt_tokens=50, completion_tokens=200), 10.0)
-    borrowed = gen.measured_throughput(server, "query2doc")
-    assert borrowed is not None and borrowed.methods == ("hyde",) and borrowed.tokens_per_second == 20.0
+    speed.observe(server.url, server.model, "hyde", 50, 200, 10.0)  # one HyDE reply: 20 tokens/s
     told = gen.estimate_generation(demo, "query2doc", server, llm_name="probe")
     assert told.seconds == pytest.approx(len(demo.queries) * 10.0)
-    assert "hyde (not yet query2doc) replies" in told.describe()
-    # Once the method itself is measured, only its own replies count.
-    gen._record_speed(server, "query2doc", Usage(prompt_tokens=50, completion_tokens=100), 2.0)
-    own = gen.measured_throughput(server, "query2doc")
-    assert own is not None and own.methods == ("query2doc",) and own.tokens_per_second == 50.0
+    assert "20.0 completion tokens/s" in told.describe()
+    assert "replies of about 200 tokens (as its other replies: query2doc not measured yet)" in told.describe()
+    # Once the method itself is measured, its own reply length counts.
+    speed.observe(server.url, server.model, "query2doc", 50, 100, 5.0)
+    own = gen.estimate_generation(demo, "query2doc", server, llm_name="probe")
+    assert "replies of about 100 tokens," in own.describe() and "not measured yet" not in own.describe()
+
+
+def test_generation_rerankers_and_the_judge_share_one_measured_speed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: FakeLLM
+) -> None:
+    """One estimate mechanism (``llm.speed``): replies a generation batch received price a later job
+    on the same server — the speed record is the server's, whatever asked it."""
+    monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
+    demo = load_demo("clinical-case")
+    llm.script = [("say", "a passage")] * 2
+    server = endpoint(llm)
+    assert speed.recall(server.url, server.model).rates() is None
+    report = generate_rewrites(demo, "hyde", server, llm_name="shared", query_ids=list(demo.queries)[:2])
+    assert report.complete
+    measured = speed.recall(server.url, server.model)
+    assert len(measured.samples) == 2 and measured.mean_reply("hyde") is not None and measured.rates() is not None
+    assert measured.token_ratio[1] > 0  # the prompts were counted offline too (cl100k_base), as the rerankers do
+
+
+def test_a_prompt_that_surely_fits_the_context_is_sent_without_asking_the_server_to_count_it(
+    llm: FakeLLM,
+) -> None:
+    """Fitting a prompt to the server's context cost a token-count request per prompt (a round trip a
+    serialising server answers in turn): a prompt whose UTF-8 bytes fit beside the completion budget
+    cannot have more tokens than that, so only a prompt that might not fit is counted first."""
+    llm.props = {"default_generation_settings": {"n_ctx": 4096}}
+    client = ChatClient(endpoint(llm, max_tokens=256))
+    client.chat([{"role": "user", "content": "A short HyDE prompt about a rash and painful joints."}])
+    assert "/props" in llm.listings  # the context was learned …
+    assert [r["path"] for r in llm.requests] == ["/v1/chat/completions"]  # … and nothing was counted
+    long = "word " * 900  # 4,500 bytes: might not fit 4,096 − 256 tokens, so it is counted (900 tokens) and sent
+    client.chat([{"role": "user", "content": long}])
+    assert [r["path"] for r in llm.requests[1:]] == ["/extras/tokenize/count", "/v1/chat/completions"]

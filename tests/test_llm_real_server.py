@@ -92,6 +92,8 @@ def test_the_estimate_is_the_servers_measured_speed_and_holds_within_a_factor_of
     demo = load_demo("qa-reference")
     endpoint = llama_server.endpoint(max_tokens=SHORT)
     queries = list(demo.queries)
+    # a fair measurement: the server warm (a reply of its own, not recorded) before the replies that measure it
+    ChatClient(endpoint).chat(build_messages("hyde", demo.queries[queries[-1]], demo.family, task=demo.name))
     before = estimate_generation(demo, "hyde", endpoint, query_ids=queries[:2], llm_name="speed")
     assert before.seconds is None and "first reply" in before.describe()
     measured = generate_rewrites(demo, "hyde", endpoint, llm_name="speed", query_ids=queries[:2])
@@ -241,10 +243,13 @@ def test_what_if_rewrites_a_typed_case_with_the_local_server_picked_by_name(
     at = open_app("whatif", task="clinical-case", systems=["bm25"], ask=case, llm="local")
     at.number_input(key="w_llm_max_tokens").set_value(64).run()
     assert any("Key in use: **no key**" in c.value for c in at.caption)  # the built-in name's server gets no key
-    at.toggle(key="w_whatif_hyde").set_value(True).run()
+    at.toggle(key="w_ask_hyde").set_value(True).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("hyde by smollm2" in m.value.replace("\\", "") and "(live)" in m.value for m in at.markdown)
     assert sum(e.label.startswith("#1 · ") for e in at.expander) == 1
+    # the column is the rewrite's, named by the model's one name (the shipped set's too), and in the address
+    assert [h.value for h in at.subheader] == ["BM25 (R2MED official) + hyde (smollm2-135m) · live"]
+    assert at.query_params["ask_hyde"] == "1"
     assert at.query_params["llm"] in ("local", ["local"]) and llama_server.base_url not in str(at.query_params)
     # the passage shown is the real model's reply, cached: asking again sends nothing new
     endpoint = llama_server.endpoint(max_tokens=64)

@@ -147,6 +147,39 @@ def test_the_cache_key_holds_endpoint_prompt_and_first_stage_never_the_key(
 # --------------------------------------------------------------------------- computing through the kind
 
 
+def test_rerankers_send_as_many_requests_at_once_as_the_operator_setting_says(
+    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One setting for every LLM feature: ``R2MED_LLM_CONCURRENCY`` (default 1, right for
+    llama-cpp-python's server, which serialises) — the rerankers sent 4 at once whatever it said."""
+    import threading
+
+    lock, second = threading.Lock(), threading.Event()
+    in_flight, most = [0], [0]
+
+    def counting(messages: list[dict[str, str]]) -> str:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            if in_flight[0] >= 2:
+                second.set()
+        second.wait(timeout=0.5 if setting == 1 else 20)  # for a second request, if one comes
+        with lock:
+            in_flight[0] -= 1
+        return reverse_ids(messages)
+
+    llm.responder = counting
+    dataset = load_demo(TASK)
+    setting = 1
+    run_system(dataset, LIST)  # the default: one at a time
+    assert most[0] == 1 and len(llm.requests) == len(dataset.queries)
+    setting = 3
+    monkeypatch.setenv("R2MED_LLM_CONCURRENCY", "3")
+    most[0] = 0
+    run_system(dataset, "bm25>llmrerank:list:fake-model@2")
+    assert 2 <= most[0] <= 3
+
+
 def test_a_list_wise_run_is_computed_through_the_kind_and_only_after_a_click(llm: FakeLLM) -> None:
     llm.responder = reverse_ids
     dataset = load_demo(TASK)
@@ -326,14 +359,14 @@ def test_the_visitors_base_url_never_receives_a_reranking_and_cancel_resumes_fro
 def test_the_app_offers_llm_rerankings_of_a_system_by_name() -> None:
     from r2med_core.systems import llm_reranker_choices, parse_system
 
-    offered = llm_reranker_choices("bm25", "smollm2-135m-instruct", 10)
+    offered = llm_reranker_choices("bm25", "smollm2-135m", 10)
     assert list(offered) == [
-        "bm25>llmrerank:list:smollm2-135m-instruct@10",
-        "bm25>llmrerank:point:smollm2-135m-instruct@10",
-        "bm25>insertrank:smollm2-135m-instruct@10",
+        "bm25>llmrerank:list:smollm2-135m@10",
+        "bm25>llmrerank:point:smollm2-135m@10",
+        "bm25>insertrank:smollm2-135m@10",
     ]
     assert all(str(parse_system(name)) == name for name in offered)
-    assert "benchmark's RerankerGPT" in offered["bm25>llmrerank:list:smollm2-135m-instruct@10"]
+    assert "benchmark's RerankerGPT" in offered["bm25>llmrerank:list:smollm2-135m@10"]
     assert not any(">insertrank:" in name for name in llm_reranker_choices("minilm", "m", 10))  # BM25 scores only
     assert llm_reranker_choices("bm25", "/etc/passwd") == {} and llm_reranker_choices("bm25", "two words") == {}
 

@@ -98,7 +98,7 @@ def test_what_servers_say_about_their_context_is_read() -> None:
 
 def test_the_server_command_is_local_only_and_waits_its_turn() -> None:
     command = local_server.server_command(
-        local_server.Path("/m.gguf"), port=8091, n_ctx=16384, alias="smollm2-135m-instruct"
+        local_server.Path("/m.gguf"), port=8091, n_ctx=16384, alias="smollm2-135m"
     )
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert command[command.index("--n_ctx") + 1] == "16384"

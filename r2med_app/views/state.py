@@ -61,6 +61,7 @@ class View:
     compare: list[str] | None = field(default=None, metadata=URL)
     ask: str = field(default="", metadata=URL)  # the what-if page's typed query
     ask_systems: list[str] = field(default_factory=list, metadata=URL)  # … and the systems it is run through
+    ask_hyde: bool = field(default=False, metadata=URL)  # … rewritten with HyDE by the live LLM
     rerank: str = field(default="", metadata=URL)  # cross-encoder preset or model id ("" = no reranking)
     rerank_k: int = field(default=10, metadata=URL)
     marks: bool = field(default=False, metadata=URL)  # Judging: highlight the query's words (off: they can prime)

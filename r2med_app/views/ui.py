@@ -462,7 +462,7 @@ def settings() -> Settings:
     """The operator's settings (environment, then secrets); a bad value stops the app with its name."""
     try:
         found = load_settings(extra=_secrets())
-        use_operator(operator_llm(found, secrets=_secrets()))  # the server's, for LLM reranking jobs
+        use_operator(operator_llm(found, secrets=_secrets()), found)  # the server's, for LLM reranking jobs
         return found
     except ValueError as err:
         st.error(f"The server is misconfigured: {md(err)}. The operator must fix this setting.")

@@ -50,24 +50,28 @@ def _retriever_differences(spec: SystemSpec, dataset_name: str | None) -> list[s
     return spec.system_kind.differences(spec, dataset_name)
 
 
-def _live_differences(method: str, live: Mapping[str, Any], dataset_name: str | None) -> list[str]:
-    """What a live generation's recorded settings change (see ``generation.live_generation_settings``)."""
+def _live_differences(
+    method: str, live: Mapping[str, Any], dataset_name: str | None, made: str = "live rewrites"
+) -> list[str]:
+    """What a generation's recorded settings change (a live one's: ``generation.live_generation_settings``;
+    a shipped set's: its ``provenance.json``). ``made``: how the rewrites are named ("live rewrites",
+    "rewrites precomputed by MODEL")."""
     out: list[str] = []
     if live.get("base_url") == "local":
         out.append("rewrites from the offline demo model (demo quality)")
     if live.get("prompts") != "official":
-        out.append("live rewrites with R2MED Explorer's own prompts, not the benchmark's")
+        out.append(f"{made} with R2MED Explorer's own prompts, not the benchmark's")
     elif dataset_name is not None and dataset_name not in TASKS:
-        out.append("live rewrites with the official prompts of a same-family task (not an R2MED task)")
+        out.append(f"{made} with the official prompts of a same-family task (not an R2MED task)")
     if live.get("prompts") == "official" and method == "query2doc" and not live.get("examples"):
         out.append("query2doc zero-shot: the benchmark's prompt is few-shot")
     sampling = {k: live.get(k) for k in ("temperature", "top_p", "seed") if live.get(k) is not None}
     if live.get("base_url") != "local" and sampling != official_sampling(str(live.get("model", ""))):
         shown = ", ".join(f"{k} {v}" for k, v in sampling.items()) or "default"
-        out.append(f"live rewrites sampled with {shown}, not the benchmark's sampling")
+        out.append(f"{made} sampled with {shown}, not the benchmark's sampling")
     budget, official = live.get("max_tokens"), official_max_tokens(str(live.get("model", "")))
     if live.get("base_url") != "local" and budget != official:
-        shown = f"live rewrites cut at {budget} tokens" if budget is not None else "live rewrites without a token limit"
+        shown = f"{made} cut at {budget} tokens" if budget is not None else f"{made} without a token limit"
         out.append(f"{shown}, not the benchmark's {official}" if official else f"{shown}; the benchmark sent no limit")
     return out
 
@@ -109,9 +113,13 @@ def fidelity(
         made = (provenance or {}).get(rewrite, {})
         if made.get("made_by") == "hand":
             differences.append(f"the {rewrite[0]} rewrite ({rewrite[1]}) was written by hand, not by an LLM")
-        settings = (live or {}).get(rewrite) or _recorded_settings(made)
+        live_settings = (live or {}).get(rewrite)
+        settings = live_settings or _recorded_settings(made)
         if settings is not None:
-            differences += [d for d in _live_differences(rewrite[0], settings, dataset_name) if d not in differences]
+            named = "live rewrites" if live_settings else f"rewrites precomputed by {made.get('model') or 'an LLM'}"
+            differences += [
+                d for d in _live_differences(rewrite[0], settings, dataset_name, named) if d not in differences
+            ]
     if reranker:
         differences += [d for d in rerank_differences(reranker, keep_tail) if d not in differences]
     return Fidelity(name, tuple(differences))

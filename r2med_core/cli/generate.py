@@ -52,7 +52,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="NAME",
         help="a server by name: 'local' (this machine's `llm-server`) or an operator's NAME=URL in R2MED_LLM_ENDPOINTS",
     )
-    ge.add_argument("--llm-name", help="the rewrite's name, as in --rewrite METHOD:NAME (default: from --model)")
+    ge.add_argument(
+        "--llm-name",
+        help="the rewrite's name, as in --rewrite METHOD:NAME (default: from --model; NAME-live where the data "
+        "already ships a set of that name)",
+    )
     ge.add_argument("--output", type=Path, help="a folder (default: rewrites/<task>) or a .jsonl file")
     ge.add_argument("--limit", type=int_at_least(1), help="only the first N queries")
     ge.add_argument("--first-stage", default="bm25", help="lamer: the system whose top 10 go into the prompt")
@@ -177,17 +181,19 @@ def _notes(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from r2med_core.llm.generation import lamer_passages
+    from r2med_core.llm.generation import lamer_passages, new_set_name
     from r2med_core.llm.provenance import write_provenance
     from r2med_core.systems import run_system
 
     notes = _notes(args)
     endpoint = _endpoint(args)
-    llm_name = check_llm_name(args.llm_name or endpoint.default_llm_name())
+    if args.llm_name:
+        check_llm_name(args.llm_name)
     prompts = _prompts(args)
     progress, close = tqdm_progress()
     try:
         dataset = load(args, progress)
+        llm_name = args.llm_name or new_set_name(dataset, args.method, endpoint)
         first_stage = run_system(dataset, args.first_stage, k=LAMER_PASSAGES) if args.method == "lamer" else None
         wanted = list(dataset.queries)[: args.limit] if args.limit else None
         print(f"prompts: {prompts.describe(args.method, dataset.name, dataset.family)}")

@@ -438,7 +438,7 @@ def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> 
             cached += 1
             continue
         requests += 1
-        prompts.append(_prompt_tokens(judge_messages(query, passage)))
+        prompts.append(speed.prompt_tokens(judge_messages(query, passage)))
     replies = judge_endpoint(endpoint).max_tokens or JUDGE_TOKENS
     timing = speed.expected(
         endpoint.url,
@@ -452,11 +452,6 @@ def estimate(dataset: Dataset, pairs: Iterable[Pair], endpoint: AnyEndpoint) -> 
     return JudgeEstimate(
         len(pairs), cached, requests, sum(prompts), requests * replies, timing.seconds, timing.basis
     )
-
-
-def _prompt_tokens(messages: list[dict[str, str]]) -> int:
-    """A prompt's tokens, about 4 characters each (the measured speed scales them to the server's)."""
-    return sum(len(m["content"]) for m in messages) // 4
 
 
 def _cached_grade(endpoint: AnyEndpoint, query: str, passage: str) -> int | None:
@@ -552,7 +547,7 @@ def _grade(
         result.sent += 1
         service = clock.reply(answer.seconds)
         if not isinstance(endpoint, LocalEndpoint):
-            prompt, used = _prompt_tokens(messages), answer.usage
+            prompt, used = speed.prompt_tokens(messages), answer.usage
             speed.observe(endpoint.url, model, "judge", used.prompt_tokens, used.completion_tokens, service, prompt)
         reply = redact(answer.text, secret)
         parsed = parse_grade(reply)

@@ -52,8 +52,6 @@ MARKER = ">llmrerank:"
 MODES = {"list": "listwise", "point": "pointwise"}
 #: The first stage is retrieved at least this deep (the depth the app's pages run a system at).
 FIRST_STAGE_DEPTH = 100
-#: Requests in flight at once (a hosted API's rate limit is the operator's; 429s are waited out).
-WORKERS = 4
 #: A guess per request when nothing is measured (a reasoning reply over 10 passages).
 SECONDS_PER_REQUEST = 20.0
 #: How long one request may take before it is retried.
@@ -62,13 +60,26 @@ TIMEOUT = 300.0
 _REST = re.compile(r"(?P<mode>[a-z]+):(?P<model>.+)@(?P<k>\d+)(?:\+window(?P<size>\d+)-(?P<step>\d+))?")
 
 _OPERATOR: OperatorLLM | None = None
+_SETTINGS: Settings | None = None
 
 
-def use_operator(operator: OperatorLLM | None) -> None:
-    """The server's LLM configuration (the app's, secrets included); None: read the environment.
-    It is the operator's, the same for every visitor, so one per process is right."""
-    global _OPERATOR
-    _OPERATOR = operator
+def use_operator(operator: OperatorLLM | None, settings: Settings | None = None) -> None:
+    """The server's LLM configuration (the app's, secrets included) and its settings (how many
+    requests at once, the reply bound); None: read the environment. It is the operator's, the same
+    for every visitor, so one per process is right."""
+    global _OPERATOR, _SETTINGS
+    _OPERATOR, _SETTINGS = operator, settings
+
+
+def _settings() -> Settings:
+    return _SETTINGS if _SETTINGS is not None else load_settings()
+
+
+def concurrency() -> int:
+    """Requests in flight at once: the operator's ``R2MED_LLM_CONCURRENCY``, the one setting that
+    generation, the CLI and these rerankers read (1 for llama-cpp-python's server, which serialises;
+    more for vLLM or a multi-slot llama.cpp server). A hosted API's 429s are waited out."""
+    return _settings().llm_concurrency
 
 
 def operator_endpoint(model: str) -> Endpoint:
@@ -86,7 +97,7 @@ def operator_endpoint(model: str) -> Endpoint:
 def reply_bound() -> int | None:
     """The operator's reply bound for LLM rerankings (``R2MED_LLM_RERANK_MAX_TOKENS``), or None: the
     reranker's own (10240 list-wise, as the benchmark's live generation; its reranker sends none)."""
-    return load_settings().llm_rerank_max_tokens
+    return _settings().llm_rerank_max_tokens
 
 
 def llm_reranked_spec(
@@ -211,7 +222,7 @@ class LLMRerankKind(SystemKind):
         method = self.method(spec)
         if method == "pointwise":
             run, _ = lr.pointwise_rerank(
-                first, dataset, endpoint, depth, workers=WORKERS, progress=rest, max_tokens=reply_bound()
+                first, dataset, endpoint, depth, workers=concurrency(), progress=rest, max_tokens=reply_bound()
             )
         else:
             run = lr.listwise_rerank(
@@ -220,7 +231,7 @@ class LLMRerankKind(SystemKind):
                 endpoint,
                 depth,
                 window=_window(spec),
-                workers=WORKERS,
+                workers=concurrency(),
                 progress=rest,
                 show_scores=method == "insertrank",
                 max_tokens=reply_bound(),
@@ -261,7 +272,7 @@ class LLMRerankKind(SystemKind):
             self.method(spec),
             depth,
             window=_window(spec),
-            workers=WORKERS,
+            workers=concurrency(),
             seconds_per_request=SECONDS_PER_REQUEST,
             max_tokens=reply_bound(),
         )
@@ -276,7 +287,7 @@ class LLMRerankKind(SystemKind):
         found = self._estimate(dataset, spec, k)
         if found is not None:
             return first + found.seconds
-        return first + self._requests_without_run(dataset, spec) * SECONDS_PER_REQUEST / WORKERS
+        return first + self._requests_without_run(dataset, spec) * SECONDS_PER_REQUEST / concurrency()
 
     def cost_notes(self, dataset: Dataset, spec: SystemSpec, k: int) -> list[str]:
         endpoint = operator_endpoint(spec.name)

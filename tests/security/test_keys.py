@@ -170,7 +170,7 @@ def test_the_app_sends_the_operator_key_only_to_the_operator(monkeypatch: pytest
         at = open_app("whatif", task="qa-reference", systems=["bm25"], ask=ASK)
         at.text_input(key="w_llm_url").input(visitor_server.url).run()
         at.text_input(key="w_llm_model").input("fake-gpt").run()
-        at.toggle(key="w_whatif_hyde").set_value(True).run()
+        at.toggle(key="w_ask_hyde").set_value(True).run()
         assert not at.exception
         assert any("Hypothetical document" in m.value for m in at.markdown)
         assert len(visitor_server.requests) == 1
@@ -196,7 +196,7 @@ def test_endpoints_listed_in_secrets_get_the_operator_key_from_secrets(monkeypat
         at = open_app("whatif", secrets=secrets, task="qa-reference", systems=["bm25"], ask=ASK)
         at.text_input(key="w_llm_model").input("fake-gpt").run()
         at.text_input(key="w_llm_url").input(listed.url + "/").run()
-        at.toggle(key="w_whatif_hyde").set_value(True).run()
+        at.toggle(key="w_ask_hyde").set_value(True).run()
         assert [r["auth"] for r in listed.requests] == [f"Bearer {OPERATOR_SECRET}"]
         at.text_input(key="w_llm_url").input(other.url).run()
         assert len(other.requests) == 1 and OPERATOR_SECRET not in (other.requests[0]["auth"] or "")

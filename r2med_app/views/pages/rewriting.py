@@ -17,6 +17,8 @@ from r2med_core.llm.generation import (
     GenerationError,
     estimate_generation,
     generate_rewrites,
+    is_shipped_set,
+    new_set_name,
     rewrites_text,
 )
 from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
@@ -154,7 +156,7 @@ st.caption("Prompts: " + ui.md(prompts.describe(gen_method, dataset.name, datase
 chosen_endpoint = endpoint if source == ui.LIVE_MODEL else LocalEndpoint()
 if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
     chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None, max_tokens=None)
-default_name = chosen_endpoint.default_llm_name() if chosen_endpoint else ""
+default_name = new_set_name(dataset, gen_method, chosen_endpoint) if chosen_endpoint else ""
 llm_name = c3.text_input(
     "Save as LLM name",
     value=default_name,
@@ -162,9 +164,33 @@ llm_name = c3.text_input(
     help="The benchmark's name for a reasoning model (e.g. sky-32b, qwq-32b) gives its system message and "
     "its answer extraction.",
 )
+if llm_name and is_shipped_set(dataset, gen_method, llm_name):
+    st.warning(
+        f"This dataset already has a `{gen_method}:{ui.md(llm_name)}` rewrite set: a shipped file of that name wins "
+        "over a new generation, so choose another name to see yours."
+    )
+all_queries = list(dataset.queries)
+q1, q2 = st.columns([1, 3])
+first_n = q1.number_input(
+    "First N queries",
+    min_value=1,
+    max_value=max(1, len(all_queries)),
+    value=max(1, len(all_queries)),
+    step=1,
+    key="w_gen_first",
+    help="Try a method on a few queries before all of them (what is generated is cached: the rest comes later).",
+)
+picked = q2.multiselect(
+    "… or these queries",
+    all_queries,
+    format_func=lambda q: f"{q} · {shorten(dataset.queries[q], 60)}",
+    key="w_gen_queries",
+    help="When queries are chosen here, only they are generated (First N is then not used).",
+)
+batch = [q for q in all_queries if q in set(picked)] or all_queries[: int(first_n)]
 if gen_method != "lamer" and dataset.queries:
     with st.expander("The prompt sent for the first query"):
-        first_qid = next(iter(dataset.queries))
+        first_qid = batch[0] if batch else all_queries[0]
         for message in build_messages(
             gen_method,
             dataset.queries[first_qid],
@@ -184,20 +210,20 @@ else:
         else {}
     )
     st.caption(
-        f"{len(dataset.queries)} queries · {gen_method} · {ui.md(chosen_endpoint.url)} · saved as "
+        f"{len(batch)} of {len(all_queries)} queries · {gen_method} · {ui.md(chosen_endpoint.url)} · saved as "
         f"`{gen_method}:{llm_name}`"
         + (" · sampling " + ", ".join(f"{k} {v}" for k, v in sent.items()) if sent else "")
         + ". Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running "
         "costs nothing."
     )
     workers = ui.settings().llm_concurrency  # the operator's (secrets too): 1 for llama-cpp-python, more for vLLM
-    name = llm_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
+    name = llm_name or default_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
     first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
     estimate = None
     try:
         estimate = estimate_generation(
             dataset, gen_method, chosen_endpoint, llm_name=name, first_stage=first_stage, prompts=prompts,
-            workers=workers,
+            workers=workers, query_ids=batch,
         )  # fmt: skip
         st.caption(ui.md(estimate.describe()[:1].upper() + estimate.describe()[1:]) + f" · {workers} at a time.")
     except GenerationError as err:
@@ -214,7 +240,7 @@ else:
         kept = estimate.from_cache if estimate is not None else 0
         st.info(
             f"Cancelled: the reply being written was stopped (the server stops generating it). {kept} of "
-            f"{len(dataset.queries)} replies are kept in the cache; Generate resumes from them."
+            f"{len(batch)} replies are kept in the cache; Generate resumes from them."
         )
     if start:
         report = ui.with_progress(
@@ -228,6 +254,7 @@ else:
                 progress=progress,
                 prompts=prompts,
                 workers=workers,
+                query_ids=batch,
             ),
         )
         (st.success if report.complete else st.warning)(report.summary())

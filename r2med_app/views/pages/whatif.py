@@ -7,7 +7,7 @@ import streamlit as st
 from r2med_app.views import state, ui
 from r2med_core.analysis.explore import highlight, overlap, preview, query_terms
 from r2med_core.llm.client import default_llm_name
-from r2med_core.llm.generation import hypothetical_document
+from r2med_core.llm.generation import cached_hypothetical_document, hypothetical_document
 from r2med_core.systems import SpecError, parse_system, search_text
 
 dataset = ui.current_dataset()
@@ -43,9 +43,18 @@ c1.multiselect(
 chosen = v.ask_systems
 k = c2.select_slider("Show top", options=[5, 10, 20], value=10, key="w_whatif_k")
 endpoint = ui.live_endpoint()
+ASKED = "whatif_hyde_asked"  # this session clicked for a HyDE request (a link alone never sends one)
+
+
+def _hyde_toggled() -> None:
+    state.store("ask_hyde")()
+    st.session_state[ASKED] = True
+
+
 use_hyde = st.toggle(
     "Rewrite my query with HyDE (live LLM)",
-    key="w_whatif_hyde",
+    key=state.bound("ask_hyde"),
+    on_change=_hyde_toggled,
     disabled=endpoint is None,
     help="Needs a model under 'Live LLM endpoint' in the sidebar.",
 )
@@ -64,23 +73,33 @@ if len(chosen) < 1:
     st.stop()
 
 hy_doc = None
-if use_hyde and endpoint is not None:
+hyde_name = default_llm_name(endpoint.model) if endpoint is not None else ""
+if use_hyde and endpoint is not None and not st.session_state.get(ASKED):
+    hy_doc = cached_hypothetical_document(dataset, text, endpoint)
+    if hy_doc is None:  # the link turned HyDE on: nothing is sent to the LLM before a click
+        st.info(f"This link turns HyDE on: the query is rewritten by {ui.md(endpoint.model)} once you ask.")
+        if st.button("Write the hypothetical document", key="w_whatif_hyde_go"):
+            st.session_state[ASKED] = True
+if use_hyde and endpoint is not None and st.session_state.get(ASKED):
     hy_doc, problem = ui.with_progress(
         f"a hypothetical document from {endpoint.model}",
         lambda progress: hypothetical_document(dataset, text, endpoint, progress=progress),
     )
     if hy_doc is None:
         st.error(f"No rewrite: {ui.md(problem)}. The systems run on your text as typed.")
-    else:
-        with st.container(border=True):
-            st.markdown(f"**Hypothetical document** · hyde by {ui.md(endpoint.model)} (live)")
-            st.html(f"<div class='r2-text'>{highlight(hy_doc, query_terms(text))}</div>")
+if hy_doc is not None and endpoint is not None:
+    with st.container(border=True):
+        st.markdown(f"**Hypothetical document** · hyde by {ui.md(endpoint.model)} (live)")
+        st.html(f"<div class='r2-text'>{highlight(hy_doc, query_terms(text))}</div>")
 
 rankings: dict[str, list[tuple[str, float]]] = {}
+headings: dict[str, str] = {}
 for name in chosen:
     spec = parse_system(name)
+    headings[name] = ui.system_label(name)
     if hy_doc is not None:
-        spec = spec.with_rewrite(("hyde", default_llm_name(endpoint.model)))
+        spec = spec.with_rewrite(("hyde", hyde_name))
+        headings[name] = f"{ui.system_label(str(spec))} · live"
     if not ui.is_ready(dataset, str(spec.base)):  # its index is not built yet: a background job builds it
         ui.compute_panel(dataset, str(spec.base))
         continue
@@ -107,7 +126,7 @@ terms = query_terms(text)
 columns = st.columns(len(rankings))
 for column, (name, ranking) in zip(columns, rankings.items()):
     with column:
-        st.subheader(ui.system_label(name))
+        st.subheader(headings[name])
         for rank, (doc, score) in enumerate(ranking, start=1):
             flag = " · ★ all agree" if doc in agreed else ""
             body = dataset.corpus.get(doc, "")

@@ -109,7 +109,7 @@ def _add_llm_reranking(v: View) -> None:
     depth = st.number_input("Passages reranked (top k)", 2, 100, 10, key="w_llmrr_k")
     choices = llm_reranker_choices(base, model.strip(), int(depth)) if model.strip() else {}
     if not choices:
-        st.caption("Name the model the endpoint serves (e.g. smollm2-135m-instruct for the local server).")
+        st.caption("Name the model the endpoint serves (e.g. smollm2-135m for the local server).")
         return
     chosen = st.radio("Method", list(choices), format_func=choices.get, key="w_llmrr_method")
     if st.button("Add LLM reranking", key="w_add_llmrr", help="Its estimate and a Compute button appear on the pages"):
