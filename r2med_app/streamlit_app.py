@@ -16,9 +16,11 @@ ICON = HERE / "views" / "assets" / "icon.png"
 st.set_page_config(page_title="R2MED Explorer", page_icon=str(ICON), layout="wide")
 # A session's first run draws the app's name before anything slow: on a fresh server the imports below (the
 # core, pandas, plotly, scipy …) and the first data load took seconds of blank page. Its later runs find
-# all that loaded and draw nothing here, so a rerun never flickers.
-_LOADING = None if st.session_state.get("r2med_drawn") else st.empty()
-if _LOADING is not None:
+# all that loaded and leave the slot empty, so a rerun never flickers. The slot itself is made on every run:
+# an element that only the first run drew would shift every later element's place in the page, so the
+# second run would draw the whole page anew (stale copies of the first run's tables lingered beside it).
+_LOADING = st.empty()
+if not st.session_state.get("r2med_drawn"):
     _LOADING.markdown("# R2MED Explorer\n\nLoading the app and its data…")
 
 from r2med_app.views import state, ui  # noqa: E402  (after the first paint, on purpose)
@@ -28,8 +30,7 @@ from r2med_app.views.panels import auth, sidebar  # noqa: E402
 def _loaded() -> None:
     """The page is about to draw itself: the loading note goes, and this session's later runs skip it."""
     st.session_state["r2med_drawn"] = True
-    if _LOADING is not None:
-        _LOADING.empty()
+    _LOADING.empty()
 
 
 # Page links carry no ":material/…:" icons: Streamlit draws them as ligature text, so screen readers and
