@@ -269,7 +269,8 @@ MINILM = "MiniLM-L6-v2 (offline; not a paper model)"
     [
         ("metrics?systems=bm25", "Results files and runs", "Systems in play", "Official metrics",
          ("columnheader", MINILM)),
-        ("compare?systems=bm25&systems=bm25s&systems=minilm", "Save this comparison",
+        # Compare opens on every system in play: the address names the two it starts from (MiniLM is added).
+        ("compare?systems=bm25&systems=bm25s&systems=minilm&compare=bm25&compare=bm25s", "Save this comparison",
          "Systems (the first is the baseline)", "Paired significance",
          ("heading", f"{MINILM} vs BM25 (R2MED official)")),
     ],

@@ -140,6 +140,7 @@ def test_a_url_naming_slow_systems_starts_nothing_until_compute_is_clicked(_isol
 def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from .test_app import gold_table
     from .test_rerank import build_cross_encoder
 
     model = str(build_cross_encoder(tmp_path / "ce", num_labels=1, seed=3))
@@ -151,14 +152,14 @@ def test_reranking_from_a_link_waits_for_a_click_then_runs_in_the_background(
     at.run()
     at.switch_page("views/pages/explorer.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
+    gold = gold_table(at)
     assert "after rerank" not in gold.columns  # nothing reranked yet
     button = next(b for b in at.button if b.label.startswith("Rerank with"))
     button.click().run()
     job = next(j for j in REGISTRY.jobs() if j.key[0] == "rerank" and j.label.endswith(model))
     assert job.wait(600) and job.state == "done", job.error
     at.run()
-    gold = next(df.value for df in at.dataframe if list(df.value.columns[:1]) == ["document"])
+    gold = gold_table(at)
     assert "after rerank" in gold.columns
 
 
