@@ -204,7 +204,7 @@ def test_a_judging_round_across_two_servers_shows_each_role_only_its_share(
     # Now she sees the others' labels on that document, and still nothing on the second.
     _annotations(alice)
     rows = _grid_rows(alice, "All labels")
-    seen = {(row["doc_id"], row["annotator"]) for row in rows}
+    seen = {(row["document"], row["annotator"]) for row in rows}
     assert seen == {(first, ALICE), (first, BOB), (first, MODEL)}, rows
     assert not _buttons(alice) & {*STORE_WIDE, TEAM_QRELS}
     # … and she disagrees with Bob on the second. Her progress is hers alone: no team figures, nobody else's.
