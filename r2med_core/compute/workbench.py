@@ -64,7 +64,7 @@ from r2med_core.kinds.base import estimate_seconds, needs_click
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.kinds.rerank import rerank_seconds
 from r2med_core.llm.client import AnyEndpoint
-from r2med_core.progress import Progress, format_seconds, notify
+from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.runs import Run
 from r2med_core.settings import Settings
@@ -92,12 +92,16 @@ HUB_HINT = "Models other than the offline MiniLM are downloaded from the Hugging
 
 @dataclass(frozen=True)
 class NeedsClick:
-    """Work that waits for a click: what it is, what it costs, and the work itself (``Workbench.start``)."""
+    """Work that waits for a click: what it is, what it costs, and how to start it (``Workbench.start``).
+
+    Its button reads ``action``, then ``subject``, then the estimate and whether it resumes
+    ("Rerank with bge-reranker (≈ 3 min 05 s) (resumes where it stopped)"): ``action`` is fixed wording of
+    the code's, ``subject`` a name that may come from a dataset or a setting (a renderer escapes it)."""
 
     key: tuple
     #: What the work is, for a sentence and the job's progress ("MiniLM", "reranking with …").
     label: str
-    #: The button's words, the estimate included ("Compute (≈ 3 min 05 s)").
+    #: The button's fixed words ("Compute", "Rerank with", "Measure agreement (40 requests)").
     action: str
     #: Estimated seconds (None where the cost is counted otherwise, in requests).
     seconds: float | None = None
@@ -105,6 +109,10 @@ class NeedsClick:
     notes: tuple[str, ...] = ()
     #: A sentence after the label ("is not computed on this task yet."), "" for none.
     headline: str = ""
+    #: A name the button shows after ``action`` (a model's), "" for none.
+    subject: str = ""
+    #: A short readable name of the work, stable across visits (a page's widget key for its button).
+    handle: str = ""
     #: An earlier job stopped: the finished part is kept and a new start resumes from it.
     resumes: bool = False
     #: Cancel was pressed and the earlier job has not stopped yet.
@@ -310,11 +318,11 @@ class Workbench:
         offer = NeedsClick(
             key,
             label,
-            f"Compute (≈ {format_seconds(estimate_seconds(dataset, system))})"
-            + (" (resumes where it stopped)" if stopped else ""),
+            "Compute",
             seconds=estimate_seconds(dataset, system),
             notes=tuple(cost_notes(dataset, system)),
             headline="is not computed on this task yet.",
+            handle=f"compute:{system}",
             resumes=stopped,
             cancelling=job is not None and job.cancelling,
             begin=lambda: start_run(dataset, system),  # its own driver: the GIL turn, the encoding watcher
@@ -355,9 +363,11 @@ class Workbench:
                     offer = self.offer(
                         ("rerank", fingerprint("rerank", key)),
                         f"reranking with {model}",
-                        f"Rerank with {model} (≈ {format_seconds(seconds)})",
+                        "Rerank with",
                         lambda job: rerank(run, dataset, model, k, progress=job.progress),
                         seconds=seconds,
+                        subject=model,
+                        handle=f"rerank:{system}",
                     )
                     return self.state_of(offer)
         outcome = self.memo.get(memo_key, attempt)
@@ -393,9 +403,16 @@ class Workbench:
         *,
         seconds: float | None = None,
         notes: tuple[str, ...] = (),
+        subject: str = "",
+        handle: str = "",
     ) -> NeedsClick:
         """The click that runs ``work(job)`` as the background job ``key`` (``job.progress`` reports)."""
-        return NeedsClick(key, label, action, seconds, notes, begin=lambda: self.registry.start(key, label, work))
+        registry = self.registry
+
+        def begin() -> Job:
+            return registry.start(key, label, work)
+
+        return NeedsClick(key, label, action, seconds, notes, subject=subject, handle=handle or key[0], begin=begin)
 
     @staticmethod
     def start(offer: NeedsClick) -> None:
@@ -530,7 +547,5 @@ class Workbench:
 
 
 def _resuming(offer: NeedsClick) -> NeedsClick:
-    """The offer after a stopped job: it resumes from what the job kept, and says so on its button."""
-    suffix = " (resumes where it stopped)"
-    action = offer.action if offer.action.endswith(suffix) else offer.action + suffix
-    return replace(offer, action=action, resumes=True)
+    """The offer after a stopped job: it resumes from what the job kept (its button says so)."""
+    return replace(offer, resumes=True)
