@@ -1,7 +1,8 @@
 """R2MED Explorer: the router. It draws the shared sidebar, then the page the URL names.
 
 Run it with ``r2med app`` (installed) or ``streamlit run streamlit_app.py`` (a checkout); it opens on the
-embedded demo data. Pages are named by absolute paths (``ui.page``), so the router works whichever script started it.
+embedded demo data. Pages are named by absolute paths (``routes.page``), so the router works whichever script
+started it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ _LOADING = st.empty()
 if not st.session_state.get("r2med_drawn"):
     _LOADING.markdown("# R2MED Explorer\n\nLoading the app and its data…")
 
-from r2med_app.views import state, ui  # noqa: E402  (after the first paint, on purpose)
+from r2med_app.views import look, routes, serving, state  # noqa: E402  (after the first paint, on purpose)
 from r2med_app.views.panels import auth, sidebar  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def _loaded() -> None:
 
 # Page links carry no ":material/…:" icons: Streamlit draws them as ligature text, so screen readers and
 # copied links would read "dashboard Overview".
-OVERVIEW = st.Page(ui.page("overview"), title="Overview", url_path="overview")
+OVERVIEW = st.Page(routes.page("overview"), title="Overview", url_path="overview")
 # The sidebar groups the pages by what a visitor came to do, in the order they usually do it: read the
 # questions and what systems find, then weigh the systems' scores, then judge documents. Titles and URL
 # paths are those of the flat list before, so saved links keep working.
@@ -45,28 +46,28 @@ SECTIONS = {
         # every page, the Overview included, then has a URL of its own for deep links.
         st.Page(lambda: st.switch_page(OVERVIEW), title="Start", url_path="start", default=True, visibility="hidden"),
         OVERVIEW,
-        st.Page(ui.page("explorer"), title="Query explorer", url_path="explorer"),
-        st.Page(ui.page("whatif"), title="What-if query", url_path="whatif"),
+        st.Page(routes.page("explorer"), title="Query explorer", url_path="explorer"),
+        st.Page(routes.page("whatif"), title="What-if query", url_path="whatif"),
     ],
     "Score systems": [
-        st.Page(ui.page("metrics"), title="Metrics", url_path="metrics"),
-        st.Page(ui.page("compare"), title="Compare systems", url_path="compare"),
-        st.Page(ui.page("leaderboard"), title="Leaderboard", url_path="leaderboard"),
-        st.Page(ui.page("rewriting"), title="Query rewriting", url_path="rewriting"),
+        st.Page(routes.page("metrics"), title="Metrics", url_path="metrics"),
+        st.Page(routes.page("compare"), title="Compare systems", url_path="compare"),
+        st.Page(routes.page("leaderboard"), title="Leaderboard", url_path="leaderboard"),
+        st.Page(routes.page("rewriting"), title="Query rewriting", url_path="rewriting"),
     ],
     "Judge relevance": [
-        st.Page(ui.page("list_judging"), title="Judge a list", url_path="judge-list"),
-        st.Page(ui.page("judging"), title="Judging", url_path="judging"),
-        st.Page(ui.page("annotations"), title="Annotations", url_path="annotations"),
-        st.Page(ui.page("adjudication"), title="Adjudication", url_path="adjudication"),
+        st.Page(routes.page("list_judging"), title="Judge a list", url_path="judge-list"),
+        st.Page(routes.page("judging"), title="Judging", url_path="judging"),
+        st.Page(routes.page("annotations"), title="Annotations", url_path="annotations"),
+        st.Page(routes.page("adjudication"), title="Adjudication", url_path="adjudication"),
     ],
 }
 
 # expanded=True: never fold the last pages behind "View N more" (a section header still folds on a click).
 page = st.navigation(SECTIONS, expanded=True)
 state.view()  # read the deep link before any widget is drawn
-ui.style()
-if ui.read_only():
+look.style()
+if serving.read_only():
     st.info(
         "**Read-only demo.** Browse every page; saving labels, uploads, live LLMs, local folders and new "
         "models are switched off on this server.",

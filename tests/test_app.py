@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core import load_demo, run_system
 from r2med_core.systems import default_rewrite
 
@@ -154,9 +154,9 @@ def test_hyde_toggle_adds_rewritten_ranks() -> None:
 
 
 def as_written(table):  # type: ignore[no-untyped-def]
-    """An HTML table's values as the reader sees them: ``ui.table`` escapes its text for Markdown (and breaks a
+    """An HTML table's values as the reader sees them: ``markup.table`` escapes its text for Markdown (and breaks a
     bare link with an invisible word joiner)."""
-    from r2med_app.views.ui import WORD_JOINER
+    from r2med_app.views.markup import WORD_JOINER
 
     def written(value):  # type: ignore[no-untyped-def]
         return value.replace("\\", "").replace(WORD_JOINER, "") if isinstance(value, str) else value
@@ -699,7 +699,7 @@ def test_ids_and_names_from_a_dataset_cannot_format_or_inject(tmp_path: Path, mo
     monkeypatch.setenv("R2MED_DATA_ROOTS", str(tmp_path))
     at = open_app("explorer", source="local", folder=str(root), systems=["bm25"])
     assert not at.exception and not at.error
-    from r2med_app.views.ui import _NARROW_SCRIPT  # the app's own fixed script (folds the sidebar on a narrow window)
+    from r2med_app.views.look import _NARROW_SCRIPT  # the app's own fixed script (folds the sidebar on a narrow window)
 
     html = " ".join(str(h.proto.body) for h in at.get("html") if str(h.proto.body) != _NARROW_SCRIPT)
     assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html

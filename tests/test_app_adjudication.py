@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import streamlit as st
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core import load_demo
 from r2med_core.judging.adjudication import decide, history
 from r2med_core.judging.annotations import Annotation, AnnotationStore

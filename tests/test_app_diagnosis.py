@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import streamlit
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core import load_demo, run_system
 from r2med_core.analysis.diagnosis import NO_REFERENCE, POSSIBLY_UNJUDGED, PROPOSER_PREFIX, REASONING_GAP, diagnose
 from r2med_core.judging.annotations import Annotation, AnnotationStore

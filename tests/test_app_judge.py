@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from r2med_app.views.ui import OFFLINE_MODEL, md
+from r2med_app.views.live import OFFLINE_MODEL
+from r2med_app.views.markup import md
 from r2med_core import load_demo, run_system
 from r2med_core.cache import cache_root
 from r2med_core.compute.jobs import REGISTRY

@@ -53,7 +53,7 @@ def test_compare_names_the_randomization_test_that_was_run() -> None:
 def test_annotations_shows_the_store_path_only_to_whoever_manages_the_store(
     email: str | None, told: bool, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
-    from r2med_app.views.ui import md
+    from r2med_app.views.markup import md
     from r2med_core.judging.annotations import AnnotationStore
 
     from .test_app_visibility import AUTH, ROLES
@@ -71,7 +71,7 @@ def test_annotations_shows_the_store_path_only_to_whoever_manages_the_store(
 
 def test_annotations_without_sign_in_shows_the_store_path_to_the_trusted_team() -> None:
     """Without sign-in every visitor may delete and import the store, so they are told where it is."""
-    from r2med_app.views.ui import md
+    from r2med_app.views.markup import md
     from r2med_core.judging.annotations import AnnotationStore
 
     at = open_app("annotations", task="clinical-evidence", systems=["bm25"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core import load_demo, run_system
 from r2med_core.judging.adjudication import adjudication_queue, decide, history
 from r2med_core.judging.annotations import AnnotationStore
@@ -268,8 +268,8 @@ def test_keys_grade_and_skip_on_the_judging_page_beside_the_familys_guideline(mo
     """Issue 28 item 7: the keyboard's events (``0``/``1``/``2``, ``s``) grade or skip the document shown and
     the next one follows; each event is stored once over reruns, as the pool; a skipped document is not
     judged and stays the annotator's; the task family's guideline is beside the document."""
+    from r2med_app.views.datasets import dataset_key
     from r2med_app.views.state import scope, widget_key
-    from r2med_app.views.ui import dataset_key
     from r2med_core.judging.list_judging import now_ms
     from r2med_core.judging.queue import blind_name
     from r2med_core.tasks import judging_guideline
@@ -312,8 +312,8 @@ def test_u_says_unsure_on_the_judging_page_and_sends_the_document_to_a_reviewer(
     """Issue 28 item 7: the keyboard's ``u`` records "unsure" (with its time) on the document shown and the
     next one follows; the document is off the annotator's queue, waits for adjudication and is no grade in
     the team's qrels. The form offers Unsure too, for the mouse."""
+    from r2med_app.views.datasets import dataset_key
     from r2med_app.views.state import scope, widget_key
-    from r2med_app.views.ui import dataset_key
     from r2med_core.judging.list_judging import now_ms
     from r2med_core.judging.queue import blind_name
 

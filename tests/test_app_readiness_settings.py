@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_app.views import ui
+from r2med_app.views import serving, ui
 from r2med_core.data import load_demo
 
 
@@ -20,7 +20,7 @@ def test_compute_seconds_in_secrets_changes_what_is_ready(tmp_path: Path, monkey
     dataset = load_demo()
     # A run another test left in this process's memory is ready whatever the threshold: none here.
     monkeypatch.setattr(ui, "_in_memory", lambda dataset, system: False)
-    monkeypatch.setattr(ui, "_secrets", lambda: {})
+    monkeypatch.setattr(serving, "_secrets", lambda: {})
     assert ui.is_ready(dataset, "bm25")  # a fraction of a second: under the default 2 s
-    monkeypatch.setattr(ui, "_secrets", lambda: {"R2MED_COMPUTE_SECONDS": "0.01"})
+    monkeypatch.setattr(serving, "_secrets", lambda: {"R2MED_COMPUTE_SECONDS": "0.01"})
     assert not ui.is_ready(dataset, "bm25")  # the operator's lower threshold asks for a click

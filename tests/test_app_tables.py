@@ -1,6 +1,6 @@
-"""Every HTML table the app draws goes through ``ui.table``, which escapes its cells, headers and index:
+"""Every HTML table the app draws goes through ``markup.table``, which escapes its cells, headers and index:
 ``st.table`` reads them as Markdown, and they carry names a visitor chose (an imported run's). A bare
-``www.…`` is a link in GitHub-flavoured Markdown even escaped, so ``ui.md`` breaks it with a word joiner."""
+``www.…`` is a link in GitHub-flavoured Markdown even escaped, so ``markup.md`` breaks it with a word joiner."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_app.views.ui import WORD_JOINER, md
+from r2med_app.views.markup import WORD_JOINER, md
 from r2med_core import load_demo, run_system
 from r2med_core.runs import format_trec
 
@@ -23,15 +23,15 @@ NAME = "www.example.invalid"
 LABEL = f"Run {NAME} (imported)"
 
 
-def test_no_page_draws_a_table_but_through_ui_table() -> None:
-    """``st.table`` (or ``container.table``) anywhere but in ``ui.table`` would render its text as Markdown."""
+def test_no_page_draws_a_table_but_through_markup_table() -> None:
+    """``st.table`` (or ``container.table``) anywhere but in ``markup.table`` would render its text as Markdown."""
     raw = []
     for path in APP.rglob("*.py"):
-        if path == APP / "views" / "ui.py":
+        if path == APP / "views" / "markup.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "table":
-                if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "ui"):
+                if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "markup"):
                     raw.append(f"{path.relative_to(APP)}:{node.lineno}")
     assert raw == []
 
@@ -41,7 +41,7 @@ def test_md_breaks_bare_links_and_keeps_the_text_as_written() -> None:
         escaped = md(text)
         assert escaped.replace("\\", "").replace(WORD_JOINER, "") == text  # the same visible text …
         assert "://" not in escaped.replace("\\", "") and "www." not in escaped.lower().replace("\\", "")  # … unlinked
-    assert md("alice@example.org") == r"alice@example\.org"  # an address stays whole (see ui._AUTOLINK)
+    assert md("alice@example.org") == r"alice@example\.org"  # an address stays whole (see markup._AUTOLINK)
     assert md("0.25 [0.1, 0.4]") == r"0\.25 \[0\.1, 0\.4\]"  # nothing else changes
 
 

@@ -11,7 +11,7 @@ import pytest
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core import load_demo, run_system
 from r2med_core.cli import main
 from r2med_core.evaluation import evaluate

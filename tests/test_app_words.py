@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core.evaluation import metric_explained, metric_meaning
 from r2med_core.judging.pooling import JUDGED_WORDS
 

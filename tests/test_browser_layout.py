@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
-from r2med_app.views.ui import WORD_JOINER
+from r2med_app.views.markup import WORD_JOINER
 from r2med_core import load_demo, run_system
 from r2med_core.analysis.explore import gold_rows
 from r2med_core.judging.adjudication import decide, history
@@ -88,7 +88,7 @@ def app_url(team_store: tuple[str, AnnotationStore]) -> str:
 
 def _cells(table: dict, header: str) -> list[str]:
     """One column's cells of a measured HTML table (``_OVERFLOW_JS``), below its header row, as a reader sees them
-    (without the invisible word joiner ``ui.md`` puts in a bare link to break it)."""
+    (without the invisible word joiner ``markup.md`` puts in a bare link to break it)."""
     rows = table["rows"]
     at = rows[0].index(header)
     return [row[at].replace(WORD_JOINER, "") for row in rows[1:]]

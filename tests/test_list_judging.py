@@ -344,8 +344,8 @@ def _page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str):  # type:
     """The Judge a list page on the demo, and the component key of query ``qid``'s top 10 under bm25."""
     from streamlit.testing.v1 import AppTest
 
+    from r2med_app.views.datasets import dataset_key
     from r2med_app.views.state import scope, widget_key
-    from r2med_app.views.ui import dataset_key
     from r2med_core import load_demo
 
     monkeypatch.setenv("R2MED_COMPUTE_SECONDS", "100000")

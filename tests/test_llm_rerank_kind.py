@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core import load_demo
 from r2med_core.analysis.fidelity import fidelity
 from r2med_core.compute.jobs import REGISTRY, run_job_key

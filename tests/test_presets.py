@@ -300,7 +300,7 @@ def test_cli_refuses_a_later_model_offline_in_one_line(
 
 
 def test_the_app_says_a_later_model_is_not_downloaded(offline_empty_hub: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from r2med_app.views.ui import md
+    from r2med_app.views.markup import md
 
     from .test_app import open_app
 

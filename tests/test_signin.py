@@ -371,7 +371,7 @@ def test_one_sign_in_holds_on_every_server_behind_a_load_balancer(
             direct = _context(browser, one).new_page()
             direct.goto("/overview")
             settle(direct, "Sign-in here cannot hold")
-            # The address as written, never a link: ui.md breaks bare links with an invisible word joiner.
+            # The address as written, never a link: markup.md breaks bare links with an invisible word joiner.
             scheme, rest = balancer.url.split("//", 1)
             shown = re.compile(re.escape(f"Open the app at {scheme}") + "\u2060?" + re.escape(f"//{rest}"))
             assert direct.get_by_text(shown).is_visible()

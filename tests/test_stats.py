@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-import r2med_app.views.ui
+import r2med_app.views.summaries
 from r2med_core import load_demo
 from r2med_core.analysis.stats import data_facts, dataset_summary, length_histogram, word_counts
 from r2med_core.data import Dataset
@@ -68,8 +68,8 @@ def test_overview_sends_bins_and_computes_them_once(monkeypatch: pytest.MonkeyPa
         calls.append(dataset.name)
         return length_histogram(dataset, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(r2med_app.views.ui, "length_histogram", counting)
-    r2med_app.views.ui._overview.clear()
+    monkeypatch.setattr(r2med_app.views.summaries, "length_histogram", counting)
+    r2med_app.views.summaries._overview.clear()
     at = open_app("overview", task="clinical-case")
     at.run()
     at.switch_page("views/pages/overview.py").run()

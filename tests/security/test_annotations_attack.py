@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from r2med_app.views.ui import md
+from r2med_app.views.markup import md
 from r2med_core.judging.annotations import Annotation, AnnotationStore, AnnotationStoreError
 
 from ..test_annotations import WRITER, label

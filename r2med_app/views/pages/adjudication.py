@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import annotation_db, datasets, markup, serving, state
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, team
 from r2med_app.views.panels.labels import grade_label
 from r2med_core.analysis.explore import shorten
@@ -76,14 +77,14 @@ def _record(item: AdjudicationItem) -> None:
             replacing=item.decision.id if item.decision else None,
         )
     except (PermissionDenied, StaleDecision, ValueError, AnnotationStoreError) as err:
-        v.flash_error = f"Not saved: {ui.md(err)}. Your choice is kept below."
+        v.flash_error = f"Not saved: {md(err)}. Your choice is kept below."
         return
     for key in keys.values():  # saved: the form starts empty again (a choice is never carried over)
         st.session_state.pop(key, None)
     replaced = f", superseding decision #{made.supersedes}" if made.supersedes else ""
     v.flash = (
-        f"Decision #{made.id} recorded for {ui.md(describe(item.unit))}: {ui.md(_type_label(code))} "
-        f"by {ui.md(made.reviewer)}{replaced}. The labels are kept as they were."
+        f"Decision #{made.id} recorded for {md(describe(item.unit))}: {md(_type_label(code))} "
+        f"by {md(made.reviewer)}{replaced}. The labels are kept as they were."
     )
 
 
@@ -91,13 +92,13 @@ def _label_line(a: Annotation) -> str:
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
     blind = " · blind" if a.blind else ""
     who = a.annotator if a.by_model else f"by {a.annotator}"  # a model's reads "proposed by <model>"
-    return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{blind}{note}")
+    return md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{blind}{note}")
 
 
 def _decision_line(d: Decision) -> str:
     grade = "" if d.grade is None else f" · grade {d.grade}"
     reason = f" — “{shorten(d.reason, 200)}”" if d.reason else ""
-    return ui.md(f"#{d.id}: {_type_label(d.failure_type)}{grade} by {d.reviewer} at {d.decided_at}{reason}")
+    return md(f"#{d.id}: {_type_label(d.failure_type)}{grade} by {d.reviewer} at {d.decided_at}{reason}")
 
 
 def _item(item: AdjudicationItem) -> None:
@@ -105,9 +106,9 @@ def _item(item: AdjudicationItem) -> None:
     with st.container(border=True):
         target = f"document {doc_id}" if doc_id is not None else "the whole query"
         why = "an annotator is unsure" if item.unsure else f"{item.vocabulary}s differ"
-        st.markdown(f"**{ui.md(task)}** · query {ui.md(query_id)} · {ui.md(target)} · {why}")
+        st.markdown(f"**{md(task)}** · query {md(query_id)} · {md(target)} · {why}")
         if task == dataset.name and query_id in dataset.queries:
-            st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
+            st.caption(md(shorten(dataset.queries[query_id], 200)))
         for label in item.labels:
             st.markdown("- " + _label_line(label))
         for suggestion in item.suggestions:  # a model's proposal: shown to help, never a vote
@@ -157,12 +158,12 @@ def _item(item: AdjudicationItem) -> None:
                 on_click=_record,
                 args=(item,),
                 type="primary",
-                disabled=ui.read_only() or not sight.may_review(item.labels),
+                disabled=serving.read_only() or not sight.may_review(item.labels),
             )
 
 
-dataset = ui.current_dataset()
-store = ui.annotation_store()
+dataset = datasets.current_dataset()
+store = annotation_db.annotation_store()
 st.title("Adjudication")
 if store is None:
     st.stop()
@@ -185,7 +186,7 @@ auth.reviewer_line(
 )
 sight = acting.sight  # who sees what: r2med_core.judging.visibility's rule
 if not sight.reviews:  # disagreements, decisions, agreement figures and their downloads are review work
-    st.info(ui.md(sight.notice()), icon=":material/visibility_off:")
+    st.info(md(sight.notice()), icon=":material/visibility_off:")
     st.stop()
 
 labels = sight.labels(store.list())
@@ -223,7 +224,7 @@ st.caption(
     f"people with a time recorded (the Judging page records it) and not all agreed on; the hardest {SHOWN} first."
 )
 if hard:  # at most SHOWN rows: shown whole, wrapped in the column (a grid hid its last columns at 1000 px)
-    ui.table(hard_table(hard), hide_index=True)
+    markup.table(hard_table(hard), hide_index=True)
 
 # ------------------------------------------------------------------ agreement before / after
 st.subheader("Agreement before and after adjudication")
@@ -240,7 +241,7 @@ st.caption(
 if not report:
     st.caption("Appears when two or more annotators grade the same document, or label the same query or document.")
 else:  # one row per pair: shown whole, wrapped in the column ("kappa after" was past the edge at 1000 px)
-    ui.table(agreement_table(report), hide_index=True)
+    markup.table(agreement_table(report), hide_index=True)
     st.download_button("Agreement report (CSV)", report_csv(report), file_name="r2med_agreement.csv", mime="text/csv")
 
 # ------------------------------------------------------------------ exports
@@ -248,7 +249,7 @@ st.subheader("Downloads")
 judged = team.read(dataset)
 if judged is not None:
     st.caption(
-        f"On {ui.md(dataset.name)}, the team's qrels (`r2med_core.judging.team`): {ui.md(judged.caption())} "
+        f"On {md(dataset.name)}, the team's qrels (`r2med_core.judging.team`): {md(judged.caption())} "
         "The TREC file lists `qid 0 docid grade` lines to apply after the original qrels (each overrides the pair's "
         "grade); the CSV adds the original grade, where each line comes from and the decision or review behind it."
     )

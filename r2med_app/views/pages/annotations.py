@@ -11,7 +11,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import annotation_db, datasets, routes, serving, state
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, judge, team
 from r2med_app.views.panels.labels import grade_label
 from r2med_core.analysis.explore import shorten
@@ -68,12 +69,12 @@ def _review(annotation_id: int, accept: bool, same: int) -> None:
     try:
         store.review(annotation_id, accept, reviewer, qrels=judged)
     except (PermissionDenied, ValueError, KeyError, AnnotationStoreError) as err:
-        v.flash_error = f"Not reviewed: {ui.md(err)}"
+        v.flash_error = f"Not reviewed: {md(err)}"
         return
     also = f", and with it {same - 1} identical proposal(s)" if same > 1 else ""
     v.flash = (
-        f"{'Accepted' if accept else 'Rejected'} {ui.md(_type_label(label.failure_type))} on {ui.md(label.doc_id)} "
-        f"as {ui.md(reviewer)} (label #{annotation_id}{also})."
+        f"{'Accepted' if accept else 'Rejected'} {md(_type_label(label.failure_type))} on {md(label.doc_id)} "
+        f"as {md(reviewer)} (label #{annotation_id}{also})."
     )
 
 
@@ -83,7 +84,7 @@ def _delete(annotation_id: int) -> None:
     try:
         store.delete(annotation_id)
     except (KeyError, AnnotationStoreError) as err:
-        state.view().flash_error = f"Not deleted: {ui.md(err)}"
+        state.view().flash_error = f"Not deleted: {md(err)}"
         return
     state.view().flash = f"Deleted label #{annotation_id}."
 
@@ -92,15 +93,15 @@ def _label_line(a: Annotation) -> str:
     where = f" at rank {a.rank}" if a.rank else ""
     note = f" — “{shorten(a.note, 160)}”" if a.note.strip() else ""
     who = a.annotator if a.by_model else f"by {a.annotator}"  # an LLM judge's reads "proposed by <model>"
-    return ui.md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
+    return md(f"{_type_label(a.failure_type)} {who} · {a.system or 'no system'}{where}{note}")
 
 
 def _queue_item(item: Proposal) -> None:
     _, task, query_id, doc_id = item.pair
     with st.container(border=True):
-        st.markdown(f"**Proposed** · {ui.md(task)} · query {ui.md(query_id)} · document {ui.md(doc_id)}")
+        st.markdown(f"**Proposed** · {md(task)} · query {md(query_id)} · document {md(doc_id)}")
         if task == dataset.name and query_id in dataset.queries:
-            st.caption(ui.md(shorten(dataset.queries[query_id], 200)))
+            st.caption(md(shorten(dataset.queries[query_id], 200)))
         if sight.labelled(item.labels):
             st.caption("You labelled this: another reviewer settles it (nobody reviews their own label).")
         # One review per grade proposed: it settles the pair for every identical proposal, whoever made it.
@@ -116,20 +117,20 @@ def _queue_item(item: Proposal) -> None:
                     args=(first.id, accept, len(same)),
                     type="primary" if accept else "secondary",
                     help=f"{name}s {grade_label(grade)} for this document, for all {len(same)} who proposed it.",
-                    disabled=ui.read_only() or not sight.may_review(item.labels),
+                    disabled=serving.read_only() or not sight.may_review(item.labels),
                 )
 
 
-dataset = ui.current_dataset()
-store = ui.annotation_store()
+dataset = datasets.current_dataset()
+store = annotation_db.annotation_store()
 v = state.view()
 st.title("Annotations")
 if store is None:
     st.stop()
 acting = auth.acting()
 # Who may be told the server's path or database host is the core's rule (visibility.Sight.store_place).
-where = acting.sight.store_place(store.location, public=ui.read_only())
-st.caption(f"Stored {ui.md(where)} ({store.kind}). Label queries and documents from the Query explorer.")
+where = acting.sight.store_place(store.location, public=serving.read_only())
+st.caption(f"Stored {md(where)} ({store.kind}). Label queries and documents from the Query explorer.")
 state.show_flash()
 may_manage = not acting.signed_in_mode or (acting.person is not None and acting.person.may("manage"))
 
@@ -138,7 +139,7 @@ may_manage = not acting.signed_in_mode or (acting.person is not None and acting.
 sight = acting.sight
 everything = sight.labels(store.list())
 if sight.notice():
-    st.info(ui.md(sight.notice()), icon=":material/visibility_off:")
+    st.info(md(sight.notice()), icon=":material/visibility_off:")
 
 # ------------------------------------------------------------------ rows that break a rule
 seen = {a.id for a in everything}
@@ -164,7 +165,7 @@ if flagged:
         key="w_ann_flag_delete",
         on_click=_delete,
         args=(bad,),
-        disabled=ui.read_only() or not may_manage,
+        disabled=serving.read_only() or not may_manage,
     )
 
 # ------------------------------------------------------------------ who is reviewing
@@ -191,7 +192,7 @@ def _downloads(columns: list) -> None:  # type: ignore[type-arg]
         try:
             text = qrels_text(judged.qrels, f"{dataset.name} team qrels")
         except DataError as err:
-            e[2].error(ui.md(err))
+            e[2].error(md(err))
         else:
             e[2].download_button(
                 f"Team qrels for {dataset.name} (TREC)",
@@ -240,7 +241,7 @@ queue = review_queue(
 disputed = adjudication_queue(everything, decisions, task=None if task_filter == ALL else task_filter)
 if disputed:
     st.page_link(
-        ui.page("adjudication"),
+        routes.page("adjudication"),
         label=f"{len(disputed)} unit(s) where annotators disagree wait on the Adjudication page",
     )
 if not queue:
@@ -295,7 +296,7 @@ def _agreement(labels: list[Annotation]) -> None:
         if m.group is not None:
             st.caption(
                 f"Fleiss' kappa on {vocabulary}s over {m.group.units} items rated by {len(m.group.annotators)} "
-                f"annotators ({ui.md(', '.join(m.group.annotators))}): {_kappa(m.group.kappa)}."
+                f"annotators ({md(', '.join(m.group.annotators))}): {_kappa(m.group.kappa)}."
             )
     shared = " and ".join(f"{m.shared_units} on {vocabulary}s" for vocabulary, m in measured.items())
     st.caption(
@@ -337,7 +338,7 @@ else:
         if chosen:
             shown = shown[shown[column].astype(str).isin(chosen)]
     # What matters first (r2med_core.reporting.review_tables): the unit and what was said on it stay pinned while
-    # the rest scrolls; the chart goes beside the table only where both have room (ui.WIDE_PX), else under it.
+    # the rest scrolls; the chart goes beside the table only where both have room (look.WIDE_PX), else under it.
     left, right = st.container(key="r2-wide-labels").columns([2, 1])
     with left:
         st.dataframe(
@@ -375,14 +376,14 @@ else:
             "Label", options, format_func=lambda i: _describe(shown.set_index("id").loc[i]), key="w_ann_pick"
         )
         if picked is not None:
-            if not ui.read_only() and may_manage:
+            if not serving.read_only() and may_manage:
                 st.button("Delete this label", key="w_ann_delete", on_click=_delete, args=(int(picked),))
 
 # ------------------------------------------------------------------ exchange
 judged = team.read(dataset)
 st.subheader("Export and import")
 _downloads(st.columns(3))
-if ui.read_only():
+if serving.read_only():
     st.caption("Importing labels is off in this read-only demo.")
 elif not may_manage:
     st.caption("Importing labels needs the admin role.")
@@ -391,7 +392,7 @@ limit = _settings().upload_max_bytes
 
 def _uploader(label: str, key: str):  # type: ignore[no-untyped-def]
     """A JSONL upload within the limit, for a manager only (never in the read-only demo)."""
-    if ui.read_only() or not may_manage:
+    if serving.read_only() or not may_manage:
         return None
     return st.file_uploader(
         f"{label}; at most {limit / 2**20:g} MB)",
@@ -403,7 +404,7 @@ def _uploader(label: str, key: str):  # type: ignore[no-untyped-def]
 
 uploaded = _uploader("Import labels exported as JSONL (merged; duplicates skipped", "w_ann_upload")
 if uploaded is not None and st.button("Import", key="w_ann_import") and _person("manage") is not None:
-    shown_name = ui.md(uploaded.name)  # only ever shown, never used as a path
+    shown_name = md(uploaded.name)  # only ever shown, never used as a path
     try:
         if uploaded.size > limit:
             raise DataError([])
@@ -414,14 +415,14 @@ if uploaded is not None and st.button("Import", key="w_ann_import") and _person(
             "(R2MED_UPLOAD_MAX_MB). Split it, or ask the operator to raise the limit."
         )
     except AnnotationStoreError as err:
-        st.error(f"Import stopped: {ui.md(err)}. Labels imported before this are kept; importing again skips them.")
+        st.error(f"Import stopped: {md(err)}. Labels imported before this are kept; importing again skips them.")
     else:
         st.success(
             f"Imported {report.added} labels from {shown_name}; {report.skipped_duplicates} duplicates skipped"
             + (f"; {len(report.errors)} line(s) could not be read (below)." if report.errors else ".")
         )
         for problem in report.errors[:20]:
-            st.error(ui.md(f"{uploaded.name}:{problem.line}: {problem.message}"))
+            st.error(md(f"{uploaded.name}:{problem.line}: {problem.message}"))
         if len(report.errors) > 20:
             st.caption(f"… and {len(report.errors) - 20} more bad lines.")
 
@@ -431,17 +432,17 @@ if backup is not None and st.button("Restore", key="w_ann_restore") and _person(
         restored = restore_backup_bytes(store, backup.getvalue(), backup.name, max_bytes=limit)
     except DataError as err:
         for problem in err.problems[:20]:
-            st.error(ui.md(str(problem)))
+            st.error(md(str(problem)))
     except AnnotationStoreError as err:
-        st.error(f"Restore stopped: {ui.md(err)}. What was restored is kept; restoring again adds the rest.")
+        st.error(f"Restore stopped: {md(err)}. What was restored is kept; restoring again adds the rest.")
     else:
         st.success(
-            f"Restored from {ui.md(backup.name)}: {restored.labels_added} labels, {restored.decisions_added} "
+            f"Restored from {md(backup.name)}: {restored.labels_added} labels, {restored.decisions_added} "
             f"decisions, {restored.queue_added} queued documents added; "
             f"{restored.labels_present + restored.decisions_present + restored.queue_present} already here."
         )
         for problem in restored.errors[:20]:
-            st.error(ui.md(str(problem)))
+            st.error(md(str(problem)))
         if len(restored.errors) > 20:
             st.caption(f"… and {len(restored.errors) - 20} more bad lines.")
 

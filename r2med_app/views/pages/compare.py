@@ -9,7 +9,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import charts, datasets, markup, naming, notices, state, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import saved_reports
 from r2med_core.analysis.explore import per_query_delta, shorten, verdict
 from r2med_core.evaluation import (
@@ -25,10 +26,10 @@ from r2med_core.intervals import DESCRIPTION, PAIRED_DESCRIPTION
 from r2med_core.reporting.figures import equal_axes
 from r2med_core.reporting.tables import test_cells
 
-dataset = ui.current_dataset()
+dataset = datasets.current_dataset()
 v = state.view()
 st.title("Compare systems")
-ui.demo_banner(dataset)
+notices.demo_banner(dataset)
 saved_reports.reopen_section(dataset)
 
 options = state.systems_in_play()
@@ -41,7 +42,7 @@ c1, c2 = st.columns([3, 1])
 c1.multiselect(
     "Systems (the first is the baseline)",
     options,
-    format_func=ui.system_label,
+    format_func=naming.system_label,
     key=state.bound("compare", options, defaults),
     on_change=state.store("compare"),
 )
@@ -49,7 +50,7 @@ metric = c2.selectbox(
     "Metric", ALL_METRICS, index=ALL_METRICS.index("ndcg_at_10"), format_func=metric_label, key="w_compare_metric"
 )
 name = metric_label(metric)
-st.caption(ui.md(metric_explained(metric)))
+st.caption(md(metric_explained(metric)))
 chosen = st.session_state["w_compare"]
 if len(chosen) < 2:
     st.info(
@@ -79,26 +80,26 @@ with body.container():
 
     st.subheader("Paired significance")
     for test, other in zip(tests, others):
-        st.markdown(f"**{ui.md(ui.system_label(other.run_name))}**: {ui.md(verdict(test, name))}.")
+        st.markdown(f"**{md(naming.system_label(other.run_name))}**: {md(verdict(test, name))}.")
     for result in results:  # what the numbers need said (an LLM reranking whose replies were unusable …)
         for note in result.notes:
-            st.caption(f"{ui.md(ui.system_label(result.run_name))}: {ui.md(note)}")
+            st.caption(f"{md(naming.system_label(result.run_name))}: {md(note)}")
 
     rows = []
     for test, other in zip(tests, others):
         # One HTML table that wraps: the tests, then each mean with its interval in one cell, so it reads
         # whole from 800 px on (a grid hid its last columns behind a scroll bar even at 1440 px).
         rows.append(
-            {"system": ui.system_label(other.run_name)}
+            {"system": naming.system_label(other.run_name)}
             | test_cells(test)
             | {
                 f"{name} baseline [95% CI]": f"{test.mean_a:.4f} {_interval_text(baseline)}",
                 f"{name} system [95% CI]": f"{test.mean_b:.4f} {_interval_text(other)}",
             }
         )
-    ui.table(pd.DataFrame(rows).set_index("system"))
+    markup.table(pd.DataFrame(rows).set_index("system"))
     st.caption(
-        f"Baseline: {ui.system_label(baseline.run_name)}. Two-sided paired t-test and "
+        f"Baseline: {naming.system_label(baseline.run_name)}. Two-sided paired t-test and "
         f"{randomization_words(tests)}, over the queries both systems were evaluated on"
         + ("; Holm correction across the comparisons." if len(others) > 1 else ".")
         + " The verdict uses the randomization test at p < 0.05. "
@@ -114,11 +115,11 @@ with body.container():
         metrics=[metric, *MAIN_METRICS],
         title="Comparison",
         baseline_tests=tests,
-        extra_settings={"baseline": ui.system_label(baseline.run_name), "compared on": name},
+        extra_settings={"baseline": naming.system_label(baseline.run_name), "compared on": name},
     )
 
     for test, other in zip(tests, others):
-        st.subheader(f"{ui.md(ui.system_label(other.run_name))} vs {ui.md(ui.system_label(baseline.run_name))}")
+        st.subheader(f"{md(naming.system_label(other.run_name))} vs {md(naming.system_label(baseline.run_name))}")
         delta = per_query_delta(baseline, other, metric)
         w = st.columns(3)
         w[0].metric("Wins", test.wins)
@@ -148,7 +149,7 @@ with body.container():
             scatter.update_layout(**axes)
             st.plotly_chart(scatter, width="stretch", key=f"scatter_{other.run_name}")
         with right:
-            fig = ui.delta_bars(dataset, delta, f"Δ {name}")
+            fig = charts.delta_bars(dataset, delta, f"Δ {name}")
             st.plotly_chart(fig, width="stretch", key=f"bars_{other.run_name}")
         for title, part in (
             ("Largest gains", delta[delta["delta"] > 0].head(5)),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import datasets, markup, naming, notices, state, summaries, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, diagnosis, failures, judge, labels
 from r2med_core.analysis.explore import (
     GLOSSARY,
@@ -35,18 +36,22 @@ from r2med_core.systems import (
     rewritten_name,
 )
 
-dataset = ui.current_dataset()
+dataset = datasets.current_dataset()
 v = state.view()
-within = state.scope(ui.dataset_key(dataset))  # widgets whose options depend on the dataset are keyed by it
+within = state.scope(datasets.dataset_key(dataset))  # widgets whose options depend on the dataset are keyed by it
 st.title("Query explorer")
-ui.demo_banner(dataset)
+notices.demo_banner(dataset)
 with st.expander(f"Glossary: {', '.join(GLOSSARY)}"):
-    st.markdown("\n".join(f"- **{ui.md(word)}**: {ui.md(meaning)}" for word, meaning in GLOSSARY.items()))
+    st.markdown("\n".join(f"- **{md(word)}**: {md(meaning)}" for word, meaning in GLOSSARY.items()))
 
 systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
 top = st.columns([3, 1])
 top[0].selectbox(
-    "System", systems, format_func=ui.system_label, key=state.bound("system", systems), on_change=state.store("system")
+    "System",
+    systems,
+    format_func=naming.system_label,
+    key=state.bound("system", systems),
+    on_change=state.store("system"),
 )
 v.system = st.session_state["w_system"]
 DEPTHS = [5, 10, 20, 50, 100]
@@ -63,7 +68,7 @@ if computed is None:
 with body.container():
     run, results = computed
     for note in [*dense_instruction_notes(dataset, v.system), *results.notes]:
-        st.caption(ui.md(note))
+        st.caption(md(note))
     rewrite = tuple(v.rewrite.split(":", 1)) if v.rewrite else None
     rewritten = None
     rewritten_system = rewritten_name(v.system, v.rewrite)
@@ -73,7 +78,7 @@ with body.container():
         rewritten_results = computed_rw[1] if computed_rw else None
         if left_out := queries_left_out(dataset, rewrite):
             st.caption(
-                f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(v.rewrite)} rewrite file: "
+                f"{left_out} of {len(dataset.queries)} queries are not in the {md(v.rewrite)} rewrite file: "
                 "with the rewrite they are not retrieved, so not evaluated (as in the benchmark)."
             )
 
@@ -203,7 +208,7 @@ with body.container():
         key=state.bound("q", query_ids, within=within),
         on_change=state.store("q", within),
         label_visibility="collapsed",
-        format_func=ui.query_labels(dataset).__getitem__,
+        format_func=summaries.query_labels(dataset).__getitem__,
     )
     nav[2].button("Next ▶", on_click=_step, args=(1,), width="stretch", shortcut="J", disabled=not walk, key="w_next")
     qid = v.q = st.session_state[picker_key]
@@ -219,7 +224,7 @@ with body.container():
     blind = acting.sight.hidden(stored, (dataset.source, dataset.name, qid, None))
     bridge = frozenset() if blind else shared_with_gold(dataset, qid)
     with st.container(border=True):
-        st.markdown(f"**Query {ui.md(qid)}**")
+        st.markdown(f"**Query {md(qid)}**")
         st.html(f"<div class='r2-text'>{highlight(dataset.queries[qid], bridge)}</div>")
         if blind:
             st.info(
@@ -239,7 +244,7 @@ with body.container():
         for name, value in ({} if blind else dataset.query_meta.get(qid, {})).items():
             if name in ("doc_id",) or value in ("", None, []):
                 continue
-            with st.expander(ui.md(name.replace("_", " "))):
+            with st.expander(md(name.replace("_", " "))):
                 st.text(str(value))
     if not blind:  # the verdict tells whether the query failed: not before the person's own label
         failures.verdict_box(dataset, v.system, run, qid, picker_key)
@@ -252,7 +257,7 @@ with body.container():
         else None
     )
     if with_rewrite is not None:
-        st.caption(f"Arrows: the change with the rewrite, {ui.md(rewrite_words(v.rewrite, dataset))}.")
+        st.caption(f"Arrows: the change with the rewrite, {md(rewrite_words(v.rewrite, dataset))}.")
     m = st.columns(4)
     TILES = () if blind else QUERY_METRICS
     for col, metric in zip(m, TILES):
@@ -270,13 +275,13 @@ with body.container():
             help=help_text,
         )
     if TILES:
-        st.caption(ui.md("; ".join(metric_explained(metric) for metric in TILES) + "."))
+        st.caption(md("; ".join(metric_explained(metric) for metric in TILES) + "."))
 
     if rewritten is not None and not blind:
         hy_doc = dataset.rewrites[rewrite].get(qid)
         with st.container(border=True):
             told = rewrite_told(dataset, rewrite)
-            st.markdown(f"**Hypothetical document** · {ui.md(told)}")
+            st.markdown(f"**Hypothetical document** · {md(told)}")
             if hy_doc:
                 gold_words = shared_with_gold(dataset, qid, hy_doc)
                 st.html(f"<div class='r2-text'>{highlight(hy_doc, gold_words)}</div>")
@@ -292,9 +297,9 @@ with body.container():
         shown = [doc for doc, _ in run.top(qid, depth)]
         for doc in shown:
             text = dataset.corpus.get(doc, "")
-            with st.expander(ui.md(doc)):
+            with st.expander(md(doc)):
                 st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
-            st.caption(ui.md(preview(text)))
+            st.caption(md(preview(text)))
         return shown
 
     if blind:
@@ -304,26 +309,26 @@ with body.container():
         st.stop()
     reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
     gold = gold_rows(dataset, run, qid, rewritten, reranked)
-    left, right = st.container(key="r2-wide-gold").columns(2)  # stacked when a half is too narrow (ui.WIDE_PX)
+    left, right = st.container(key="r2-wide-gold").columns(2)  # stacked when a half is too narrow (look.WIDE_PX)
     with left:
         st.subheader(f"Gold documents ({len(gold)})")
         st.caption(f"Gold: {GLOSSARY['gold']} Grade: {GLOSSARY['grade']}")
         # Wrapped in its cell, every column in view (a grid cut "effect" to "effe…" in half of 1440 px).
-        ui.table(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True)
+        markup.table(gold_frame(gold, rewritten is not None, reranked is not None), hide_index=True)
         for row in gold:
             label = f"{row.doc_id} · {grade_words(row.grade)} · {rank_text(row.rank)}"
             if rewritten is not None:
                 label += f" → {rank_text(row.rank_with_rewrite)} ({row.rewrite_effect})"
             tags = labels.label_tags(query_labels, row.doc_id)
             text = dataset.corpus.get(row.doc_id)
-            with st.expander(ui.md(label) + (f" · {tags}" if tags else "")):
+            with st.expander(md(label) + (f" · {tags}" if tags else "")):
                 if text is None:
                     st.caption("Not in the corpus: the qrels name this document, but no system can retrieve it.")
                     continue
-                st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
+                st.caption("shared words: " + (md(", ".join(overlap(text, terms))) or "none"))
                 st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
                 judge.why_relevant(dataset, qid, row.doc_id, within)
-            st.caption(ui.md(preview(text)))
+            st.caption(md(preview(text)))
     with right:
         rankings = {"original query": run}
         if rewritten is not None:
@@ -340,36 +345,39 @@ with body.container():
         shown_system = {"original query": v.system, "rewritten query": rewritten_system}.get(which)
         reasons = ui.explanations(dataset, shown_system, qid) if shown_system else None
         if reasons is not None:
-            st.caption(f"Under each document: {ui.md(reasons.note)}, by {ui.md(reasons.by)}.")
+            st.caption(f"Under each document: {md(reasons.note)}, by {md(reasons.by)}.")
         # A table whose preview wraps in its cell (a data grid cut it to a few words in a half-width column).
-        # Escaped (ui.table): a document's words are the dataset's, never Markdown to obey.
-        ui.table(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, formats={"score": "{:.3f}"})
+        # Escaped (markup.table): a document's words are the dataset's, never Markdown to obey.
+        markup.table(retrieved_frame(dataset, shown_run, qid, depth), hide_index=True, formats={"score": "{:.3f}"})
         for rank, (doc, score) in enumerate(shown_run.top(qid, depth), start=1):
             grade = dataset.positives(qid).get(doc)
-            mark = f" · ✓ gold, {ui.md(grade_words(grade))}" if grade else ""
+            mark = f" · ✓ gold, {md(grade_words(grade))}" if grade else ""
             tags = labels.label_tags(query_labels, doc)
             text = dataset.corpus.get(doc, "")
-            with st.expander(f"#{rank} · {ui.md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
-                st.caption("shared words: " + (ui.md(", ".join(overlap(text, terms))) or "none"))
+            with st.expander(f"#{rank} · {md(doc)} · {score:.3f}{mark}" + (f" · {tags}" if tags else "")):
+                st.caption("shared words: " + (md(", ".join(overlap(text, terms))) or "none"))
                 st.html(f"<div class='r2-text'>{highlight(text, terms)}</div>")
-            st.caption(ui.md(preview(text)))
+            st.caption(md(preview(text)))
             if reasons is not None and doc in reasons.texts:
                 with st.container(border=True):
-                    st.markdown(f"**Why, says {ui.md(reasons.by)}:** {ui.md(reasons.texts[doc])}")
-                    st.caption(ui.md(reasons.details[doc]))
+                    st.markdown(f"**Why, says {md(reasons.by)}:** {md(reasons.texts[doc])}")
+                    st.caption(md(reasons.details[doc]))
 
     # ------------------------------------------------------------------ two systems side by side
     others = [s for s in systems if s != v.system]
     if others:
         with st.expander("Side by side with another system"):
-            other = st.selectbox("Other system", others, format_func=ui.system_label, key="w_side_system")
+            other = st.selectbox("Other system", others, format_func=naming.system_label, key="w_side_system")
             # Nothing runs until asked: an expander's body runs even while folded, and the other system may
             # need minutes (or the operator's LLM).
             shown = st.toggle("Show its top documents next to these", key="w_side_show")
             computed_other = ui.safe_results(dataset, other) if shown else None  # a Compute button when not ready
             if computed_other is not None:
                 table = side_by_side(
-                    dataset, {ui.system_label(v.system): run, ui.system_label(other): computed_other[0]}, qid, depth
+                    dataset,
+                    {naming.system_label(v.system): run, naming.system_label(other): computed_other[0]},
+                    qid,
+                    depth,
                 )
                 st.dataframe(table, hide_index=True, width="stretch")
                 st.caption("✓: a gold document (its grade). Each column is that system's top " + str(depth) + ".")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import annotation_db, datasets, serving, state
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, labels, pooling
 from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
 from r2med_core import Dataset
@@ -75,17 +76,17 @@ def _keyboard(turn: Turn, events: list[GradeEvent], key: str) -> None:
 def _card(dataset: Dataset) -> None:
     """The document to judge and its keys, and the queue's progress below: a grade, a skip or a Save reruns
     only this part of the page."""
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         return
     queue = pooling.judging_queue(store)
-    within = state.scope(ui.dataset_key(dataset))
+    within = state.scope(datasets.dataset_key(dataset))
     key = state.widget_key("judge_keys", within)
     skipped: set[tuple[str, str]] = st.session_state.setdefault(state.widget_key("judge_skipped", within), set())
     units = _units(queue, dataset)
     events, problems = parse_events(st.session_state.get(key), units, skips=True, unsure=True)
     _save_keys(queue, dataset, units, events, skipped)
-    person = None if ui.read_only() else auth.acting().person  # the read-only demo assigns nothing
+    person = None if serving.read_only() else auth.acting().person  # the read-only demo assigns nothing
     try:
         turn = queue.serve(dataset.source, dataset.name, person, queries=dataset.queries, skipped=skipped)
         if turn.entry is None and skipped:  # only skipped ones are left: they come back, in queue order
@@ -93,18 +94,18 @@ def _card(dataset: Dataset) -> None:
             skipped.clear()
             turn = queue.serve(dataset.source, dataset.name, person, queries=dataset.queries)
     except AnnotationStoreError as err:
-        st.error(ui.md(err))
+        st.error(md(err))
         return
     _turn(dataset, turn, key, events, st.session_state.setdefault(state.widget_key("judge_shown", within), {}))
     for problem in problems:
-        st.warning(f"Ignored from the keyboard: {ui.md(problem)}.")
+        st.warning(f"Ignored from the keyboard: {md(problem)}.")
     # The table is read with the card, in the same run: a key redraws both, so the card's "judged by you" and
     # the table's row for this person are one count taken at one moment (the table once stood as of the
     # page's opening while the card counted on: "11 judged by you" above "judged 5").
     try:
         found = queue.progress()
     except AnnotationStoreError as err:
-        st.error(ui.md(err))
+        st.error(md(err))
         return
     _progress(found, queue.judges, auth.acting().sight)
 
@@ -134,17 +135,17 @@ def _turn(dataset: Dataset, turn: Turn, key: str, events: list[GradeEvent], show
     left, right = st.columns([3, 1])
     with left:
         with st.container(border=True):
-            st.markdown(f"**Query {ui.md(entry.query_id)}**")
+            st.markdown(f"**Query {md(entry.query_id)}**")
             st.html(f"<div class='r2-text'>{highlight(query, frozenset())}</div>")
         with st.container(border=True):
-            st.markdown(f"**Document {ui.md(turn.name)}**")
+            st.markdown(f"**Document {md(turn.name)}**")
             st.html(f"<div class='r2-text'>{highlight(text, marks)}</div>")
     with right:
         st.markdown("**What counts as relevant**")
         st.caption(judging_guideline(dataset.family))  # our own words, plain text
     _keyboard(turn, events, key)
     ranking = Run(f"pool@{entry.depth}")  # the annotator saw no system's ranking: the label names the pool
-    within = state.scope(ui.dataset_key(dataset), entry.query_id, turn.name)  # widget keys are in the page too
+    within = state.scope(datasets.dataset_key(dataset), entry.query_id, turn.name)  # widget keys are in the page too
     labels.label_form(
         dataset, entry.query_id, ranking, [entry.doc_id], within, grade_only=True, ask_name=False,
         shown_at=shown[unit], shown_as=turn.name,
@@ -196,7 +197,7 @@ def page(dataset: Dataset) -> None:
         "decides it); either takes it off your queue, with the time you spent on it. "
         + labels.TEAM_RULE
     )
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         return
     pooling.queue_notes()
@@ -211,4 +212,4 @@ def page(dataset: Dataset) -> None:
     rerun_after_reconnect()
 
 
-page(ui.current_dataset())
+page(datasets.current_dataset())

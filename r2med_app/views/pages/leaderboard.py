@@ -8,7 +8,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import datasets, markup, naming, notices, serving, state, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import runs
 from r2med_app.views.panels.mteb import mteb_section, your_mteb_results
 from r2med_core.analysis.paper_comparison import compare_with_paper
@@ -28,9 +29,10 @@ from r2med_core.analysis.published import (
 from r2med_core.compute.sweep import read_grid, sweep_table
 from r2med_core.evaluation import Results, metric_explained, metric_label, published_metrics_note
 from r2med_core.intervals import DESCRIPTION
+from r2med_core.settings import load_settings
 from r2med_core.systems import published_kind
 
-dataset = ui.current_dataset()
+dataset = datasets.current_dataset()
 st.title("Leaderboard")
 st.caption(ATTRIBUTION)
 
@@ -60,7 +62,7 @@ st.dataframe(
     },
 )
 st.caption(
-    f"{ui.md(metric_explained(metric))} × 100, as the paper prints it. Avg is the mean over the 8 tasks, "
+    f"{md(metric_explained(metric))} × 100, as the paper prints it. Avg is the mean over the 8 tasks, "
     "shown only where all 8 were published. Blank cells: the authors did not publish that metric for that setting. "
     "*first commit*: the setting's files are only in the benchmark repository's first commit (HyDE with "
     "o3-mini, the paper's best figure; Search-R1 with BM25; the rerankers over the top 100, whose reranked "
@@ -76,19 +78,19 @@ quoted = later.index[later["evaluation"] == "benchmark's own"]
 st.caption(
     "nDCG@10 × 100 as each paper prints it, transcribed with its source (below). Each is the later paper's "
     "authors' re-run, with their own code, not the benchmark's evaluation"
-    + (f", except {ui.md(', '.join(quoted))}: the R2MED paper's numbers, quoted" if len(quoted) else "")
+    + (f", except {md(', '.join(quoted))}: the R2MED paper's numbers, quoted" if len(quoted) else "")
     + ". Blank tasks: the source gives only the average."
 )
 with st.expander("What each row ran, and its source"):
     for model, row in later.iterrows():
-        stage = f" First stage: {ui.md(row['first stage'])}" + (
+        stage = f" First stage: {md(row['first stage'])}" + (
             f", top {row['depth']}." if pd.notna(row["depth"]) else "."
         )
         st.markdown(
-            f"- **{ui.md(model)}** ({ui.md(row['evaluation'])}): {ui.md(row['setting'])}."
+            f"- **{md(model)}** ({md(row['evaluation'])}): {md(row['setting'])}."
             f"{stage if row['first stage'] else ''} "
-            f"[{ui.md(row['paper'])}]({row['url']}), {ui.md(row['table'])}."
-            + (f" *{ui.md(row['note'])}*" if row["note"] else "")
+            f"[{md(row['paper'])}]({row['url']}), {md(row['table'])}."
+            + (f" *{md(row['note'])}*" if row["note"] else "")
         )
 per_task = later.dropna(subset=list(PUBLISHED_TASKS)).index.tolist()
 reference = st.selectbox(
@@ -107,11 +109,11 @@ st.dataframe(
     column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
     placeholder="",
 )
-st.caption(f"nDCG@10 × 100 minus {ui.md(reference)}'s, per task and on the average; green: higher, red: lower.")
+st.caption(f"nDCG@10 × 100 minus {md(reference)}'s, per task and on the average; green: higher, red: lower.")
 
 mteb_section(metric)
 
-st.subheader(f"Your runs on {ui.md(dataset.name)}")
+st.subheader(f"Your runs on {md(dataset.name)}")
 if dataset.name not in PUBLISHED_TASKS:
     st.info(
         f"{dataset.name} is not one of the 8 published R2MED tasks, so the paper has no number to compare with. "
@@ -135,7 +137,7 @@ def _number(value: float | None, form: str) -> str:
 # text: a cell wraps where a grid's column would not, so the whole table fits from 800 px up.
 mine: dict[str, dict[str, str]] = {}
 local_kinds: list[str] = []
-prices = ui.settings().prices  # the operator's price per 1M tokens; without one, tokens only
+prices = serving.settings().prices  # the operator's price per 1M tokens; without one, tokens only
 for name in state.systems_in_play():
     computed = ui.safe_results(dataset, name)
     if computed is None:
@@ -144,7 +146,7 @@ for name in state.systems_in_play():
     record = ui.get_provenance(dataset, name, computed[0])
     column = {
         f"local {metric_label(metric)} (95% CI)": f"{_number(local, '.4f')} {_interval(computed[1])}",
-        "setting": ui.fidelity_badge(dataset, name) or "benchmark's",
+        "setting": notices.fidelity_badge(dataset, name) or "benchmark's",
     }
     if published_task:
         versus = compare_with_paper(name, dataset.name, metric, local)
@@ -164,9 +166,9 @@ for name in state.systems_in_play():
     system_kind = published_kind(name)
     if system_kind and system_kind not in local_kinds:
         local_kinds.append(system_kind)
-    mine[ui.system_label(name)] = column
+    mine[naming.system_label(name)] = column
 if mine:
-    ui.table(pd.DataFrame(mine).fillna("–"))
+    markup.table(pd.DataFrame(mine).fillna("–"))
 for system_kind in local_kinds:
     st.caption(str(published_metrics_note(system_kind)))
 if published_task:
@@ -207,14 +209,14 @@ else:
 
 your_mteb_results(metric)
 
-sweep_dir = ui.load_settings().sweep_dir
+sweep_dir = load_settings().sweep_dir
 if sweep_dir is not None:
     st.subheader("Sweep results")
     grid_rows, grid_notes = read_grid(sweep_dir)
     for note in grid_notes:
-        st.warning(ui.md(note))
+        st.warning(md(note))
     if grid_rows:
-        st.dataframe(sweep_table(grid_rows, metric, ui.system_label), hide_index=True, width="stretch")
+        st.dataframe(sweep_table(grid_rows, metric, naming.system_label), hide_index=True, width="stretch")
         st.caption(
             f"{metric_label(metric)} of every cell of the sweep the operator ran "
             "(`python -m r2med_core sweep`, locally or on Ray), one row per task."

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import annotation_db, datasets, naming, notices, state, summaries, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
 from r2med_app.views.panels.labels import TEAM_RULE
@@ -18,11 +19,11 @@ from r2med_core.runs import Run
 
 DEPTHS = [5, 10, 20]
 
-dataset = ui.current_dataset()
+dataset = datasets.current_dataset()
 v = state.view()
-within = state.scope(ui.dataset_key(dataset))
+within = state.scope(datasets.dataset_key(dataset))
 st.title("Judge a list")
-ui.demo_banner(dataset)
+notices.demo_banner(dataset)
 st.caption(
     "Grade every document a system retrieved for one query, by keyboard: **0** not relevant, **1** relevant, "
     "**2** highly relevant (focus then moves down); **↑ ↓** move, **Enter** shows the whole document. Each "
@@ -33,7 +34,11 @@ st.caption(
 systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
 top = st.columns([3, 1])
 top[0].selectbox(
-    "System", systems, format_func=ui.system_label, key=state.bound("system", systems), on_change=state.store("system")
+    "System",
+    systems,
+    format_func=naming.system_label,
+    key=state.bound("system", systems),
+    on_change=state.store("system"),
 )
 v.system = st.session_state["w_system"]
 k = top[1].select_slider("Top k", options=DEPTHS, value=10, key="w_lj_k")
@@ -54,11 +59,11 @@ def _picked() -> None:
     v.q = st.session_state[picker]
 
 
-st.selectbox("Query", query_ids, key=picker, on_change=_picked, format_func=ui.query_labels(dataset).__getitem__)
+st.selectbox("Query", query_ids, key=picker, on_change=_picked, format_func=summaries.query_labels(dataset).__getitem__)
 qid = v.q = st.session_state[picker]
 with st.container(border=True):
-    st.markdown(f"**Query {ui.md(qid)}**")
-    st.markdown(ui.md(dataset.queries[qid]))
+    st.markdown(f"**Query {md(qid)}**")
+    st.markdown(md(dataset.queries[qid]))
 
 auth.name_field()
 
@@ -66,7 +71,7 @@ auth.name_field()
 @st.fragment
 def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
     """The list and its saving: a keypress reruns only this fragment, so a grade is confirmed quickly."""
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         return
     key = state.widget_key("lj_list", state.scope(within, qid, run.name, k))
@@ -93,15 +98,15 @@ def judging(dataset: Dataset, run: Run, qid: str, k: int) -> None:
         [row.to_args() for row in rows], events=events, ledger=ledger, enabled=bool(annotator), reason=reason, key=key
     )
     graded = sum(row.grade is not None for row in rows)
-    who = f" by {ui.md(annotator)}" if annotator else ""
+    who = f" by {md(annotator)}" if annotator else ""
     doubted = sum(row.unsure for row in rows)
     unsure = f" · {doubted} marked unsure (no grade: a reviewer decides; a grade here replaces it)" if doubted else ""
     st.caption(
         f"{graded} of {len(rows)} rows graded{who}{unsure} · recorded with the ranking shown: "
-        f"{ui.md(ui.system_label(run.name))}."
+        f"{md(naming.system_label(run.name))}."
     )
     for problem in problems:
-        st.warning(f"Ignored from the list: {ui.md(problem)}.")
+        st.warning(f"Ignored from the list: {md(problem)}.")
     if annotator and list_done(rows):
         _next(qid)
 
@@ -117,9 +122,9 @@ def _next(qid: str) -> None:
     if following is None:
         st.success("Every row of this list is judged, and this is the last query of the list.")
         return
-    label = ui.query_labels(dataset)[following]
+    label = summaries.query_labels(dataset)[following]
     st.success("Every row of this list is judged.")
-    if st.button(f"Next query: {ui.md(label)} →", key="w_lj_next", type="primary", on_click=_go_to, args=(following,)):
+    if st.button(f"Next query: {md(label)} →", key="w_lj_next", type="primary", on_click=_go_to, args=(following,)):
         st.rerun(scope="app")  # the picker and the query box above belong to the whole page
 
 

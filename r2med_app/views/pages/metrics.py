@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import datasets, markup, naming, notices, serving, state, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import diagnosis, saved_reports
 from r2med_app.views.panels.pooling import section as pooling_section
 from r2med_core.evaluation import ALL_METRICS, MAIN_METRICS, metric_label
@@ -17,9 +18,9 @@ from r2med_core.reporting.tables import means_by_metric, means_table, per_query_
 from r2med_core.runs import format_trec, safe_name
 from r2med_core.systems import dense_instruction_notes
 
-dataset = ui.current_dataset()
+dataset = datasets.current_dataset()
 st.title("Metrics")
-ui.demo_banner(dataset)
+notices.demo_banner(dataset)
 
 names = state.systems_in_play()
 if not names:
@@ -37,12 +38,12 @@ runs = {name: c[0] for name, c in computed.items() if c is not None}
 if not results:
     st.stop()
 with body.container():
-    labels = {name: ui.system_label(name) for name in results}
+    labels = {name: naming.system_label(name) for name in results}
     for note in dict.fromkeys(note for name in results for note in dense_instruction_notes(dataset, name)):
-        st.caption(ui.md(note))
+        st.caption(md(note))
     for name, result in results.items():  # what the numbers need said: no judged query matched, empty queries …
         for note in result.notes:
-            st.caption(f"{ui.md(labels[name])}: {ui.md(note)}")
+            st.caption(f"{md(labels[name])}: {md(note)}")
 
     means = means_table(list(results.values()), labels)
     st.subheader("Official metrics")
@@ -55,10 +56,10 @@ with body.container():
     )
     # One row per metric and one column per system (mean and interval in one cell, meanings in words): the
     # whole table fits from 800 px up, where a column per metric and per interval was cut at the edge.
-    ui.table(means_by_metric(list(results.values()), labels, shown, intervals))
+    markup.table(means_by_metric(list(results.values()), labels, shown, intervals))
     for name in results:
-        if setting := ui.fidelity_badge(dataset, name):
-            st.caption(f"{ui.md(labels[name])}: {ui.md(setting)}")
+        if setting := notices.fidelity_badge(dataset, name):
+            st.caption(f"{md(labels[name])}: {md(setting)}")
     st.caption(
         f"Error bars and the intervals in brackets: the {DESCRIPTION}. With a few dozen queries, means whose intervals "
         "overlap widely may not differ: the Compare page tests the difference itself."
@@ -117,8 +118,8 @@ with body.container():
         record = ui.get_provenance(dataset, name, runs[name])
         with cols[3].popover("Provenance", help="Where these numbers come from: data, models, code, machine."):
             # Whole values, wrapped inside the popover (a grid cut them at its right edge).
-            ui.table(
-                pd.DataFrame(record.summary_rows(ui.settings().prices), columns=["what", "value"]), hide_index=True
+            markup.table(
+                pd.DataFrame(record.summary_rows(serving.settings().prices), columns=["what", "value"]), hide_index=True
             )
             st.download_button(
                 "Provenance JSON",

@@ -6,24 +6,25 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_app.views import ui
+from r2med_app.views import datasets, notices, summaries
+from r2med_app.views.markup import md
 from r2med_app.views.panels import failures
 from r2med_core.judging.annotations import grade_words
 
-dataset = ui.current_dataset()
-summary, lengths = ui.dataset_overview(dataset)
+dataset = datasets.current_dataset()
+summary, lengths = summaries.dataset_overview(dataset)
 
 st.title("R2MED Explorer")
 st.caption(
     "Medical search where the relevant document is reached by a reasoning step (a diagnosis, a mechanism, a "
     "treatment decision), not by shared words: see where retrievers fail, and why."
 )
-ui.demo_banner(dataset)
-st.subheader(f"Where search fails: {ui.md(summary.title)}")
+notices.demo_banner(dataset)
+st.subheader(f"Where search fails: {md(summary.title)}")
 failures.landing(dataset)
 
-st.header(ui.md(summary.title))
-st.caption(ui.md(summary.description))
+st.header(md(summary.title))
+st.caption(md(summary.description))
 
 cols = st.columns(4)
 cols[0].metric("Queries", f"{summary.n_queries:,}")
@@ -70,8 +71,8 @@ with right:
     st.caption(f"Judgements by grade: {', '.join(f'{grade_words(g)}: {n}' for g, n in summary.grade_counts.items())}.")
 
 st.subheader("Data facts no leaderboard shows")
-facts = ui.dataset_facts(dataset)
-st.markdown("\n".join(f"- {ui.md(line)}" for line in facts.sentences()))
+facts = summaries.dataset_facts(dataset)
+st.markdown("\n".join(f"- {md(line)}" for line in facts.sentences()))
 if facts.duplicate_groups:
     with st.expander(f"The {len(facts.duplicate_groups):,} groups of identical documents"):
         st.dataframe(facts.duplicates_frame(dataset.corpus), hide_index=True, width="stretch")
@@ -85,6 +86,5 @@ if facts.short_documents:
 
 st.subheader("Data source and license")
 st.markdown(
-    f"- **Source:** {ui.md(dataset.source)}\n- **Family:** {ui.md(summary.family)}\n"
-    f"- **License:** {ui.md(summary.license)}"
+    f"- **Source:** {md(dataset.source)}\n- **Family:** {md(summary.family)}\n- **License:** {md(summary.license)}"
 )

@@ -9,7 +9,8 @@ from dataclasses import replace
 import plotly.express as px
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import charts, datasets, live, naming, notices, serving, state, ui
+from r2med_app.views.markup import md
 from r2med_core.analysis.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
 from r2med_core.llm.client import Endpoint, LocalEndpoint, default_llm_name
 from r2med_core.llm.generation import (
@@ -24,10 +25,10 @@ from r2med_core.llm.generation import (
 from r2med_core.llm.prompts import PROMPT_SETS, Prompts, build_messages, load_examples
 from r2med_core.systems import default_rewrite, queries_left_out, rewrite_origin, rewrite_words, rewritten_name
 
-dataset = ui.current_dataset()
+dataset = datasets.current_dataset()
 v = state.view()
 st.title("Query rewriting")
-ui.demo_banner(dataset)
+notices.demo_banner(dataset)
 
 options = [f"{m}:{llm}" for m, llm in dataset.rewrite_options()]
 systems = list(v.systems) or list(state.DEFAULT_SYSTEMS)
@@ -38,7 +39,7 @@ if not options:
     st.info("This dataset has no rewrites yet. Generate some below with a live LLM.")
 else:
     c1, c2 = st.columns(2)
-    system = c1.selectbox("System", systems, format_func=ui.system_label, key="w_rw_system")
+    system = c1.selectbox("System", systems, format_func=naming.system_label, key="w_rw_system")
     start = v.rewrite if v.rewrite in options else default_rewrite(dataset)
     chosen = c2.selectbox(
         "Rewrite",
@@ -48,10 +49,10 @@ else:
         key="w_rw_rewrite",
     )
     method, _, llm = chosen.partition(":")
-    st.caption(f"{ui.md(rewrite_words(chosen))}: {ui.md(rewrite_origin(dataset, (method, llm)))}.")
+    st.caption(f"{md(rewrite_words(chosen))}: {md(rewrite_origin(dataset, (method, llm)))}.")
     if left_out := queries_left_out(dataset, tuple(chosen.split(":", 1))):
         st.caption(
-            f"{left_out} of {len(dataset.queries)} queries are not in the {ui.md(chosen)} rewrite file: with it "
+            f"{left_out} of {len(dataset.queries)} queries are not in the {md(chosen)} rewrite file: with it "
             "they are not retrieved, so not evaluated (as in the benchmark)."
         )
     base, with_rw = ui.safe_results(dataset, system), ui.safe_results(dataset, rewritten_name(system, chosen))
@@ -67,7 +68,7 @@ else:
         )
         m[2].metric("queries helped", outcome["helped"])
         m[3].metric("queries hurt", outcome["hurt"])
-        fig = ui.delta_bars(
+        fig = charts.delta_bars(
             dataset, delta, "Δ nDCG@10 (with − without)", ("helped", "hurt", "no change"), ("without", "with")
         )
         st.plotly_chart(fig, width="stretch", key="rewrite_effect")
@@ -103,23 +104,23 @@ else:
         fig.update_traces(marker={"size": 12})
         st.plotly_chart(fig, width="stretch", key="llm_spread")
         st.caption(
-            f"Each dot is one {method} rewrite set's passage for query {qid} run through {ui.system_label(system)} "
+            f"Each dot is one {method} rewrite set's passage for query {qid} run through {naming.system_label(system)} "
             "(a set written by hand says so); 'no rewrite' is the original query."
         )
 
 # ------------------------------------------------------------------ live generation
 st.subheader("Generate rewrites with an LLM")
-if ui.read_only():
+if serving.read_only():
     st.info("Generating rewrites is off in this read-only demo.")
     st.stop()
-endpoint = ui.live_endpoint()
+endpoint = live.live_endpoint()
 c1, c2, c3 = st.columns(3)
 gen_method = c1.selectbox("Method", GENERATION_METHODS, key="w_gen_method")
 source = c2.radio(
     "Model",
-    [ui.LIVE_MODEL, ui.OFFLINE_MODEL],
+    [live.LIVE_MODEL, live.OFFLINE_MODEL],
     key="w_gen_source",
-    help=ui.OFFLINE_HELP,
+    help=live.OFFLINE_HELP,
 )
 p1, p2 = st.columns(2)
 prompt_set = p1.radio(
@@ -148,12 +149,12 @@ if gen_method == "query2doc" and prompt_set == "official":
     )
     if uploaded is not None:
         try:
-            examples = load_examples(uploaded.getvalue(), uploaded.name, ui.settings().upload_max_bytes)
+            examples = load_examples(uploaded.getvalue(), uploaded.name, serving.settings().upload_max_bytes)
         except GenerationError as err:
-            st.error(ui.md(err))
+            st.error(md(err))
 prompts = Prompts(prompt_set, examples)
-st.caption("Prompts: " + ui.md(prompts.describe(gen_method, dataset.name, dataset.family)) + ".")
-chosen_endpoint = endpoint if source == ui.LIVE_MODEL else LocalEndpoint()
+st.caption("Prompts: " + md(prompts.describe(gen_method, dataset.name, dataset.family)) + ".")
+chosen_endpoint = endpoint if source == live.LIVE_MODEL else LocalEndpoint()
 if isinstance(chosen_endpoint, Endpoint) and sampling == "the benchmark's":
     chosen_endpoint = replace(chosen_endpoint, temperature=None, top_p=None, seed=None, max_tokens=None)
 default_name = new_set_name(dataset, gen_method, chosen_endpoint) if chosen_endpoint else ""
@@ -166,7 +167,7 @@ llm_name = c3.text_input(
 )
 if llm_name and is_shipped_set(dataset, gen_method, llm_name):
     st.warning(
-        f"This dataset already has a `{gen_method}:{ui.md(llm_name)}` rewrite set: a shipped file of that name wins "
+        f"This dataset already has a `{gen_method}:{md(llm_name)}` rewrite set: a shipped file of that name wins "
         "over a new generation, so choose another name to see yours."
     )
 all_queries = list(dataset.queries)
@@ -210,13 +211,13 @@ else:
         else {}
     )
     st.caption(
-        f"{len(batch)} of {len(all_queries)} queries · {gen_method} · {ui.md(chosen_endpoint.url)} · saved as "
+        f"{len(batch)} of {len(all_queries)} queries · {gen_method} · {md(chosen_endpoint.url)} · saved as "
         f"`{gen_method}:{llm_name}`"
         + (" · sampling " + ", ".join(f"{k} {v}" for k, v in sent.items()) if sent else "")
         + ". Replies are cached on disk: a stopped or failed batch resumes where it stopped, and re-running "
         "costs nothing."
     )
-    workers = ui.settings().llm_concurrency  # the operator's (secrets too): 1 for llama-cpp-python, more for vLLM
+    workers = serving.settings().llm_concurrency  # the operator's (secrets too): 1 for llama-cpp-python, more for vLLM
     name = llm_name or default_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
     first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
     estimate = None
@@ -225,9 +226,9 @@ else:
             dataset, gen_method, chosen_endpoint, llm_name=name, first_stage=first_stage, prompts=prompts,
             workers=workers, query_ids=batch,
         )  # fmt: skip
-        st.caption(ui.md(estimate.describe()[:1].upper() + estimate.describe()[1:]) + f" · {workers} at a time.")
+        st.caption(md(estimate.describe()[:1].upper() + estimate.describe()[1:]) + f" · {workers} at a time.")
     except GenerationError as err:
-        st.caption(ui.md(err))
+        st.caption(md(err))
     b1, b2 = st.columns([1, 5])
     start = b1.button("Generate", type="primary", key="w_gen_start")
     b2.button(

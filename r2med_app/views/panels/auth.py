@@ -10,7 +10,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from r2med_app.views import ui
+from r2med_app.views import serving
+from r2med_app.views.markup import md
 from r2med_app.views.state import bound, store, view, widget_key
 from r2med_core.judging.identity import (
     LOOPBACK,
@@ -50,7 +51,7 @@ class Acting:
 
 
 def _auth_section() -> Mapping[str, object]:
-    section = ui._secrets().get("auth")
+    section = serving._secrets().get("auth")
     return section if isinstance(section, Mapping) else {}
 
 
@@ -98,7 +99,7 @@ def _user() -> dict[str, object]:
 def acting() -> Acting:
     """Who acts on this session (worked out on every run: a sign-out or an expired login counts at once)."""
     try:
-        config = load_auth_config(extra=ui._secrets(), oidc=bool(providers()))
+        config = load_auth_config(extra=serving._secrets(), oidc=bool(providers()))
     except IdentityError as err:
         return Acting(AuthConfig(), None, str(err))
     if not config.enabled:
@@ -120,12 +121,12 @@ def permitted(action: Action, *, off: str, records: str) -> Person | None:
     decision is the core's :func:`authorize`; without sign-in, ``review`` needs a typed name and
     ``manage`` needs nothing (as before)."""
     v = view()
-    if ui.read_only():
+    if serving.read_only():
         v.flash_error = off
         return None
     who = acting()
     if who.error:
-        v.flash_error = f"Not done: sign-in is misconfigured ({ui.md(who.error)})."
+        v.flash_error = f"Not done: sign-in is misconfigured ({md(who.error)})."
         return None
     if not who.signed_in_mode:
         if action == "manage":
@@ -136,7 +137,7 @@ def permitted(action: Action, *, off: str, records: str) -> Person | None:
     try:
         return authorize(who.person, action, config=who.config)
     except PermissionDenied as err:
-        v.flash_error = f"Not done: {ui.md(err)}."
+        v.flash_error = f"Not done: {md(err)}."
         return None
 
 
@@ -146,7 +147,7 @@ def name_field() -> None:
     Seeded from the session only when it holds a name: a tab that reconnects in place to a restarted
     server (a new session, no name) keeps the name its box still shows, and its kept keys are saved
     with it (``keylist``)."""
-    if not acting().signed_in_mode and not ui.read_only():
+    if not acting().signed_in_mode and not serving.read_only():
         v = view()
         typed = st.text_input(
             "Your name",
@@ -162,7 +163,7 @@ def name_field() -> None:
 def grader(who: Acting) -> tuple[str, str]:
     """The name a keyboard grade is recorded with, or "" and why nobody may grade now (the keyboard
     pages' rule: a read-only demo, a broken sign-in, no typed name, no right to label)."""
-    if ui.read_only():
+    if serving.read_only():
         return "", "Grading is off in this read-only demo."
     if who.error:
         return "", f"Sign-in is misconfigured ({who.error}): nobody can grade until the operator fixes it."
@@ -201,13 +202,13 @@ def panel() -> None:
         return
     if state.error:
         st.error(
-            f"Sign-in is misconfigured: {ui.md(state.error)}. Nobody can label or review until the operator fixes it."
+            f"Sign-in is misconfigured: {md(state.error)}. Nobody can label or review until the operator fixes it."
         )
         return
     person = state.person
     if person is not None:
         roles = ", ".join(sorted(person.roles)) or "no role"
-        st.markdown(f"Signed in as **{ui.md(person.name)}** ({ui.md(roles)})")
+        st.markdown(f"Signed in as **{md(person.name)}** ({md(roles)})")
         if person.source == "oidc":
             st.button("Sign out", key="w_sign_out", on_click=st.logout)
         return
@@ -218,7 +219,7 @@ def panel() -> None:
     st.caption("Sign in to label and review.")
     problem = signin_origin_problem(_auth_section().get("redirect_uri"), st.context.headers.get("Origin"))
     if problem:
-        st.warning(ui.md(problem))
+        st.warning(md(problem))
     for provider in found:
         label = "Sign in" if provider is None else f"Sign in with {provider}"
         st.button(label, key=f"w_sign_in_{provider or ''}", on_click=st.login, args=(provider,) if provider else ())
@@ -239,6 +240,6 @@ def reviewer_line(who: Acting, *, verb: str, recorded: str, own: str, placeholde
         st.info(f"Sign in (in the sidebar) to {verb}.")
     elif not who.person.may("review"):
         roles = ", ".join(sorted(who.person.roles)) or "no role"
-        st.info(f"{ui.md(who.person.name)} ({ui.md(roles)}) may not {verb}: it needs the reviewer or admin role.")
+        st.info(f"{md(who.person.name)} ({md(roles)}) may not {verb}: it needs the reviewer or admin role.")
     else:
-        st.caption(f"{recorded} as **{ui.md(who.person.name)}**; nobody {own}.")
+        st.caption(f"{recorded} as **{md(who.person.name)}**; nobody {own}.")

@@ -8,7 +8,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import annotation_db, datasets, naming, state, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_core.analysis.diagnosis import (
     DEFAULT_ORACLE,
@@ -55,13 +56,13 @@ def chosen_oracle() -> str:
 
 def _proposals(dataset: Dataset) -> dict[str, frozenset[str]]:
     """The LLM judge's stored proposals this visitor may see (none when the annotation store is unavailable)."""
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         return {}
     try:
         return judge_proposals(store, dataset, auth.acting().sight)  # only those this visitor may see
     except AnnotationStoreError as err:
-        st.error(f"Annotations are unavailable: {ui.md(err)}")
+        st.error(f"Annotations are unavailable: {md(err)}")
         return {}
 
 
@@ -83,7 +84,7 @@ def get_diagnosis(dataset: Dataset, system: str, run: Run) -> Diagnosis | None:
             return None
         oracle_run = computed[0]
     proposed = tuple(sorted((qid, tuple(sorted(docs))) for qid, docs in _proposals(dataset).items()))
-    return _diagnosis(ui.dataset_key(dataset), system, oracle, proposed, dataset, run, oracle_run)
+    return _diagnosis(datasets.dataset_key(dataset), system, oracle, proposed, dataset, run, oracle_run)
 
 
 def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
@@ -93,7 +94,7 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
     st.selectbox(
         "Answer oracle",
         options,
-        format_func=ui.system_label,
+        format_func=naming.system_label,
         key=state.bound("oracle", options, DEFAULT_ORACLE),
         on_change=state.store("oracle"),
         help="Retrieval with each query's reference answer. BM25's is quick; a dense one may need a click.",
@@ -103,7 +104,7 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
         found = get_diagnosis(dataset, name, run)
         if found is None:
             return
-        diagnoses[ui.system_label(name)] = found
+        diagnoses[naming.system_label(name)] = found
     if not diagnoses:
         return
     first = next(iter(diagnoses.values()))
@@ -124,7 +125,7 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
         barmode="stack", yaxis=count_axis(int(frame.groupby("system")["queries"].sum().max() if len(frame) else 0))
     )
     st.plotly_chart(fig, width="stretch", key="diagnosis_bars")
-    st.caption(ui.md(first.caption(ui.system_label(first.oracle))))
+    st.caption(md(first.caption(naming.system_label(first.oracle))))
     table = frame.pivot(index="system", columns="class", values="queries")[list(FAILURE_CLASSES)]
     table.insert(0, "failed", table.sum(axis=1))
     st.dataframe(table, width="stretch")
@@ -143,7 +144,7 @@ def explorer_classes(dataset: Dataset, system: str, run: Run, table: pd.DataFram
         key=state.bound("diag", options, []),
         on_change=state.store("diag"),
         placeholder="every query",
-        help=ui.md(found.caption(ui.system_label(found.oracle))) + " The oracle is chosen on the Metrics page.",
+        help=md(found.caption(naming.system_label(found.oracle))) + " The oracle is chosen on the Metrics page.",
     )
     return with_failure_class(table, found), True
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import datasets, naming, routes, state, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import diagnosis
 from r2med_core.analysis.diagnosis import Diagnosis
 from r2med_core.analysis.explore import contrast, highlight, query_terms, shorten
@@ -24,7 +25,7 @@ CARDS = 3
 
 def short_label(system: str) -> str:
     """A system's name for a sentence: its label without the parenthesised note ("BM25")."""
-    return ui.system_label(system).split(" (", 1)[0]
+    return naming.system_label(system).split(" (", 1)[0]
 
 
 def _oracle(dataset: Dataset) -> tuple[Run | None, str]:
@@ -82,8 +83,8 @@ def _open(dataset: Dataset, qid: str, system: str) -> None:
     """Open one question in the explorer, its query table folded so the question is in view."""
     v = state.view()
     v.q, v.system = qid, system
-    st.session_state.pop(state.widget_key("all_queries", state.scope(ui.dataset_key(dataset))), None)
-    st.switch_page(ui.page("explorer"))
+    st.session_state.pop(state.widget_key("all_queries", state.scope(datasets.dataset_key(dataset))), None)
+    st.switch_page(routes.page("explorer"))
 
 
 def landing(dataset: Dataset) -> None:
@@ -97,7 +98,7 @@ def landing(dataset: Dataset) -> None:
         "System",
         systems,
         index=systems.index(v.system) if v.system in systems else 0,
-        format_func=ui.system_label,
+        format_func=naming.system_label,
         key="w_landing_system",
         help="Where this system fails on the task shown; choose systems in the sidebar.",
     )
@@ -109,13 +110,13 @@ def landing(dataset: Dataset) -> None:
     if found is None:
         return
     words = summary(found, short_label(system), _oracle(dataset)[1])
-    st.markdown(f"#### {ui.md(words.headline)}")
+    st.markdown(f"#### {md(words.headline)}")
     for line in words.class_lines:
-        st.markdown(f"- {ui.md(line)}")
+        st.markdown(f"- {md(line)}")
     rewritten, rewrite_words, rewrite = _rewrite(dataset, system)
     if rewritten is not None and rewrite is not None:
         told = rewrite_summary(dataset, found, computed[1], rewritten[1], rewritten[0], rewrite, rewrite_words)
-        st.markdown(f"- {ui.md(told)}")
+        st.markdown(f"- {md(told)}")
     if not words.n_failed:
         st.success("No failures to look at on this task: every judged question has a relevant document in the top 10.")
         return
@@ -124,16 +125,16 @@ def landing(dataset: Dataset) -> None:
     for column, item in zip(columns, cards):
         told = _verdict(dataset, system, run, found, item.query_id)
         with column.container(border=True):
-            st.markdown(f"**Question {ui.md(item.query_id)}** · {ui.md(item.failure_class)}")
-            st.caption(ui.md(shorten(dataset.queries[item.query_id], 220)))
+            st.markdown(f"**Question {md(item.query_id)}** · {md(item.failure_class)}")
+            st.caption(md(shorten(dataset.queries[item.query_id], 220)))
             if told is not None:
-                st.markdown(ui.md(told.text))
+                st.markdown(md(told.text))
             if st.button("Open this question", key=f"w_card_{item.query_id}", type="primary", width="stretch"):
                 _open(dataset, item.query_id, system)
     st.caption(
         f"A diagnostic, not the benchmark's score: a question fails when none of its relevant documents is in the "
         f"top {found.depth}; the reason is told by retrieving with the question's reference answer "
-        f"({ui.md(ui.system_label(diagnosis.chosen_oracle()))})."
+        f"({md(naming.system_label(diagnosis.chosen_oracle()))})."
     )
 
 
@@ -146,9 +147,9 @@ def verdict_box(dataset: Dataset, system: str, run: Run, qid: str, picker_key: s
         return
     text, button = st.container(key="r2-stack-verdict").columns([5, 1.2], vertical_alignment="center")
     if told.failed:
-        text.warning(ui.md(told.text), icon=":material/search_off:")  # not an app error
+        text.warning(md(told.text), icon=":material/search_off:")  # not an app error
     else:
-        text.markdown(f":green[:material/task_alt:] {ui.md(told.text)}")
+        text.markdown(f":green[:material/task_alt:] {md(told.text)}")
     failed = [q.query_id for q in found.queries if q.failed]
     following = next_failure(failed, qid)
 
@@ -174,24 +175,24 @@ def contrast_box(dataset: Dataset, run: Run, qid: str, system: str) -> None:
         return
     with st.expander("Why did a wrong document beat the gold one? (shared words; no LLM)"):
         for line in told.sentences():
-            st.markdown(ui.md(line))
+            st.markdown(md(line))
         question = query_terms(dataset.queries[qid])
         answer = dataset.query_meta.get(qid, {}).get("answer")
         bridge = query_terms(answer) if isinstance(answer, str) else frozenset()
         left, right = st.container(key="r2-stack-contrast").columns(2)
         with left:
-            ranked = f"rank {told.winner_rank} in {ui.md(short_label(system))}"
-            st.markdown(f"**{ui.md(told.winner)}** · {ranked} · not gold")
-            st.caption("Shared with the question: " + (ui.md(", ".join(told.winner_words)) or "none"))
+            ranked = f"rank {told.winner_rank} in {md(short_label(system))}"
+            st.markdown(f"**{md(told.winner)}** · {ranked} · not gold")
+            st.caption("Shared with the question: " + (md(", ".join(told.winner_words)) or "none"))
             st.html(f"<div class='r2-text'>{highlight(dataset.corpus.get(told.winner, ''), question)}</div>")
         with right:
             where = f"rank {told.loser_rank}" if told.loser_rank is not None else "not in the top 100"
-            st.markdown(f"**{ui.md(told.loser)}** · {where} · gold")
-            st.caption("Shared with the question: " + (ui.md(", ".join(told.loser_words)) or "none"))
+            st.markdown(f"**{md(told.loser)}** · {where} · gold")
+            st.caption("Shared with the question: " + (md(", ".join(told.loser_words)) or "none"))
             if told.has_answer:
                 st.caption(
                     "Highlighted below: words shared with the reference answer; not in the question: "
-                    + (ui.md(", ".join(told.bridge_words)) or "none")
+                    + (md(", ".join(told.bridge_words)) or "none")
                 )
             terms = bridge if told.has_answer else question
             st.html(f"<div class='r2-text'>{highlight(dataset.corpus.get(told.loser, ''), terms)}</div>")

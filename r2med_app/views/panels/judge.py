@@ -3,7 +3,7 @@ data, offline, when no live LLM is set), and LLM relevance proposals with the ju
 the qrels (annotations page).
 
 Nothing here contacts an LLM without a click, and nothing comes from the URL: the endpoint is the
-sidebar's (``ui.live_llm``, which applies the operator's key rule), or, for the proposals and the
+sidebar's (``live.live_llm``, which applies the operator's key rule), or, for the proposals and the
 agreement, the offline demo model the operator picks (as on the Rewriting page; labelled demo quality,
 never a benchmark setting). Replies are untrusted text, shown escaped. Long batches run as background
 jobs (progress, Cancel); graded pairs are cached, so pressing the button again resumes.
@@ -16,7 +16,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import datasets, live, naming, serving, state, ui
+from r2med_app.views.markup import md
 from r2med_core import Dataset
 from r2med_core.analysis.explore import relevance_from_data
 from r2med_core.cache import fingerprint
@@ -55,20 +56,20 @@ DEPTHS = [3, 5, 10]
 
 def _show_explanation(found: BridgeExplanation) -> None:
     if found.text:
-        st.markdown(ui.md(found.text))
+        st.markdown(md(found.text))
         st.caption(
-            f"Named by {ui.md(found.model)} · an LLM's reply, not checked by anyone · prompt "
-            f"{ui.md(EXPLAIN_PROMPT_VERSION)}" + (" · from the cache" if found.from_cache else "")
+            f"Named by {md(found.model)} · an LLM's reply, not checked by anyone · prompt "
+            f"{md(EXPLAIN_PROMPT_VERSION)}" + (" · from the cache" if found.from_cache else "")
         )
     elif found.error:
-        st.error(f"No explanation: {ui.md(found.error)}")
+        st.error(f"No explanation: {md(found.error)}")
 
 
 def _show_from_data(dataset: Dataset, query_id: str, doc_id: str) -> None:
-    st.markdown("\n".join(f"- {ui.md(line)}" for line in relevance_from_data(dataset, query_id, doc_id)))
+    st.markdown("\n".join(f"- {md(line)}" for line in relevance_from_data(dataset, query_id, doc_id)))
     st.caption(
         "From the data, without an LLM: the reference answer and the words linking it to this document."
-        + ("" if ui.read_only() else " For a model's reading, set a model under Live LLM endpoint in the sidebar.")
+        + ("" if serving.read_only() else " For a model's reading, set a model under Live LLM endpoint in the sidebar.")
     )
 
 
@@ -79,7 +80,7 @@ def why_relevant(dataset: Dataset, query_id: str, doc_id: str, within: str) -> N
     LLM is asked. An explanation asked for earlier with the same model is shown from the cache without
     a request.
     """
-    endpoint = ui.live_endpoint()
+    endpoint = live.live_endpoint()
     query, passage = dataset.queries[query_id], dataset.corpus[doc_id]
     earlier = cached_explanation(endpoint, query, passage) if endpoint is not None else None
     key = state.widget_key("why", state.scope(within, doc_id))
@@ -114,10 +115,14 @@ def _judge_choice() -> AnyEndpoint | None:
     """The sidebar's live endpoint, or the offline demo model when the operator picks it (said so
     where it is picked); None, with the reason shown, when neither can judge."""
     source = st.radio(
-        "Judge model", [ui.LIVE_MODEL, ui.OFFLINE_MODEL], horizontal=True, key="w_judge_source", help=ui.OFFLINE_HELP
+        "Judge model",
+        [live.LIVE_MODEL, live.OFFLINE_MODEL],
+        horizontal=True,
+        key="w_judge_source",
+        help=live.OFFLINE_HELP,
     )
-    if source == ui.LIVE_MODEL:
-        endpoint = ui.live_endpoint()
+    if source == live.LIVE_MODEL:
+        endpoint = live.live_endpoint()
         if endpoint is None:
             st.info(NO_ENDPOINT)
         return endpoint
@@ -125,7 +130,7 @@ def _judge_choice() -> AnyEndpoint | None:
     try:
         local.location()
     except GenerationError as err:
-        st.error(ui.md(err))
+        st.error(md(err))
         return None
     st.caption(
         "The offline demo model runs on this server's CPU (no key, no cost, seconds a pair): it shows how "
@@ -138,7 +143,7 @@ def _judge_choice() -> AnyEndpoint | None:
 def _job_key(kind: str, dataset: Dataset, endpoint: AnyEndpoint, pairs: list[Pair], *extra: object) -> tuple[str, str]:
     units = [(p.query_id, p.doc_id) for p in pairs]
     identity = judge_endpoint(endpoint).identity()
-    return (kind, fingerprint(kind, ui.dataset_key(dataset), identity, JUDGE_PROMPT_VERSION, units, *extra))
+    return (kind, fingerprint(kind, datasets.dataset_key(dataset), identity, JUDGE_PROMPT_VERSION, units, *extra))
 
 
 def _job_outcome(key: tuple[str, str]) -> bool:
@@ -152,27 +157,27 @@ def _job_outcome(key: tuple[str, str]) -> bool:
     if job.state == "cancelled":
         st.caption("Cancelled. The pairs graded so far are cached: press the button again to resume.")
     elif job.state == "failed":
-        st.error(f"The judge failed: {ui.md(job.error)}")
+        st.error(f"The judge failed: {md(job.error)}")
     return False
 
 
 def _report_lines(judged) -> None:  # type: ignore[no-untyped-def]
-    (st.success if judged.complete else st.warning)(ui.md(judged.summary()))
+    (st.success if judged.complete else st.warning)(md(judged.summary()))
     if judged.problem():
-        st.error(ui.md(judged.problem()))
+        st.error(md(judged.problem()))
 
 
 def panel(dataset: Dataset, store: AnnotationStore) -> None:
     """LLM relevance proposals for unjudged top-k documents, and the judge's agreement with the qrels."""
     st.subheader("LLM relevance proposals")
     st.caption(
-        f"An LLM grades retrieved documents the qrels do not judge, 0-3, with an {ui.md(JUDGE_PROMPT_NAME)} "
-        f"(version {ui.md(JUDGE_PROMPT_VERSION)}): it weighs how well the document matches the query's intent (M) "
+        f"An LLM grades retrieved documents the qrels do not judge, 0-3, with an {md(JUDGE_PROMPT_NAME)} "
+        f"(version {md(JUDGE_PROMPT_VERSION)}): it weighs how well the document matches the query's intent (M) "
         "and how trustworthy it is (T), then gives a final score. Documents graded at or above the threshold "
         "enter the review queue above as proposals *proposed by* the model; none counts as a judgement until a "
         "person accepts it. Not part of the benchmark."
     )
-    if ui.read_only():
+    if serving.read_only():
         st.info("The LLM judge is off in this read-only demo.")
         return
     endpoint = _judge_choice()
@@ -185,7 +190,11 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
         return
     c1, c2, c3 = st.columns([3, 1, 1])
     chosen = c1.multiselect(
-        "Systems whose top documents are judged", ready, default=ready, format_func=ui.system_label, key="w_judge_sys"
+        "Systems whose top documents are judged",
+        ready,
+        default=ready,
+        format_func=naming.system_label,
+        key="w_judge_sys",
     )
     depth = c2.select_slider("Top", DEPTHS, value=10, key="w_judge_depth")
     threshold = c3.selectbox(
@@ -200,8 +209,8 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
     else:
         cost = estimate(dataset, pairs, endpoint)
         st.caption(
-            f"{ui.md(cost.describe())} to {ui.md(endpoint.url)} · model {ui.md(judge_model(endpoint))}. Proposals "
-            f"are recorded as “{ui.md(proposer_name(endpoint))}”."
+            f"{md(cost.describe())} to {md(endpoint.url)} · model {md(judge_model(endpoint))}. Proposals "
+            f"are recorded as “{md(proposer_name(endpoint))}”."
         )
         key = _job_key("llm-judge", dataset, endpoint, pairs, threshold)
         if not _job_outcome(key):
@@ -268,9 +277,7 @@ def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list, threshold: i
         st.caption("This task has no judged pairs in its corpus to compare with.")
         return
     cost = estimate(dataset, sample, endpoint)
-    st.caption(
-        ui.md(cost.describe()) + f" · the same sample for seed {int(seed)} every time, so a rerun costs nothing."
-    )
+    st.caption(md(cost.describe()) + f" · the same sample for seed {int(seed)} every time, so a rerun costs nothing.")
     key = _job_key("llm-judge-agreement", dataset, endpoint, sample, threshold)
     if not _job_outcome(key):
         job = REGISTRY.get(key)

@@ -7,7 +7,8 @@ from typing import Any
 
 import streamlit as st
 
-from r2med_app.views import ui
+from r2med_app.views import annotation_db, naming, serving
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_app.views.state import bound, show_flash, view, widget_key
 from r2med_core import Dataset
@@ -64,10 +65,10 @@ def label_form(
     blind when its (query, document) — or whole query — was still hidden from the person
     (``r2med_core.judging.visibility``).
     """
-    if ui.read_only():
+    if serving.read_only():
         st.caption("Labelling is off in this read-only demo.")
         return
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         return
     show_flash()
@@ -102,10 +103,10 @@ def label_form(
             if ask_name:
                 st.text_input("Your name", key=bound("annotator"), placeholder="asked once, kept for this session")
         elif acting.person is not None:
-            st.caption(f"Saved as **{ui.md(acting.person.name)}** (signed in).")
+            st.caption(f"Saved as **{md(acting.person.name)}** (signed in).")
         else:
             st.caption("Sign in (in the sidebar) to save labels.")
-        shown = "" if grade_only else f"Recorded with the ranking shown: {ui.md(ui.system_label(ranking.name))}. "
+        shown = "" if grade_only else f"Recorded with the ranking shown: {md(naming.system_label(ranking.name))}. "
         st.caption(shown + TEAM_RULE)
         fixed = documents[0] if grade_only else None
         st.form_submit_button(
@@ -140,7 +141,7 @@ def _save(
         v.flash_error = "Not saved: a grade judges a document; choose the document. Your note is kept."
         return
     if acting.error:
-        v.flash_error = f"Not saved: sign-in is misconfigured ({ui.md(acting.error)}). Your note is kept."
+        v.flash_error = f"Not saved: sign-in is misconfigured ({md(acting.error)}). Your note is kept."
         return
     if acting.person is None and not acting.signed_in_mode:
         v.flash_error = "Not saved: type your name under 'Your name' (asked once per session). Your note is kept."
@@ -148,9 +149,9 @@ def _save(
     try:
         person = authorize(acting.person, "label", config=acting.config)
     except PermissionDenied as err:
-        v.flash_error = f"Not saved: {ui.md(err)}. Your note is kept."
+        v.flash_error = f"Not saved: {md(err)}. Your note is kept."
         return
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         v.flash_error = "Not saved: the annotation store is unavailable. Your note is kept."
         return
@@ -180,12 +181,12 @@ def _save(
             saved.append(TAXONOMY[made].label)
     except (ValueError, PermissionDenied, AnnotationStoreError) as err:
         done = f" ({' and '.join(saved)} was saved)" if saved else ""
-        v.flash_error = f"Not saved: {ui.md(err)}{done}. Your note is kept."
+        v.flash_error = f"Not saved: {md(err)}{done}. Your note is kept."
         return
     for name in ("note", "grade", "type"):
         st.session_state[keys[name]] = "" if name == "note" else None
     named = shown_as if shown_as is not None else doc_id
-    v.flash = f"Saved: {' and '.join(saved)}" + ("" if named is None else f" on {ui.md(named)}")
+    v.flash = f"Saved: {' and '.join(saved)}" + ("" if named is None else f" on {md(named)}")
 
 
 def _taxonomy_help() -> str:
@@ -197,13 +198,13 @@ def blind_queries(dataset: Dataset, acting: auth.Acting, query_ids: list[str]) -
     whole query yet: ``r2med_core.judging.visibility``)."""
     if not acting.sight.blind:
         return frozenset()  # no blind view for them at all: skip reading the store
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     stored = [] if store is None else store.list(dataset=dataset.source, task=dataset.name)
     return acting.sight.hidden_queries(stored, dataset.source, dataset.name, query_ids)
 
 
 def labels_for(dataset: Dataset, query_id: str) -> list[Annotation]:
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     return [] if store is None else store.list(dataset=dataset.source, task=dataset.name, query_id=query_id)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import ui
+from r2med_app.views.markup import md
 from r2med_core.analysis.mteb import MTEB_LABEL, mteb_board, mteb_gains_over, mteb_source
 from r2med_core.analysis.mteb_names import METRIC_TO_MTEB
 from r2med_core.analysis.mteb_protocols import protocol_comparisons, protocol_table
@@ -36,7 +36,7 @@ def mteb_section(metric: str) -> None:
     source = mteb_source()
     st.subheader("MTEB's runs of R2MED")
     st.caption(
-        f"**{MTEB_LABEL}.** {ui.md(source['attribution'])} Read from {ui.md(source['source'])} at commit "
+        f"**{MTEB_LABEL}.** {md(source['attribution'])} Read from {md(source['source'])} at commit "
         f"`{source['commit'][:12]}` ({source['commit_date'][:10]}); {metric_label(shown)} × 100"
         + ("" if shown == metric else f" ({metric_label(metric)} has no MTEB counterpart)")
         + "."
@@ -60,10 +60,10 @@ def mteb_section(metric: str) -> None:
     ):
         for model, row in board.iterrows():
             paper = f"; the paper's `{row['in the paper']}`" if row["in the paper"] else ""
-            flag = f"  \n⚠ {ui.md(row['dataset revisions'])}" if row["dataset revisions"] else ""
+            flag = f"  \n⚠ {md(row['dataset revisions'])}" if row["dataset revisions"] else ""
             st.markdown(
-                f"**{ui.md(model)}**: model revision `{row['revision']}`, mteb {ui.md(row['mteb_version'])}, "
-                f"files {ui.md(row['files'])}{paper}{flag}"
+                f"**{md(model)}**: model revision `{row['revision']}`, mteb {md(row['mteb_version'])}, "
+                f"files {md(row['files'])}{paper}{flag}"
             )
     models = board.index.tolist()
     reference = st.selectbox(
@@ -78,7 +78,7 @@ def mteb_section(metric: str) -> None:
         width="stretch",
         column_config={t: st.column_config.Column(TASK_HEADERS[t], help=task_help(t)) for t in PUBLISHED_TASKS},
     )
-    st.caption(f"{metric_label(shown)} × 100 minus {ui.md(reference)}'s, per task and on the average (MTEB's runs).")
+    st.caption(f"{metric_label(shown)} × 100 minus {md(reference)}'s, per task and on the average (MTEB's runs).")
 
     st.subheader("Same model, two protocols: the paper and MTEB")
     table = protocol_table(shown)
@@ -99,11 +99,11 @@ def mteb_section(metric: str) -> None:
         with st.expander(f"{comparison.paper_label} ({comparison.model}): {averages}; {verdict}"):
             for reason in comparison.reasons:
                 st.markdown(
-                    f"**{ui.md(reason.aspect)}**: paper: {ui.md(reason.paper)}; MTEB: {ui.md(reason.mteb)}  \n"
-                    f"Sources: {ui.md('; '.join(reason.sources))}"
+                    f"**{md(reason.aspect)}**: paper: {md(reason.paper)}; MTEB: {md(reason.mteb)}  \n"
+                    f"Sources: {md('; '.join(reason.sources))}"
                 )
             for words in comparison.not_found:
-                st.markdown(f"*{ui.md(words)}*")
+                st.markdown(f"*{md(words)}*")
 
 
 def your_mteb_results(metric: str) -> None:
@@ -124,8 +124,8 @@ def your_mteb_results(metric: str) -> None:
         try:
             files.append(read_mteb_result(upload.getvalue(), upload.name))
         except DataError as err:
-            st.error("\n\n".join(ui.md(str(problem)) for problem in err.problems))
+            st.error("\n\n".join(md(str(problem)) for problem in err.problems))
     if files:
         board = mteb_result_board(files, shown)
         st.dataframe(board[["task", shown, "mteb_version", "data", "made by"]], width="stretch")
-        st.caption(f"{metric_label(shown)} × 100 as each file holds it, not re-scored here: {ui.md(EXPORT_LABEL)}.")
+        st.caption(f"{metric_label(shown)} × 100 as each file holds it, not re-scored here: {md(EXPORT_LABEL)}.")

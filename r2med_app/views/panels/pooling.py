@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import state, ui
+from r2med_app.views import annotation_db, datasets, markup, naming, serving, state
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, team
 from r2med_core import Dataset
 from r2med_core.evaluation import MAIN_METRICS, metric_label
@@ -23,7 +24,7 @@ DEPTHS = [5, 10, 20, 50, 100]
 
 def judging_queue(store: AnnotationStore) -> JudgingQueue:
     """The store's judging queue, each document going to as many annotators as the operator set."""
-    return JudgingQueue(store, ui.settings().judges_per_document)
+    return JudgingQueue(store, serving.settings().judges_per_document)
 
 
 def queue_notes() -> None:
@@ -31,7 +32,7 @@ def queue_notes() -> None:
     named by file name only."""
     problems = kept_queue_files()
     if problems:
-        st.warning("The judging queue file needs a look:\n\n" + "\n".join(f"- {ui.md(str(p))}" for p in problems))
+        st.warning("The judging queue file needs a look:\n\n" + "\n".join(f"- {md(str(p))}" for p in problems))
 
 
 @st.cache_data(show_spinner="Scoring with the team's judgements …", max_entries=32)
@@ -59,7 +60,7 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
     )
     judged = team.read(dataset)
     team_json = json.dumps(dataset.qrels if judged is None else judged.qrels, sort_keys=True)
-    key = (ui.dataset_key(dataset), tuple(runs))
+    key = (datasets.dataset_key(dataset), tuple(runs))
     c1, c2 = st.columns(2)
     metric = c1.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_pool_metric")
     depth = c2.select_slider("Pool depth", options=DEPTHS, value=DEFAULT_DEPTH, key="w_pool_depth")
@@ -67,16 +68,16 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
     pooled = _pool(key, team_json, depth, runs)
     # One row per measure and a column per system, what each says in words: fits from 800 px up, as the
     # official metrics table above it (a column per measure was cut at the edge).
-    ui.table(pooling_by_measure(table, pooled, {name: ui.system_label(name) for name in runs}, metric))
+    markup.table(pooling_by_measure(table, pooled, {name: naming.system_label(name) for name in runs}, metric))
     counted = "No team judgements could be read: 'with' equals 'without'. " if judged is None else judged.caption()
     st.caption(
-        f"{ui.md(counted)} Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
+        f"{md(counted)} Pool: {len(pooled)} unjudged document(s) in the top {depth} of "
         f"{len(runs)} system(s), over {len(pooled.docs)} judged quer{'y' if len(pooled.docs) == 1 else 'ies'}."
     )
     state.show_flash()
-    if not ui.read_only():
+    if not serving.read_only():
         queue_notes()
-    if not auth.acting().signed_in_mode and not ui.read_only():
+    if not auth.acting().signed_in_mode and not serving.read_only():
         st.text_input(
             "Your name",
             key=state.bound("annotator"),
@@ -87,7 +88,7 @@ def section(dataset: Dataset, runs: dict[str, Run]) -> None:
         f"Send the pool ({len(pooled)}) to the judging queue",
         on_click=_send,
         args=(dataset, pooled),
-        disabled=ui.read_only() or not len(pooled),
+        disabled=serving.read_only() or not len(pooled),
         key="w_pool_send",
         help="Annotators then judge each document blind (query and document only) on the Judging page.",
     )
@@ -97,13 +98,13 @@ def _send(dataset: Dataset, pooled: Pool) -> None:
     """The button's callback: a reviewer sends the pool; the flash says what happened."""
     v = state.view()
     acting = auth.acting()
-    if ui.read_only():
+    if serving.read_only():
         v.flash_error = "Not sent: this read-only demo keeps no judging queue."
         return
     if not acting.signed_in_mode:
         v.annotator = str(st.session_state.get(state.widget_key("annotator")) or "").strip()
         acting = auth.acting()
-    store = ui.annotation_store()
+    store = annotation_db.annotation_store()
     if store is None:
         v.flash_error = "Not sent: the annotation store is unavailable."
         return
@@ -111,6 +112,6 @@ def _send(dataset: Dataset, pooled: Pool) -> None:
         person = authorize(acting.person, "review", config=acting.config)
         added = judging_queue(store).send(dataset.source, dataset.name, pooled, person.name)
     except (PermissionDenied, ValueError, AnnotationStoreError) as err:
-        v.flash_error = f"Not sent: {ui.md(err)}"
+        v.flash_error = f"Not sent: {md(err)}"
         return
     v.flash = f"Sent: {added} new document(s) in the judging queue ({len(pooled) - added} already queued)."

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from r2med_app.views import ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, saved_reports
 from r2med_app.views.state import view
 from r2med_core import DataError, Dataset
@@ -37,16 +37,16 @@ def runs_section(dataset: Dataset) -> None:
     with st.expander(f"Your runs ({len(mine)})"):
         st.caption(
             f"A TREC run (`qid Q0 docid rank score tag`) or a `{{query id: {{doc id: score}}}}` JSON (MTEB "
-            f"save_predictions, an evaluation kit's score file) for {ui.md(dataset.name)} becomes a system named "
+            f"save_predictions, an evaluation kit's score file) for {md(dataset.name)} becomes a system named "
             "`run:<name>` on every page. The top 100 per query is evaluated, as in the benchmark. A report saved "
             "from Compare or Metrics (.html) brings back all of its runs."
         )
         for entry in mine:
-            st.caption(f"`{entry.system}` · uploaded by you · {ui.md(entry.label)}")
+            st.caption(f"`{entry.system}` · uploaded by you · {md(entry.label)}")
         if others:
             st.markdown(f"**Others' runs on this server ({len(others)})**")
             for entry in others:
-                st.caption(f"`{entry.system}` · {ui.md(_origin(entry))} · {ui.md(entry.label)}")
+                st.caption(f"`{entry.system}` · {md(_origin(entry))} · {md(entry.label)}")
         if settings.demo_mode:
             st.caption("Uploads are off on this public demo.")
             return
@@ -76,18 +76,18 @@ def _add(dataset: Dataset, uploaded: UploadedFile) -> None:
     settings = load_settings()
     file_name = uploaded.name
     if uploaded.size > settings.upload_max_bytes:  # before the bytes are parsed
-        st.error(f"{ui.md(file_name)} is over the {settings.upload_max_mb:g} MB upload limit.")
+        st.error(f"{md(file_name)} is over the {settings.upload_max_mb:g} MB upload limit.")
         return
     try:
         entry, imported = save_upload(dataset, uploaded.getvalue(), file_name, settings, auth.uploader())
     except DataError as err:
         st.error(
-            f"{ui.md(file_name)} cannot be added. Fix these and upload it again:\n\n"
-            + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
+            f"{md(file_name)} cannot be added. Fix these and upload it again:\n\n"
+            + "\n".join(f"- {md(p)}" for p in err.problems[:20])
         )
         return
     v = view()
     v.systems = list(dict.fromkeys([*v.systems, entry.system]))
     st.success(f"Added `{entry.system}` ({len(imported.run.rankings)} queries) and selected it.")
     if imported.warnings:
-        st.warning("Ignored or not in the corpus:\n\n" + "\n".join(f"- {ui.md(w)}" for w in imported.warnings[:20]))
+        st.warning("Ignored or not in the corpus:\n\n" + "\n".join(f"- {md(w)}" for w in imported.warnings[:20]))

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from r2med_app.views import state, ui
+from r2med_app.views import naming, notices, serving, state, ui
+from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_core import DataError, Dataset, PairedTest, Results, Run
 from r2med_core.evaluation import metric_label
@@ -49,11 +50,9 @@ def download_buttons(
     if not computed:
         return
     done = {r.run_name for _, r in computed}
-    left_out = [ui.system_label(name) for name in chosen if name not in done]
+    left_out = [naming.system_label(name) for name in chosen if name not in done]
     if left_out:
-        st.warning(
-            "Not in the report until computed (click **Compute** above): " + ", ".join(ui.md(n) for n in left_out)
-        )
+        st.warning("Not in the report until computed (click **Compute** above): " + ", ".join(md(n) for n in left_out))
     metrics = list(dict.fromkeys(metrics))
     c = st.columns([1, 1, 1, 1], vertical_alignment="bottom")
     test = c[0].selectbox(
@@ -63,10 +62,10 @@ def download_buttons(
     systems = [
         ReportSystem(
             r.run_name,
-            ui.system_label(r.run_name),
+            naming.system_label(r.run_name),
             run,
             r,
-            ui.fidelity_badge(dataset, r.run_name),
+            notices.fidelity_badge(dataset, r.run_name),
             ui.get_provenance(dataset, r.run_name, run),
         )
         for run, r in computed
@@ -80,7 +79,7 @@ def download_buttons(
         settings=_settings(dataset, extra_settings or {}),
         baseline_tests=baseline_tests,
         title=title,
-        prices=ui.settings().prices,
+        prices=serving.settings().prices,
         left_out=left_out,
     )
     stem = f"{safe_name(dataset.name)}_{safe_name(title.lower())}"
@@ -114,7 +113,7 @@ def reopen_section(dataset: Dataset) -> None:
     """Upload a saved HTML report: its runs come back as imported runs and are compared again."""
     state.show_flash()
     with st.expander("Reopen a saved report"):
-        if ui.read_only():
+        if serving.read_only():
             st.caption("Uploads are off on this public demo.")
             return
         uploaded = st.file_uploader(
@@ -133,25 +132,23 @@ def reopen_upload(dataset: Dataset, uploaded: UploadedFile, *, rerun: bool) -> N
     shown once by :func:`state.show_flash`; otherwise it is shown here."""
     settings = load_settings()
     if uploaded.size > settings.upload_max_bytes:  # before the bytes are read
-        st.error(f"{ui.md(uploaded.name)} is over the {settings.upload_max_mb:g} MB upload limit.")
+        st.error(f"{md(uploaded.name)} is over the {settings.upload_max_mb:g} MB upload limit.")
         return
     try:
         reopened = reopen_report(dataset, uploaded.getvalue(), uploaded.name, settings, auth.uploader())
     except DataError as err:
-        st.error(
-            f"{ui.md(uploaded.name)} cannot be reopened:\n\n" + "\n".join(f"- {ui.md(p)}" for p in err.problems[:20])
-        )
+        st.error(f"{md(uploaded.name)} cannot be reopened:\n\n" + "\n".join(f"- {md(p)}" for p in err.problems[:20]))
         return
     v = state.view()
     v.systems = list(dict.fromkeys([*v.systems, *reopened.systems]))
     v.compare = reopened.systems
     message = (
-        f"Reopened {len(reopened.systems)} runs from {ui.md(uploaded.name)} as "
+        f"Reopened {len(reopened.systems)} runs from {md(uploaded.name)} as "
         + ", ".join(f"`{s}`" for s in reopened.systems)
         + " and selected them."
     )
     if reopened.warnings:
-        message += "\n\nIgnored or not in the corpus:\n\n" + "\n".join(f"- {ui.md(w)}" for w in reopened.warnings[:20])
+        message += "\n\nIgnored or not in the corpus:\n\n" + "\n".join(f"- {md(w)}" for w in reopened.warnings[:20])
     if not rerun:
         st.success(message)
         return

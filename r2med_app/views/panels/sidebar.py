@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import ui
+from r2med_app.views import datasets, live, naming, serving
+from r2med_app.views.markup import md
 from r2med_app.views.panels import runs
 from r2med_app.views.state import View, bound, store, switch_task, view
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset
@@ -39,7 +40,7 @@ def sidebar() -> Dataset | None:
     v = view()
     with st.sidebar:
         st.header("Data")
-        sources = [s for s in SOURCES if s != "local"] if ui.read_only() else list(SOURCES)
+        sources = [s for s in SOURCES if s != "local"] if serving.read_only() else list(SOURCES)
         st.radio(
             "Source",
             sources,
@@ -57,13 +58,13 @@ def sidebar() -> Dataset | None:
         st.multiselect(
             "Systems in play",
             options,
-            format_func=ui.system_label,
+            format_func=naming.system_label,
             key=bound("systems", options),
             on_change=store("systems"),
-            help=f"Every page compares these. Indexes are cached on disk. {ui.md(cost_and_quality())}.",
+            help=f"Every page compares these. Indexes are cached on disk. {md(cost_and_quality())}.",
         )
-        with st.expander("Add a model or a fusion" if not ui.read_only() else "Add a fusion"):
-            if not ui.read_only():
+        with st.expander("Add a model or a fusion" if not serving.read_only() else "Add a fusion"):
+            if not serving.read_only():
                 _add_model_field()
                 _add_llm_reranking(v)
             plain = [s for s in v.systems if not s.startswith("rrf(")]
@@ -89,9 +90,9 @@ def _add_model_field() -> None:
     )
     if st.button("Add model", disabled=not typed.strip(), key="w_add_model"):
         model = typed.strip()
-        reason = model_refusal("dense", model, ui.settings())
+        reason = model_refusal("dense", model, serving.settings())
         if reason:
-            st.error(f"Not added: {ui.md(reason)}.")
+            st.error(f"Not added: {md(reason)}.")
         else:
             _add_system(f"dense:{model}")
 
@@ -102,7 +103,7 @@ def _add_llm_reranking(v: View) -> None:
     if not v.systems:
         return
     st.markdown("**LLM reranking** (this server's LLM endpoint)")
-    base = st.selectbox("First stage", v.systems, format_func=ui.system_label, key="w_llmrr_base")
+    base = st.selectbox("First stage", v.systems, format_func=naming.system_label, key="w_llmrr_base")
     model = st.text_input(
         "LLM model", value=v.llm_model, key="w_llmrr_model", placeholder="the model name the endpoint serves"
     )
@@ -119,7 +120,7 @@ def _add_llm_reranking(v: View) -> None:
 def _vet_link(v: View, imported: list[str]) -> None:
     """Models and fusions named by a link run only if allowed (r2med_core.server.access); the rest are dropped
     and listed in a note that stays for the session."""
-    settings = ui.settings()
+    settings = serving.settings()
     offered = [*BASE_SYSTEMS, *imported]
     named = [*v.extra, *(s for s in v.systems if s not in offered and s not in v.extra)]
     vetted = vet_link_systems(named, settings, offered)
@@ -133,7 +134,7 @@ def _vet_link(v: View, imported: list[str]) -> None:
         st.session_state["refused"] = list(dict.fromkeys([*st.session_state.get("refused", []), *notes]))
     if st.session_state.get("refused"):
         st.warning(
-            "Not run (named by the link or typed): " + "; ".join(ui.md(n) for n in st.session_state["refused"][:10])
+            "Not run (named by the link or typed): " + "; ".join(md(n) for n in st.session_state["refused"][:10])
         )
 
 
@@ -160,20 +161,20 @@ def _sidebar_dataset(v: View) -> Dataset | None:
                 f"{task.hf_id} ({task.n_documents:,} documents) is not in your Hugging Face cache yet. "
                 "It is downloaded once; set HF_HUB_OFFLINE=1 to use only what is cached."
             )
-            if ui.read_only():
+            if serving.read_only():
                 st.caption("This read-only demo downloads nothing: choose a task that is on the server.")
                 return None
             if not st.button(f"Download {task.hf_id}", key="w_download"):
                 return None
     v.source_error = ""
     try:
-        dataset = ui.current_dataset()
+        dataset = datasets.current_dataset()
     except DataError as err:
         v.source_error = "This folder cannot be loaded. Fix these and the app reloads it:\n\n" + "\n".join(
-            f"- {ui.md(p)}" for p in err.problems[:20]
+            f"- {md(p)}" for p in err.problems[:20]
         )
     except DownloadError as err:
-        v.source_error = ui.md(err)
+        v.source_error = md(err)
     if v.source_error:
         st.error(v.source_error)  # the main area shows it too (streamlit_app.py), where the user looks
         return None
@@ -184,9 +185,9 @@ def _sidebar_dataset(v: View) -> Dataset | None:
 def _sidebar_folder(v: View) -> bool:
     """Pick a dataset folder found under the operator's data roots, or type one; True when one is chosen
     that may be opened. Anything else gets the one neutral message (``roots.NOT_ALLOWED``)."""
-    found = {str(f.path): f.label for f in ui.dataset_folders()}
+    found = {str(f.path): f.label for f in datasets.dataset_folders()}
     current = v.folder.strip()
-    allowed = allowed_folder(current, ui.settings().data_roots) if current else None
+    allowed = allowed_folder(current, serving.settings().data_roots) if current else None
     options = list(dict.fromkeys([*found, *([str(allowed)] if allowed else [])]))
     picked = str(allowed) if allowed else None
     if st.session_state.get("w_folder") != picked:
@@ -253,14 +254,14 @@ def _sidebar_rewrite(v: View, dataset: Dataset) -> None:
             v.rewrite = st.session_state["w_rewrite"]
         else:
             v.rewrite = ""
-    if not ui.read_only():
+    if not serving.read_only():
         _sidebar_llm(v)
     _sidebar_rerank(v)
 
 
 def _sidebar_llm(v: View) -> None:
     with st.expander("Live LLM endpoint"):
-        names = ["", *named_endpoints(ui.settings())]
+        names = ["", *named_endpoints(serving.settings())]
         if v.llm not in names:
             names.append(v.llm)  # an unknown name from a link: shown, and the note below says so
         st.selectbox(
@@ -273,7 +274,7 @@ def _sidebar_llm(v: View) -> None:
             "operator's (R2MED_LLM_ENDPOINTS). The chosen name and model are part of the page address.",
         )
         if v.llm == LOCAL and not local_server.installed():
-            st.caption(ui.md(local_server.install_hint()))
+            st.caption(md(local_server.install_hint()))
         if not v.llm:
             st.caption(
                 "Any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). The key stays in this "
@@ -313,9 +314,9 @@ def _sidebar_llm(v: View) -> None:
             on_change=store("llm_max_tokens"),
             help="The benchmark's live generation allows 10240 (a reasoning model's answer comes late).",
         )
-        resolved = ui.live_llm()
+        resolved = live.live_llm()
         if resolved.endpoint is not None:
-            st.caption(f"Key in use: **{resolved.credential_source}** · model **{ui.md(resolved.endpoint.model)}**")
+            st.caption(f"Key in use: **{resolved.credential_source}** · model **{md(resolved.endpoint.model)}**")
         if resolved.note:
             st.warning(resolved.note)
 
