@@ -1,7 +1,8 @@
 """The readiness check reads the operator's one Settings, secrets included (issue 37).
 
 ``R2MED_COMPUTE_SECONDS`` set only in ``.streamlit/secrets.toml`` used to be ignored by ``is_ready``
-and ``_rerank_ready``, which called ``load_settings()`` on the environment alone.
+and ``_rerank_ready``, which called ``load_settings()`` on the environment alone; the app's workbench is
+made from ``serving.settings()`` (secrets included).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from r2med_app.views import serving, ui
+from r2med_app.views import serving, work
+from r2med_core.compute.workbench import Memo
 from r2med_core.data import load_demo
 
 
@@ -19,8 +21,8 @@ def test_compute_seconds_in_secrets_changes_what_is_ready(tmp_path: Path, monkey
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))  # nothing on disk: readiness is the estimate alone
     dataset = load_demo()
     # A run another test left in this process's memory is ready whatever the threshold: none here.
-    monkeypatch.setattr(ui, "_in_memory", lambda dataset, system: False)
+    monkeypatch.setattr(work, "_memo", Memo)  # an empty memory at every look
     monkeypatch.setattr(serving, "_secrets", lambda: {})
-    assert ui.is_ready(dataset, "bm25")  # a fraction of a second: under the default 2 s
+    assert work.ready(dataset, "bm25")  # a fraction of a second: under the default 2 s
     monkeypatch.setattr(serving, "_secrets", lambda: {"R2MED_COMPUTE_SECONDS": "0.01"})
-    assert not ui.is_ready(dataset, "bm25")  # the operator's lower threshold asks for a click
+    assert not work.ready(dataset, "bm25")  # the operator's lower threshold asks for a click

@@ -496,12 +496,12 @@ def test_the_metrics_page_draws_the_reports_figures(monkeypatch: pytest.MonkeyPa
 def test_a_system_chosen_but_not_computed_is_named_on_the_page_and_in_the_report(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import r2med_app.views.ui as ui
+    from r2med_core.compute.workbench import Workbench
 
     made = _record_reports(monkeypatch)
     monkeypatch.setenv("R2MED_CACHE_DIR", str(tmp_path))
-    ready = ui.is_ready
-    monkeypatch.setattr(ui, "is_ready", lambda dataset, system: system != "minilm" and ready(dataset, system))
+    ready = Workbench.ready
+    monkeypatch.setattr(Workbench, "ready", lambda self, data, system: system != "minilm" and ready(self, data, system))
     at = open_app("metrics", task=TASK, systems=["bm25", "minilm"])
     assert not at.exception, [e.value for e in at.exception]
     assert any("Not in the report until computed" in w.value and "MiniLM" in w.value for w in at.warning)

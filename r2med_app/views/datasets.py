@@ -1,7 +1,7 @@
 """The dataset the view names, loaded once per server: the embedded demo, a folder inside the operator's
 data roots, or an R2MED task from the hub (downloaded with progress, never in the read-only demo), with the
-live LLM generations recorded for it attached as extra rewrites. ``dataset_key`` is the one key every
-per-dataset cache in the app uses, so an edited folder or a new rewrite is never served stale.
+live LLM generations recorded for it attached as extra rewrites. ``dataset_key`` (the core workbench's) is the one key
+every per-dataset cache in the app uses, so an edited folder or a new rewrite is never served stale.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from pathlib import Path
 
 import streamlit as st
 
+from r2med_app.views.bars import with_progress
 from r2med_app.views.serving import read_only, settings
 from r2med_app.views.state import view
 from r2med_core import DEMO_TASKS, TASKS, DataError, Dataset, load_demo, load_dir
+from r2med_core.compute.workbench import dataset_key
 from r2med_core.data import Problem
 from r2med_core.hub import DownloadError, cached_task, download_task, load_snapshot
 from r2med_core.llm.generation import attach_live_rewrites, live_rewrite_options, live_rewrites
@@ -43,10 +45,6 @@ def _load(source: str, ref: str, signature: tuple) -> Dataset:
     gc.collect()
     gc.freeze()
     return dataset
-
-
-def dataset_key(dataset: Dataset) -> str:
-    return f"{dataset.source}|{dataset.fingerprint}|{dataset.content_digest}"
 
 
 def current_dataset() -> Dataset:
@@ -83,8 +81,6 @@ def base_dataset() -> Dataset:
     if folder is None:
         if read_only():
             raise DownloadError(f"R2MED/{task} is not on this server, and this read-only demo downloads nothing.")
-        from r2med_app.views.ui import with_progress  # at call time: ui (the compute glue) imports this module
-
         folder = with_progress(f"Downloading R2MED/{task}", lambda progress: download_task(task, progress=progress))
     return _load("hf", task, (task, str(folder)))
 

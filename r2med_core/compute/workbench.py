@@ -80,8 +80,9 @@ from r2med_core.systems import (
 
 T = TypeVar("T")
 
-#: Values kept in memory for every session of the process (a run of a real R2MED task is ~1-2 MB).
-MEMO_SIZE = 64
+#: Values kept in memory for every session of the process: runs (a real R2MED task's is ~1-2 MB), their
+#: results, diagnoses and failures (small), about a third each; the app kept 64 of each kind before.
+MEMO_SIZE = 192
 
 #: Said after a Failed message when an unexpected error may come from a model that is not here.
 HUB_HINT = "Models other than the offline MiniLM are downloaded from the Hugging Face hub on first use."
@@ -195,23 +196,18 @@ MEMO = Memo()
 
 @dataclass(frozen=True)
 class Failures:
-    """Where one system fails on a task, from one diagnosis: the landing's sentences and cards and the
-    explorer's verdict above a question are all read from this, so they cannot tell it differently."""
+    """Where one system fails on a task, told once from one diagnosis: the landing's sentences and cards,
+    the explorer's failure classes and its verdict above each question are all read from this value, so
+    they cannot tell it differently. Every judged question's verdict is made with it (a page only looks
+    one up)."""
 
-    dataset: Dataset = field(repr=False)
     system: str
-    #: The system's name for a sentence ("BM25") and the oracle's retriever ("BM25").
-    system_words: str
-    oracle_words: str
-    run: Run = field(repr=False)
     diagnosis: Diagnosis
     summary: Summary
+    #: Each judged question's verdict, by query id.
+    verdicts: Mapping[str, Verdict] = field(repr=False)
     #: What the rewrite in view did on the task (None when its run is not ready or there is none).
     rewrite_line: str | None = None
-    rewrite_run: Run | None = field(default=None, repr=False)
-    rewrite_words: str = ""
-    rewrite: tuple[str, str] | None = None
-    oracle_run: Run | None = field(default=None, repr=False)
 
     @property
     def failed(self) -> list[str]:
@@ -223,25 +219,12 @@ class Failures:
         return worst_failures(self.diagnosis, limit)
 
     def next_after(self, query_id: str) -> str | None:
+        """The failed question after ``query_id`` in task order (wrapping round), None when there is no other."""
         return next_failure(self.failed, query_id)
 
     def verdict(self, query_id: str) -> Verdict | None:
         """One question's verdict (None for a question the diagnosis does not hold: not judged)."""
-        item = next((q for q in self.diagnosis.queries if q.query_id == query_id), None)
-        if item is None:
-            return None
-        return verdict(
-            self.dataset,
-            item,
-            self.run,
-            system_label=self.system_words,
-            oracle_label=self.oracle_words,
-            oracle_run=self.oracle_run,
-            rewrite_run=self.rewrite_run,
-            rewrite_label=self.rewrite_words or "the rewrite",
-            depth=self.diagnosis.depth,
-            rewrite=self.rewrite,
-        )
+        return self.verdicts.get(query_id)
 
 
 def short_words(name: str, dataset: Dataset | None = None) -> str:
@@ -498,10 +481,17 @@ class Workbench:
         run = found.value
         proposed = tuple(sorted((q, tuple(sorted(d))) for q, d in (proposals or {}).items()))
         key = ("diagnosis", dataset_key(dataset), system, oracle, proposed, id(run), id(oracle_run))
-        made = self.memo.get(
-            key, lambda: diagnose(dataset, run, oracle_run, oracle=oracle, proposals=dict(proposals or {}))
+        # The entry holds the runs it names by id, so no other object can take their ids while it lives.
+        return Ready(
+            self.memo.get(
+                key,
+                lambda: (
+                    diagnose(dataset, run, oracle_run, oracle=oracle, proposals=dict(proposals or {})),
+                    run,
+                    oracle_run,
+                ),
+            )
         )
-        return Ready((made, run, oracle_run))
 
     def failures(
         self,
@@ -519,31 +509,73 @@ class Workbench:
         if not isinstance(found, Ready):
             return found
         made, run, oracle_run = found.value
-        try:
-            members = parse_system(oracle).members
-        except SpecError:
-            members = ()
-        oracle_words = members[0].label.split(" (", 1)[0] if members else "the retriever"
-        words = short_words(system, dataset)
-        told = Failures(dataset, system, words, oracle_words, run, made, summary(made, words, oracle_words))
-        told = replace(told, oracle_run=oracle_run)
-        if not rewrite:
-            return Ready(told)
+        told = _Telling(dataset, run, oracle_run, oracle)
+        if rewrite:
+            told = self._with_rewrite(told, system, rewrite, progress)
+        key = ("failures", id(made), told.rewrite, id(told.rewrite_run))
+        # The entry holds what it names by id (the diagnosis, the rewrite's run), so no other object takes
+        # those ids while it lives.
+        return Ready(self.memo.get(key, lambda: (told.failures(system, made), told.rewrite_run))[0])
+
+    def _with_rewrite(self, told: _Telling, system: str, rewrite: str, progress: Progress | None) -> _Telling:
+        """What is told of ``rewrite`` (``method:llm``): its words, and its run when ready without a click."""
+        method, _, llm = rewrite.partition(":")
+        told = replace(told, rewrite=(method, llm), rewrite_words=rewrite_words(rewrite, told.dataset))
         try:
             name = rewritten_name(system, rewrite)
         except SpecError:
-            return Ready(told)
-        method, _, llm = rewrite.partition(":")
-        told = replace(told, rewrite=(method, llm), rewrite_words=rewrite_words(rewrite, dataset))
-        if name == system or not self.ready(dataset, name):
-            return Ready(told)
-        rewritten, base = self.results(dataset, name, progress=progress), self.results(dataset, system)
+            return told
+        if name == system or not self.ready(told.dataset, name):
+            return told
+        rewritten, base = self.results(told.dataset, name, progress=progress), self.results(told.dataset, system)
         if not isinstance(rewritten, Ready) or not isinstance(base, Ready):
-            return Ready(told)
-        line = rewrite_summary(
-            dataset, made, base.value[1], rewritten.value[1], rewritten.value[0], (method, llm), told.rewrite_words
-        )
-        return Ready(replace(told, rewrite_run=rewritten.value[0], rewrite_line=line))
+            return told
+        return replace(told, rewrite_run=rewritten.value[0], results=(base.value[1], rewritten.value[1]))
+
+
+@dataclass(frozen=True)
+class _Telling:
+    """What a system's failures are told from: the runs and the words for them."""
+
+    dataset: Dataset
+    run: Run
+    oracle_run: Run | None
+    oracle: str
+    rewrite: tuple[str, str] | None = None
+    rewrite_words: str = ""
+    rewrite_run: Run | None = None
+    #: The results without and with the rewrite, when its run is ready.
+    results: tuple[Results, Results] | None = None
+
+    def failures(self, system: str, made: Diagnosis) -> Failures:
+        try:
+            members = parse_system(self.oracle).members
+        except SpecError:
+            members = ()
+        oracle_words = members[0].label.split(" (", 1)[0] if members else "the retriever"
+        words = short_words(system, self.dataset)
+        said = {
+            item.query_id: verdict(
+                self.dataset,
+                item,
+                self.run,
+                system_label=words,
+                oracle_label=oracle_words,
+                oracle_run=self.oracle_run,
+                rewrite_run=self.rewrite_run,
+                rewrite_label=self.rewrite_words or "the rewrite",
+                depth=made.depth,
+                rewrite=self.rewrite,
+            )
+            for item in made.queries
+        }
+        line = None
+        if self.results is not None and self.rewrite is not None and self.rewrite_run is not None:
+            without, with_rewrite = self.results
+            line = rewrite_summary(
+                self.dataset, made, without, with_rewrite, self.rewrite_run, self.rewrite, self.rewrite_words
+            )
+        return Failures(system, made, summary(made, words, oracle_words), said, line)
 
 
 def _resuming(offer: NeedsClick) -> NeedsClick:

@@ -9,7 +9,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from r2med_app.views import charts, datasets, markup, naming, notices, state, ui
+from r2med_app.views import charts, datasets, markup, naming, notices, state, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import saved_reports
 from r2med_core.analysis.explore import per_query_delta, shorten, verdict
@@ -61,7 +61,7 @@ if len(chosen) < 2:
 
 
 def _interval_text(result: Results) -> str:
-    interval = ui.get_intervals(dataset, result, [metric])[metric]
+    interval = work.get_intervals(dataset, result, [metric])[metric]
     return interval.text() if interval else "–"
 
 
@@ -70,7 +70,7 @@ def _interval_text(result: Results) -> str:
 panels = st.container()
 body = st.empty()
 with panels:
-    computed = [c for c in (ui.safe_results(dataset, name, slot=body) for name in chosen) if c is not None]
+    computed = [c for c in (work.results(dataset, name, slot=body) for name in chosen) if c is not None]
 if len(computed) < 2:
     st.stop()
 with body.container():

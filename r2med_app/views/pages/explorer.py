@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import datasets, markup, naming, notices, state, summaries, ui
+from r2med_app.views import datasets, markup, naming, notices, state, summaries, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import auth, diagnosis, failures, judge, labels
 from r2med_core.analysis.explore import (
@@ -62,7 +62,7 @@ depth = top[1].select_slider(
 # The page below the pickers is one slot: while another system loads, its "Getting ready" message takes
 # the slot's place at once, so the previous system's numbers never stay on screen under the new name.
 body = st.empty()
-computed = ui.safe_results(dataset, v.system, slot=body)
+computed = work.results(dataset, v.system, slot=body)
 if computed is None:
     st.stop()
 with body.container():
@@ -73,7 +73,7 @@ with body.container():
     rewritten = None
     rewritten_system = rewritten_name(v.system, v.rewrite)
     if rewrite and rewritten_system != v.system:  # an imported run has no variant on the rewrite
-        computed_rw = ui.safe_results(dataset, rewritten_system)
+        computed_rw = work.results(dataset, rewritten_system)
         rewritten = computed_rw[0] if computed_rw else None
         rewritten_results = computed_rw[1] if computed_rw else None
         if left_out := queries_left_out(dataset, rewrite):
@@ -84,7 +84,7 @@ with body.container():
 
     # ------------------------------------------------------------------ the query table
     acting = auth.acting()
-    table = ui.get_query_table(dataset, v.system, results, run)
+    table = work.get_query_table(dataset, v.system, results, run)
     blind_ids = labels.blind_queries(dataset, acting, list(table["query_id"]))
     table = mask_blind(table, blind_ids)
     picker_key = state.widget_key("q", within)
@@ -117,7 +117,9 @@ with body.container():
             on_change=state.store("search"),
             placeholder="e.g. troponin, or a query id",
         )
-        table, classed = diagnosis.explorer_classes(dataset, v.system, run, table)
+        # The system's failures, asked once: the class column here and the verdict above a question read them.
+        found = failures.failures_of(dataset, v.system)
+        table, classed = diagnosis.explorer_classes(found.diagnosis if found is not None else None, table)
         table = mask_blind(table, blind_ids)  # a query's failure class tells whether it failed: hidden too
         shown = diagnosis.filter_classes(
             filter_queries(table, failures_only=v.fail, missed_gold=v.missed, search=v.search)
@@ -246,8 +248,8 @@ with body.container():
                 continue
             with st.expander(md(name.replace("_", " "))):
                 st.text(str(value))
-    if not blind:  # the verdict tells whether the query failed: not before the person's own label
-        failures.verdict_box(dataset, v.system, run, qid, picker_key)
+    if not blind and found is not None:  # the verdict tells whether the query failed: not before one's own label
+        failures.verdict_box(found, qid, picker_key)
         failures.contrast_box(dataset, run, qid, v.system)
 
     per_query = results.per_query.loc[qid] if qid in results.per_query.index else None
@@ -307,7 +309,7 @@ with body.container():
         st.divider()
         labels.label_form(dataset, qid, run, documents, state.scope(within, qid))
         st.stop()
-    reranked = ui.get_reranked(dataset, rewritten.name if rewritten is not None else v.system)
+    reranked = work.reranked(dataset, rewritten.name if rewritten is not None else v.system)
     gold = gold_rows(dataset, run, qid, rewritten, reranked)
     left, right = st.container(key="r2-wide-gold").columns(2)  # stacked when a half is too narrow (look.WIDE_PX)
     with left:
@@ -343,7 +345,7 @@ with body.container():
             st.subheader(f"Retrieved top {depth}")
         shown_run = rankings[which]
         shown_system = {"original query": v.system, "rewritten query": rewritten_system}.get(which)
-        reasons = ui.explanations(dataset, shown_system, qid) if shown_system else None
+        reasons = work.explanations(dataset, shown_system, qid) if shown_system else None
         if reasons is not None:
             st.caption(f"Under each document: {md(reasons.note)}, by {md(reasons.by)}.")
         # A table whose preview wraps in its cell (a data grid cut it to a few words in a half-width column).
@@ -371,7 +373,7 @@ with body.container():
             # Nothing runs until asked: an expander's body runs even while folded, and the other system may
             # need minutes (or the operator's LLM).
             shown = st.toggle("Show its top documents next to these", key="w_side_show")
-            computed_other = ui.safe_results(dataset, other) if shown else None  # a Compute button when not ready
+            computed_other = work.results(dataset, other) if shown else None  # a Compute button when not ready
             if computed_other is not None:
                 table = side_by_side(
                     dataset,

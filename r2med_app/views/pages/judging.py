@@ -194,8 +194,7 @@ def page(dataset: Dataset) -> None:
     st.caption(
         "Documents pooled from the systems' top k that nobody judged. Grade each from the query and the "
         "document alone (0 not relevant, 1 relevant, 2 highly relevant), or say you are unsure (a reviewer then "
-        "decides it); either takes it off your queue, with the time you spent on it. "
-        + labels.TEAM_RULE
+        "decides it); either takes it off your queue, with the time you spent on it. " + labels.TEAM_RULE
     )
     store = annotation_db.annotation_store()
     if store is None:

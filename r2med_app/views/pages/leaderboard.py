@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import datasets, markup, naming, notices, serving, state, ui
+from r2med_app.views import datasets, markup, naming, notices, serving, state, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import runs
 from r2med_app.views.panels.mteb import mteb_section, your_mteb_results
@@ -125,7 +125,7 @@ published_task = dataset.name in PUBLISHED_TASKS
 
 def _interval(result: Results) -> str:
     """The local mean's 95 % bootstrap interval (r2med_core.intervals), as text."""
-    interval = ui.get_intervals(dataset, result, [metric]).get(metric)
+    interval = work.get_intervals(dataset, result, [metric]).get(metric)
     return interval.text(3) if interval else "–"
 
 
@@ -139,11 +139,11 @@ mine: dict[str, dict[str, str]] = {}
 local_kinds: list[str] = []
 prices = serving.settings().prices  # the operator's price per 1M tokens; without one, tokens only
 for name in state.systems_in_play():
-    computed = ui.safe_results(dataset, name)
+    computed = work.results(dataset, name)
     if computed is None:
         continue
     local = computed[1].means.get(metric, float("nan"))
-    record = ui.get_provenance(dataset, name, computed[0])
+    record = work.get_provenance(dataset, name, computed[0])
     column = {
         f"local {metric_label(metric)} (95% CI)": f"{_number(local, '.4f')} {_interval(computed[1])}",
         "setting": notices.fidelity_badge(dataset, name) or "benchmark's",
@@ -189,7 +189,7 @@ if not imported:
 else:
     scored = []
     for name in imported:
-        computed = ui.safe_results(dataset, name)
+        computed = work.results(dataset, name)
         if computed is not None:
             run, result = computed
             scored.append(

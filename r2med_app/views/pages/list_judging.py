@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import annotation_db, datasets, naming, notices, state, summaries, ui
+from r2med_app.views import annotation_db, datasets, naming, notices, state, summaries, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_app.views.panels.keylist import keyboard_list, rerun_after_reconnect
@@ -42,7 +42,7 @@ top[0].selectbox(
 )
 v.system = st.session_state["w_system"]
 k = top[1].select_slider("Top k", options=DEPTHS, value=10, key="w_lj_k")
-computed = ui.safe_results(dataset, v.system)
+computed = work.results(dataset, v.system)
 if computed is None:
     st.stop()
 run = computed[0]

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import datasets, markup, naming, notices, serving, state, ui
+from r2med_app.views import datasets, markup, naming, notices, serving, state, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import diagnosis, saved_reports
 from r2med_app.views.panels.pooling import section as pooling_section
@@ -32,7 +32,7 @@ if not names:
 panels = st.container()
 body = st.empty()
 with panels:
-    computed = {name: ui.safe_results(dataset, name, slot=body) for name in names}
+    computed = {name: work.results(dataset, name, slot=body) for name in names}
 results = {name: c[1] for name, c in computed.items() if c is not None}
 runs = {name: c[0] for name, c in computed.items() if c is not None}
 if not results:
@@ -50,10 +50,8 @@ with body.container():
     shown = st.multiselect(
         "Metrics", list(ALL_METRICS), default=list(MAIN_METRICS), format_func=metric_label, key="w_metrics"
     )
-    intervals = {name: ui.get_intervals(dataset, result, shown) for name, result in results.items()}
-    st.plotly_chart(
-        means_figure(list(results.values()), labels, shown, intervals), width="stretch", key="metric_bars"
-    )
+    intervals = {name: work.get_intervals(dataset, result, shown) for name, result in results.items()}
+    st.plotly_chart(means_figure(list(results.values()), labels, shown, intervals), width="stretch", key="metric_bars")
     # One row per metric and one column per system (mean and interval in one cell, meanings in words): the
     # whole table fits from 800 px up, where a column per metric and per interval was cut at the edge.
     markup.table(means_by_metric(list(results.values()), labels, shown, intervals))
@@ -83,9 +81,7 @@ with body.container():
 
     st.subheader("Per-query distribution")
     metric = st.selectbox("Metric", list(MAIN_METRICS), format_func=metric_label, key="w_dist_metric")
-    st.plotly_chart(
-        per_query_figure(list(results.values()), labels, metric), width="stretch", key="metric_box"
-    )
+    st.plotly_chart(per_query_figure(list(results.values()), labels, metric), width="stretch", key="metric_box")
     st.download_button(
         "Download per-query metrics (CSV)",
         per_query_long(list(results.values()), labels, None).to_csv(index=False),
@@ -115,7 +111,7 @@ with body.container():
             mime="text/plain",
             key=f"trec_{name}",
         )
-        record = ui.get_provenance(dataset, name, runs[name])
+        record = work.get_provenance(dataset, name, runs[name])
         with cols[3].popover("Provenance", help="Where these numbers come from: data, models, code, machine."):
             # Whole values, wrapped inside the popover (a grid cut them at its right edge).
             markup.table(

@@ -9,7 +9,7 @@ from dataclasses import replace
 import plotly.express as px
 import streamlit as st
 
-from r2med_app.views import charts, datasets, live, naming, notices, serving, state, ui
+from r2med_app.views import bars, charts, datasets, live, naming, notices, serving, state, work
 from r2med_app.views.markup import md
 from r2med_core.analysis.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
 from r2med_core.llm.client import Endpoint, LocalEndpoint, default_llm_name
@@ -55,7 +55,7 @@ else:
             f"{left_out} of {len(dataset.queries)} queries are not in the {md(chosen)} rewrite file: with it "
             "they are not retrieved, so not evaluated (as in the benchmark)."
         )
-    base, with_rw = ui.safe_results(dataset, system), ui.safe_results(dataset, rewritten_name(system, chosen))
+    base, with_rw = work.results(dataset, system), work.results(dataset, rewritten_name(system, chosen))
     if base and with_rw:
         delta = per_query_delta(base[1], with_rw[1], "ndcg_at_10")
         outcome = rewrite_outcomes(delta)
@@ -86,7 +86,7 @@ else:
     )
     by_llm = {}
     for llm in llms:
-        computed = ui.safe_results(dataset, rewritten_name(system, f"{method}:{llm}"))
+        computed = work.results(dataset, rewritten_name(system, f"{method}:{llm}"))
         if computed:
             by_llm[rewrite_words(f"{method}:{llm}", dataset)] = computed[1]
     rows = llm_spread(by_llm, qid, base[1] if base else None)
@@ -219,7 +219,9 @@ else:
     )
     workers = serving.settings().llm_concurrency  # the operator's (secrets too): 1 for llama-cpp-python, more for vLLM
     name = llm_name or default_name or default_llm_name(getattr(chosen_endpoint, "model", "llm"))
-    first_stage = ui.get_run(dataset, "bm25") if gen_method == "lamer" else None
+    first_stage = work.run(dataset, "bm25") if gen_method == "lamer" else None
+    if gen_method == "lamer" and first_stage is None:  # its Compute button or progress is drawn
+        st.stop()
     estimate = None
     try:
         estimate = estimate_generation(
@@ -244,7 +246,7 @@ else:
             f"{len(batch)} replies are kept in the cache; Generate resumes from them."
         )
     if start:
-        report = ui.with_progress(
+        report = bars.with_progress(
             "Starting …",
             lambda progress: generate_rewrites(
                 dataset,

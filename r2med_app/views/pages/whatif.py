@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import datasets, live, naming, notices, state, ui
+from r2med_app.views import bars, datasets, live, naming, notices, state, work
 from r2med_app.views.markup import md
 from r2med_core.analysis.explore import highlight, overlap, preview, query_terms
 from r2med_core.llm.client import default_llm_name
@@ -82,7 +82,7 @@ if use_hyde and endpoint is not None and not st.session_state.get(ASKED):
         if st.button("Write the hypothetical document", key="w_whatif_hyde_go"):
             st.session_state[ASKED] = True
 if use_hyde and endpoint is not None and st.session_state.get(ASKED):
-    hy_doc, problem = ui.with_progress(
+    hy_doc, problem = bars.with_progress(
         f"a hypothetical document from {endpoint.model}",
         lambda progress: hypothetical_document(dataset, text, endpoint, progress=progress),
     )
@@ -101,11 +101,11 @@ for name in chosen:
     if hy_doc is not None:
         spec = spec.with_rewrite(("hyde", hyde_name))
         headings[name] = f"{naming.system_label(str(spec))} · live"
-    if not ui.is_ready(dataset, str(spec.base)):  # its index is not built yet: a background job builds it
-        ui.compute_panel(dataset, str(spec.base))
+    if not work.ready(dataset, str(spec.base)):  # its index is not built yet: a background job builds it
+        work.compute_panel(work.bench().run(dataset, str(spec.base)))  # not ready: its offer, job or error
         continue
     try:
-        rankings[name] = ui.with_progress(
+        rankings[name] = bars.with_progress(
             naming.system_label(name),
             lambda progress, spec=spec: search_text(dataset, spec, text, k, hy_doc=hy_doc, progress=progress),
         )

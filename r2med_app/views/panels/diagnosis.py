@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from r2med_app.views import annotation_db, datasets, naming, state, ui
+from r2med_app.views import annotation_db, naming, state, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_core.analysis.diagnosis import (
@@ -17,7 +17,6 @@ from r2med_core.analysis.diagnosis import (
     NOT_FAILED,
     Diagnosis,
     counts_frame,
-    diagnose,
     filter_by_class,
     judge_proposals,
     with_failure_class,
@@ -54,7 +53,7 @@ def chosen_oracle() -> str:
     return state.view().oracle or DEFAULT_ORACLE
 
 
-def _proposals(dataset: Dataset) -> dict[str, frozenset[str]]:
+def proposals(dataset: Dataset) -> dict[str, frozenset[str]]:
     """The LLM judge's stored proposals this visitor may see (none when the annotation store is unavailable)."""
     store = annotation_db.annotation_store()
     if store is None:
@@ -66,25 +65,15 @@ def _proposals(dataset: Dataset) -> dict[str, frozenset[str]]:
         return {}
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def _diagnosis(
-    key: str, system: str, oracle: str, proposed: tuple, _dataset: Dataset, _run: Run, _oracle_run: Run | None
-) -> Diagnosis:
-    return diagnose(_dataset, _run, _oracle_run, oracle=oracle, proposals=dict(proposed))
-
-
-def get_diagnosis(dataset: Dataset, system: str, run: Run) -> Diagnosis | None:
-    """The system's diagnosis against the chosen oracle, or None while the oracle waits for a click on
-    "Compute" (its panel is shown) or could not run (the error is shown)."""
-    oracle = chosen_oracle()
-    oracle_run = None
-    if reference_answers(dataset):
-        computed = ui.safe_results(dataset, oracle)
-        if computed is None:
-            return None
-        oracle_run = computed[0]
-    proposed = tuple(sorted((qid, tuple(sorted(docs))) for qid, docs in _proposals(dataset).items()))
-    return _diagnosis(datasets.dataset_key(dataset), system, oracle, proposed, dataset, run, oracle_run)
+def get_diagnosis(dataset: Dataset, system: str) -> Diagnosis | None:
+    """The system's diagnosis against the chosen oracle (the workbench's), or None while a run it needs
+    waits for a click on "Compute" or could not run (its panel is drawn)."""
+    oracle, proposed = chosen_oracle(), proposals(dataset)
+    found = work.ask(
+        naming.system_label(oracle),
+        lambda progress: work.bench().diagnosis(dataset, system, oracle=oracle, proposals=proposed, progress=progress),
+    )
+    return None if found is None else found[0]
 
 
 def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
@@ -100,8 +89,8 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
         help="Retrieval with each query's reference answer. BM25's is quick; a dense one may need a click.",
     )
     diagnoses = {}
-    for name, run in runs.items():
-        found = get_diagnosis(dataset, name, run)
+    for name in runs:
+        found = get_diagnosis(dataset, name)
         if found is None:
             return
         diagnoses[naming.system_label(name)] = found
@@ -131,10 +120,9 @@ def metrics_section(dataset: Dataset, runs: dict[str, Run]) -> None:
     st.dataframe(table, width="stretch")
 
 
-def explorer_classes(dataset: Dataset, system: str, run: Run, table: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
-    """Explorer: the query table with a ``failure_class`` column and the class filter drawn (inside the
-    "All queries" expander); returns the table and whether it holds the column."""
-    found = get_diagnosis(dataset, system, run)
+def explorer_classes(found: Diagnosis | None, table: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """Explorer: the query table with a ``failure_class`` column from the system's diagnosis and the class
+    filter drawn (inside the "All queries" expander); returns the table and whether it holds the column."""
     if found is None:
         return table, False
     options = [*FAILURE_CLASSES, NOT_FAILED]

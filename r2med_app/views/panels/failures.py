@@ -1,81 +1,37 @@
 """Failures in plain words (page part): the Overview's landing section, which starts from where the
-chosen system fails, and the explorer's verdict above a failed question. The sentences are built by
-``r2med_core.analysis.verdicts``; this only finds the runs (never computing without a click) and renders.
+chosen system fails, and the explorer's verdict above a failed question. Both read one value, the core
+workbench's ``failures`` (its sentences are ``r2med_core.analysis.verdicts``'); this only asks and renders.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import datasets, naming, routes, state, ui
+from r2med_app.views import datasets, naming, routes, state, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import diagnosis
-from r2med_core.analysis.diagnosis import Diagnosis
 from r2med_core.analysis.explore import contrast, highlight, query_terms, shorten
-from r2med_core.analysis.verdicts import Verdict, next_failure, rewrite_summary, summary, verdict, worst_failures
+from r2med_core.compute.workbench import Failures, short_words
 from r2med_core.data import Dataset
-from r2med_core.evaluation import Results
-from r2med_core.kinds.oracle import reference_answers
 from r2med_core.runs import Run
-from r2med_core.systems import SpecError, default_rewrite, parse_system, rewrite_words, rewritten_name
+from r2med_core.systems import default_rewrite
 
 #: How many failure cards the landing shows.
 CARDS = 3
 
 
-def short_label(system: str) -> str:
-    """A system's name for a sentence: its label without the parenthesised note ("BM25")."""
-    return naming.system_label(system).split(" (", 1)[0]
-
-
-def _oracle(dataset: Dataset) -> tuple[Run | None, str]:
-    """The oracle's run (when computed) and the retriever it uses, for "given the answer, BM25 finds …"."""
-    name = diagnosis.chosen_oracle()
-    answered = bool(reference_answers(dataset))  # without answers the oracle cannot run
-    computed = ui.safe_results(dataset, name) if answered and ui.is_ready(dataset, name) else None
-    try:
-        members = parse_system(name).members
-    except SpecError:
-        members = ()
-    retriever = members[0].label.split(" (", 1)[0] if members else "the retriever"
-    return (computed[0] if computed else None), retriever
-
-
-def _rewrite(dataset: Dataset, system: str) -> tuple[tuple[Run, Results] | None, str, tuple[str, str] | None]:
-    """The run and results of ``system`` on the rewrite switched on (else the one views start from,
-    ``systems.default_rewrite``) when ready now, its name in words ("HyDE (smollm2-135m)") and its
-    ``(method, llm)``; nothing is computed here."""
-    chosen = state.view().rewrite or default_rewrite(dataset)
-    if not chosen:
-        return None, "", None
-    try:
-        name = rewritten_name(system, chosen)
-    except SpecError:
-        return None, "", None
-    method, _, llm = chosen.partition(":")
-    words = rewrite_words(chosen, dataset)
-    if name == system or not ui.is_ready(dataset, name):
-        return None, words, (method, llm)
-    return ui.safe_results(dataset, name), words, (method, llm)
-
-
-def _verdict(dataset: Dataset, system: str, run: Run, found: Diagnosis, qid: str) -> Verdict | None:
-    item = next((q for q in found.queries if q.query_id == qid), None)
-    if item is None:
-        return None
-    oracle_run, oracle_words = _oracle(dataset)
-    rewritten, rewrite_words, rewrite = _rewrite(dataset, system)
-    return verdict(
-        dataset,
-        item,
-        run,
-        system_label=short_label(system),
-        oracle_run=oracle_run,
-        oracle_label=oracle_words,
-        rewrite_run=rewritten[0] if rewritten else None,
-        rewrite_label=rewrite_words,
-        depth=found.depth,
-        rewrite=rewrite,
+def failures_of(dataset: Dataset, system: str) -> Failures | None:
+    """Where ``system`` fails, from the workbench's one call (the landing and the verdict read the same
+    value), with the rewrite in view, or else the one views start from (``systems.default_rewrite``); None
+    after drawing where a run it needs stands (a Compute button, a job's progress)."""
+    oracle, proposed = diagnosis.chosen_oracle(), diagnosis.proposals(dataset)
+    rewrite = state.view().rewrite or default_rewrite(dataset)
+    return work.ask(
+        naming.system_label(system),
+        lambda progress: work.bench().failures(
+            dataset, system, oracle=oracle, rewrite=rewrite, proposals=proposed, progress=progress
+        ),
+        waiting=work.waiting(dataset, system),
     )
 
 
@@ -102,56 +58,49 @@ def landing(dataset: Dataset) -> None:
         key="w_landing_system",
         help="Where this system fails on the task shown; choose systems in the sidebar.",
     )
-    computed = ui.safe_results(dataset, system)
-    if computed is None:
-        return
-    run = computed[0]
-    found = diagnosis.get_diagnosis(dataset, system, run)
+    found = failures_of(dataset, system)
     if found is None:
         return
-    words = summary(found, short_label(system), _oracle(dataset)[1])
+    words = found.summary
     st.markdown(f"#### {md(words.headline)}")
     for line in words.class_lines:
         st.markdown(f"- {md(line)}")
-    rewritten, rewrite_words, rewrite = _rewrite(dataset, system)
-    if rewritten is not None and rewrite is not None:
-        told = rewrite_summary(dataset, found, computed[1], rewritten[1], rewritten[0], rewrite, rewrite_words)
-        st.markdown(f"- {md(told)}")
+    if found.rewrite_line is not None:
+        st.markdown(f"- {md(found.rewrite_line)}")
     if not words.n_failed:
         st.success("No failures to look at on this task: every judged question has a relevant document in the top 10.")
         return
-    cards = worst_failures(found, CARDS)
+    cards = found.worst(CARDS)
     columns = st.columns(len(cards))
     for column, item in zip(columns, cards):
-        told = _verdict(dataset, system, run, found, item.query_id)
+        said = found.verdict(item.query_id)
         with column.container(border=True):
             st.markdown(f"**Question {md(item.query_id)}** · {md(item.failure_class)}")
             st.caption(md(shorten(dataset.queries[item.query_id], 220)))
-            if told is not None:
-                st.markdown(md(told.text))
+            if said is not None:
+                st.markdown(md(said.text))
             if st.button("Open this question", key=f"w_card_{item.query_id}", type="primary", width="stretch"):
                 _open(dataset, item.query_id, system)
     st.caption(
         f"A diagnostic, not the benchmark's score: a question fails when none of its relevant documents is in the "
-        f"top {found.depth}; the reason is told by retrieving with the question's reference answer "
+        f"top {found.diagnosis.depth}; the reason is told by retrieving with the question's reference answer "
         f"({md(naming.system_label(diagnosis.chosen_oracle()))})."
     )
 
 
-def verdict_box(dataset: Dataset, system: str, run: Run, qid: str, picker_key: str) -> None:
+def verdict_box(found: Failures, qid: str, picker_key: str) -> None:
     """The explorer's sentence above a question (what was missed, why, what a rewrite changed) and a
     button to the next failed question (``picker_key``: the explorer's query picker, moved with it)."""
-    found = diagnosis.get_diagnosis(dataset, system, run)
-    told = _verdict(dataset, system, run, found, qid) if found is not None else None
-    if found is None or told is None:
+    told = found.verdict(qid)
+    if told is None:
         return
     text, button = st.container(key="r2-stack-verdict").columns([5, 1.2], vertical_alignment="center")
     if told.failed:
         text.warning(md(told.text), icon=":material/search_off:")  # not an app error
     else:
         text.markdown(f":green[:material/task_alt:] {md(told.text)}")
-    failed = [q.query_id for q in found.queries if q.failed]
-    following = next_failure(failed, qid)
+    failed = found.failed
+    following = found.next_after(qid)
 
     def _go() -> None:
         state.view().q = st.session_state[picker_key] = following
@@ -164,7 +113,6 @@ def verdict_box(dataset: Dataset, system: str, run: Run, qid: str, picker_key: s
         help=f"{len(failed)} questions failed on this task; this walks them in order.",
         width="stretch",
     )
-
 
 
 def contrast_box(dataset: Dataset, run: Run, qid: str, system: str) -> None:
@@ -181,7 +129,7 @@ def contrast_box(dataset: Dataset, run: Run, qid: str, system: str) -> None:
         bridge = query_terms(answer) if isinstance(answer, str) else frozenset()
         left, right = st.container(key="r2-stack-contrast").columns(2)
         with left:
-            ranked = f"rank {told.winner_rank} in {md(short_label(system))}"
+            ranked = f"rank {told.winner_rank} in {md(short_words(system, dataset))}"
             st.markdown(f"**{md(told.winner)}** · {ranked} · not gold")
             st.caption("Shared with the question: " + (md(", ".join(told.winner_words)) or "none"))
             st.html(f"<div class='r2-text'>{highlight(dataset.corpus.get(told.winner, ''), question)}</div>")

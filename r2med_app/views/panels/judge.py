@@ -16,12 +16,11 @@ import math
 import pandas as pd
 import streamlit as st
 
-from r2med_app.views import datasets, live, naming, serving, state, ui
+from r2med_app.views import live, naming, serving, state, work
 from r2med_app.views.markup import md
 from r2med_core import Dataset
 from r2med_core.analysis.explore import relevance_from_data
-from r2med_core.cache import fingerprint
-from r2med_core.compute.jobs import REGISTRY
+from r2med_core.compute.workbench import Ready
 from r2med_core.judging.annotations import AnnotationStore
 from r2med_core.judging.llm_judge import (
     DEFAULT_THRESHOLD,
@@ -29,23 +28,19 @@ from r2med_core.judging.llm_judge import (
     JUDGE_PROMPT_NAME,
     JUDGE_PROMPT_VERSION,
     BridgeExplanation,
-    Pair,
     cached_explanation,
     estimate,
     explain_relevance,
-    judge_agreement,
-    judge_endpoint,
     judge_model,
-    judge_pairs,
     judged_sample,
-    propose_labels,
     proposer_name,
-    record_agreement,
     recorded_agreements,
     unjudged_pairs,
 )
+from r2med_core.llm.batch import BatchReport
 from r2med_core.llm.client import AnyEndpoint, LocalEndpoint
 from r2med_core.llm.generation import GenerationError
+from r2med_core.runs import Run
 
 NO_ENDPOINT = "Set a model (and base URL / key if needed) under **Live LLM endpoint** in the sidebar."
 DEPTHS = [3, 5, 10]
@@ -140,28 +135,7 @@ def _judge_choice() -> AnyEndpoint | None:
     return local
 
 
-def _job_key(kind: str, dataset: Dataset, endpoint: AnyEndpoint, pairs: list[Pair], *extra: object) -> tuple[str, str]:
-    units = [(p.query_id, p.doc_id) for p in pairs]
-    identity = judge_endpoint(endpoint).identity()
-    return (kind, fingerprint(kind, datasets.dataset_key(dataset), identity, JUDGE_PROMPT_VERSION, units, *extra))
-
-
-def _job_outcome(key: tuple[str, str]) -> bool:
-    """Progress of a running job (True), or what its last run did; False when none is running."""
-    job = REGISTRY.get(key)
-    if job is None:
-        return False
-    if job.state == "running":
-        ui.job_progress(key)
-        return True
-    if job.state == "cancelled":
-        st.caption("Cancelled. The pairs graded so far are cached: press the button again to resume.")
-    elif job.state == "failed":
-        st.error(f"The judge failed: {md(job.error)}")
-    return False
-
-
-def _report_lines(judged) -> None:  # type: ignore[no-untyped-def]
+def _report_lines(judged: BatchReport) -> None:
     (st.success if judged.complete else st.warning)(md(judged.summary()))
     if judged.problem():
         st.error(md(judged.problem()))
@@ -184,7 +158,7 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
     if endpoint is None:
         return
     in_play = state.systems_in_play()
-    ready = [name for name in in_play if ui.is_ready(dataset, name)]
+    ready = [name for name in in_play if work.ready(dataset, name)]
     if not ready:
         st.caption("Choose systems in the sidebar (and compute them) to judge what they retrieve.")
         return
@@ -200,7 +174,7 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
     threshold = c3.selectbox(
         "Propose from grade", [1, 2, 3], index=[1, 2, 3].index(DEFAULT_THRESHOLD), key="w_judge_threshold"
     )
-    runs = [ui.get_run(dataset, name) for name in chosen]
+    runs = [run for name in chosen if (run := work.run(dataset, name)) is not None]
     if len(in_play) > len(ready):
         st.caption(f"{len(in_play) - len(ready)} system(s) in play are not computed yet and are not offered.")
     pairs = unjudged_pairs(dataset, runs, depth)
@@ -212,39 +186,16 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
             f"{md(cost.describe())} to {md(endpoint.url)} · model {md(judge_model(endpoint))}. Proposals "
             f"are recorded as “{md(proposer_name(endpoint))}”."
         )
-        key = _job_key("llm-judge", dataset, endpoint, pairs, threshold)
-        if not _job_outcome(key):
-            job = REGISTRY.get(key)
-            if job is not None and job.state == "done":
-                judged, proposed = job.result
-                _report_lines(judged)
-                st.caption(
-                    f"{proposed.added} new proposal(s) in the review queue; {proposed.already_proposed} proposed "
-                    f"before; {proposed.below_threshold} graded below {threshold}."
-                )
-            label = (
-                f"Judge {cost.requests} pairs and propose labels" if cost.requests else "Propose labels (all cached)"
+        found = work.bench().proposals(dataset, store, endpoint, pairs, threshold)
+        if isinstance(found, Ready):
+            judged, proposed = found.value
+            _report_lines(judged)
+            st.caption(
+                f"{proposed.added} new proposal(s) in the review queue; {proposed.already_proposed} proposed "
+                f"before; {proposed.below_threshold} graded below {threshold}."
             )
-            if st.button(label, key="w_judge_start", type="primary"):
-                _start_proposals(key, dataset, store, endpoint, pairs, threshold)
-                ui.job_progress(key)
+        work.compute_panel(found, key="w_judge_start")
     _agreement(dataset, endpoint, runs, threshold)
-
-
-def _start_proposals(
-    key: tuple[str, str],
-    dataset: Dataset,
-    store: AnnotationStore,
-    endpoint: AnyEndpoint,
-    pairs: list[Pair],
-    threshold: int,
-) -> None:
-    def work(job):  # type: ignore[no-untyped-def]
-        judged = judge_pairs(dataset, pairs, endpoint, progress=job.progress)
-        proposed = propose_labels(store, dataset, pairs, judged.results, endpoint, threshold=threshold)
-        return judged, proposed
-
-    REGISTRY.start(key, f"LLM judge ({judge_model(endpoint)})", work)
 
 
 def _kappa(value: object) -> str:
@@ -256,7 +207,7 @@ def _kappa(value: object) -> str:
     return f"{number:.2f}" if math.isfinite(number) else "undefined"
 
 
-def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list, threshold: int) -> None:  # type: ignore[type-arg]
+def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list[Run], threshold: int) -> None:
     st.markdown("**How far to trust the judge: agreement with the qrels on this task**")
     has_zero = any(grade <= 0 for grades in dataset.qrels.values() for grade in grades.values())
     a1, a2, a3 = st.columns([1, 1, 3])
@@ -278,50 +229,33 @@ def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list, threshold: i
         return
     cost = estimate(dataset, sample, endpoint)
     st.caption(md(cost.describe()) + f" · the same sample for seed {int(seed)} every time, so a rerun costs nothing.")
-    key = _job_key("llm-judge-agreement", dataset, endpoint, sample, threshold)
-    if not _job_outcome(key):
-        job = REGISTRY.get(key)
-        if job is not None and job.state == "done":
-            judged, measured = job.result
-            _report_lines(judged)
-            m = st.columns(3)
-            m[0].metric(
-                f"Cohen's kappa (relevant = grade ≥ {threshold})",
-                _kappa(measured.kappa),
-                help="Relevant or not, judge against qrels: 1 = full agreement, 0 = chance.",
+    found = work.bench().agreement(dataset, endpoint, sample, threshold)
+    if isinstance(found, Ready):
+        judged, measured = found.value
+        _report_lines(judged)
+        m = st.columns(3)
+        m[0].metric(
+            f"Cohen's kappa (relevant = grade ≥ {threshold})",
+            _kappa(measured.kappa),
+            help="Relevant or not, judge against qrels: 1 = full agreement, 0 = chance.",
+        )
+        m[1].metric("Cohen's kappa on grades", _kappa(measured.graded_kappa))
+        m[2].metric("Same relevant / not", f"{measured.agreed} of {measured.pairs}")
+        confusion = measured.confusion.copy()
+        confusion.index = [
+            f"qrels {g}" + (" (assumed)" if g == 0 and measured.assumed else "") for g in confusion.index
+        ]
+        confusion.columns = [f"LLM {g}" for g in confusion.columns]
+        st.dataframe(confusion.rename_axis("qrels grade").reset_index(), hide_index=True)
+        if math.isnan(measured.kappa):
+            st.caption(
+                "Kappa is undefined when one side uses a single class (every pair relevant, or every pair "
+                "not): the confusion matrix still shows where the judge's grades fall."
             )
-            m[1].metric("Cohen's kappa on grades", _kappa(measured.graded_kappa))
-            m[2].metric("Same relevant / not", f"{measured.agreed} of {measured.pairs}")
-            confusion = measured.confusion.copy()
-            confusion.index = [
-                f"qrels {g}" + (" (assumed)" if g == 0 and measured.assumed else "") for g in confusion.index
-            ]
-            confusion.columns = [f"LLM {g}" for g in confusion.columns]
-            st.dataframe(confusion.rename_axis("qrels grade").reset_index(), hide_index=True)
-            if math.isnan(measured.kappa):
-                st.caption(
-                    "Kappa is undefined when one side uses a single class (every pair relevant, or every pair "
-                    "not): the confusion matrix still shows where the judge's grades fall."
-                )
-            if measured.assumed:
-                st.caption(f"{measured.assumed} of the {measured.pairs} pairs are unjudged documents counted grade 0.")
-        if st.button(f"Measure agreement ({cost.requests} requests)", key="w_judge_agree"):
-            _start_agreement(key, dataset, endpoint, sample, threshold)
-            ui.job_progress(key)
+        if measured.assumed:
+            st.caption(f"{measured.assumed} of the {measured.pairs} pairs are unjudged documents counted grade 0.")
+    work.compute_panel(found, key="w_judge_agree")
     _recorded()
-
-
-def _start_agreement(
-    key: tuple[str, str], dataset: Dataset, endpoint: AnyEndpoint, sample: list[Pair], threshold: int
-) -> None:
-    def work(job):  # type: ignore[no-untyped-def]
-        judged = judge_pairs(dataset, sample, endpoint, progress=job.progress)
-        measured = judge_agreement(dataset, sample, judged.results, endpoint, threshold=threshold)
-        if measured.pairs:
-            record_agreement(dataset, measured, endpoint)
-        return judged, measured
-
-    REGISTRY.start(key, f"LLM judge agreement ({judge_model(endpoint)})", work)
 
 
 def _recorded() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from r2med_app.views import naming, notices, serving, state, ui
+from r2med_app.views import naming, notices, serving, state, work
 from r2med_app.views.markup import md
 from r2med_app.views.panels import auth
 from r2med_core import DataError, Dataset, PairedTest, Results, Run
@@ -66,7 +66,7 @@ def download_buttons(
             run,
             r,
             notices.fidelity_badge(dataset, r.run_name),
-            ui.get_provenance(dataset, r.run_name, run),
+            work.get_provenance(dataset, r.run_name, run),
         )
         for run, r in computed
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import annotation_db, naming, state, ui
+from r2med_app.views import annotation_db, naming, state, work
 from r2med_app.views.markup import md
 from r2med_core import Dataset
 from r2med_core.evaluation import MAIN_METRICS, metric_label
@@ -35,7 +35,7 @@ def reevaluation(dataset: Dataset, team: TeamQrels) -> None:
     if not team.changes:
         st.caption("The team's qrels equal the original ones on this task so far.")
         return
-    runs = {name: c[0] for name in state.systems_in_play() if (c := ui.safe_results(dataset, name)) is not None}
+    runs = {name: c[0] for name in state.systems_in_play() if (c := work.results(dataset, name)) is not None}
     if not runs:
         st.caption("Choose systems in the sidebar to re-evaluate them.")
         return
