@@ -150,7 +150,7 @@ def test_a_system_that_cannot_run_fails_with_its_reason() -> None:
 def test_the_landing_and_the_verdict_read_one_diagnosis(tmp_path: Path) -> None:
     """The failures the workbench tells are the analysis functions' own, on the same runs."""
     dataset, wb = load_demo(TASK), bench()
-    found = wb.failures(dataset, "bm25", oracle=DEFAULT_ORACLE)
+    found = wb.failures(dataset, "bm25", oracle=DEFAULT_ORACLE, rewrite="")
     assert isinstance(found, Ready)
     told = found.value
     run, oracle_run = run_system(dataset, "bm25"), run_system(dataset, DEFAULT_ORACLE)
@@ -177,3 +177,15 @@ def test_the_verdict_waits_for_the_oracle_like_any_run(monkeypatch: pytest.Monke
     wb.settings = load_settings(extra={"R2MED_COMPUTE_SECONDS": "0.0001"})
     waiting = wb.failures(dataset, "bm25", oracle=DEFAULT_ORACLE)
     assert isinstance(waiting, NeedsClick) and waiting.key == run_job_key(dataset, DEFAULT_ORACLE)
+
+
+def test_an_annotation_store_that_stopped_answering_is_said_where_the_verdict_would_be() -> None:
+    from r2med_core.judging.annotations import AnnotationStoreError
+
+    class Gone:
+        def list(self, **filters: object) -> list:
+            raise AnnotationStoreError("the database server went away")
+
+    found = bench().failures(load_demo(TASK), "bm25", oracle=DEFAULT_ORACLE, store=Gone())  # type: ignore[arg-type]
+    assert isinstance(found, Failed)
+    assert found.message == "Annotations are unavailable: the database server went away"

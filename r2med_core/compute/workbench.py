@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
-from r2med_core.analysis.diagnosis import Diagnosis, QueryDiagnosis, diagnose
+from r2med_core.analysis.diagnosis import Diagnosis, QueryDiagnosis, diagnose, judge_proposals
 from r2med_core.analysis.verdicts import (
     Summary,
     Verdict,
@@ -45,7 +45,7 @@ from r2med_core.compute.jobs import REGISTRY, Job, JobRegistry, JobStatus, run_j
 from r2med_core.data import Dataset
 from r2med_core.evaluation import Results, evaluate
 from r2med_core.hub import ModelUnavailable
-from r2med_core.judging.annotations import AnnotationStore
+from r2med_core.judging.annotations import AnnotationStore, AnnotationStoreError
 from r2med_core.judging.llm_judge import (
     JUDGE_PROMPT_VERSION,
     BatchReport,
@@ -60,6 +60,7 @@ from r2med_core.judging.llm_judge import (
     propose_labels,
     record_agreement,
 )
+from r2med_core.judging.visibility import Sight
 from r2med_core.kinds.base import estimate_seconds, needs_click
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.kinds.rerank import rerank_seconds
@@ -71,6 +72,7 @@ from r2med_core.settings import Settings
 from r2med_core.systems import (
     SpecError,
     cost_notes,
+    default_rewrite,
     parse_system,
     rewrite_words,
     rewritten_name,
@@ -464,11 +466,17 @@ class Workbench:
         system: str,
         *,
         oracle: str,
-        proposals: Mapping[str, frozenset[str]] | None = None,
+        store: AnnotationStore | None = None,
+        sight: Sight | None = None,
         progress: Progress | None = None,
     ) -> State[tuple[Diagnosis, Run, Run | None]]:
         """The system's failure diagnosis against ``oracle`` (with the two runs it read), or where the
-        runs stand: the oracle's run waits for a click like any other when it is not cheap."""
+        runs stand: the oracle's run waits for a click like any other when it is not cheap. The LLM judge's
+        proposals in ``store`` count (those ``sight`` may see; ``judge_proposals``)."""
+        try:
+            proposals = judge_proposals(store, dataset, sight) if store is not None else {}
+        except AnnotationStoreError as err:
+            return Failed(f"Annotations are unavailable: {err}")
         found = self.run(dataset, system, progress=progress)
         if not isinstance(found, Ready):
             return found
@@ -479,14 +487,14 @@ class Workbench:
                 return answered
             oracle_run = answered.value
         run = found.value
-        proposed = tuple(sorted((q, tuple(sorted(d))) for q, d in (proposals or {}).items()))
+        proposed = tuple(sorted((q, tuple(sorted(d))) for q, d in proposals.items()))
         key = ("diagnosis", dataset_key(dataset), system, oracle, proposed, id(run), id(oracle_run))
         # The entry holds the runs it names by id, so no other object can take their ids while it lives.
         return Ready(
             self.memo.get(
                 key,
                 lambda: (
-                    diagnose(dataset, run, oracle_run, oracle=oracle, proposals=dict(proposals or {})),
+                    diagnose(dataset, run, oracle_run, oracle=oracle, proposals=proposals),
                     run,
                     oracle_run,
                 ),
@@ -499,17 +507,20 @@ class Workbench:
         system: str,
         *,
         oracle: str,
-        rewrite: str = "",
-        proposals: Mapping[str, frozenset[str]] | None = None,
+        rewrite: str | None = None,
+        store: AnnotationStore | None = None,
+        sight: Sight | None = None,
         progress: Progress | None = None,
     ) -> State[Failures]:
-        """Where ``system`` fails on the task, told against ``oracle``, with what ``rewrite`` (``method:llm``)
-        did when its run is ready without a click (nothing is started for it here)."""
-        found = self.diagnosis(dataset, system, oracle=oracle, proposals=proposals, progress=progress)
+        """Where ``system`` fails on the task, told against ``oracle`` (proposals as in ``diagnosis``), with
+        what ``rewrite`` (``method:llm``; None: the one views start from, ``systems.default_rewrite``; "":
+        none) did when its run is ready without a click (nothing is started for it here)."""
+        found = self.diagnosis(dataset, system, oracle=oracle, store=store, sight=sight, progress=progress)
         if not isinstance(found, Ready):
             return found
         made, run, oracle_run = found.value
         told = _Telling(dataset, run, oracle_run, oracle)
+        rewrite = default_rewrite(dataset) if rewrite is None else rewrite
         if rewrite:
             told = self._with_rewrite(told, system, rewrite, progress)
         key = ("failures", id(made), told.rewrite, id(told.rewrite_run))

@@ -18,11 +18,9 @@ from r2med_core.analysis.diagnosis import (
     Diagnosis,
     counts_frame,
     filter_by_class,
-    judge_proposals,
     with_failure_class,
 )
 from r2med_core.data import Dataset
-from r2med_core.judging.stores import AnnotationStoreError
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.reporting.figures import count_axis
 from r2med_core.runs import Run
@@ -53,25 +51,15 @@ def chosen_oracle() -> str:
     return state.view().oracle or DEFAULT_ORACLE
 
 
-def proposals(dataset: Dataset) -> dict[str, frozenset[str]]:
-    """The LLM judge's stored proposals this visitor may see (none when the annotation store is unavailable)."""
-    store = annotation_db.annotation_store()
-    if store is None:
-        return {}
-    try:
-        return judge_proposals(store, dataset, auth.acting().sight)  # only those this visitor may see
-    except AnnotationStoreError as err:
-        st.error(f"Annotations are unavailable: {md(err)}")
-        return {}
-
-
 def get_diagnosis(dataset: Dataset, system: str) -> Diagnosis | None:
     """The system's diagnosis against the chosen oracle (the workbench's), or None while a run it needs
     waits for a click on "Compute" or could not run (its panel is drawn)."""
-    oracle, proposed = chosen_oracle(), proposals(dataset)
+    oracle, store, sight = chosen_oracle(), annotation_db.annotation_store(), auth.acting().sight
     found = work.ask(
         naming.system_label(oracle),
-        lambda progress: work.bench().diagnosis(dataset, system, oracle=oracle, proposals=proposed, progress=progress),
+        lambda progress: work.bench().diagnosis(
+            dataset, system, oracle=oracle, store=store, sight=sight, progress=progress
+        ),
     )
     return None if found is None else found[0]
 

@@ -7,29 +7,34 @@ from __future__ import annotations
 
 import streamlit as st
 
-from r2med_app.views import datasets, naming, routes, state, work
+from r2med_app.views import annotation_db, datasets, naming, routes, state, work
 from r2med_app.views.markup import md
-from r2med_app.views.panels import diagnosis
+from r2med_app.views.panels import auth, diagnosis
 from r2med_core.analysis.explore import contrast, highlight, query_terms, shorten
 from r2med_core.compute.workbench import Failures, short_words
 from r2med_core.data import Dataset
 from r2med_core.runs import Run
-from r2med_core.systems import default_rewrite
 
 #: How many failure cards the landing shows.
 CARDS = 3
 
 
 def failures_of(dataset: Dataset, system: str) -> Failures | None:
-    """Where ``system`` fails, from the workbench's one call (the landing and the verdict read the same
-    value), with the rewrite in view, or else the one views start from (``systems.default_rewrite``); None
-    after drawing where a run it needs stands (a Compute button, a job's progress)."""
-    oracle, proposed = diagnosis.chosen_oracle(), diagnosis.proposals(dataset)
-    rewrite = state.view().rewrite or default_rewrite(dataset)
+    """Where ``system`` fails, from the workbench's one call (the landing, the explorer's class column and
+    its verdict read the same value), with the rewrite in view (else the one views start from) and the LLM
+    judge's proposals this visitor may see; None after drawing where a run it needs stands."""
+    oracle, rewrite = diagnosis.chosen_oracle(), state.view().rewrite or None
+    store, sight = annotation_db.annotation_store(), auth.acting().sight
     return work.ask(
         naming.system_label(system),
         lambda progress: work.bench().failures(
-            dataset, system, oracle=oracle, rewrite=rewrite, proposals=proposed, progress=progress
+            dataset,
+            system,
+            oracle=oracle,
+            rewrite=rewrite,
+            store=store,
+            sight=sight,
+            progress=progress,
         ),
         waiting=work.waiting(dataset, system),
     )
