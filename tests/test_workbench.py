@@ -124,18 +124,20 @@ def test_a_failed_job_says_why_and_offers_a_retry_and_a_cancelled_one_resumes() 
     assert isinstance(failed, Failed) and failed.message == "a batch failed: OSError: disk full"
     assert failed.retry == offer and not failed.expected
 
-    started = threading.Event()
+    started, reply = threading.Event(), threading.Event()
 
     def endless(job):  # type: ignore[no-untyped-def]
         started.set()
         while True:
+            reply.wait(30)  # a reply still being written: the next report comes when it is in
             job.progress(0.1, "going")
-            threading.Event().wait(0.01)
 
     offer = wb.offer(("batch", "endless"), "a batch", "Run the batch", endless)
     wb.start(offer)
     assert started.wait(10)
     wb.cancel(offer.key)
+    assert isinstance(wb.state_of(offer), Running)  # still stopping: its progress, never a second start
+    reply.set()
     job = wb.registry.get(offer.key)
     assert job is not None and job.wait(10) and job.state == "cancelled"
     stopped = wb.state_of(offer)

@@ -363,21 +363,19 @@ class Workbench:
     # ---- any job
 
     def state_of(self, offer: NeedsClick) -> State[Any]:
-        """Where the work ``offer`` starts stands: not started (the offer), running, stopped (the offer,
-        resuming), failed (the error and the offer again), or done (its result, and the offer again)."""
+        """Where the work ``offer`` starts stands: not started (the offer), running or being cancelled (its
+        progress: a new start would send the requests the stopping job is still sending), stopped (the
+        offer, resuming), failed (the error and the offer again), or done (its result, and the offer again)."""
         job = self.registry.get(offer.key)
         if job is None:
             return offer
-        if job.active:
+        if job.state == "running":
             return Running(offer.key, offer.label)
         if job.state == "done":
             return Ready(job.result, again=offer)
-        again = _resuming(offer) if job.state == "cancelled" or job.cancelling else offer
-        if job.cancelling:
-            again = replace(again, cancelling=True)
         if job.state == "failed":
-            return Failed(f"{offer.label} failed: {job.error}", retry=again)
-        return again
+            return Failed(f"{offer.label} failed: {job.error}", retry=offer)
+        return _resuming(offer)
 
     def offer(
         self,
