@@ -555,7 +555,7 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         live_endpoint(at, server.url, KEY)
         at.number_input(key="w_llm_temperature").set_value(0.7).run()
         at.number_input(key="w_llm_max_tokens").set_value(256).run()
-        at.button(key="w_gen_start").click().run()
+        generate(at)
         assert not at.exception
         assert any("12 generated" in s.value for s in at.success), [w.value for w in at.warning]
         assert len(server.requests) == 12
@@ -566,7 +566,7 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         assert any(c.value.startswith("Prompts: the benchmark's prompts of Medical") for c in at.caption)
         at.radio(key="w_gen_sampling").set_value("the sidebar's temperature and max tokens").run()
         at.number_input(key="w_llm_temperature").set_value(0.3).run()
-        at.button(key="w_gen_start").click().run()
+        generate(at)
         last = server.requests[-1]["body"]
         assert (last["temperature"], last["max_tokens"], "seed" in last) == (0.3, 256, False)
         at.toggle(key="w_rewrite_on").set_value(True).run()
@@ -595,33 +595,80 @@ def test_the_rewriting_page_generates_the_first_n_or_the_chosen_queries_only() -
         at.number_input(key="w_gen_first").set_value(3).run()
         assert any(c.value.startswith("3 of 12 queries · hyde") for c in at.caption)
         assert any(c.value.startswith("3 replies to generate") for c in at.caption)
-        at.button(key="w_gen_start").click().run()
+        generate(at)
         assert not at.exception and len(server.requests) == 3
         assert any("3 generated" in s.value for s in at.success), [s.value for s in at.success]
         sent = [r["body"]["messages"][-1]["content"] for r in server.requests]
         assert all(any(text in m for m in sent) for text in [load_demo("qa-reference").queries[q] for q in qids[:3]])
         at.multiselect(key="w_gen_queries").set_value([qids[7], qids[5]]).run()
         assert any(c.value.startswith("2 of 12 queries") for c in at.caption)
-        at.button(key="w_gen_start").click().run()
+        generate(at)
         assert len(server.requests) == 5  # only the two chosen, nothing else
         later = [r["body"]["messages"][-1]["content"] for r in server.requests[3:]]
         for q in (qids[5], qids[7]):
             assert any(load_demo("qa-reference").queries[q] in m for m in later)
 
 
-def test_cancel_on_the_rewriting_page_says_it_stopped_and_what_was_kept() -> None:
-    """A Cancel click ends the batch (its rerun stops the script and closes the stream): the page then
-    says so and counts the replies kept, instead of silently showing its state before Generate."""
+def generate(at: AppTest) -> None:
+    """Click Generate, wait for the background job it starts, and draw the page again."""
+    from r2med_core.compute.jobs import REGISTRY
+
+    at.button(key="w_gen_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    for job in REGISTRY.jobs():
+        if job.key[0] == "generate":
+            assert job.wait(120), "the generation job did not end"
+    at.run()
+
+
+def test_a_generation_goes_on_in_the_background_and_a_cancelled_one_resumes_from_what_it_kept() -> None:
+    """Generate starts a background job (its progress, ETA and Cancel drawn like every job's, and it goes on
+    when the page is left); Cancel stops it at the next reply, the replies so far stay cached, and the
+    button then says it resumes: pressed again, it asks only for the rest."""
+    import re
+    import threading
+
+    from r2med_core.compute.jobs import REGISTRY
+
     from .test_generation import KEY, FakeLLM, demo_replies
 
+    held, answered = threading.Event(), threading.Event()
     with FakeLLM(demo_replies("qa-reference")) as server:
+        replies = demo_replies("qa-reference")
+
+        def slow_after_two(messages: list[dict[str, str]]) -> str:
+            if len(server.requests) > 2:  # the third reply is still being written when Cancel is pressed
+                answered.set()
+                held.wait(30)
+            text = messages[-1]["content"]
+            return next((doc for query, doc in replies.items() if query in text), "A passage.")
+
+        server.responder = slow_after_two
         at = open_app("rewriting", task="qa-reference", systems=["bm25"])
         live_endpoint(at, server.url, KEY)
-        assert not any("Cancelled" in i.value for i in at.info)
-        at.button(key="w_gen_stop").click().run()
+        at.button(key="w_gen_start").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        job = next(j for j in REGISTRY.jobs() if j.key[0] == "generate" and j.state == "running")
+        assert answered.wait(60)
+        at.run()
+        assert any(b.label == "Cancel" for b in at.button)  # the job's own progress panel, not a frozen page
+        REGISTRY.cancel(job.key)
+        held.set()
+        assert job.wait(60) and job.state == "cancelled", job.error
+        at.run()
         assert not at.exception
-        told = [i.value for i in at.info if "Cancelled" in i.value]
-        assert told and "0 of 12 replies are kept in the cache; Generate resumes from them" in told[0], told
+        again = at.button(key="w_gen_start")
+        assert again.label == "Generate (resumes where it stopped)"
+        sent = len(server.requests)
+        assert 3 <= sent < 12
+        first = [r["body"]["messages"][-1]["content"] for r in server.requests[:2]]
+        server.responder = None
+        generate(at)
+        told = next((m for s in at.success if (m := re.search(r"(\d+) generated, (\d+) from cache", s.value))), None)
+        assert told is not None, [s.value for s in at.success] + [w.value for w in at.warning]
+        assert int(told[1]) + int(told[2]) == 12 and int(told[2]) >= 2  # the replies kept before Cancel are reused
+        later = [r["body"]["messages"][-1]["content"] for r in server.requests[sent:]]
+        assert len(later) <= 10 and not set(first) & set(later)  # the replies kept are not asked for again
 
 
 def test_what_if_rewrites_a_typed_query_with_a_live_llm() -> None:

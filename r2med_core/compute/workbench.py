@@ -65,6 +65,8 @@ from r2med_core.kinds.base import estimate_seconds, needs_click
 from r2med_core.kinds.oracle import reference_answers
 from r2med_core.kinds.rerank import rerank_seconds
 from r2med_core.llm.client import AnyEndpoint
+from r2med_core.llm.generation import generate_rewrites
+from r2med_core.llm.prompts import OFFICIAL_PROMPTS, Prompts
 from r2med_core.progress import Progress, notify
 from r2med_core.retrieval.rerank import RerankerUnavailable, rerank, rerank_key
 from r2med_core.runs import Run
@@ -448,6 +450,41 @@ class Workbench:
         key = self._judge_key("llm-judge-agreement", dataset, endpoint, sample, threshold)
         label = f"LLM judge agreement ({judge_model(endpoint)})"
         return self.state_of(self.offer(key, label, f"Measure agreement ({cost.requests} requests)", work))
+
+    # ---- rewrite generation
+
+    def generation(
+        self,
+        dataset: Dataset,
+        method: str,
+        endpoint: AnyEndpoint,
+        *,
+        llm_name: str,
+        query_ids: list[str],
+        prompts: Prompts = OFFICIAL_PROMPTS,
+        first_stage: Run | None = None,
+        workers: int = 1,
+    ) -> State[BatchReport]:
+        """A batch of live rewrites (``generate_rewrites``) as a background job, only after a click (it sends
+        requests): it goes on when its page is left, and a stopped batch resumes from its cached replies."""
+
+        def work(job: Job) -> BatchReport:
+            return generate_rewrites(
+                dataset, method, endpoint, llm_name=llm_name, first_stage=first_stage, progress=job.progress,
+                prompts=prompts, workers=workers, query_ids=query_ids,
+            )  # fmt: skip
+
+        # Keyed by what the requests are made of, not ``dataset_key``: the set this batch records is attached
+        # to the dataset as a rewrite when it ends, which makes another dataset key, and the ended job unseen.
+        asked = {qid: dataset.queries.get(qid) for qid in query_ids}
+        key = (
+            "generate",
+            fingerprint(
+                "generate", dataset.source, dataset.name, dataset.fingerprint, asked, method, endpoint.identity(),
+                llm_name, prompts.name, prompts.examples, first_stage.name if first_stage is not None else None,
+            ),
+        )  # fmt: skip
+        return self.state_of(self.offer(key, f"{method} rewrites by {llm_name}", "Generate", work))
 
     @staticmethod
     def _judge_key(kind: str, dataset: Dataset, endpoint: AnyEndpoint, pairs: list[Pair], threshold: int) -> tuple:

@@ -9,15 +9,15 @@ from dataclasses import replace
 import plotly.express as px
 import streamlit as st
 
-from r2med_app.views import bars, charts, datasets, live, naming, notices, serving, state, work
+from r2med_app.views import charts, datasets, live, naming, notices, serving, state, work
 from r2med_app.views.markup import md
 from r2med_core.analysis.explore import llm_spread, per_query_delta, rewrite_outcomes, shorten
+from r2med_core.compute.workbench import Ready
 from r2med_core.llm.client import Endpoint, LocalEndpoint, default_llm_name
 from r2med_core.llm.generation import (
     GENERATION_METHODS,
     GenerationError,
     estimate_generation,
-    generate_rewrites,
     is_shipped_set,
     new_set_name,
     rewrites_text,
@@ -222,7 +222,6 @@ else:
     first_stage = work.run(dataset, "bm25") if gen_method == "lamer" else None
     if gen_method == "lamer" and first_stage is None:  # its Compute button or progress is drawn
         st.stop()
-    estimate = None
     try:
         estimate = estimate_generation(
             dataset, gen_method, chosen_endpoint, llm_name=name, first_stage=first_stage, prompts=prompts,
@@ -231,41 +230,18 @@ else:
         st.caption(md(estimate.describe()[:1].upper() + estimate.describe()[1:]) + f" · {workers} at a time.")
     except GenerationError as err:
         st.caption(md(err))
-    b1, b2 = st.columns([1, 5])
-    start = b1.button("Generate", type="primary", key="w_gen_start")
-    b2.button(
-        "Cancel",
-        key="w_gen_stop",
-        help="Stops the reply being written (the connection closes, so the server stops generating); finished "
-        "replies are kept, and Generate resumes from them.",
-    )
-    if st.session_state.get("w_gen_stop"):  # this run was started by the Cancel click
-        kept = estimate.from_cache if estimate is not None else 0
-        st.info(
-            f"Cancelled: the reply being written was stopped (the server stops generating it). {kept} of "
-            f"{len(batch)} replies are kept in the cache; Generate resumes from them."
-        )
-    if start:
-        report = bars.with_progress(
-            "Starting …",
-            lambda progress: generate_rewrites(
-                dataset,
-                gen_method,
-                chosen_endpoint,
-                llm_name=name,
-                first_stage=first_stage,
-                progress=progress,
-                prompts=prompts,
-                workers=workers,
-                query_ids=batch,
-            ),
-        )
-        (st.success if report.complete else st.warning)(report.summary())
+    found = work.bench().generation(
+        dataset, gen_method, chosen_endpoint, llm_name=name, query_ids=batch, prompts=prompts,
+        first_stage=first_stage, workers=workers,
+    )  # fmt: skip
+    if isinstance(found, Ready):
+        report = found.value
+        (st.success if report.complete else st.warning)(md(report.summary()))
         if report.problem():
-            st.error(report.problem())
+            st.error(md(report.problem()))
         if report.results:
             st.caption(
-                f"Switch the rewrite to `{gen_method}:{name}` in the sidebar to explore it "
+                f"Switch the rewrite to `{gen_method}:{md(name)}` in the sidebar to explore it "
                 "(the app picks recorded generations up automatically)."
             )
             st.download_button(
@@ -275,3 +251,4 @@ else:
                 mime="application/jsonl",
                 help=f"Put it at <task>/{gen_method}/{name}/query_with_hydoc.jsonl to share it.",
             )
+    work.compute_panel(found, key="w_gen_start")  # Generate; once started, the job's progress, ETA and Cancel
