@@ -286,6 +286,16 @@ def test_a_request_failing_on_its_own_can_keep_first_stage_order(toy: Dataset, f
 # --------------------------------------------------------------------------- sliding window
 
 
+@pytest.mark.parametrize("rerank", [listwise_rerank, pointwise_rerank])
+def test_a_misspelt_option_is_refused_before_anything_is_sent(
+    rerank: Any, toy: Dataset, first: Run, llm: FakeLLM
+) -> None:
+    """The options both rerankers share are checked by name, as written-out keywords would be."""
+    with pytest.raises(TypeError, match="max_token"):
+        rerank(first, toy, endpoint(llm), 3, max_token=5)
+    assert llm.requests == []
+
+
 def test_window_spans_follow_rankgpt_from_the_bottom_up() -> None:
     assert Window().spans(100) == [(80 - 10 * i, 100 - 10 * i) for i in range(9)]
     assert Window(20, 10).spans(25) == [(5, 25), (0, 15)]  # clamped to the top (RankGPT's loop would stop)
