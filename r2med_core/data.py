@@ -246,9 +246,14 @@ def _id_problem(name: str, value: str) -> str | None:
     return None
 
 
-def _grade_problem(grade: int) -> str | None:
+def _checked_grade(value: Any, must: str) -> int | str:
+    """``value`` as a relevance grade, or what is wrong with it: not an integer (``must`` says what the
+    file's format wanted, before the value), or outside 0-``MAX_GRADE``. The one rule of every qrels reader."""
+    grade = _as_grade(value)
+    if grade is None:
+        return f"{must}, got {value[:40] if isinstance(value, str) else value!r}"
     if 0 <= grade <= MAX_GRADE:
-        return None
+        return grade
     return f"relevance grade {grade} is outside 0-{MAX_GRADE}"
 
 
@@ -507,12 +512,9 @@ def _read_qrels_jsonl(path: Path) -> list[tuple[int, str, str, int]]:
         if wrong_id:
             problems.append(Problem(str(path), number, wrong_id))
             continue
-        grade = _as_grade(score)
-        if grade is None:
-            problems.append(Problem(str(path), number, f'"score" must be an integer grade, got {score!r}'))
-            continue
-        if _grade_problem(grade):
-            problems.append(Problem(str(path), number, str(_grade_problem(grade))))
+        grade = _checked_grade(score, '"score" must be an integer grade')
+        if isinstance(grade, str):
+            problems.append(Problem(str(path), number, grade))
             continue
         out.append((number, qid, did, grade))
     if problems:
@@ -555,14 +557,11 @@ def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
         else:
             problems.append(Problem(str(path), number, f"expected 3 or 4 columns, found {len(fields)}"))
             continue
-        grade = _as_grade(rel)
-        if grade is None:
-            if number == 1 and not out:  # a header such as "query-id corpus-id score"
-                continue
-            problems.append(Problem(str(path), number, f"relevance must be an integer, got {rel[:40]!r}"))
+        if number == 1 and not out and _as_grade(rel) is None:  # a header such as "query-id corpus-id score"
             continue
-        if _grade_problem(grade):
-            problems.append(Problem(str(path), number, str(_grade_problem(grade))))
+        grade = _checked_grade(rel, "relevance must be an integer")
+        if isinstance(grade, str):
+            problems.append(Problem(str(path), number, grade))
             continue
         out.append((number, qid, did, grade))
     if not out and not problems:
