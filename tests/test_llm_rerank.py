@@ -418,6 +418,23 @@ def test_estimate_counts_requests_tokens_and_what_is_cached(toy: Dataset, first:
     assert estimate(base, data, ep, "listwise", k=30, window=Window(10, 5)).cached == 5  # replayed from the cache
 
 
+@pytest.mark.parametrize("method", ["listwise", "pointwise"])
+def test_a_resumed_job_with_its_own_reply_bound_starts_its_eta_from_what_it_cached(
+    method: str, toy: Dataset, first: Run, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ETA before the first reply is the estimate of this very job: with its reply bound (in every
+    reply's cache key), so a resumed job counts the replies it cached and prices the rest at its bound."""
+    llm.responder = lambda m: json_reply([1, 2]) if method == "listwise" else "Fits.\nAnswer: relevant"
+    rerank = listwise_rerank if method == "listwise" else pointwise_rerank
+    rerank(Run("bm25", {"q1": first.rankings["q1"]}), toy, endpoint(llm), 3, max_tokens=64)
+    used: list[lr.RerankEstimate] = []
+    real = lr.estimate
+    monkeypatch.setattr(lr, "estimate", lambda *a, **kw: used.append(real(*a, **kw)) or used[-1])
+    rerank(first, toy, endpoint(llm), 3, max_tokens=64)
+    per_query = 1 if method == "listwise" else 3
+    assert [(e.cached, e.to_send, e.max_completion_tokens) for e in used] == [(per_query, per_query, per_query * 64)]
+
+
 def test_reranking_goes_only_to_the_operators_endpoints() -> None:
     operator = OperatorLLM(endpoints=("http://127.0.0.1:8000/v1",), api_key=KEY)
     refused = reranker_endpoint("https://visitor.example/v1", "", "m", operator)

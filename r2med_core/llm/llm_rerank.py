@@ -830,8 +830,11 @@ def _rerank(how: _Method, run: Run, dataset: Dataset, endpoint: AnyEndpoint, k: 
     result = _report(options.get("report_to"), how.method, endpoint, how.noun)
     total = how.requests(plan)
     expected = None
-    if plan:
-        expected = estimate(run, dataset, endpoint, how.method, k, window=how.window, workers=workers).seconds
+    if plan:  # this very job's estimate: its reply bound (in every reply's cache key) included
+        ahead = estimate(
+            run, dataset, endpoint, how.method, k, window=how.window, max_tokens=endpoint.max_tokens, workers=workers
+        )
+        expected = ahead.seconds
     asker = _Asker(
         how.method,
         endpoint,
