@@ -22,7 +22,7 @@ from typing import NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwright
 
 from r2med_core import load_demo, run_system
 
@@ -574,6 +574,16 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     assert external == [], f"requests left this server: {external}"
 
 
+def _sign(page: Page, name: str) -> FrameLocator:
+    """``name`` typed as the judge's (then Enter), and the list-judging keys' frame once they may grade."""
+    box = page.get_by_role("textbox", name="Your name")
+    box.fill(name)
+    box.press("Enter")
+    frame = page.frame_locator('iframe[title*="list_judge"]')
+    frame.locator("#reason").wait_for(state="hidden")
+    return frame
+
+
 def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(page: Page, app_url: str) -> None:
     """Grade three rows with 2 / 0 / 1 and the arrow keys: the store holds exactly those three grades by the
     typed name, with the system and ranks shown; a rerun saves nothing again; Enter opens a document; a
@@ -595,9 +605,7 @@ def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(pa
     assert frame.get_by_text("Type your name under 'Your name' first").is_visible()  # no name: keys save nothing
     assert frame.locator(".reveal").count() == 0  # blind: no qrels grade before grading
 
-    page.get_by_role("textbox", name="Your name").fill(name)
-    page.get_by_role("textbox", name="Your name").press("Enter")
-    frame.locator("#reason").wait_for(state="hidden")
+    _sign(page, name)
     frame.locator("#hint").click()  # focus the list (its first row is focused)
     for key in ["2", "ArrowDown", "1", "ArrowUp", "ArrowUp", "0"]:  # rows 1 → 2, 3 → 1, 2 → 0
         page.keyboard.press(key)
@@ -653,10 +661,7 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     name_of = {entry: shown for shown, entry in queue.numbered(dataset.source, task).items()}
     page.goto(f"/judging?task={task}&systems=bm25")
     settle(page, "What counts as relevant")
-    page.get_by_role("textbox", name="Your name").fill(name)
-    page.get_by_role("textbox", name="Your name").press("Enter")
-    frame = page.frame_locator('iframe[title*="list_judge"]')
-    frame.locator("#reason").wait_for(state="hidden")
+    frame = _sign(page, name)
     row = frame.locator(".row")
     assert row.count() == 1 and row.get_attribute("data-doc") == name_of[first]
     assert "u unsure" in frame.locator("#hint").inner_text()
@@ -703,10 +708,7 @@ def _pressed_while_the_server_is_down(browser: Browser, tmp_path: Path, name: st
         with streamlit_server(tmp_path, {}, port=port) as base:
             page.goto(f"{base}/judging?task={task}&systems=bm25")
             settle(page, "What counts as relevant")
-            page.get_by_role("textbox", name="Your name").fill(name)
-            page.get_by_role("textbox", name="Your name").press("Enter")
-            frame = page.frame_locator('iframe[title*="list_judge"]')
-            frame.locator("#reason").wait_for(state="hidden")
+            frame = _sign(page, name)
             frame.locator("#hint").click()
             page.evaluate("window.__r2marker = 1")
         page.keyboard.press("1")  # nobody answers: the server is gone
