@@ -246,9 +246,14 @@ def _id_problem(name: str, value: str) -> str | None:
     return None
 
 
-def _grade_problem(grade: int) -> str | None:
+def _checked_grade(value: Any, must: str) -> int | str:
+    """``value`` as a relevance grade, or what is wrong with it: not an integer (``must`` says what the
+    file's format wanted, before the value), or outside 0-``MAX_GRADE``. The one rule of every qrels reader."""
+    grade = _as_grade(value)
+    if grade is None:
+        return f"{must}, got {value[:40] if isinstance(value, str) else value!r}"
     if 0 <= grade <= MAX_GRADE:
-        return None
+        return grade
     return f"relevance grade {grade} is outside 0-{MAX_GRADE}"
 
 
@@ -491,33 +496,49 @@ def _absent(corpus: Mapping[str, str], ids: Iterable[str]) -> set[str]:
     return {doc_id for doc_id in ids if doc_id not in corpus}
 
 
+class _QrelsRows:
+    """What a qrels reader keeps of a file: each line's (line, query, document, grade), or what is wrong
+    with it, named with file and line; ``add`` applies the one grade rule (``_checked_grade``)."""
+
+    def __init__(self, path: Path, must: str) -> None:
+        self.path, self.must = path, must
+        self.rows: list[tuple[int, str, str, int]] = []
+        self.problems: list[Problem] = []
+
+    def wrong(self, number: int | None, problem: str) -> None:
+        self.problems.append(Problem(str(self.path), number, problem))
+
+    def add(self, number: int, qid: str, did: str, value: Any) -> None:
+        grade = _checked_grade(value, self.must)
+        if isinstance(grade, str):
+            self.wrong(number, grade)
+        else:
+            self.rows.append((number, qid, did, grade))
+
+    def read(self) -> list[tuple[int, str, str, int]]:
+        """The rows, or ``DataError`` with every problem found."""
+        if self.problems:
+            raise DataError(self.problems)
+        return self.rows
+
+
 def _read_qrels_jsonl(path: Path) -> list[tuple[int, str, str, int]]:
-    out: list[tuple[int, str, str, int]] = []
-    problems: list[Problem] = []
-    for number, obj in _read_jsonl(path, problems):
+    rows = _QrelsRows(path, '"score" must be an integer grade')
+    for number, obj in _read_jsonl(path, rows.problems):
         missing = [name for name in ("q_id", "p_id", "score") if name not in obj]
         if missing:
-            problems.append(Problem(str(path), number, "missing field(s) " + ", ".join(f'"{m}"' for m in missing)))
+            rows.wrong(number, "missing field(s) " + ", ".join(f'"{m}"' for m in missing))
             continue
-        qid, did, score = _as_id(obj["q_id"]), _as_id(obj["p_id"]), obj["score"]
+        qid, did = _as_id(obj["q_id"]), _as_id(obj["p_id"])
         if qid is None or did is None:
-            problems.append(Problem(str(path), number, '"q_id" and "p_id" must be strings'))
+            rows.wrong(number, '"q_id" and "p_id" must be strings')
             continue
         wrong_id = _id_problem("q_id", qid) or _id_problem("p_id", did)
         if wrong_id:
-            problems.append(Problem(str(path), number, wrong_id))
+            rows.wrong(number, wrong_id)
             continue
-        grade = _as_grade(score)
-        if grade is None:
-            problems.append(Problem(str(path), number, f'"score" must be an integer grade, got {score!r}'))
-            continue
-        if _grade_problem(grade):
-            problems.append(Problem(str(path), number, str(_grade_problem(grade))))
-            continue
-        out.append((number, qid, did, grade))
-    if problems:
-        raise DataError(problems)
-    return out
+        rows.add(number, qid, did, obj["score"])
+    return rows.read()
 
 
 def _as_grade(value: Any) -> int | None:
@@ -537,13 +558,12 @@ def _as_grade(value: Any) -> int | None:
 
 def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
     """TREC qrels (``qid 0 docid rel``), three-column (``qid docid rel``) or BEIR tsv with header."""
-    out: list[tuple[int, str, str, int]] = []
-    problems: list[Problem] = []
+    rows = _QrelsRows(path, "relevance must be an integer")
     for number, line in _lines(path):
         try:
             text = line.decode("utf-8").strip()
         except UnicodeDecodeError as err:
-            problems.append(Problem(str(path), number, f"not UTF-8 text (byte {err.start})"))
+            rows.wrong(number, f"not UTF-8 text (byte {err.start})")
             continue
         if not text:
             continue
@@ -553,23 +573,14 @@ def _read_qrels_trec(path: Path) -> list[tuple[int, str, str, int]]:
         elif len(fields) == 3:
             qid, did, rel = fields
         else:
-            problems.append(Problem(str(path), number, f"expected 3 or 4 columns, found {len(fields)}"))
+            rows.wrong(number, f"expected 3 or 4 columns, found {len(fields)}")
             continue
-        grade = _as_grade(rel)
-        if grade is None:
-            if number == 1 and not out:  # a header such as "query-id corpus-id score"
-                continue
-            problems.append(Problem(str(path), number, f"relevance must be an integer, got {rel[:40]!r}"))
+        if number == 1 and _as_grade(rel) is None:  # a header such as "query-id corpus-id score"
             continue
-        if _grade_problem(grade):
-            problems.append(Problem(str(path), number, str(_grade_problem(grade))))
-            continue
-        out.append((number, qid, did, grade))
-    if not out and not problems:
-        problems.append(Problem(str(path), None, "file is empty"))
-    if problems:
-        raise DataError(problems)
-    return out
+        rows.add(number, qid, did, rel)
+    if not rows.rows and not rows.problems:
+        rows.wrong(None, "file is empty")
+    return rows.read()
 
 
 def _read_r2med_qrels(root: Path) -> tuple[Path, list[tuple[int, str, str, int]]]:

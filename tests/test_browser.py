@@ -18,11 +18,11 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwright
 
 from r2med_core import load_demo, run_system
 
@@ -378,51 +378,53 @@ def test_hyde_toggle_shows_the_hypothetical_document_and_rewritten_ranks(page: P
     full_page_screenshot(page, "explorer-hyde")
 
 
-# The sidebar's sections and their pages (URL paths), in the router's order (streamlit_app.SECTIONS).
-SECTIONS = {
-    "Explore questions": ["overview", "explorer", "whatif"],
-    "Score systems": ["metrics", "compare", "leaderboard", "rewriting"],
-    "Judge relevance": ["judge-list", "judging", "annotations", "adjudication"],
+class RoutedPage(NamedTuple):
+    """One page of the router (r2med_app/streamlit_app.py ``SECTIONS``) as these tests visit it."""
+
+    path: str  # its URL path
+    title: str  # its sidebar link and its h1 (the Overview's h1 is the app's name: ``heading_of``)
+    params: str  # the URL after the path (QID: a judged query)
+    last: str  # text the page draws last
+
+
+# The router's sidebar, stated once: its sections and their pages, in the router's order.
+SECTIONS: dict[str, list[RoutedPage]] = {
+    "Explore questions": [
+        RoutedPage("overview", "Overview", f"?task={TASK}&{SYSTEMS}", "Data source and license"),
+        RoutedPage("explorer", "Query explorer", f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "Retrieved top 10"),
+        RoutedPage(
+            "whatif",
+            "What-if query",
+            f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting",
+            "in every system",
+        ),
+    ],
+    "Score systems": [
+        RoutedPage("metrics", "Metrics", f"?task={TASK}&{SYSTEMS}", "Results files and runs"),
+        RoutedPage("compare", "Compare systems", f"?task={TASK}&{SYSTEMS}", "Largest gains"),
+        RoutedPage("leaderboard", "Leaderboard", f"?task={TASK}&{SYSTEMS}", "Your runs on"),
+        RoutedPage("rewriting", "Query rewriting", f"?task={TASK}&{SYSTEMS}", "Generate rewrites with an LLM"),
+    ],
+    "Judge relevance": [
+        RoutedPage("judge-list", "Judge a list", f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "rows graded"),
+        RoutedPage("judging", "Judging", f"?task={TASK}&{SYSTEMS}", "Nothing to judge on this task"),
+        RoutedPage("annotations", "Annotations", f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
+        RoutedPage("adjudication", "Adjudication", f"?task={TASK}&{SYSTEMS}", "Raw labels (CSV)"),
+    ],
 }
-PAGES = {
-    # page: (URL after the path, text that is drawn last)
-    "overview": (f"?task={TASK}&{SYSTEMS}", "Data source and license"),
-    "explorer": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "Retrieved top 10"),
-    "whatif": (f"?task={TASK}&{SYSTEMS}&ask=young+athlete+collapses+while+sprinting", "in every system"),
-    "metrics": (f"?task={TASK}&{SYSTEMS}", "Results files and runs"),
-    "compare": (f"?task={TASK}&{SYSTEMS}", "Largest gains"),
-    "leaderboard": (f"?task={TASK}&{SYSTEMS}", "Your runs on"),
-    "rewriting": (f"?task={TASK}&{SYSTEMS}", "Generate rewrites with an LLM"),
-    "judge-list": (f"?task={TASK}&{SYSTEMS}&system=bm25&q=QID", "rows graded"),
-    "judging": (f"?task={TASK}&{SYSTEMS}", "Nothing to judge on this task"),
-    "annotations": (f"?task={TASK}&{SYSTEMS}", "Re-evaluation on"),
-    "adjudication": (f"?task={TASK}&{SYSTEMS}", "Raw labels (CSV)"),
-}
-TITLES = {
-    # page: its sidebar link and its h1 (the Overview's h1 is the task's title)
-    "overview": "Overview",
-    "explorer": "Query explorer",
-    "whatif": "What-if query",
-    "metrics": "Metrics",
-    "compare": "Compare systems",
-    "leaderboard": "Leaderboard",
-    "rewriting": "Query rewriting",
-    "judge-list": "Judge a list",
-    "judging": "Judging",
-    "annotations": "Annotations",
-    "adjudication": "Adjudication",
-}
+#: Every page by its URL path, in the sidebar's order.
+PAGES = {shown.path: shown for pages in SECTIONS.values() for shown in pages}
 
 
 def heading_of(name: str) -> str:
-    return "R2MED Explorer" if name == "overview" else TITLES[name]  # the Overview is the app's landing
+    return "R2MED Explorer" if name == "overview" else PAGES[name].title  # the Overview is the app's landing
 
 
 @pytest.mark.parametrize("name", list(PAGES))
 def test_every_page_renders_and_is_screenshotted(page: Page, judged_ids: list[str], name: str) -> None:
-    params, last_text = PAGES[name]
-    page.goto(f"/{name}{params.replace('QID', judged_ids[1])}")
-    settle(page, last_text)
+    shown = PAGES[name]
+    page.goto(f"/{name}{shown.params.replace('QID', judged_ids[1])}")
+    settle(page, shown.last)
     shot = full_page_screenshot(page, name)  # before the checks, so a failure can be looked at
     assert shot.stat().st_size > 10_000
     title = heading_of(name)
@@ -439,7 +441,7 @@ def test_sidebar_links_read_as_their_titles_and_the_query_table_fills_on_first_l
     page.goto("/explorer")
     settle(page, "judged queries")
     links = page.locator('[data-testid="stSidebarNavLink"]')
-    assert [text.strip() for text in links.all_inner_texts()] == list(TITLES.values())
+    assert [text.strip() for text in links.all_inner_texts()] == [shown.title for shown in PAGES.values()]
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.locator('[role="gridcell"]').first.wait_for(state="attached")
     assert grid.locator('[role="row"]').count() == 1 + len(judged_ids)  # header + one row per judged query
@@ -455,13 +457,13 @@ def test_sidebar_groups_the_pages_under_section_headings_and_each_link_opens_its
     headers = nav.locator('[data-testid="stNavSectionHeader"]')
     assert [text.strip() for text in headers.all_inner_texts()] == list(SECTIONS)
     full_page_screenshot(page, "sidebar-sections")
-    for section, names in SECTIONS.items():
+    for section, pages in SECTIONS.items():
         # A section is its header's parent: the header and, below it, the section's links.
         group = headers.filter(has_text=section).locator("xpath=..")
         links = group.locator('[data-testid="stSidebarNavLink"]')
-        assert [text.strip() for text in links.all_inner_texts()] == [TITLES[n] for n in names], section
-        for name in names:
-            links.filter(has_text=re.compile(rf"^\s*{re.escape(TITLES[name])}\s*$")).click()
+        assert [text.strip() for text in links.all_inner_texts()] == [shown.title for shown in pages], section
+        for name, title, _, _ in pages:
+            links.filter(has_text=re.compile(rf"^\s*{re.escape(title)}\s*$")).click()
             page.wait_for_url(re.compile(rf"/{re.escape(name)}(\?|$)"))
             page.locator("h1").filter(has_text=heading_of(name)).first.wait_for(state="visible", timeout=RENDER_MS)
             assert urlparse(page.url).path == f"/{name}"
@@ -572,6 +574,16 @@ def test_the_triage_loop_end_to_end(page: Page) -> None:
     assert external == [], f"requests left this server: {external}"
 
 
+def _sign(page: Page, name: str) -> FrameLocator:
+    """``name`` typed as the judge's (then Enter), and the list-judging keys' frame once they may grade."""
+    box = page.get_by_role("textbox", name="Your name")
+    box.fill(name)
+    box.press("Enter")
+    frame = page.frame_locator('iframe[title*="list_judge"]')
+    frame.locator("#reason").wait_for(state="hidden")
+    return frame
+
+
 def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(page: Page, app_url: str) -> None:
     """Grade three rows with 2 / 0 / 1 and the arrow keys: the store holds exactly those three grades by the
     typed name, with the system and ranks shown; a rerun saves nothing again; Enter opens a document; a
@@ -593,9 +605,7 @@ def test_judging_a_list_by_keyboard_saves_each_grade_once_with_the_typed_name(pa
     assert frame.get_by_text("Type your name under 'Your name' first").is_visible()  # no name: keys save nothing
     assert frame.locator(".reveal").count() == 0  # blind: no qrels grade before grading
 
-    page.get_by_role("textbox", name="Your name").fill(name)
-    page.get_by_role("textbox", name="Your name").press("Enter")
-    frame.locator("#reason").wait_for(state="hidden")
+    _sign(page, name)
     frame.locator("#hint").click()  # focus the list (its first row is focused)
     for key in ["2", "ArrowDown", "1", "ArrowUp", "ArrowUp", "0"]:  # rows 1 → 2, 3 → 1, 2 → 0
         page.keyboard.press(key)
@@ -651,10 +661,7 @@ def test_the_judging_page_grades_and_skips_by_key_and_serves_the_next_without_a_
     name_of = {entry: shown for shown, entry in queue.numbered(dataset.source, task).items()}
     page.goto(f"/judging?task={task}&systems=bm25")
     settle(page, "What counts as relevant")
-    page.get_by_role("textbox", name="Your name").fill(name)
-    page.get_by_role("textbox", name="Your name").press("Enter")
-    frame = page.frame_locator('iframe[title*="list_judge"]')
-    frame.locator("#reason").wait_for(state="hidden")
+    frame = _sign(page, name)
     row = frame.locator(".row")
     assert row.count() == 1 and row.get_attribute("data-doc") == name_of[first]
     assert "u unsure" in frame.locator("#hint").inner_text()
@@ -701,10 +708,7 @@ def _pressed_while_the_server_is_down(browser: Browser, tmp_path: Path, name: st
         with streamlit_server(tmp_path, {}, port=port) as base:
             page.goto(f"{base}/judging?task={task}&systems=bm25")
             settle(page, "What counts as relevant")
-            page.get_by_role("textbox", name="Your name").fill(name)
-            page.get_by_role("textbox", name="Your name").press("Enter")
-            frame = page.frame_locator('iframe[title*="list_judge"]')
-            frame.locator("#reason").wait_for(state="hidden")
+            frame = _sign(page, name)
             frame.locator("#hint").click()
             page.evaluate("window.__r2marker = 1")
         page.keyboard.press("1")  # nobody answers: the server is gone

@@ -14,10 +14,11 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Locator, Page
 
 from r2med_app.views.markup import WORD_JOINER
 from r2med_core import load_demo, run_system
@@ -86,6 +87,18 @@ def app_url(team_store: tuple[str, AnnotationStore]) -> str:
     return team_store[0]
 
 
+@contextmanager
+def _opened(browser: Browser, base: str, width: int, url: str, last: str) -> Iterator[Page]:
+    """A page ``width`` px wide at ``url``, settled once it drew ``last``; closed after."""
+    page = _page(browser, base, width)
+    try:
+        page.goto(url)
+        settle(page, last)
+        yield page
+    finally:
+        page.context.close()
+
+
 def _cells(table: dict, header: str) -> list[str]:
     """One column's cells of a measured HTML table (``_OVERFLOW_JS``), below its header row, as a reader sees them
     (without the invisible word joiner ``markup.md`` puts in a bare link to break it)."""
@@ -105,10 +118,7 @@ def test_adjudication_shows_agreement_and_hard_items_whole(
     labels = store.list()
     expected_agreement = agreement_table(agreement_report(labels, history(store)))
     expected_hard = hard_table(hard_items(labels))
-    page = _page(browser, base, width)
-    try:
-        page.goto(f"/adjudication?task={TASK}&systems=bm25")
-        settle(page, "Agreement report (CSV)")
+    with _opened(browser, base, width, f"/adjudication?task={TASK}&systems=bm25", "Agreement report (CSV)") as page:
         page.wait_for_timeout(500)
         agreement = _table_under(page, "Agreement before and after adjudication")
         hard = _table_under(page, "Hard items")
@@ -125,8 +135,6 @@ def test_adjudication_shows_agreement_and_hard_items_whole(
         assert tables.locator("strong, em, a").count() == 0  # no Markdown obeyed, not even a bare address linked
         page.get_by_role("heading", name="Hard items").first.scroll_into_view_if_needed()
         page.screenshot(path=str(SCREENSHOTS / f"adjudication-tables-{width}.png"))
-    finally:
-        page.context.close()
 
 
 #: The headers of a data grid's columns drawn now (the grid draws only those in view, and its pinned ones).
@@ -143,10 +151,7 @@ def test_annotations_shows_what_each_label_says_first_and_a_chart_that_says_what
     types, says so, and shows every label whole ("rade 0: not relevant" was cut)."""
     base, store = team_store
     counts = label_counts(a.failure_type for a in store.list())
-    page = _page(browser, base, width)
-    try:
-        page.goto(f"/annotations?task={TASK}&systems=bm25")
-        settle(page, "Export and import")
+    with _opened(browser, base, width, f"/annotations?task={TASK}&systems=bm25", "Export and import") as page:
         page.wait_for_timeout(1000)  # the grid sizes its columns after drawing
         main = page.locator('[data-testid="stMainBlockContainer"]').bounding_box()
         grid = page.locator('[data-testid="stDataFrame"]').filter(
@@ -184,8 +189,6 @@ def test_annotations_shows_what_each_label_says_first_and_a_chart_that_says_what
 
         eventually(page, labels_whole)
         chart.screenshot(path=str(SCREENSHOTS / f"annotations-chart-{width}.png"))
-    finally:
-        page.context.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -195,10 +198,8 @@ def test_the_explorers_gold_table_reads_whole_and_the_preview_has_room(
     """Issue 36: with a rewrite on, at 1000 and 1440 px the gold table (its "effect" was cut to "effe…" at
     1440 px) reads whole with each document's effect, and the retrieved preview column has room to read
     (it was squeezed to ~70 px beside the gold panel): the panels stack where a half is too narrow."""
-    page = _page(browser, app_url, width)
-    try:
-        page.goto(f"/explorer?task={TASK}&systems=bm25&system=bm25&q=3&rewrite=hyde:smollm2-135m")
-        settle(page, "Retrieved top 10")
+    url = f"/explorer?task={TASK}&systems=bm25&system=bm25&q=3&rewrite=hyde:smollm2-135m"
+    with _opened(browser, app_url, width, url, "Retrieved top 10") as page:
         page.wait_for_timeout(500)
         gold = _table_under(page, "Gold documents")
         assert gold["kind"] == "stTable" and not _cut(gold), f"cut at {width} px: {gold['heads']}"
@@ -218,31 +219,30 @@ def test_the_explorers_gold_table_reads_whole_and_the_preview_has_room(
         assert widths["preview"] >= 300, f"the preview is {widths['preview']:.0f} px wide at {width} px"
         page.get_by_role("heading", name=re.compile("Gold documents")).first.scroll_into_view_if_needed()
         page.screenshot(path=str(SCREENSHOTS / f"explorer-gold-{width}.png"))  # the main area scrolls, not the page
-    finally:
-        page.context.close()
 
 
 _AXES_JS = """d => { const L = d._fullLayout;
   return {x: L.xaxis.range, y: L.yaxis.range, xpx: L.xaxis._length, ypx: L.yaxis._length}; }"""
 
 
+def _plotly(page: Page, within: str) -> tuple[Locator, dict]:
+    """The Plotly chart inside ``within`` (a CSS selector), scrolled into view, and its axes (``_AXES_JS``)."""
+    chart = page.locator(f"{within} .js-plotly-plot").first
+    chart.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    return chart, chart.evaluate(_AXES_JS)
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_compares_y_equals_x_runs_at_45_degrees(browser: Browser, app_url: str, width: int) -> None:
     """Issue 36: the scatter of the system's score against the baseline's has the same range on both axes,
     drawn the same length, so its y = x line runs at 45° at 1000 and 1440 px."""
-    page = _page(browser, app_url, width)
-    try:
-        page.goto(f"/compare?task={TASK}&systems=bm25&systems=bm25s")
-        settle(page, "Save this comparison")
-        chart = page.locator("[class*='st-key-scatter_'] .js-plotly-plot").first
-        chart.scroll_into_view_if_needed()
-        page.wait_for_timeout(500)
-        axes = chart.evaluate(_AXES_JS)
+    url = f"/compare?task={TASK}&systems=bm25&systems=bm25s"
+    with _opened(browser, app_url, width, url, "Save this comparison") as page:
+        chart, axes = _plotly(page, "[class*='st-key-scatter_']")
         assert axes["x"] == axes["y"], axes
         assert abs(axes["xpx"] - axes["ypx"]) <= 1, axes  # one unit as long on both: the diagonal is at 45°
         chart.screenshot(path=str(SCREENSHOTS / f"compare-scatter-{width}.png"))
-    finally:
-        page.context.close()
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -252,14 +252,9 @@ def test_the_diagnosis_bars_count_whole_queries_and_provenance_wraps_its_values(
     """Issue 36: on Metrics the diagnosis bars' axis runs from 0 to the most failed queries in whole
     numbers (it ran 0–1 in tenths); the Provenance popover holds its values whole, wrapped inside it,
     within the window (they were cut at its right edge)."""
-    page = _page(browser, app_url, width)
-    try:
-        page.goto(f"/metrics?task={TASK}&systems=bm25&systems=bm25s")
-        settle(page, "Results files and runs")
-        chart = page.locator(".st-key-diagnosis_bars .js-plotly-plot").first
-        chart.scroll_into_view_if_needed()
-        page.wait_for_timeout(500)
-        axes = chart.evaluate(_AXES_JS)
+    url = f"/metrics?task={TASK}&systems=bm25&systems=bm25s"
+    with _opened(browser, app_url, width, url, "Results files and runs") as page:
+        chart, axes = _plotly(page, ".st-key-diagnosis_bars")
         tallest = chart.evaluate(
             """d => { const sums = {};
                  for (const t of d._fullData) t.x.forEach((x, i) => { sums[x] = (sums[x] || 0) + t.y[i]; });
@@ -283,8 +278,6 @@ def test_the_diagnosis_bars_count_whole_queries_and_provenance_wraps_its_values(
         assert found["cells"] >= 8 and found["over"] <= 0 and found["cut"] == [], found
         assert found["right"] <= found["view"], found
         page.screenshot(path=str(SCREENSHOTS / f"metrics-provenance-{width}.png"))
-    finally:
-        page.context.close()
 
 
 def test_the_seeded_store_has_what_the_walk_needs(team_store: tuple[str, AnnotationStore]) -> None:

@@ -70,6 +70,22 @@ def test_qrels_files_that_disagree_are_an_error_naming_both(tiny_r2med: Path) ->
     assert [str(e) for e in validate_dir(tiny_r2med)[0]] == [f"{txt}:2: relevance must be an integer, got 'one'"]
 
 
+def test_both_qrels_readers_apply_one_grade_rule_and_show_a_long_bad_value_cut(tiny_r2med: Path) -> None:
+    """A grade that is not an integer is named with file and line in each format's words, and a huge
+    value (a pasted passage in the grade column) is shown by its first 40 characters in both."""
+    long = "x" * 5000
+    write_jsonl(tiny_r2med / "qrels.jsonl", [{"q_id": "q1", "p_id": "dka_0", "score": long}])
+    jsonl = tiny_r2med / "qrels.jsonl"
+    assert _problems(tiny_r2med) == [f"{jsonl}:1: \"score\" must be an integer grade, got {'x' * 40!r}"]
+    jsonl.unlink()
+    txt = tiny_r2med / "qrels.txt"
+    txt.write_text(f"q1 0 dka_0 2\nq1 0 dka_1 {long}\nq2 0 mi_0 101\n", encoding="utf-8")
+    assert _problems(tiny_r2med) == [
+        f"{txt}:2: relevance must be an integer, got {'x' * 40!r}",
+        f"{txt}:3: relevance grade 101 is outside 0-100",
+    ]
+
+
 def test_beir_layout_joins_title_and_text(tmp_path: Path) -> None:
     root = tmp_path / "beir"
     write_jsonl(

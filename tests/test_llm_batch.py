@@ -158,6 +158,29 @@ def test_one_retry_policy_governs_every_callers_retries(caller: str, toy: Datase
     assert report.stopped and "rate-limiting (429) after 3 attempts" in (report.error or "")
 
 
+def test_the_batch_ticker_counts_finished_and_failed_units_and_a_cancel_goes_on() -> None:
+    """The progress line every LLM batch shows (judge, rewriting); a progress callback that raises (the
+    app's Cancel) runs the caller's ``cancelled`` first and still stops the batch."""
+    report = BatchReport("judge", "http://llm", noun="pairs")
+    seen: list[tuple[float, str]] = []
+    tell = report.ticker(lambda f, m: seen.append((f, m)), 4, "LLM judge · m", lambda: "; about 1 min left")
+    tell()
+    report.results["a"], report.failed["b"] = 2, "HTTP 500"
+    tell()
+    left = "; about 1 min left"
+    assert seen == [(0.0, f"LLM judge · m: 0/4 pairs{left}"), (0.5, f"LLM judge · m: 2/4 pairs{left}")]
+    BatchReport("x", "u").ticker(lambda f, m: seen.append((f, m)), 0, "hyde · w", lambda: "")()
+    assert seen[-1] == (0.0, "hyde · w: 0/0 queries")
+
+    def cancel(fraction: float, message: str) -> None:
+        raise KeyboardInterrupt
+
+    closed: list[bool] = []
+    with pytest.raises(KeyboardInterrupt):
+        report.ticker(cancel, 4, "hyde · w", lambda: "", cancelled=lambda: closed.append(True))()
+    assert closed == [True]
+
+
 def test_the_retry_policy_backs_off_exponentially_up_to_its_cap() -> None:
     policy = RetryPolicy(base_delay=0.5, max_delay=3.0)
     assert [policy.delay(attempt) for attempt in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]

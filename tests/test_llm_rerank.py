@@ -286,6 +286,16 @@ def test_a_request_failing_on_its_own_can_keep_first_stage_order(toy: Dataset, f
 # --------------------------------------------------------------------------- sliding window
 
 
+@pytest.mark.parametrize("rerank", [listwise_rerank, pointwise_rerank])
+def test_a_misspelt_option_is_refused_before_anything_is_sent(
+    rerank: Any, toy: Dataset, first: Run, llm: FakeLLM
+) -> None:
+    """The options both rerankers share are checked by name, as written-out keywords would be."""
+    with pytest.raises(TypeError, match="max_token"):
+        rerank(first, toy, endpoint(llm), 3, max_token=5)
+    assert llm.requests == []
+
+
 def test_window_spans_follow_rankgpt_from_the_bottom_up() -> None:
     assert Window().spans(100) == [(80 - 10 * i, 100 - 10 * i) for i in range(9)]
     assert Window(20, 10).spans(25) == [(5, 25), (0, 15)]  # clamped to the top (RankGPT's loop would stop)
@@ -406,6 +416,23 @@ def test_estimate_counts_requests_tokens_and_what_is_cached(toy: Dataset, first:
     llm.responder = lambda m: json_reply([1])
     listwise_rerank(base, data, ep, k=30, window=Window(10, 5))
     assert estimate(base, data, ep, "listwise", k=30, window=Window(10, 5)).cached == 5  # replayed from the cache
+
+
+@pytest.mark.parametrize("method", ["listwise", "pointwise"])
+def test_a_resumed_job_with_its_own_reply_bound_starts_its_eta_from_what_it_cached(
+    method: str, toy: Dataset, first: Run, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ETA before the first reply is the estimate of this very job: with its reply bound (in every
+    reply's cache key), so a resumed job counts the replies it cached and prices the rest at its bound."""
+    llm.responder = lambda m: json_reply([1, 2]) if method == "listwise" else "Fits.\nAnswer: relevant"
+    rerank = listwise_rerank if method == "listwise" else pointwise_rerank
+    rerank(Run("bm25", {"q1": first.rankings["q1"]}), toy, endpoint(llm), 3, max_tokens=64)
+    used: list[lr.RerankEstimate] = []
+    real = lr.estimate
+    monkeypatch.setattr(lr, "estimate", lambda *a, **kw: used.append(real(*a, **kw)) or used[-1])
+    rerank(first, toy, endpoint(llm), 3, max_tokens=64)
+    per_query = 1 if method == "listwise" else 3
+    assert [(e.cached, e.to_send, e.max_completion_tokens) for e in used] == [(per_query, per_query, per_query * 64)]
 
 
 def test_reranking_goes_only_to_the_operators_endpoints() -> None:

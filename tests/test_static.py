@@ -240,12 +240,16 @@ def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("static-cache")
 
 
-@needs_model2vec
-def test_static_minilm_runs_on_every_demo_task_from_a_cold_cache_offline_as_measured(
-    minilm_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def offline_minilm(minilm_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """That cache, with the hub offline: where each real-distillation test runs."""
     monkeypatch.setenv("R2MED_CACHE_DIR", str(minilm_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return minilm_cache
+
+
+@needs_model2vec
+def test_static_minilm_runs_on_every_demo_task_from_a_cold_cache_offline_as_measured(offline_minilm: Path) -> None:
     assert not static.is_distilled()
     scores = {}
     for task in DEMO_TASKS:
@@ -268,11 +272,7 @@ def test_static_minilm_reads_what_minilm_reads() -> None:
 
 
 @needs_model2vec
-def test_a_document_longer_than_the_limit_gives_the_vector_of_its_first_tokens(
-    minilm_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("R2MED_CACHE_DIR", str(minilm_cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_a_document_longer_than_the_limit_gives_the_vector_of_its_first_tokens(offline_minilm: Path) -> None:
     retriever = static.StaticRetriever("minilm")
     limit = static.provenance(static.distilled_folder())["max_tokens"]
     model = retriever._encoder("doc").model
@@ -295,10 +295,8 @@ def test_a_document_longer_than_the_limit_gives_the_vector_of_its_first_tokens(
 
 @needs_model2vec
 def test_static_minilm_fuses_with_bm25_and_runs_from_the_command_line(
-    minilm_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    offline_minilm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("R2MED_CACHE_DIR", str(minilm_cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     demo = load_demo("clinical-case")
     fused = run_system(demo, "rrf(bm25,static:minilm)")
     members = [run_system(demo, name) for name in ("bm25", "static:minilm")]

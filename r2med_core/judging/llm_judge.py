@@ -41,7 +41,7 @@ from r2med_core.llm import speed
 from r2med_core.llm.batch import DEFAULT_RETRY, BatchReport, RetryPolicy, Unparsable, Usage, run_batch, total_usage
 from r2med_core.llm.client import AnyEndpoint, ChatClient, LLMFailure, LocalEndpoint, redact
 from r2med_core.llm.prompts import GenerationError
-from r2med_core.progress import Progress, notify
+from r2med_core.progress import Progress
 from r2med_core.runs import Run
 
 #: Bump when the judging prompt's wording changes: cached grades of the old wording are not reused.
@@ -511,11 +511,7 @@ def judge_pairs(
             result.from_cache += 1
     total = len(pairs)
     clock = speed.Countdown(len(todo), estimate(dataset, [p for p, _, _ in todo], endpoint).seconds if todo else None)
-
-    def tell() -> None:
-        done = len(result.results) + len(result.failed)
-        notify(progress, done / max(total, 1), f"LLM judge · {model}: {done}/{total} pairs{clock.said()}")
-
+    tell = result.ticker(progress, total, f"LLM judge · {model}", clock.said)
     tell()
     if todo:
         _grade(todo, endpoint, result, retry, should_stop, tell, clock)

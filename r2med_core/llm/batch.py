@@ -30,6 +30,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from r2med_core.progress import Progress, notify
+
 #: A job's ``Unparsable`` without a fallback: the unit fails.
 _NO_FALLBACK: Any = object()
 
@@ -216,6 +218,30 @@ class BatchReport:
         if self.stopped:
             return f"stopped with {len(self.remaining)} {self.noun} left; {resume}"
         return None
+
+    def ticker(
+        self,
+        progress: Progress | None,
+        total: int,
+        what: str,
+        eta: Callable[[], str],
+        cancelled: Callable[[], None] | None = None,
+    ) -> Callable[[], None]:
+        """A ``run_batch`` tick that tells ``progress`` "``what``: done/total noun" and the ETA ``eta()``
+        says, counting finished and failed units (cached ones included). ``progress`` may raise to cancel
+        (the app's Cancel, a UI's rerun, Ctrl-C): ``cancelled`` is called first (say, to close the
+        streamed replies), then the error goes on and stops the batch."""
+
+        def tell() -> None:
+            done = len(self.results) + len(self.failed)
+            try:
+                notify(progress, done / max(total, 1), f"{what}: {done}/{total} {self.noun}{eta()}")
+            except BaseException:
+                if cancelled is not None:
+                    cancelled()
+                raise
+
+        return tell
 
 
 def run_batch(

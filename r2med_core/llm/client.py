@@ -667,6 +667,21 @@ class Transport:
             failure.message = redact(failure.message, self.endpoint.api_key)
             raise
 
+    def _no_reply(self, attempts: int) -> LLMFailure:
+        """No reply within the timeout, ``attempts`` times (a timeout at once or a reply dribbling past it)."""
+        return LLMFailure(
+            f"could not reach {self.endpoint.url}: no reply within {self.endpoint.timeout:g} s "
+            f"({attempts} attempts; raise the timeout for long answers)",
+            batch=True,
+        )
+
+    def _too_large(self) -> LLMFailure:
+        """A reply over the size bound (whole or streamed): this query only."""
+        return LLMFailure(
+            f"{self.endpoint.url} sent a reply larger than {self.max_reply_bytes / (1 << 20):g} MB; this query is "
+            "skipped (the operator can raise R2MED_LLM_REPLY_MAX_MB)"
+        )
+
     def _complete(self, messages: list[dict[str, str]], extra: dict[str, Any], watch: StreamWatch | None) -> Any:
         openai, url, model = self.openai, self.endpoint.url, self.endpoint.model
         reach_retries = min(self.max_retries, 2)  # an unreachable server is retried a little, not long
@@ -727,17 +742,10 @@ class Transport:
                 delay = _or(_retry_after(err.response, self.retry.max_delay), delay)
             except openai.APITimeoutError:
                 if attempt >= reach_retries:
-                    raise LLMFailure(
-                        f"could not reach {url}: no reply within {self.endpoint.timeout:g} s "
-                        f"({attempt + 1} attempts; raise the timeout for long answers)",
-                        batch=True,
-                    ) from None
+                    raise self._no_reply(attempt + 1) from None
             except openai.APIConnectionError as err:
                 if budget.too_large:
-                    raise LLMFailure(
-                        f"{url} sent a reply larger than {self.max_reply_bytes / (1 << 20):g} MB; this query is "
-                        "skipped (the operator can raise R2MED_LLM_REPLY_MAX_MB)"
-                    ) from None
+                    raise self._too_large() from None
                 if attempt >= reach_retries:
                     cause = " ".join(str(err.__cause__ or err).split())[:160]
                     raise LLMFailure(f"could not reach {url}: {cause}", batch=True) from None
@@ -785,17 +793,10 @@ class Transport:
                 raise LLMFailure(f"request to {url} failed: {type(err).__name__}: {str(err)[:160]}") from None
             except _stream_errors() as err:  # the connection broke while a streamed reply was arriving
                 if budget.too_large:
-                    raise LLMFailure(
-                        f"{url} sent a reply larger than {self.max_reply_bytes / (1 << 20):g} MB; this query is "
-                        "skipped (the operator can raise R2MED_LLM_REPLY_MAX_MB)"
-                    ) from None
+                    raise self._too_large() from None
                 if _is_timeout(err):  # the reply's deadline passed while it dribbled in: a timeout like any other
                     if attempt >= reach_retries:
-                        raise LLMFailure(
-                            f"could not reach {url}: no reply within {self.endpoint.timeout:g} s "
-                            f"({attempt + 1} attempts; raise the timeout for long answers)",
-                            batch=True,
-                        ) from None
+                        raise self._no_reply(attempt + 1) from None
                 else:
                     cause = " ".join(str(err).split())[:160] or type(err).__name__
                     raise LLMFailure(

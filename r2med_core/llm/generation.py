@@ -40,7 +40,7 @@ from r2med_core.llm.prompts import (
     load_examples,
     official_system,
 )
-from r2med_core.progress import Progress, format_seconds, notify
+from r2med_core.progress import Progress, format_seconds
 from r2med_core.runs import Run
 from r2med_core.tasks import REWRITE_METHODS, Family
 
@@ -359,16 +359,8 @@ def generate_rewrites(
     timing = _expected(endpoint, method, sizes, 1)
     pace = _Pace(timing.seconds / len(jobs) if jobs and timing.measured else None, max(1, workers), len(jobs))
     cancel = threading.Event()  # set when the caller cancels: streamed replies close their connection
-
-    def tell() -> None:
-        done = len(result.results) + len(result.failed)
-        message = f"{method} · {llm_name}: {done}/{total} queries"
-        try:
-            notify(progress, done / max(total, 1), message + pace.describe())
-        except BaseException:  # the caller cancelled (a UI's rerun, Ctrl-C): stop generating on the server too
-            cancel.set()
-            raise
-
+    # the caller cancelling (a UI's rerun, Ctrl-C) stops generating on the server too
+    tell = result.ticker(progress, total, f"{method} · {llm_name}", pace.describe, cancelled=cancel.set)
     tell()
     if jobs:
         try:

@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, Protocol, TypedDict, Unpack
 
 from r2med_core.cache import ReplyCache
 from r2med_core.data import Dataset
@@ -212,6 +212,20 @@ def _bound(endpoint: AnyEndpoint, max_tokens: int | None, default: int) -> int |
     if max_tokens or isinstance(endpoint, LocalEndpoint):
         return max_tokens or None
     return default
+
+
+#: Each method's sampling when the endpoint sets none, and its reply bound for a server.
+_DEFAULTS: dict[str, tuple[dict[str, float], int]] = {
+    "listwise": (LISTWISE_SAMPLING, LISTWISE_MAX_TOKENS),
+    "insertrank": (LISTWISE_SAMPLING, LISTWISE_MAX_TOKENS),
+    "pointwise": ({"temperature": 0.0}, POINTWISE_MAX_TOKENS),
+}
+
+
+def _endpoint_for(method: str, endpoint: AnyEndpoint, max_tokens: int | None) -> AnyEndpoint:
+    """The endpoint a ``method`` job uses: its sampling where none is set, replies bounded (``_bound``)."""
+    sampling, default = _DEFAULTS[method]
+    return _with_defaults(endpoint, sampling, _bound(endpoint, max_tokens, default))
 
 
 # --------------------------------------------------------------------------- the server's context
@@ -628,11 +642,15 @@ def _api(endpoint: AnyEndpoint) -> bool:
     return not isinstance(endpoint, LocalEndpoint)
 
 
-def _plan(run: Run, dataset: Dataset, k: int) -> dict[str, tuple[str, list[str]]]:
+#: Per query: its text and the top-k documents to show.
+_Plan = dict[str, tuple[str, list[str]]]
+
+
+def _plan(run: Run, dataset: Dataset, k: int) -> _Plan:
     """Per query: its original text and the top-k documents the corpus knows (others cannot be shown)."""
     if k < 1:
         raise LLMRerankError("k must be at least 1")
-    out: dict[str, tuple[str, list[str]]] = {}
+    out: _Plan = {}
     for qid in run.rankings:
         if qid in dataset.queries:
             docs = [doc for doc, _ in run.top(qid, k) if doc in dataset.corpus]
@@ -747,6 +765,159 @@ def _listwise_job(
     return ranking, note
 
 
+class RerankOptions(TypedDict, total=False):
+    """What both rerankers take besides the run, the dataset, the endpoint and k (each keyword-only).
+
+    ``max_tokens``: the reply bound (default: the method's, for a server; a ``LocalEndpoint`` keeps its
+    own). ``workers``: requests at once. ``progress``: ``(fraction, message)`` with an ETA.
+    ``should_stop``: asked before each request; True stops the job (``RerankIncomplete``).
+    ``report_to``: filled with what happened (requests, cache hits, per-query notes). ``keep_failed``
+    (default False): a request that failed on its own (say, a 400 for a prompt too long) keeps its
+    fallback (see each reranker) instead of raising. ``retry``: how failed requests are retried and when
+    the job gives up (``r2med_core.llm.batch``; default ``DEFAULT_RETRY``).
+    """
+
+    max_tokens: int | None
+    workers: int
+    progress: Progress | None
+    should_stop: Callable[[], bool] | None
+    report_to: BatchReport | None
+    keep_failed: bool
+    retry: RetryPolicy
+
+
+class _Method(Protocol):
+    """What a reranker does its own way; ``_rerank`` does the rest (plan, endpoint, report, ETA,
+    batch, notes, record, name), the same for both."""
+
+    noun: str  # what one job of the batch is, in the report ("queries", "documents")
+    window: Window | None  # passed to ``estimate``
+
+    @property
+    def method(self) -> str:
+        """A key of ``PROMPT_VERSIONS``."""
+
+    def prepare(self, run: Run, dataset: Dataset, endpoint: AnyEndpoint, plan: _Plan, k: int) -> AnyEndpoint:
+        """Checks before anything is sent; the endpoint the job uses."""
+
+    def requests(self, plan: _Plan) -> int:
+        """How many requests the job sends when nothing is cached (the progress bar's total)."""
+
+    def jobs(self, asker: _Asker, dataset: Dataset, plan: _Plan, k: int) -> list[tuple[str, Callable[[], Any]]]:
+        """The batch's jobs, each named as the report names it."""
+
+    def results(self, done: dict[str, Any]) -> dict[str, Any]:
+        """What the report keeps of the finished jobs."""
+
+    def ranking(self, qid: str, docs: list[str], done: dict[str, Any], result: BatchReport, k: int) -> Ranking | None:
+        """A planned query's reranked list (None: its first-stage top k); notes go to ``result``."""
+
+    def outcome(self, result: BatchReport, plan: _Plan, rankings: dict[str, Ranking], k: int) -> dict[str, Any]:
+        """What the replies did, kept in the run's record; its ``"outcome"`` sentence is shown with the run."""
+
+    def name(self, run_name: str, model: str, k: int) -> str:
+        """The reranked run's name."""
+
+
+def _rerank(how: _Method, run: Run, dataset: Dataset, endpoint: AnyEndpoint, k: int, options: RerankOptions) -> Run:
+    """The one driver of both rerankers: ``how`` says what differs."""
+    unknown = sorted(set(options) - RerankOptions.__optional_keys__)
+    if unknown:  # as a misspelt keyword of a written-out signature would
+        raise TypeError(f"{how.method} reranking got unexpected keyword arguments: {', '.join(unknown)}")
+    workers, progress = options.get("workers", 1), options.get("progress")
+    plan = _plan(run, dataset, k)
+    endpoint = how.prepare(run, dataset, _endpoint_for(how.method, endpoint, options.get("max_tokens")), plan, k)
+    result = _report(options.get("report_to"), how.method, endpoint, how.noun)
+    total = how.requests(plan)
+    expected = None
+    if plan:  # this very job's estimate: its reply bound (in every reply's cache key) included
+        ahead = estimate(
+            run, dataset, endpoint, how.method, k, window=how.window, max_tokens=endpoint.max_tokens, workers=workers
+        )
+        expected = ahead.seconds
+    asker = _Asker(
+        how.method,
+        endpoint,
+        total=total,
+        progress=progress,
+        should_stop=options.get("should_stop"),
+        retry=options.get("retry", DEFAULT_RETRY),
+        expected=expected,
+    )
+    done = _run(how.jobs(asker, dataset, plan, k), asker, result, workers)
+    result.results = how.results(done)
+    if not _usable(result, options.get("keep_failed", False)):
+        raise RerankIncomplete(result)
+    rankings: dict[str, Ranking] = {}
+    for qid in run.rankings:
+        ranking = how.ranking(qid, plan[qid][1], done, result, k) if qid in plan else None
+        rankings[qid] = list(run.top(qid, k)) if ranking is None else ranking
+    _note_unshown(run, dataset, plan, k, result)
+    notify(progress, 1.0, f"LLM {how.method} reranking: done ({result.summary()})")
+    outcome = how.outcome(result, plan, rankings, k)
+    record = {**asker.spent.record(endpoint.model, f"{how.method} rerank"), **outcome}
+    usage = (*run.usage, record) if _api(endpoint) or outcome.get("outcome") else run.usage
+    name = how.name(run.name, endpoint.model, k)
+    return Run(name, rankings, run.seconds + (time.monotonic() - asker.started), usage)
+
+
+@dataclass
+class _Listwise:
+    """The list-wise reranker's own steps: one job per query (its windows inside it), the reply's list."""
+
+    window: Window | None
+    show_scores: bool
+    noun: str = "queries"
+    shown: dict[str, dict[str, float]] = field(default_factory=dict)  # InsertRank-style: scores per query
+    fitted: str | None = None  # the note when replies were bounded to fit the server's context
+
+    @property
+    def method(self) -> str:
+        return "insertrank" if self.show_scores else "listwise"
+
+    def prepare(self, run: Run, dataset: Dataset, endpoint: AnyEndpoint, plan: _Plan, k: int) -> AnyEndpoint:
+        if min(k, self.window.size if self.window else k) > CUT_ABOVE:
+            _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
+        self.shown = _scores_shown(run, plan, k, self.show_scores)
+        if isinstance(endpoint, Endpoint) and plan:
+            largest = max(
+                _prompt_size(dataset, query, docs, self.window, self.shown.get(qid))
+                for qid, (query, docs) in plan.items()
+            )
+            measured = speed.recall(endpoint.url, endpoint.model).ratio()
+            endpoint, self.fitted = fit_context(endpoint, math.ceil(largest * measured), server_context(endpoint))
+        return endpoint
+
+    def requests(self, plan: _Plan) -> int:
+        return sum(len(self.window.spans(len(docs))) if self.window else 1 for _, docs in plan.values())
+
+    def jobs(self, asker: _Asker, dataset: Dataset, plan: _Plan, k: int) -> list[tuple[str, Callable[[], Any]]]:
+        return [
+            (qid, partial(_listwise_job, asker, dataset, query, docs, k, self.window, self.shown.get(qid)))
+            for qid, (query, docs) in plan.items()
+        ]
+
+    def results(self, done: dict[str, Any]) -> dict[str, Any]:
+        return {qid: ranking for qid, (ranking, _) in done.items()}
+
+    def ranking(self, qid: str, docs: list[str], done: dict[str, Any], result: BatchReport, k: int) -> Ranking | None:
+        if qid in result.failed:
+            result.notes[qid] = f"request failed ({result.failed[qid]}): first-stage order kept"
+            return official_scores(docs, k)
+        if qid not in done:
+            return None
+        ranking, note = done[qid]
+        if note:
+            result.notes[qid] = note
+        return ranking
+
+    def outcome(self, result: BatchReport, plan: _Plan, rankings: dict[str, Ranking], k: int) -> dict[str, Any]:
+        return _outcome(result, plan, rankings, k, self.window, self.fitted)
+
+    def name(self, run_name: str, model: str, k: int) -> str:
+        return listwise_name(run_name, model, k, self.window, self.show_scores)
+
+
 def listwise_rerank(
     run: Run,
     dataset: Dataset,
@@ -754,14 +925,8 @@ def listwise_rerank(
     k: int = 10,
     *,
     window: Window | None = None,
-    max_tokens: int | None = None,
-    workers: int = 1,
-    progress: Progress | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    report_to: BatchReport | None = None,
-    keep_failed: bool = False,
-    retry: RetryPolicy = DEFAULT_RETRY,
     show_scores: bool = False,
+    **options: Unpack[RerankOptions],
 ) -> Run:
     """Rerank each query's top ``k`` with the benchmark's list-wise GPT prompt (module docstring), or
     with ``show_scores`` the InsertRank-style one: each passage shown with its score in ``run``.
@@ -771,54 +936,10 @@ def listwise_rerank(
     are bounded by ``max_tokens`` (default 10240 for a server; a ``LocalEndpoint`` keeps its own).
     ``workers`` queries are asked at once. Raises ``RerankIncomplete`` when stopped by
     ``should_stop`` or by server trouble; everything answered is cached, so calling again resumes.
-    ``report_to``, when given, is filled with what happened (requests, cache hits, per-query notes);
-    ``retry``: how failed requests are retried and when the job gives up (``r2med_core.llm.batch``).
-    ``keep_failed``: a query whose request failed on its own (say, a 400 for a prompt too long)
-    keeps its first-stage order, as an unparsable reply does, instead of raising.
+    The other options are ``RerankOptions``'; with ``keep_failed`` a query whose request failed on its
+    own keeps its first-stage order, as an unparsable reply does, instead of raising.
     """
-    plan = _plan(run, dataset, k)
-    if min(k, window.size if window else k) > CUT_ABOVE:
-        _cl100k()  # prompts will cut passages: a missing tokenizer is said now, not once per query
-    endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
-    method = "insertrank" if show_scores else "listwise"
-    shown = _scores_shown(run, plan, k, show_scores)
-    fitted = None
-    if isinstance(endpoint, Endpoint) and plan:
-        largest = max(_prompt_size(dataset, query, docs, window, shown.get(qid)) for qid, (query, docs) in plan.items())
-        measured = speed.recall(endpoint.url, endpoint.model).ratio()
-        endpoint, fitted = fit_context(endpoint, math.ceil(largest * measured), server_context(endpoint))
-    result = _report(report_to, method, endpoint, "queries")
-    total = sum(len(window.spans(len(docs))) if window else 1 for _, docs in plan.values())
-    expected = estimate(run, dataset, endpoint, method, k, window=window, workers=workers).seconds if plan else None
-    asker = _Asker(
-        method, endpoint, total=total, progress=progress, should_stop=should_stop, retry=retry, expected=expected
-    )
-    jobs = [
-        (qid, partial(_listwise_job, asker, dataset, query, docs, k, window, shown.get(qid)))
-        for qid, (query, docs) in plan.items()
-    ]
-    done = _run(jobs, asker, result, workers)
-    result.results = {qid: ranking for qid, (ranking, _) in done.items()}
-    if not _usable(result, keep_failed):
-        raise RerankIncomplete(result)
-    rankings: dict[str, Ranking] = {}
-    for qid in run.rankings:
-        if qid in result.failed:
-            rankings[qid] = official_scores(plan[qid][1], k)
-            result.notes[qid] = f"request failed ({result.failed[qid]}): first-stage order kept"
-        elif qid in done:
-            rankings[qid], note = done[qid]
-            if note:
-                result.notes[qid] = note
-        else:
-            rankings[qid] = list(run.top(qid, k))
-    _note_unshown(run, dataset, plan, k, result)
-    notify(progress, 1.0, f"LLM {method} reranking: done ({result.summary()})")
-    outcome = _outcome(result, plan, rankings, k, window, fitted)
-    record = {**asker.spent.record(endpoint.model, f"{method} rerank"), **outcome}
-    usage = (*run.usage, record) if _api(endpoint) or outcome.get("outcome") else run.usage
-    name = listwise_name(run.name, endpoint.model, k, window, show_scores)
-    return Run(name, rankings, run.seconds + (time.monotonic() - asker.started), usage)
+    return _rerank(_Listwise(window, show_scores), run, dataset, endpoint, k, options)
 
 
 def _prompt_size(
@@ -832,7 +953,7 @@ def _prompt_size(
 
 def _outcome(
     result: BatchReport,
-    plan: dict[str, tuple[str, list[str]]],
+    plan: _Plan,
     rankings: dict[str, Ranking],
     k: int,
     window: Window | None,
@@ -870,19 +991,63 @@ def _scores_shown(run: Run, plan: dict[str, Any], k: int, show_scores: bool) -> 
     return {qid: dict(run.top(qid, k)) for qid in plan} if show_scores else {}
 
 
+def _pair(qid: str, doc: str) -> str:
+    """How the report names a point-wise job: its query and document."""
+    return f"{qid} · {doc}"
+
+
+@dataclass
+class _Pointwise:
+    """The point-wise reranker's own steps: one job per (query, document), sorted by P(relevant); the
+    verdicts are kept in ``explanations``."""
+
+    method: str = "pointwise"
+    noun: str = "documents"
+    window: Window | None = None
+    explanations: dict[str, dict[str, PointwiseVerdict]] = field(default_factory=dict)
+
+    def prepare(self, run: Run, dataset: Dataset, endpoint: AnyEndpoint, plan: _Plan, k: int) -> AnyEndpoint:
+        return endpoint
+
+    def requests(self, plan: _Plan) -> int:
+        return sum(len(docs) for _, docs in plan.values())
+
+    def jobs(self, asker: _Asker, dataset: Dataset, plan: _Plan, k: int) -> list[tuple[str, Callable[[], Any]]]:
+        def judge(qid: str, doc: str) -> PointwiseVerdict:
+            reply = asker.ask(pointwise_messages(plan[qid][0], dataset.corpus[doc]), logprobs=True)
+            verdict = explain(reply.content, reply.distribution)
+            if verdict.source == "unparsed":
+                raise Unparsable(SCORE_SOURCES["unparsed"], fallback=verdict)
+            return verdict
+
+        return [(_pair(qid, doc), partial(judge, qid, doc)) for qid, (_, docs) in plan.items() for doc in docs]
+
+    def results(self, done: dict[str, Any]) -> dict[str, Any]:
+        return dict(done)
+
+    def ranking(self, qid: str, docs: list[str], done: dict[str, Any], result: BatchReport, k: int) -> Ranking | None:
+        failed = PointwiseVerdict("", None, 0.5, "failed")
+        judged = {doc: done.get(_pair(qid, doc), failed) for doc in docs}
+        self.explanations[qid] = judged
+        order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
+        return [(docs[i], judged[docs[i]].probability) for i in order]
+
+    def outcome(self, result: BatchReport, plan: _Plan, rankings: dict[str, Ranking], k: int) -> dict[str, Any]:
+        requests, unusable, failed = self.requests(plan), len(result.unparsable), len(result.failed)
+        outcome: dict[str, Any] = {"requests": requests, "unusable": unusable, "failed": failed}
+        said = [f"{unusable} of {requests} replies had no verdict: scored 0.5"] if unusable else []
+        if failed:
+            said.append(f"{failed} of {requests} requests failed: scored 0.5")
+        if said:
+            outcome["outcome"] = "; ".join(said)
+        return outcome
+
+    def name(self, run_name: str, model: str, k: int) -> str:
+        return pointwise_name(run_name, model, k)
+
+
 def pointwise_rerank(
-    run: Run,
-    dataset: Dataset,
-    endpoint: AnyEndpoint,
-    k: int = 10,
-    *,
-    max_tokens: int | None = None,
-    workers: int = 1,
-    progress: Progress | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    report_to: BatchReport | None = None,
-    keep_failed: bool = False,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    run: Run, dataset: Dataset, endpoint: AnyEndpoint, k: int = 10, **options: Unpack[RerankOptions]
 ) -> tuple[Run, dict[str, dict[str, PointwiseVerdict]]]:
     """Judge each of a query's top ``k`` documents on its own (module docstring) and sort by P(relevant).
 
@@ -890,61 +1055,12 @@ def pointwise_rerank(
     document, the ``PointwiseVerdict`` (reasoning, answer, score, its source). Sampling left unset on the
     endpoint is temperature 0; replies are bounded by ``max_tokens`` (default 1024 for a server).
     ``workers`` requests at once. Raises ``RerankIncomplete`` like
-    ``listwise_rerank``; calling again resumes from the cache. ``keep_failed``: a document whose
-    request failed on its own gets 0.5 with source ``"failed"`` instead.
+    ``listwise_rerank``; calling again resumes from the cache. The other options are
+    ``RerankOptions``'; with ``keep_failed`` a document whose request failed on its own gets 0.5 with
+    source ``"failed"`` instead.
     """
-    plan = _plan(run, dataset, k)
-    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
-    result = _report(report_to, "pointwise", endpoint, "documents")
-    pairs = [(qid, doc) for qid, (_, docs) in plan.items() for doc in docs]
-    expected = estimate(run, dataset, endpoint, "pointwise", k, workers=workers).seconds if pairs else None
-    asker = _Asker(
-        "pointwise",
-        endpoint,
-        total=len(pairs),
-        progress=progress,
-        should_stop=should_stop,
-        retry=retry,
-        expected=expected,
-    )
-
-    def judge(qid: str, doc: str) -> PointwiseVerdict:
-        reply = asker.ask(pointwise_messages(plan[qid][0], dataset.corpus[doc]), logprobs=True)
-        verdict = explain(reply.content, reply.distribution)
-        if verdict.source == "unparsed":
-            raise Unparsable(SCORE_SOURCES["unparsed"], fallback=verdict)
-        return verdict
-
-    jobs = [(f"{qid} · {doc}", partial(judge, qid, doc)) for qid, doc in pairs]
-    done = _run(jobs, asker, result, workers)
-    result.results = dict(done)
-    if not _usable(result, keep_failed):
-        raise RerankIncomplete(result)
-    failed = PointwiseVerdict("", None, 0.5, "failed")
-    explanations: dict[str, dict[str, PointwiseVerdict]] = {}
-    rankings: dict[str, Ranking] = {}
-    for qid in run.rankings:
-        if qid not in plan:
-            rankings[qid] = list(run.top(qid, k))
-            continue
-        docs = plan[qid][1]
-        judged = {doc: done.get(f"{qid} · {doc}", failed) for doc in docs}
-        explanations[qid] = judged
-        order = sorted(range(len(docs)), key=lambda i: -judged[docs[i]].probability)  # stable
-        rankings[qid] = [(docs[i], judged[docs[i]].probability) for i in order]
-    _note_unshown(run, dataset, plan, k, result)
-    notify(progress, 1.0, f"LLM pointwise reranking: done ({result.summary()})")
-    unusable, failed_count = len(result.unparsable), len(result.failed)
-    outcome: dict[str, Any] = {"requests": len(pairs), "unusable": unusable, "failed": failed_count}
-    said = [f"{unusable} of {len(pairs)} replies had no verdict: scored 0.5"] if unusable else []
-    if failed_count:
-        said.append(f"{failed_count} of {len(pairs)} requests failed: scored 0.5")
-    if said:
-        outcome["outcome"] = "; ".join(said)
-    record = {**asker.spent.record(endpoint.model, "pointwise rerank"), **outcome}
-    usage = (*run.usage, record) if _api(endpoint) or said else run.usage
-    named = pointwise_name(run.name, endpoint.model, k)
-    return Run(named, rankings, run.seconds + (time.monotonic() - asker.started), usage), explanations
+    how = _Pointwise()
+    return _rerank(how, run, dataset, endpoint, k, options), how.explanations
 
 
 def cached_explanations(
@@ -960,7 +1076,7 @@ def cached_explanations(
     ``pointwise_rerank`` with these settings found (for the explorer, after the run was computed).
     ``query_ids`` limits it to those queries; a document whose reply is not cached is left out."""
     plan = _plan(run, dataset, k)
-    endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
+    endpoint = _endpoint_for("pointwise", endpoint, max_tokens)
     dry = _Asker("pointwise", endpoint, dry=True)
     out: dict[str, dict[str, PointwiseVerdict]] = {}
     for qid in plan if query_ids is None else [q for q in query_ids if q in plan]:
@@ -1040,10 +1156,7 @@ def estimate(
     if method not in PROMPT_VERSIONS:
         raise LLMRerankError(f"method must be one of {', '.join(PROMPT_VERSIONS)}")
     plan = _plan(run, dataset, k)
-    if method != "pointwise":
-        endpoint = _with_defaults(endpoint, LISTWISE_SAMPLING, _bound(endpoint, max_tokens, LISTWISE_MAX_TOKENS))
-    else:
-        endpoint = _with_defaults(endpoint, {"temperature": 0.0}, _bound(endpoint, max_tokens, POINTWISE_MAX_TOKENS))
+    endpoint = _endpoint_for(method, endpoint, max_tokens)
     dry = _Asker(method, endpoint, dry=True)
     shown = _scores_shown(run, plan, k, method == "insertrank")
     prompts: list[list[dict[str, str]]] = []
@@ -1075,7 +1188,7 @@ def estimate(
         uncached += list(range(len(prompts) - len(spans) + hits, len(prompts)))
     sizes = [speed.prompt_tokens(messages) for messages in prompts]
     requests = len(prompts)
-    bound = endpoint.max_tokens or (LISTWISE_MAX_TOKENS if method != "pointwise" else POINTWISE_MAX_TOKENS)
+    bound = endpoint.max_tokens or _DEFAULTS[method][1]
     notes = [f"{INSERTRANK_NOTE}."] if method == "insertrank" else []
     if window is not None and method != "pointwise":
         notes.append("Sliding window: not the benchmark's setting.")
@@ -1111,6 +1224,7 @@ __all__ = [
     "PointwiseVerdict",
     "RerankEstimate",
     "RerankIncomplete",
+    "RerankOptions",
     "Window",
     "cached_explanations",
     "estimate",
