@@ -558,6 +558,7 @@ def test_live_generation_from_the_app_against_a_local_server() -> None:
         generate(at)
         assert not at.exception
         assert any("12 generated" in s.value for s in at.success), [w.value for w in at.warning]
+        assert any(c.value.startswith("Switch the rewrite to `hyde:fake-gpt` in the sidebar") for c in at.caption)
         assert len(server.requests) == 12
         assert all(r["auth"] == f"Bearer {KEY}" for r in server.requests)
         body = server.requests[0]["body"]  # the benchmark's settings for an open model, whatever the sidebar says

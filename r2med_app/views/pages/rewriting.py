@@ -241,7 +241,7 @@ else:
             st.error(md(report.problem()))
         if report.results:
             st.caption(
-                f"Switch the rewrite to `{gen_method}:{md(name)}` in the sidebar to explore it "
+                f"Switch the rewrite to `{gen_method}:{name}` in the sidebar to explore it "
                 "(the app picks recorded generations up automatically)."
             )
             st.download_button(
