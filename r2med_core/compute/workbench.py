@@ -50,6 +50,7 @@ from r2med_core.judging.llm_judge import (
     JUDGE_PROMPT_VERSION,
     BatchReport,
     JudgeAgreement,
+    JudgeEstimate,
     Pair,
     ProposalReport,
     estimate,
@@ -421,10 +422,11 @@ class Workbench:
         endpoint: AnyEndpoint,
         pairs: list[Pair],
         threshold: int,
+        cost: JudgeEstimate | None = None,
     ) -> State[tuple[BatchReport, ProposalReport]]:
         """The LLM judge grading ``pairs`` and proposing those at or above ``threshold`` for review: never
         without a click (it sends requests), its result shown above the button that runs it again."""
-        cost = estimate(dataset, pairs, endpoint)
+        cost = estimate(dataset, pairs, endpoint) if cost is None else cost  # a page showing it hands it in
         action = f"Judge {cost.requests} pairs and propose labels" if cost.requests else "Propose labels (all cached)"
 
         def work(job: Job) -> tuple[BatchReport, ProposalReport]:
@@ -435,10 +437,15 @@ class Workbench:
         return self.state_of(self.offer(key, f"LLM judge ({judge_model(endpoint)})", action, work))
 
     def agreement(
-        self, dataset: Dataset, endpoint: AnyEndpoint, sample: list[Pair], threshold: int
+        self,
+        dataset: Dataset,
+        endpoint: AnyEndpoint,
+        sample: list[Pair],
+        threshold: int,
+        cost: JudgeEstimate | None = None,
     ) -> State[tuple[BatchReport, JudgeAgreement]]:
         """The LLM judge's agreement with the qrels on ``sample`` (recorded when measured), like ``proposals``."""
-        cost = estimate(dataset, sample, endpoint)
+        cost = estimate(dataset, sample, endpoint) if cost is None else cost
 
         def work(job: Job) -> tuple[BatchReport, JudgeAgreement]:
             judged = judge_pairs(dataset, sample, endpoint, progress=job.progress)

@@ -186,7 +186,7 @@ def panel(dataset: Dataset, store: AnnotationStore) -> None:
             f"{md(cost.describe())} to {md(endpoint.url)} · model {md(judge_model(endpoint))}. Proposals "
             f"are recorded as “{md(proposer_name(endpoint))}”."
         )
-        found = work.bench().proposals(dataset, store, endpoint, pairs, threshold)
+        found = work.bench().proposals(dataset, store, endpoint, pairs, threshold, cost)
         if isinstance(found, Ready):
             judged, proposed = found.value
             _report_lines(judged)
@@ -229,7 +229,7 @@ def _agreement(dataset: Dataset, endpoint: AnyEndpoint, runs: list[Run], thresho
         return
     cost = estimate(dataset, sample, endpoint)
     st.caption(md(cost.describe()) + f" · the same sample for seed {int(seed)} every time, so a rerun costs nothing.")
-    found = work.bench().agreement(dataset, endpoint, sample, threshold)
+    found = work.bench().agreement(dataset, endpoint, sample, threshold, cost)
     if isinstance(found, Ready):
         judged, measured = found.value
         _report_lines(judged)
